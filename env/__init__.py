@@ -1,0 +1,61 @@
+"""The Moving MNIST world: batched numpy physics + rendering, Gymnasium envs, digits, datasets.
+
+``import env`` registers ``MovingMNIST-v0`` with Gymnasium::
+
+    gymnasium.make("MovingMNIST-v0", gravity=0.0)                 # one world, TimeLimit(20)
+    gymnasium.make_vec("MovingMNIST-v0", num_envs=64)             # native MovingMNISTVectorEnv
+
+See ``docs/env.md`` for the full API.
+"""
+
+import gymnasium as _gym
+
+from env.dataset import (
+    DatasetError,
+    PaperDataset,
+    PaperDatasetConfig,
+    SplitView,
+    generate_sequences,
+    generate_split,
+    iter_sequences,
+    open_dataset,
+    split_sizes,
+    write_dataset,
+)
+from env.digits import Digits, DigitsError, load_digits
+from env.moving_mnist import MovingMNISTEnv
+from env.physics import PHYSICS_FIELDS, PhysicsParams
+from env.render import render_frames
+from env.vector import MovingMNISTVectorEnv
+
+ENV_ID = "MovingMNIST-v0"
+
+if ENV_ID not in _gym.registry:
+    _gym.register(
+        id=ENV_ID,
+        entry_point="env.moving_mnist:make_registered",
+        vector_entry_point="env.vector:MovingMNISTVectorEnv",
+        max_episode_steps=20,
+    )
+
+__all__ = [
+    "ENV_ID",
+    "PHYSICS_FIELDS",
+    "DatasetError",
+    "Digits",
+    "DigitsError",
+    "MovingMNISTEnv",
+    "MovingMNISTVectorEnv",
+    "PaperDataset",
+    "PaperDatasetConfig",
+    "PhysicsParams",
+    "SplitView",
+    "generate_sequences",
+    "generate_split",
+    "iter_sequences",
+    "load_digits",
+    "open_dataset",
+    "render_frames",
+    "split_sizes",
+    "write_dataset",
+]

@@ -1,0 +1,85 @@
+"""Small factories: the learner's parts from a config (all randomness from ``cfg.seed``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from agent.config import AgentConfig
+from agent.ema import EMATarget
+from agent.memory import AttentionAggregator, BoundaryDetector, ExperienceBuffer, ExperienceEncoder
+from agent.modulators import Modulator, build_modulator
+from agent.networks import Encoder, Predictor
+
+
+class Networks(nn.Module):
+    """The learner's modules in one state dict. ``experience`` and ``aggregator`` are None for
+    tracks whose modulator ignores memory (A)."""
+
+    def __init__(self, encoder: Encoder, target: EMATarget, predictor: Predictor,
+                 modulator: Modulator, experience: ExperienceEncoder | None,
+                 aggregator: AttentionAggregator | None) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.target = target
+        self.predictor = predictor
+        self.modulator = modulator
+        self.experience = experience
+        self.aggregator = aggregator
+
+    def trainable(self) -> list[nn.Parameter]:
+        """What the optimiser updates (everything but the EMA target and frozen dummies)."""
+        return [p for n, p in self.named_parameters()
+                if p.requires_grad and not n.startswith("target.")]
+
+
+@dataclass
+class Parts:
+    """Everything a Learner is assembled from."""
+
+    nets: Networks
+    detector: BoundaryDetector
+    buffer: ExperienceBuffer
+
+
+def build_networks(cfg: AgentConfig) -> Networks:
+    """Networks with a deterministic init from ``cfg.seed`` (the global RNG is left untouched).
+
+    Built in the order encoder, predictor, modulator, memory, so every track with the same seed
+    starts from the same encoder and predictor.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        encoder = Encoder.from_config(cfg)
+        predictor = Predictor.from_config(cfg)
+        modulator = build_modulator(cfg)
+        experience = aggregator = None
+        if modulator.uses_memory:
+            experience = ExperienceEncoder.from_config(cfg)
+            aggregator = AttentionAggregator.from_config(cfg)
+    return Networks(encoder, EMATarget(encoder), predictor, modulator, experience, aggregator)
+
+
+def build_parts(cfg: AgentConfig, device: torch.device | str = "cpu") -> Parts:
+    """Networks, detector and buffer on ``device``."""
+    return Parts(
+        nets=build_networks(cfg).to(device),
+        detector=BoundaryDetector(cfg.kappa, cfg.detector_momentum, cfg.detector_warmup, device),
+        buffer=ExperienceBuffer(cfg.buffer_capacity, cfg.latent_dim, device),
+    )
+
+
+def build_optimizer(cfg: AgentConfig, nets: Networks) -> torch.optim.Optimizer:
+    """AdamW, one parameter group (lr is set per step by the schedule)."""
+    return torch.optim.AdamW(nets.trainable(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                             foreach=True)
+
+
+def count_parameters(nets: Networks) -> dict[str, int]:
+    """{"trainable", "frozen" (dummy proj_B), "ema_target"} parameter counts."""
+    trainable = sum(p.numel() for p in nets.trainable())
+    target = sum(p.numel() for p in nets.target.parameters())
+    total = sum(p.numel() for p in nets.parameters())
+    return {"trainable": trainable, "frozen": total - trainable - target, "ema_target": target}

@@ -1,0 +1,111 @@
+"""Checkpoints: everything a run needs to continue bit-exactly, written atomically.
+
+Contents: format version, config, learner state (weights, EMA target, optimizer, detector,
+buffer, step, freeze flag), the source's state (stream windows and env state, or the dataset
+RNG), the global RNGs (torch, numpy, python) and the caller's ``extra``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agent.config import AgentConfig
+from agent.learner import Learner
+
+FORMAT_VERSION = 1
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be loaded here (wrong track, newer format, corrupt file)."""
+
+
+def save_checkpoint(path: str | os.PathLike, learner: Learner, source: Any = None,
+                    extra: dict[str, Any] | None = None) -> Path:
+    """Write the checkpoint to ``path`` atomically (temp file in the same folder, fsync,
+    ``os.replace``): a crash mid-write leaves the previous file intact."""
+    path = Path(path)
+    payload = {
+        "format_version": FORMAT_VERSION,
+        "config": learner.cfg.to_dict(),
+        "learner": learner.state_dict(),
+        "source": source.state_dict() if source is not None else None,
+        "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+                "python": random.getstate()},
+        "extra": extra or {},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _read(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        # Our own files hold numpy RNG states and env state: not weights-only loadable.
+        payload = torch.load(path, map_location=map_location, weights_only=False)
+    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, OSError,
+            ValueError, AttributeError, ModuleNotFoundError) as err:
+        raise CheckpointError(f"{path}: corrupt or not a checkpoint ({type(err).__name__}: "
+                              f"{err})") from None
+    if not isinstance(payload, dict) or "format_version" not in payload:
+        raise CheckpointError(f"{path}: not an agent checkpoint (no format_version)")
+    version = payload["format_version"]
+    if version > FORMAT_VERSION:
+        raise CheckpointError(f"{path}: checkpoint format {version} is newer than this code "
+                              f"supports ({FORMAT_VERSION}); update the code")
+    return payload
+
+
+def read_checkpoint_config(path: str | os.PathLike) -> AgentConfig:
+    """The config a checkpoint was written with (to build a matching Learner first)."""
+    return AgentConfig.from_dict(_read(path, map_location="cpu")["config"])
+
+
+def load_checkpoint(path: str | os.PathLike, learner: Learner | None = None,
+                    source: Any = None, map_location: Any = None) -> dict[str, Any]:
+    """Restore ``learner``, ``source`` and the global RNGs from ``path``; return the ``extra``.
+
+    The learner keeps its own config (so freeze fields may be changed on resume) but must be of
+    the checkpoint's track and shapes.
+    """
+    payload = _read(path, map_location)
+    saved = payload["config"]
+    if learner is not None:
+        if saved["track"] != learner.cfg.track:
+            raise CheckpointError(f"{path}: checkpoint is track {saved['track']}, the learner "
+                                  f"is track {learner.cfg.track}")
+        try:
+            learner.load_state_dict(payload["learner"])
+        except (RuntimeError, ValueError, KeyError) as err:
+            diff = [k for k, v in learner.cfg.to_dict().items() if saved.get(k) != v]
+            raise CheckpointError(f"{path}: does not fit this learner (config fields that "
+                                  f"differ: {', '.join(diff) or 'none'}): {err}") from None
+    if source is not None:
+        if payload["source"] is None:
+            raise CheckpointError(f"{path}: holds no source state")
+        source.load_state_dict(payload["source"])
+    rng = payload["rng"]
+    torch.set_rng_state(rng["torch"])
+    np.random.set_state(rng["numpy"])
+    random.setstate(rng["python"])
+    return payload["extra"]

@@ -1,0 +1,239 @@
+"""The learner's configuration: one frozen dataclass, defaults = the paper's Tables 4-5.
+
+``AgentConfig.from_preset("paper", track="C")`` is the paper's Track C; ``preset="tiny"`` shrinks
+every size so the whole pipeline runs in seconds on a CPU. Invalid values raise ``ValueError``
+naming the field, at construction.
+
+Calls the paper leaves open (documented in docs/agent.md):
+- Track A has no memory pathway, but its boundary detector still runs (for monitoring) with
+  kappa 1.5, the same as Track C, so A's and C's boundary traces are comparable.
+- Tracks D (FiLM) and E (hypernetwork) are untuned: they start from Track C's lr and kappa.
+- ``total_steps`` defaults to 10,000 (the paper's 600 s budget was ~10,569 steps; its peak
+  D_shift is at step 10,000). Schedules run on steps, never on the wall clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+TRACKS = ("A", "B", "C", "D", "E")
+PRESETS = ("paper", "tiny")
+PRECISIONS = ("fp32", "bf16")
+
+# Per-track defaults of the fields that differ between tracks (Table 5; D/E: see module doc).
+TRACK_DEFAULTS: dict[str, dict[str, float]] = {
+    "A": {"lr": 3e-3, "kappa": 1.5},
+    "B": {"lr": 2e-3, "kappa": 2.0},
+    "C": {"lr": 3e-3, "kappa": 1.5},
+    "D": {"lr": 3e-3, "kappa": 1.5},
+    "E": {"lr": 3e-3, "kappa": 1.5},
+}
+
+# The tiny preset: every size shrunk, the same structure (a few seconds on a CPU).
+TINY: dict[str, Any] = {
+    "latent_dim": 16,
+    "hidden_dim": 64,
+    "batch_size": 8,
+    "total_steps": 200,
+    "buffer_capacity": 16,
+    "detector_warmup": 3,
+    "exp_dim": 16,
+    "exp_layers": 1,
+    "exp_heads": 2,
+    "exp_ff_dim": 32,
+    "lora_rank": 2,
+    "hyper_dim": 2,
+    "encoder_channels": (4, 8, 8, 8),
+    "eval_batch_size": 64,
+}
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Every hyperparameter of the learner (defaults: the paper, Track C)."""
+
+    track: str = "C"  # A none, B residual injection, C LoRA, D FiLM, E hypernetwork
+    seed: int = 0  # parameter init (torch); sources take their own seeds
+    latent_dim: int = 64  # encoder output / predictor input and output
+    hidden_dim: int = 1024  # predictor hidden width
+    batch_size: int = 64  # samples per update
+    horizons: tuple[int, ...] = (5, 10, 20)  # prediction horizons k (frames ahead)
+    lr: float = 3e-3  # AdamW peak learning rate (per-track default via from_preset)
+    weight_decay: float = 0.01  # AdamW weight decay
+    warmup_frac: float = 0.05  # linear LR warmup as a fraction of total_steps, then cosine
+    total_steps: int = 10_000  # the step budget the LR and tau schedules run over
+    tau_base: float = 0.996  # EMA target decay at step 0 (cosine schedule start)
+    tau_end: float = 0.9999  # EMA target decay at total_steps
+    gamma: float = 0.75  # variance hinge threshold
+    lambda_reg: float = 0.05  # weight of the variance hinge
+    buffer_capacity: int = 256  # experience buffer entries (FIFO)
+    kappa: float = 1.5  # boundary fires when s > mu + kappa * sigma
+    detector_momentum: float = 0.99  # EMA momentum of the surprisal statistics
+    detector_warmup: int = 10  # updates before the detector may fire (listing: steps < 10)
+    exp_dim: int = 64  # experience encoder width d (= e_i, e_agg size)
+    exp_layers: int = 2  # experience encoder transformer layers
+    exp_heads: int = 2  # experience encoder attention heads
+    exp_ff_dim: int = 128  # experience encoder feed-forward width
+    lora_rank: int = 4  # Track C LoRA rank r
+    hyper_dim: int = 4  # Track E: size of the code that mixes the full-rank delta bases
+    encoder_channels: tuple[int, ...] = (16, 32, 64, 64)  # the four strided convolutions
+    precision: str = "fp32"  # "fp32" or "bf16" (torch.autocast; weights stay fp32)
+    norm_eps: float = 1e-3  # D metric: samples with ||zbar - z|| below this are excluded
+    eval_batch_size: int = 256  # frames-per-chunk bound of evaluation (memory)
+    freeze_buffer_at: int | None = None  # no buffer writes from this step on
+    freeze_ema_at: int | None = None  # EMA target fixed from this step on
+    freeze_weights_at: int | None = None  # no weight updates from this step on (memory mode)
+
+    # ----------------------------------------------------------------------------------
+    def __post_init__(self) -> None:
+        # JSON turns tuples into lists: accept any sequence, store a tuple.
+        for name in ("horizons", "encoder_channels"):
+            value = getattr(self, name)
+            if not isinstance(value, (list, tuple)):
+                raise ValueError(f"{name}: expected a sequence of ints, got {value!r}")
+            object.__setattr__(self, name, tuple(value))
+        self._validate()
+
+    def _validate(self) -> None:
+        def bad(name: str, why: str) -> None:
+            raise ValueError(f"{name}: {why} (got {getattr(self, name)!r})")
+
+        def is_int(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        if self.track not in TRACKS:
+            bad("track", f"unknown track, expected one of {', '.join(TRACKS)}")
+        if self.precision not in PRECISIONS:
+            bad("precision", f"expected one of {', '.join(PRECISIONS)}")
+        positive_ints = ("latent_dim", "hidden_dim", "total_steps", "buffer_capacity",
+                         "exp_dim", "exp_layers", "exp_heads", "exp_ff_dim", "lora_rank",
+                         "hyper_dim", "eval_batch_size")
+        for name in positive_ints:
+            if not is_int(getattr(self, name)) or getattr(self, name) < 1:
+                bad(name, "must be a positive integer")
+        if not is_int(self.seed):
+            bad("seed", "must be an integer")
+        if not is_int(self.batch_size) or self.batch_size < 2:
+            bad("batch_size", "must be an integer >= 2 (the variance hinge needs two samples)")
+        if not is_int(self.detector_warmup) or self.detector_warmup < 0:
+            bad("detector_warmup", "must be an integer >= 0")
+        h = self.horizons
+        if not h or not all(is_int(k) and k >= 1 for k in h) or list(h) != sorted(set(h)):
+            bad("horizons", "must be strictly increasing positive integers")
+        if h[-1] < 2:
+            bad("horizons", "the largest horizon must be >= 2 (the newest pair needs 2 frames)")
+        ch = self.encoder_channels
+        if len(ch) != 4 or not all(is_int(c) and c >= 1 for c in ch):
+            bad("encoder_channels", "must be four positive integers")
+        if self.exp_dim % self.exp_heads:
+            bad("exp_heads", f"must divide exp_dim={self.exp_dim}")
+        if self.lora_rank > min(self.latent_dim, self.hidden_dim):
+            bad("lora_rank", f"larger than the layer width min(latent_dim, hidden_dim)="
+                f"{min(self.latent_dim, self.hidden_dim)}")
+        if self.hyper_dim > self.exp_dim:
+            bad("hyper_dim", f"larger than exp_dim={self.exp_dim}")
+
+        def finite(name: str) -> float:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                bad(name, "must be a finite number")
+            return float(v)
+
+        if finite("lr") <= 0:
+            bad("lr", "must be > 0")
+        if finite("weight_decay") < 0:
+            bad("weight_decay", "must be >= 0")
+        if not 0 <= finite("warmup_frac") < 1:
+            bad("warmup_frac", "must be in [0, 1)")
+        if not 0 < finite("tau_base") <= 1:
+            bad("tau_base", "must be in (0, 1]")
+        if not self.tau_base <= finite("tau_end") <= 1:
+            bad("tau_end", "must be in [tau_base, 1]")
+        if finite("gamma") < 0:
+            bad("gamma", "must be >= 0")
+        if finite("lambda_reg") < 0:
+            bad("lambda_reg", "must be >= 0")
+        if finite("kappa") <= 0:
+            bad("kappa", "must be > 0")
+        if not 0 < finite("detector_momentum") < 1:
+            bad("detector_momentum", "must be in (0, 1)")
+        if finite("norm_eps") <= 0:
+            bad("norm_eps", "must be > 0")
+        for name in ("freeze_buffer_at", "freeze_ema_at", "freeze_weights_at"):
+            v = getattr(self, name)
+            if v is not None and (not is_int(v) or v < 0):
+                bad(name, "must be None or an integer step >= 0")
+
+    # ----------------------------------------------------------------------------------
+    @property
+    def n_horizons(self) -> int:
+        """K, the number of prediction horizons."""
+        return len(self.horizons)
+
+    @property
+    def window(self) -> int:
+        """Frames a sample spans: max(horizons) + 1 (21 in the paper)."""
+        return self.horizons[-1] + 1
+
+    @property
+    def frame_offsets(self) -> tuple[int, ...]:
+        """Offsets of a Batch's K+2 frames from the sample's input frame.
+
+        ``(0, *horizons, max(horizons) - 1)``: input, the K targets (the newest last), and the
+        frame just before the newest, so (frames K+1, K) is the newest latent pair.
+        """
+        return (0, *self.horizons, self.horizons[-1] - 1)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """Public field names (what ``--set`` / ``--grid`` may name)."""
+        return tuple(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
+
+    @classmethod
+    def from_preset(cls, preset: str = "paper", track: str = "C", **overrides: Any) -> AgentConfig:
+        """A preset ("paper" or "tiny") with the track's defaults (lr, kappa), then overrides."""
+        if preset not in PRESETS:
+            raise ValueError(f"preset: unknown preset {preset!r}, expected one of "
+                             f"{', '.join(PRESETS)}")
+        if track not in TRACKS:
+            raise ValueError(f"track: unknown track {track!r}, expected one of {', '.join(TRACKS)}")
+        values: dict[str, Any] = dict(TINY) if preset == "tiny" else {}
+        values.update(TRACK_DEFAULTS[track])
+        values["track"] = track
+        _check_names(overrides)
+        values.update(overrides)
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> AgentConfig:
+        """A copy with some fields changed (validated again)."""
+        _check_names(changes)
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict of the public fields (tuples become lists)."""
+        out: dict[str, Any] = {}
+        for name in self.field_names():
+            v = getattr(self, name)
+            out[name] = list(v) if isinstance(v, tuple) else v
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AgentConfig:
+        """Inverse of ``to_dict`` (unknown keys raise ValueError naming them)."""
+        _check_names(data)
+        return cls(**data)
+
+    def to_json(self) -> str:
+        """The resolved config as indented JSON (saved next to a run)."""
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def _check_names(values: dict[str, Any]) -> None:
+    known = set(AgentConfig.field_names())
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"{unknown[0]}: unknown config field (known: {', '.join(sorted(known))})")

@@ -1,0 +1,153 @@
+"""Evaluation: D_shift^n, D_base, sigma_embed on a copy of the learner's memory.
+
+For each n, a copy of the training buffer receives n shift-world transitions (each the
+batch-mean (frame h_max-1, frame h_max) online latent pair of a batch of shift *train*
+sequences, pushed directly, bypassing the detector, so n is exact), then the frozen learner
+predicts the shift and base test sets through that memory. The training buffer, the weights and
+every RNG are untouched; sampling is from a local ``np.random.default_rng(seed)``, and the
+transitions of a smaller n are a prefix of those of a larger n.
+
+D (DESIGN.md): per horizon, the mean over samples of ``||zbar_k - zhat|| / ||zbar_k - z||``
+with denominators below ``cfg.norm_eps`` excluded (and counted in ``excluded``, as (sample,
+horizon) pairs); then the mean over horizons. ``D_base`` uses the same memory copy as D_shift (so
+the curve also shows how shift experience affects the base world). sigma_embed is the mean
+per-dimension std of the predictions on the shift test set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from agent.learner import Learner, frames_to_float
+from agent.memory import ExperienceBuffer
+from agent.metrics import NormErrorSums, norm_error, norm_error_sums, sigma_embed
+
+CURVE_NS = (0, 10, 25, 50, 100, 256)
+
+
+@dataclass
+class EvalData:
+    """uint8 (N, T, 1, 64, 64) arrays (numpy or zarr): shift train (memory), the test sets."""
+
+    shift_train: Any
+    shift_test: Any
+    base_test: Any
+
+
+@dataclass
+class EvalResult:
+    n: int  # shift transitions pushed to the memory copy
+    d_shift: float
+    d_shift_per_h: list[float]  # one per horizon
+    d_base: float
+    d_base_per_h: list[float]
+    sigma_embed: float
+    excluded: int  # excluded (sample, horizon) pairs, shift + base test sets
+
+    def as_dict(self, prefix: str = "eval/") -> dict[str, Any]:
+        """Namespaced flat dict (``eval/d_shift``, ...)."""
+        return {prefix + k: v for k, v in self.__dict__.items()}
+
+
+def _chunks(n: int, size: int) -> list[slice]:
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+@torch.no_grad()
+def _encode_set(learner: Learner, frames: Any, chunk: int
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """z (N, D) online latents of frame 0 and targets (N, K, D) EMA latents at the horizons."""
+    cfg, nets = learner.cfg, learner.nets
+    k = cfg.n_horizons
+    cols = np.asarray((0, *cfg.horizons))
+    zs, ts = [], []
+    per = max(1, chunk // (k + 1))  # sequences per chunk so a chunk holds ~chunk frames
+    for sl in _chunks(frames.shape[0], per):
+        x = frames_to_float(torch.from_numpy(_take(frames, sl, cols)).to(learner.device))
+        b = x.shape[0]
+        with learner.autocast():
+            zs.append(nets.encoder(x[:, 0]).float())
+            ts.append(nets.target(x[:, 1:].flatten(0, 1)).float().view(b, k, -1))
+    return torch.cat(zs), torch.cat(ts)
+
+
+def _take(frames: Any, rows: slice | np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """frames[rows][:, cols] for numpy or zarr (orthogonal read) -> (n, len(cols), 1, 64, 64)."""
+    if isinstance(frames, np.ndarray):
+        return np.ascontiguousarray(frames[rows][:, cols])
+    if isinstance(rows, np.ndarray):
+        uniq, inverse = np.unique(rows, return_inverse=True)
+        return np.asarray(frames.oindex[uniq, cols])[inverse]
+    return np.asarray(frames.oindex[rows, cols])
+
+
+@torch.no_grad()
+def shift_transitions(learner: Learner, shift_train: Any, n: int, seed: int = 0
+                      ) -> torch.Tensor:
+    """(n, 2, D): n batch-mean newest-pair latents, each from ``cfg.batch_size`` shift train
+    sequences drawn with ``np.random.default_rng(seed)`` (prefix-stable in n)."""
+    cfg = learner.cfg
+    h = cfg.horizons[-1]
+    cols = np.asarray((h - 1, h))
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, shift_train.shape[0], size=(n, cfg.batch_size))
+    per = max(1, cfg.eval_batch_size // (2 * cfg.batch_size))  # transitions per chunk
+    out = []
+    for sl in _chunks(n, per):
+        rows = idx[sl].reshape(-1)
+        x = frames_to_float(torch.from_numpy(_take(shift_train, rows, cols)).to(learner.device))
+        with learner.autocast():
+            z = learner.nets.encoder(x.flatten(0, 1)).float()  # (m * B * 2, D)
+        out.append(z.view(-1, cfg.batch_size, 2, z.shape[-1]).mean(1))  # (m, 2, D)
+    return torch.cat(out) if out else torch.zeros(0, 2, cfg.latent_dim, device=learner.device)
+
+
+@torch.no_grad()
+def _score(learner: Learner, buffer: ExperienceBuffer, z: torch.Tensor, targets: torch.Tensor,
+           chunk: int) -> tuple[NormErrorSums, torch.Tensor, torch.Tensor, int]:
+    """Normalised-error sums and prediction sums/sq-sums of the memory-conditioned predictor."""
+    cfg = learner.cfg
+    sums = None
+    s1 = torch.zeros(cfg.latent_dim, dtype=torch.float64, device=learner.device)
+    s2 = torch.zeros_like(s1)
+    for sl in _chunks(z.shape[0], chunk):
+        with learner.autocast():
+            pred = learner.predict(z[sl], buffer)[0].pred.float()
+        part = norm_error_sums(pred, z[sl], targets[sl], cfg.norm_eps)
+        sums = part if sums is None else NormErrorSums(*(a + b for a, b in zip(sums, part,
+                                                                              strict=True)))
+        s1 += pred.double().sum(0)
+        s2 += pred.double().pow(2).sum(0)
+    return sums, s1, s2, z.shape[0]
+
+
+def adaptation_curve(learner: Learner, data: EvalData, ns: tuple[int, ...] = CURVE_NS,
+                     seed: int = 0) -> list[EvalResult]:
+    """One EvalResult per n in ``ns``. Test sets and transitions are encoded once."""
+    chunk = learner.cfg.eval_batch_size
+    z_s, t_s = _encode_set(learner, data.shift_test, chunk)
+    z_b, t_b = _encode_set(learner, data.base_test, chunk)
+    pairs = shift_transitions(learner, data.shift_train, max(ns, default=0), seed)
+    results = []
+    for n in ns:
+        buffer = learner.buffer.clone()
+        for i in range(n):  # FIFO order; bypasses the detector
+            buffer.push(pairs[i], 1, -1)
+        sums_s, s1, s2, count = _score(learner, buffer, z_s, t_s, chunk)
+        sums_b = _score(learner, buffer, z_b, t_b, chunk)[0]
+        d_s, d_s_h = norm_error(sums_s)
+        d_b, d_b_h = norm_error(sums_b)
+        results.append(EvalResult(
+            n=int(n), d_shift=float(d_s), d_shift_per_h=d_s_h.tolist(), d_base=float(d_b),
+            d_base_per_h=d_b_h.tolist(), sigma_embed=float(sigma_embed(s1, s2, count)),
+            excluded=int(sums_s.excluded + sums_b.excluded)))
+    return results
+
+
+def evaluate(learner: Learner, data: EvalData, n: int = 50, seed: int = 0) -> EvalResult:
+    """D_shift^n (the headline is n = 50), D_base, sigma_embed, excluded count."""
+    return adaptation_curve(learner, data, (n,), seed)[0]

@@ -1,0 +1,9 @@
+"""Memory subsystem: boundary detector, experience buffer, experience encoder, aggregator."""
+
+from agent.memory.aggregator import Aggregate, AttentionAggregator
+from agent.memory.buffer import ExperienceBuffer
+from agent.memory.detector import BoundaryDetector
+from agent.memory.experience import ExperienceEncoder
+
+__all__ = ["Aggregate", "AttentionAggregator", "BoundaryDetector", "ExperienceBuffer",
+           "ExperienceEncoder"]

@@ -1,0 +1,41 @@
+"""AttentionAggregator: the current latent attends over the encoded buffer entries."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from agent.config import AgentConfig
+
+
+class Aggregate(NamedTuple):
+    e_agg: torch.Tensor  # (B, exp_dim), exactly 0 when the buffer is empty
+    attn: torch.Tensor  # (B, cap) attention weights, 0 on empty slots
+
+
+class AttentionAggregator(nn.Module):
+    """Single-head attention: alpha = softmax(W_q(z) . W_k(e_i) / sqrt(d)) over filled slots,
+    e_agg = W_e sum_i alpha_i e_i. No biases (the paper's formula), so an empty buffer gives
+    e_agg = 0 exactly and the modulators reduce to the base predictor."""
+
+    def __init__(self, latent_dim: int, dim: int) -> None:
+        super().__init__()
+        self.scale = 1.0 / math.sqrt(dim)
+        self.w_q = nn.Linear(latent_dim, dim, bias=False)
+        self.w_k = nn.Linear(dim, dim, bias=False)
+        self.w_e = nn.Linear(dim, dim, bias=False)
+
+    @classmethod
+    def from_config(cls, cfg: AgentConfig) -> AttentionAggregator:
+        return cls(cfg.latent_dim, cfg.exp_dim)
+
+    def forward(self, z: torch.Tensor, e: torch.Tensor, mask: torch.Tensor) -> Aggregate:
+        """z (B, latent), e (cap, d), mask (cap,) bool -> Aggregate(e_agg (B, d), attn (B, cap))."""
+        scores = self.w_q(z) @ self.w_k(e).T * self.scale  # (B, cap)
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        # All slots empty: softmax is uniform over garbage; the mask product zeroes it.
+        attn = torch.softmax(scores, dim=-1) * mask
+        return Aggregate(self.w_e(attn @ e), attn)

@@ -1,0 +1,94 @@
+"""ExperienceBuffer: pre-allocated FIFO of detached latent pairs, written without a host sync."""
+
+from __future__ import annotations
+
+import torch
+
+
+class ExperienceBuffer:
+    """Capacity-bounded FIFO of (z_prev, z_new) latent pairs with a world tag and a step.
+
+    All storage is pre-allocated on the device. ``push(pair, world, step, write)`` takes the
+    write decision as a 0-dim bool tensor: the slot is always rewritten (with its own old
+    content when ``write`` is False) and the pointer advances by ``write``, so a step never
+    asks the device whether a boundary fired.
+
+    Tensors: ``pairs`` (cap, 2, D) float32, ``world`` (cap,) int64, ``steps`` (cap,) int64,
+    ``ptr`` and ``size`` 0-dim int64. Slot ``ptr`` is the next one written (the oldest once full).
+    """
+
+    def __init__(self, capacity: int, latent_dim: int, device: torch.device | str = "cpu") -> None:
+        self.capacity = int(capacity)
+        self.latent_dim = int(latent_dim)
+        self.device = torch.device(device)
+        self.clear()
+
+    def clear(self) -> None:
+        """Empty the buffer (zeros everywhere)."""
+        d = self.device
+        self.pairs = torch.zeros(self.capacity, 2, self.latent_dim, device=d)
+        self.world = torch.zeros(self.capacity, dtype=torch.long, device=d)
+        self.steps = torch.full((self.capacity,), -1, dtype=torch.long, device=d)
+        self.ptr = torch.zeros((), dtype=torch.long, device=d)
+        self.size = torch.zeros((), dtype=torch.long, device=d)
+
+    @torch.no_grad()
+    def push(self, pair: torch.Tensor, world: torch.Tensor | int, step: torch.Tensor | int,
+             write: torch.Tensor | bool = True) -> None:
+        """Append one pair if ``write`` (else a no-op, still without a host sync).
+
+        pair: (2, D) (z_prev, z_new), stored detached as float32. world, step: ints or 0-dim
+        tensors. write: 0-dim bool tensor or bool.
+        """
+        d = self.device
+        write = torch.as_tensor(write, device=d, dtype=torch.bool)
+        world = torch.as_tensor(world, device=d, dtype=torch.long)
+        step = torch.as_tensor(step, device=d, dtype=torch.long)
+        slot = self.ptr.view(1)  # (1,) index tensor, stays on the device
+        new_pair = torch.where(write, pair.detach().to(self.pairs.dtype), self.pairs[slot][0])
+        self.pairs.index_copy_(0, slot, new_pair.unsqueeze(0))
+        self.world.index_copy_(0, slot, torch.where(write, world, self.world[slot][0]).view(1))
+        self.steps.index_copy_(0, slot, torch.where(write, step, self.steps[slot][0]).view(1))
+        inc = write.long()
+        self.ptr = (self.ptr + inc) % self.capacity
+        self.size = torch.clamp(self.size + inc, max=self.capacity)
+
+    def mask(self) -> torch.Tensor:
+        """(cap,) bool, True for filled slots."""
+        return torch.arange(self.capacity, device=self.device) < self.size
+
+    def shift_share(self) -> torch.Tensor:
+        """0-dim float: share of filled entries tagged world 1 (0 when empty)."""
+        filled = self.mask()
+        n = (self.world.eq(1) & filled).sum()
+        return n.float() / self.size.clamp(min=1).float()
+
+    def ordered(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Filled entries oldest first: pairs (n, 2, D), world (n,), steps (n,). Host sync."""
+        n = int(self.size)
+        start = int(self.ptr) if n == self.capacity else 0
+        idx = (torch.arange(n, device=self.device) + start) % self.capacity
+        return self.pairs[idx], self.world[idx], self.steps[idx]
+
+    def clone(self) -> ExperienceBuffer:
+        """An independent copy (evaluation pushes to a copy, never to the training buffer)."""
+        other = ExperienceBuffer.__new__(ExperienceBuffer)
+        other.capacity, other.latent_dim, other.device = self.capacity, self.latent_dim, self.device
+        for name in ("pairs", "world", "steps", "ptr", "size"):
+            setattr(other, name, getattr(self, name).clone())
+        return other
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {n: getattr(self, n).clone() for n in ("pairs", "world", "steps", "ptr", "size")}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        if tuple(state["pairs"].shape) != (self.capacity, 2, self.latent_dim):
+            raise ValueError(f"buffer shape {tuple(state['pairs'].shape)} != "
+                             f"{(self.capacity, 2, self.latent_dim)}")
+        for name, value in state.items():
+            setattr(self, name, value.to(self.device).clone())
+
+    def to(self, device: torch.device | str) -> ExperienceBuffer:
+        self.device = torch.device(device)
+        self.load_state_dict(self.state_dict())
+        return self

@@ -1,0 +1,100 @@
+"""Per-step metric records (device tensors, read in blocks) and the D / sigma_embed metrics."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+
+class StepMetrics(NamedTuple):
+    """One update's metrics: 0-dim float32 tensors on the learner's device (no host sync).
+
+    ``NAMES`` gives the namespaced names in field order; ``as_dict()`` maps them to tensors.
+    """
+
+    loss_total: torch.Tensor
+    loss_pred: torch.Tensor
+    loss_reg: torch.Tensor
+    surprisal: torch.Tensor  # base-predictor surprisal s_t (DESIGN.md)
+    threshold: torch.Tensor  # mu + kappa * sigma after this step's update
+    boundary: torch.Tensor  # 1.0 if a boundary fired this step
+    buffer_size: torch.Tensor  # entries after this step's memory update
+    shift_share: torch.Tensor  # share of buffer entries from world 1 (0 when empty)
+    lr: torch.Tensor
+    tau: torch.Tensor
+    delta_abs: torch.Tensor  # mean |modulation scale| (C: LoRA deltas; D: FiLM; E: code); NaN A/B
+    attn_entropy: torch.Tensor  # mean attention entropy over the buffer (nats); NaN for track A
+    valid_frac: torch.Tensor  # share of the batch's samples that were valid
+    norm_error: torch.Tensor  # D of the modulated prediction on this batch (live stream error)
+
+    NAMES = ("loss/total", "loss/pred", "loss/reg", "memory/surprisal", "memory/threshold",
+             "memory/boundary", "memory/buffer_size", "memory/shift_share", "opt/lr", "opt/tau",
+             "mod/delta_abs", "memory/attn_entropy", "stream/valid_frac", "stream/norm_error")
+
+    def as_dict(self) -> dict[str, torch.Tensor]:
+        """{namespaced name: 0-dim tensor}."""
+        return dict(zip(self.NAMES, self, strict=True))
+
+
+def stack(records: list[StepMetrics]) -> dict[str, np.ndarray]:
+    """A block of records -> {name: (N,) float32 array}. One host sync for the whole block."""
+    if not records:
+        return {name: np.zeros(0, np.float32) for name in StepMetrics.NAMES}
+    table = torch.stack([torch.stack(list(r)).float() for r in records]).cpu().numpy()  # (N, M)
+    return {name: table[:, i] for i, name in enumerate(StepMetrics.NAMES)}
+
+
+class NormErrorSums(NamedTuple):
+    """Sufficient statistics of the normalised error, summable over batches."""
+
+    ratio_sum: torch.Tensor  # (K,) float64 sum of ||t - zhat|| / ||t - z|| over included samples
+    count: torch.Tensor  # (K,) int64 included samples per horizon
+    excluded: torch.Tensor  # 0-dim int64: valid (sample, horizon) pairs with ||t - z|| < eps
+
+
+def norm_error_sums(pred: torch.Tensor, z: torch.Tensor, targets: torch.Tensor,
+                    eps: float = 1e-3, valid: torch.Tensor | None = None) -> NormErrorSums:
+    """Per-horizon sums of ``||zbar_k - zhat|| / ||zbar_k - z||`` (DESIGN.md's D).
+
+    pred, z (B, D); targets (B, K, D); valid (B,) bool or None. Denominators below ``eps``
+    are excluded and counted.
+    """
+    pred, z, targets = pred.float(), z.float(), targets.float()
+    num = torch.linalg.vector_norm(targets - pred.unsqueeze(1), dim=-1)  # (B, K)
+    den = torch.linalg.vector_norm(targets - z.unsqueeze(1), dim=-1)  # (B, K)
+    ok = den >= eps
+    if valid is not None:
+        ok = ok & valid.unsqueeze(1)
+        excluded = ((den < eps) & valid.unsqueeze(1)).sum()
+    else:
+        excluded = (den < eps).sum()
+    ratio = torch.where(ok, num / torch.where(ok, den, torch.ones_like(den)), 0.0)
+    return NormErrorSums(ratio.double().sum(0), ok.sum(0), excluded)
+
+
+def norm_error(sums: NormErrorSums) -> tuple[torch.Tensor, torch.Tensor]:
+    """(overall, per_horizon): per-horizon means (NaN where nothing was included), then their mean
+    over horizons."""
+    per_h = sums.ratio_sum / sums.count.double()  # 0/0 = NaN where nothing included
+    return per_h.mean(), per_h
+
+
+def normalised_error(pred: torch.Tensor, z: torch.Tensor, targets: torch.Tensor,
+                     eps: float = 1e-3, valid: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """D on one batch: (overall 0-dim, per_horizon (K,), excluded count 0-dim)."""
+    sums = norm_error_sums(pred, z, targets, eps, valid)
+    overall, per_h = norm_error(sums)
+    return overall, per_h, sums.excluded
+
+
+def sigma_embed(pred_sum: torch.Tensor, pred_sqsum: torch.Tensor, n: int) -> torch.Tensor:
+    """Mean per-dimension (unbiased) std of predictor outputs from their sums over n samples.
+
+    pred_sum, pred_sqsum (D,) float64.
+    """
+    mean = pred_sum / n
+    var = (pred_sqsum - n * mean * mean) / max(n - 1, 1)
+    return var.clamp(min=0).sqrt().mean()

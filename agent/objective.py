@@ -1,0 +1,59 @@
+"""The training objective (the paper's listing), with an optional per-sample validity mask.
+
+With every sample valid these are the listing's ``pred_loss``, ``reg_loss``, ``compute_loss``
+(up to float summation order); masked samples (stream windows spanning a reset) contribute
+nothing.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+
+class Loss(NamedTuple):
+    total: torch.Tensor  # 0-dim: pred + lambda * reg
+    pred: torch.Tensor  # 0-dim: mean over horizons of the MSE against the targets
+    reg: torch.Tensor  # 0-dim: variance hinge, mean_d max(0, gamma - std_b)
+
+
+def pred_loss(pred: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor | None = None
+              ) -> torch.Tensor:
+    """Mean over horizons of the MSE between pred and the stop-gradient targets.
+
+    pred (B, D); targets (B, K, D), detached here; weight (B,) 0/1 float or None (all valid).
+    """
+    sq = (pred.unsqueeze(1) - targets.detach()).pow(2)  # (B, K, D)
+    if weight is None:
+        return sq.mean()
+    b, k, d = sq.shape
+    n = weight.sum().clamp(min=1.0)
+    return (sq.sum(dim=(1, 2)) * weight).sum() / (n * k * d)
+
+
+def reg_loss(pred: torch.Tensor, gamma: float, weight: torch.Tensor | None = None
+             ) -> torch.Tensor:
+    """VICReg variance term: mean_d max(0, gamma - std_b(pred[:, d])), std unbiased.
+
+    pred (B, D); weight (B,) 0/1 float or None.
+    """
+    if weight is None:
+        std = pred.std(dim=0)
+    else:
+        n = weight.sum()
+        w = weight.unsqueeze(1)  # (B, 1)
+        mean = (pred * w).sum(0) / n.clamp(min=1.0)
+        var = ((pred - mean).pow(2) * w).sum(0) / (n - 1.0).clamp(min=1.0)
+        # sqrt'(0) is inf: with < 2 valid samples (or identical ones) the gradient would be NaN.
+        pos = var > 0
+        std = torch.where(pos, torch.where(pos, var, 1.0).sqrt(), 0.0)
+    return torch.clamp(gamma - std, min=0.0).mean()
+
+
+def compute_loss(pred: torch.Tensor, targets: torch.Tensor, gamma: float, lambda_reg: float,
+                 weight: torch.Tensor | None = None) -> Loss:
+    """Loss(total, pred, reg) for pred (B, D) and targets (B, K, D)."""
+    lp = pred_loss(pred, targets, weight)
+    lr = reg_loss(pred, gamma, weight)
+    return Loss(lp + lambda_reg * lr, lp, lr)

@@ -1,0 +1,29 @@
+"""Step-based schedules: LR linear warmup then cosine decay; EMA tau cosine ramp.
+
+Both are pure functions of the step, so a resumed run needs only the step to continue.
+Past ``total_steps`` the LR stays at 0 and tau at ``tau_end``.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def warmup_steps(total_steps: int, warmup_frac: float) -> int:
+    """Number of linear warmup steps (0 when warmup_frac is 0)."""
+    return int(round(warmup_frac * total_steps))
+
+
+def lr_at(step: int, base_lr: float, total_steps: int, warmup_frac: float) -> float:
+    """LR for update number ``step`` (0-based): linear warmup to base_lr, then cosine to 0."""
+    w = warmup_steps(total_steps, warmup_frac)
+    if step < w:
+        return base_lr * (step + 1) / w
+    progress = min(1.0, (step - w) / max(1, total_steps - w))
+    return base_lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def tau_at(step: int, tau_base: float, tau_end: float, total_steps: int) -> float:
+    """EMA decay for update ``step``: cosine from tau_base (step 0) to tau_end (total_steps)."""
+    progress = min(1.0, step / total_steps)
+    return tau_end - (tau_end - tau_base) * 0.5 * (1.0 + math.cos(math.pi * progress))

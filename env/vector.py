@@ -1,0 +1,264 @@
+"""Native vector env for ``MovingMNIST-v0``: N worlds stepped and rendered as one numpy batch.
+
+``gymnasium.make_vec("MovingMNIST-v0", num_envs=64)`` builds this class. Sub-env ``i`` behaves
+exactly like a :class:`~env.moving_mnist.MovingMNISTEnv` reset with seed ``seed + i`` (each has its
+own generator, drawn from in the same order), and autoreset follows Gymnasium's ``NEXT_STEP``
+mode: the step after a sub-env is truncated resets it and returns the reset observation and info
+with reward 0 and ``terminated = truncated = False``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.utils import seeding
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from env.core import WorldBatch
+from env.digits import Digits, load_digits
+from env.moving_mnist import (
+    RENDER_MODES,
+    PygameWindow,
+    check_max_episode_steps,
+    check_render_mode,
+    physics_from_options,
+    rng_from_state,
+)
+from env.physics import PhysicsParams
+
+INFO_KEYS: tuple[str, ...] = ("positions", "velocities", "gravity", "digit_ids")
+
+
+class MovingMNISTVectorEnv(VectorEnv):
+    """``num_envs`` Moving MNIST worlds in one batch (Gymnasium 1.x ``VectorEnv``).
+
+    ``step(actions)`` ignores ``actions`` (Moving MNIST has no actions) and returns
+    observations (N, 1, 64, 64) uint8, rewards (N,) float64 zeros, terminations (N,) False,
+    truncations (N,) bool and ``infos`` with the Gymnasium 1.x vector layout: for each key an
+    array with leading dimension N plus a boolean ``_key`` mask (always all True here):
+    ``positions``/``velocities`` (N, n_digits, 2) float64, ``gravity`` (N,) float64,
+    ``digit_ids`` (N, n_digits) int64.
+
+    ``reset(seed=s)`` seeds sub-env ``i`` with ``s + i`` (or ``seed`` may be a list of N seeds);
+    ``options`` may hold physics parameters and a boolean ``reset_mask`` (reset only those envs).
+
+    Keyword arguments are those of :class:`~env.moving_mnist.MovingMNISTEnv`.
+    """
+
+    metadata: dict[str, Any] = {
+        "render_modes": list(RENDER_MODES),
+        "render_fps": 10,
+        "autoreset_mode": AutoresetMode.NEXT_STEP,
+    }
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        n_digits: int = 2,
+        gravity: float = 0.0,
+        gravity_direction: float = 90.0,
+        restitution: float = 1.0,
+        friction: float = 0.0,
+        speed_range: tuple[float, float] = (2.0, 4.0),
+        digits: str | os.PathLike[str] | Digits | None = None,
+        split: str = "train",
+        max_episode_steps: int | None = 20,
+        render_mode: str | None = None,
+    ) -> None:
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        physics = PhysicsParams(gravity, gravity_direction, restitution, friction)
+        self.num_envs = int(num_envs)
+        self.max_episode_steps = check_max_episode_steps(max_episode_steps)
+        self.render_mode = check_render_mode(render_mode)
+        self._world = WorldBatch(
+            self.num_envs, load_digits(digits), split, n_digits, speed_range, physics
+        )
+        size = self._world.canvas_size
+        self.single_observation_space = spaces.Box(0, 255, (1, size, size), np.uint8)
+        self.single_action_space = spaces.Discrete(1)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self._rngs: list[np.random.Generator | None] = [None] * self.num_envs
+        self._elapsed = np.zeros(self.num_envs, dtype=np.int64)
+        self._autoreset = np.zeros(self.num_envs, dtype=bool)
+        self._has_reset = False
+        self._window: PygameWindow | None = None
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def n_digits(self) -> int:
+        return self._world.n_digits
+
+    @property
+    def digits(self) -> Digits:
+        return self._world.digits
+
+    @property
+    def sprites(self) -> np.ndarray:
+        """(N, n_digits, 28, 28) uint8 images of each sub-env's current digits (a copy)."""
+        return self._world.sprites.copy()
+
+    @property
+    def elapsed_steps(self) -> np.ndarray:
+        """(N,) int64 steps since each sub-env's last reset (a copy)."""
+        return self._elapsed.copy()
+
+    def physics(self, i: int) -> PhysicsParams:
+        """The current physics of sub-env ``i``."""
+        return self._world.physics.get(i)
+
+    # ------------------------------------------------------------------ API
+
+    def reset(
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Reset all sub-envs (or those in ``options["reset_mask"]``)."""
+        mask = self._mask(options.get("reset_mask") if options else None)
+        params = physics_from_options(options)
+        if seed is None:
+            seeds: list[int | None] = [None] * self.num_envs
+        elif isinstance(seed, int | np.integer):
+            seeds = [int(seed) + i for i in range(self.num_envs)]
+        else:
+            seeds = list(seed)
+            if len(seeds) != self.num_envs:
+                raise ValueError(f"seed must be an int or a list of {self.num_envs}, got {seed!r}")
+        if params:
+            self._world.set_physics(mask, **params)  # validates before changing anything
+        indices = np.flatnonzero(mask)
+        for i in indices:
+            if seeds[i] is not None or self._rngs[i] is None:
+                self._rngs[i] = seeding.np_random(seeds[i])[0]
+        self._world.reset_worlds(indices, [self._rngs[i] for i in indices])
+        self._elapsed[indices] = 0
+        self._autoreset[indices] = False
+        self._has_reset = True
+        obs = self._world.render()  # (N, 1, 64, 64)
+        if self.render_mode == "human":
+            self.render()
+        return obs, self._infos()
+
+    def step(
+        self, actions: Any = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Advance every sub-env one frame; those truncated on the previous step reset instead."""
+        if not self._has_reset:
+            from gymnasium.error import ResetNeeded
+
+            raise ResetNeeded("call reset() before step()")
+        self._world.step()  # deterministic, so stepping the envs about to reset costs nothing
+        self._elapsed += 1
+        pending = np.flatnonzero(self._autoreset)
+        if pending.size:
+            self._world.reset_worlds(pending, [self._rngs[i] for i in pending])
+            self._elapsed[pending] = 0
+        obs = self._world.render()  # (N, 1, 64, 64)
+        if self.max_episode_steps is None:
+            truncations = np.zeros(self.num_envs, dtype=bool)
+        else:
+            truncations = self._elapsed >= self.max_episode_steps
+        terminations = np.zeros(self.num_envs, dtype=bool)
+        rewards = np.zeros(self.num_envs, dtype=np.float64)
+        self._autoreset = truncations.copy()
+        if self.render_mode == "human":
+            self.render()
+        return obs, rewards, terminations, truncations, self._infos()
+
+    def set_gravity(self, gravity: float, mask: Any = None) -> None:
+        """Set gravity (px/frame^2) on all sub-envs or those where ``mask`` (bool, (N,)) is True,
+        effective from the next step."""
+        self.set_physics(mask=mask, gravity=gravity)
+
+    def set_physics(self, mask: Any = None, **params: Any) -> None:
+        """Set any of ``gravity``, ``gravity_direction``, ``restitution``, ``friction`` on all
+        sub-envs or those in ``mask``, effective from the next step. Bad names, values or masks
+        raise ``ValueError`` and change nothing."""
+        self._world.set_physics(self._mask(mask), **params)
+
+    def render(self) -> np.ndarray | None:
+        """``rgb_array``: (N, 64, 64, 3) uint8; ``human``: a pygame window tiling all sub-envs."""
+        if self.render_mode is None:
+            return None
+        gray = self._world.render()[:, 0]  # (N, 64, 64)
+        rgb = np.repeat(gray[..., None], 3, axis=3)  # (N, 64, 64, 3)
+        if self.render_mode == "rgb_array":
+            return rgb
+        cols = int(np.ceil(np.sqrt(self.num_envs)))
+        rows = int(np.ceil(self.num_envs / cols))
+        size = gray.shape[1]
+        tiles = np.zeros((rows * cols, size, size, 3), dtype=np.uint8)
+        tiles[: self.num_envs] = rgb
+        grid = tiles.reshape(rows, cols, size, size, 3).transpose(0, 2, 1, 3, 4)
+        if self._window is None:
+            self._window = PygameWindow("MovingMNIST-v0 (vector)", self.metadata["render_fps"], 2)
+        self._window.show(grid.reshape(rows * size, cols * size, 3))
+        return None
+
+    def close_extras(self, **kwargs: Any) -> None:
+        if self._window is not None:
+            self._window.close()
+            self._window = None
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything needed to continue bit-exactly: each sub-env's RNG state, positions,
+        velocities, sprites, digit ids, physics, step counters and pending autoresets.
+
+        The dict holds numpy arrays, ints and the generators' ``bit_generator.state`` dicts.
+        """
+        return {
+            "num_envs": self.num_envs,
+            "max_episode_steps": self.max_episode_steps,
+            "rngs": [None if g is None else g.bit_generator.state for g in self._rngs],
+            "world": self._world.get_state(),
+            "elapsed": self._elapsed.copy(),
+            "autoreset": self._autoreset.copy(),
+            "has_reset": self._has_reset,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`get_state` dict (from an env built with the same arguments)."""
+        if int(state["num_envs"]) != self.num_envs:
+            raise ValueError(f"state is for {state['num_envs']} envs, this env has {self.num_envs}")
+        self._world.set_state(state["world"])
+        self._rngs = [None if s is None else rng_from_state(s) for s in state["rngs"]]
+        self._elapsed = np.asarray(state["elapsed"], dtype=np.int64).copy()
+        self._autoreset = np.asarray(state["autoreset"], dtype=bool).copy()
+        self._has_reset = bool(state["has_reset"])
+
+    # ------------------------------------------------------------------ helpers
+
+    def _mask(self, mask: Any) -> np.ndarray:
+        """A validated (N,) bool mask; None selects every sub-env."""
+        if mask is None:
+            return np.ones(self.num_envs, dtype=bool)
+        arr = np.asarray(mask)
+        if arr.dtype != np.bool_ or arr.shape != (self.num_envs,):
+            raise ValueError(
+                f"mask must be a boolean array of length {self.num_envs}, got "
+                f"{arr.dtype} array of shape {arr.shape}: {mask!r}"
+            )
+        return arr
+
+    def _infos(self) -> dict[str, Any]:
+        w = self._world
+        present = np.ones(self.num_envs, dtype=bool)
+        return {
+            "positions": w.positions.copy(),
+            "_positions": present,
+            "velocities": w.velocities.copy(),
+            "_velocities": present,
+            "gravity": w.physics.gravity.copy(),
+            "_gravity": present,
+            "digit_ids": w.digit_ids.copy(),
+            "_digit_ids": present,
+        }

@@ -1,0 +1,430 @@
+"""The analyses the paper deferred, on saved checkpoints: SVD spectra and buffer attention.
+
+For a run's ``checkpoints/best.pt`` (the peak: lowest D_shift^{50}) and ``checkpoints/latest.pt``
+(the end of the run), on the shift test split:
+
+- **SVD spectrum and effective rank** of the encoder latents (online encoder, every frame of
+  every test sequence: ``(N * 21, latent)``) and of the predictor outputs (the modulated
+  prediction for each of those latents, with the same 50 shift-world memories as D_shift^{50}).
+  Rows are centred; the effective rank is ``exp(H(p))`` with ``p = s / sum(s)`` the normalised
+  singular values (Roy & Vetterli, 2007): ``latent`` for a spread-out code, 1 for a collapse.
+- **Attention over buffer entries during shift-world inference**: the buffer is the training
+  buffer saved in the checkpoint plus 50 shift-world transitions pushed as the evaluation does;
+  the aggregator's weights (``AttentionAggregator`` returns them as ``Aggregate.attn``, shape
+  ``(B, capacity)``) are summed by world of origin (the buffer's ``world`` tag) and by entry age
+  (0 = the newest entry, from the FIFO pointer), and compared with uniform attention.
+- **Adaptation curve** D_shift^{n} for n in (0, 10, 25, 50, 100, 256) at the peak checkpoint,
+  through ``agent.adaptation_curve``.
+
+Results are cached per checkpoint (``<cache>/<run>.json``, keyed by the checkpoint's size and
+modification time) so rebuilding a report does not recompute them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+AGE_BINS = ((0, 10), (10, 50), (50, 100), (100, 256))  # [lo, hi) in entries, 0 = newest
+ADAPT_NS = (0, 10, 25, 50, 100, 256)
+N_MEMORY = 50
+
+
+# -- pure numerics ---------------------------------------------------------------------------
+def singular_values(x: np.ndarray) -> np.ndarray:
+    """Singular values of the row-centred matrix ``x`` (N, D), descending."""
+    x = np.asarray(x, dtype=np.float64)
+    x = x - x.mean(axis=0, keepdims=True)
+    return np.linalg.svd(x, compute_uv=False)
+
+
+def effective_rank(s: np.ndarray) -> float:
+    """``exp`` of the entropy of the normalised singular values (1 .. len(s)); 0 for all-zero."""
+    s = np.asarray(s, dtype=np.float64)
+    total = s.sum()
+    if total <= 0:
+        return 0.0
+    p = s[s > 0] / total
+    return float(np.exp(-(p * np.log(p)).sum()))
+
+
+def attention_by_origin(
+    attn: np.ndarray, world: np.ndarray, age: np.ndarray, filled: np.ndarray
+) -> dict[str, Any]:
+    """Summaries of attention weights over buffer slots.
+
+    attn (B, cap) rows summing to 1 over filled slots; world, age (cap,) ints; filled (cap,) bool.
+    Returns the mean mass on shift-world entries beside their share of the buffer, the mean
+    mass and per-entry weight (relative to uniform 1/n) per age bin, and the normalised entropy.
+    """
+    attn = np.asarray(attn, dtype=np.float64)[:, filled]  # (B, n)
+    world, age = np.asarray(world)[filled], np.asarray(age)[filled]
+    n = attn.shape[1]
+    if n == 0:
+        return {"entries": 0}
+    mass = attn.mean(axis=0)  # (n,) mean weight per entry
+    shift = world == 1
+    bins = []
+    for lo, hi in AGE_BINS:
+        sel = (age >= lo) & (age < hi)
+        if sel.any():
+            bins.append({"ages": [lo, hi], "entries": int(sel.sum()),
+                         "mass": float(mass[sel].sum()),
+                         "per_entry_vs_uniform": float(mass[sel].mean() * n)})
+    ent = -(attn * np.log(np.clip(attn, 1e-30, None))).sum(axis=1)
+    return {
+        "entries": int(n),
+        "shift_entries": int(shift.sum()),
+        "shift_share": float(shift.mean()),
+        "shift_mass": float(mass[shift].sum()),
+        "newest_mass": float(mass[age == 0].sum()),
+        "max_weight": float(attn.max(axis=1).mean()),
+        "entropy_norm": float(ent.mean() / math.log(n)) if n > 1 else 1.0,
+        "by_age": bins,
+        "by_age_rank": mass[np.argsort(age)].tolist(),  # mean weight, newest first
+    }
+
+
+# -- on a checkpoint ---------------------------------------------------------------------------
+def load_eval_frames(data: str | Path) -> dict[str, np.ndarray]:
+    """``shift_train``, ``shift_test``, ``base_test`` frames (N, 21, 1, 64, 64) uint8."""
+    import env
+
+    ds = env.open_dataset(data)
+    return {
+        "shift_train": ds.split("shift", "train").load()["frames"],
+        "shift_test": ds.split("shift", "test").load()["frames"],
+        "base_test": ds.split("base", "test").load()["frames"],
+    }
+
+
+def _learner_from_checkpoint(checkpoint: Path) -> Any:
+    """A CPU learner built with the checkpoint's own config and loaded from it.
+
+    ``load_checkpoint`` also restores the global RNGs of the training process; they are put
+    back afterwards so an analysis leaves this process's randomness alone.
+    """
+    import random
+
+    import torch
+
+    from agent.checkpoint import load_checkpoint, read_checkpoint_config
+    from agent.learner import Learner
+
+    learner = Learner(read_checkpoint_config(checkpoint), device="cpu")
+    np_state, py_state = np.random.get_state(), random.getstate()
+    with torch.random.fork_rng(devices=[]):
+        load_checkpoint(checkpoint, learner, map_location="cpu")
+    np.random.set_state(np_state)
+    random.setstate(py_state)
+    return learner
+
+
+def _encode(learner: Any, frames: np.ndarray, chunk: int = 512) -> Any:
+    """Online-encoder latents of frames (M, 1, 64, 64) uint8 -> (M, latent) float32 tensor."""
+    import torch
+
+    from agent.learner import frames_to_float
+
+    out = []
+    for i in range(0, frames.shape[0], chunk):
+        x = frames_to_float(torch.as_tensor(np.ascontiguousarray(frames[i:i + chunk])))
+        with learner.autocast():
+            out.append(learner.nets.encoder(x).float())
+    return torch.cat(out)
+
+
+def memory_with_shift(learner: Any, shift_train: np.ndarray, n: int, seed: int = 0) -> Any:
+    """A copy of the training buffer plus the same ``n`` shift-world transitions that
+    ``agent.evaluation`` pushes for D_shift^{n} (world tag 1, detector bypassed)."""
+    from agent.evaluation import shift_transitions
+
+    buffer = learner.buffer.clone()
+    pairs = shift_transitions(learner, shift_train, n, seed)
+    for i in range(n):
+        buffer.push(pairs[i], 1, -1)
+    return buffer
+
+
+def analyse_checkpoint(checkpoint: str | Path,
+                       frames: Mapping[str, np.ndarray], n: int = N_MEMORY,
+                       curve: bool = False) -> dict[str, Any]:
+    """SVD, attention (and optionally the adaptation curve) for one checkpoint of one run."""
+    import torch
+
+    learner = _learner_from_checkpoint(Path(checkpoint))
+    test = frames["shift_test"]  # (N, 21, 1, 64, 64)
+    with torch.no_grad():
+        z = _encode(learner, test.reshape(-1, *test.shape[2:]))  # (N * 21, latent)
+        buffer = memory_with_shift(learner, frames["shift_train"], n)
+        with learner.autocast():
+            mod, agg = learner.predict(z, buffer)
+    s_lat = singular_values(z.numpy())
+    s_pred = singular_values(mod.pred.float().numpy())
+    out: dict[str, Any] = {
+        "step": int(learner.step),
+        "samples": int(z.shape[0]),
+        "erank_latent": effective_rank(s_lat),
+        "erank_pred": effective_rank(s_pred),
+        "spectrum_latent": (s_lat / s_lat[0]).tolist() if s_lat[0] > 0 else s_lat.tolist(),
+        "spectrum_pred": (s_pred / s_pred[0]).tolist() if s_pred[0] > 0 else s_pred.tolist(),
+        "sigma_embed": float(mod.pred.float().std(dim=0).mean()),
+    }
+    if agg is not None:
+        cap = buffer.capacity
+        slots = torch.arange(cap)
+        age = ((buffer.ptr - 1 - slots) % cap).numpy()
+        out["attention"] = attention_by_origin(
+            agg.attn.float().numpy(), buffer.world.numpy(), age, buffer.mask().numpy()
+        )
+    if curve:
+        out["adaptation_curve"] = _adaptation_curve(learner, frames)
+    return out
+
+
+def _adaptation_curve(learner: Any, frames: Mapping[str, np.ndarray]) -> list[dict[str, float]]:
+    from agent.evaluation import EvalData, adaptation_curve
+
+    data = EvalData(frames["shift_train"], frames["shift_test"], frames["base_test"])
+    return [{"n": int(r.n), "d_shift": float(r.d_shift), "d_base": float(r.d_base)}
+            for r in adaptation_curve(learner, data, ns=ADAPT_NS)]
+
+
+def _stamp(path: Path) -> list[float]:
+    st = path.stat()
+    return [st.st_size, st.st_mtime]
+
+
+def analyse_run(run_dir: str | Path, frames: Callable[[], Mapping[str, np.ndarray]],
+                cache: str | Path) -> dict[str, Any] | None:
+    """Peak (``best.pt``) and final (``latest.pt``) analyses of one run, cached in ``cache``.
+
+    ``frames()`` gives the evaluation frames; it is called only when the cache is stale.
+    """
+    run_dir = Path(run_dir)
+    ckpts = {"peak": run_dir / "checkpoints" / "best.pt",
+             "final": run_dir / "checkpoints" / "latest.pt"}
+    ckpts = {k: p for k, p in ckpts.items() if p.is_file()}
+    if not ckpts:
+        return None
+    cache_file = Path(cache) / f"{run_dir.name}.json"
+    stamps = {k: _stamp(p) for k, p in ckpts.items()}
+    cached = _read_json(cache_file)
+    if cached is not None and cached.get("stamps") == stamps:
+        return cached
+    result: dict[str, Any] = {"run": run_dir.name, "stamps": stamps}
+    for key, path in ckpts.items():
+        result[key] = analyse_checkpoint(path, frames(), curve=(key == "peak"))
+    summary = _read_json(run_dir / "summary.json") or {}
+    if summary.get("adaptation_curve"):
+        result["final_curve"] = summary["adaptation_curve"]
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    cache_file.write_text(json.dumps(result) + "\n")
+    return result
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def analyse_runs(records: Sequence[Any], data: str | Path, cache: str | Path) -> dict[str, Any]:
+    """Analyses of every run (``report.RunRecord``), keyed by run name, with track and seed.
+
+    The evaluation frames are read once, and only when some checkpoint is not cached yet.
+    """
+    loaded: dict[str, np.ndarray] = {}
+
+    def frames() -> Mapping[str, np.ndarray]:
+        if not loaded:
+            loaded.update(load_eval_frames(data))
+        return loaded
+
+    out: dict[str, Any] = {}
+    for rec in records:
+        cache_dir = Path(cache) / Path(rec.run_dir).parent.name
+        res = analyse_run(rec.run_dir, frames, cache_dir)
+        if res is not None:
+            out[rec.name] = {"track": rec.track, "seed": rec.seed, **res}
+    return out
+
+
+# -- the report section ------------------------------------------------------------------------
+def _by_track(analyses: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for res in analyses.values():
+        groups.setdefault(str(res["track"]), []).append(res)
+    return dict(sorted(groups.items()))
+
+
+def _mean(values: Sequence[float]) -> float:
+    vals = [v for v in values if v is not None and np.isfinite(v)]
+    return float(np.mean(vals)) if vals else math.nan
+
+
+def _f(x: float, digits: int = 2) -> str:
+    return "-" if x is None or not np.isfinite(x) else f"{x:.{digits}f}"
+
+
+def report_section(analyses: Mapping[str, Any], figs: Path) -> list[str]:
+    """Markdown lines (and figures in ``figs``) for the deferred analyses."""
+    tracks = _by_track(analyses)
+    lines = ["## Deferred analyses on the saved checkpoints", "",
+             "Peak = `checkpoints/best.pt` (lowest D_shift^50), final = `checkpoints/latest.pt`. "
+             "Shift test split; effective rank = exp(entropy of the normalised singular values) "
+             "of the centred matrix (max = latent dimension).", "",
+             "### SVD: effective rank of encoder latents and predictor outputs", "",
+             "| track | runs | latents: peak | latents: final | predictions: peak | "
+             "predictions: final | sigma_embed: peak | sigma_embed: final |",
+             "|---|---|---|---|---|---|---|---|"]
+    for track, rs in tracks.items():
+        def m(phase: str, key: str, rs: list[dict[str, Any]] = rs) -> float:
+            return _mean([r[phase][key] for r in rs if phase in r])
+
+        lines.append(
+            f"| {track} | {len(rs)} | {_f(m('peak', 'erank_latent'))} | "
+            f"{_f(m('final', 'erank_latent'))} | {_f(m('peak', 'erank_pred'))} | "
+            f"{_f(m('final', 'erank_pred'))} | {_f(m('peak', 'sigma_embed'), 4)} | "
+            f"{_f(m('final', 'sigma_embed'), 4)} |"
+        )
+    _fig_spectra(tracks, figs / "svd_spectra.png")
+    lines += ["", "![SVD spectra](figures/svd_spectra.png)", ""]
+    att = {t: rs for t, rs in tracks.items() if any("attention" in r.get("peak", {}) for r in rs)}
+    if att:
+        lines += ["### Attention over buffer entries during shift-world inference", "",
+                  f"Buffer = the checkpoint's training buffer + {N_MEMORY} pushed shift-world "
+                  "transitions. Shift mass = mean attention on shift-world entries (uniform "
+                  "attention would give their share); per-entry weight by age relative to "
+                  "uniform (1.0 = uniform; age 0 = newest).", "",
+                  "| track | phase | entries (shift) | shift share | shift mass | "
+                  + " | ".join(f"age {lo}-{hi - 1}" for lo, hi in AGE_BINS)
+                  + " | entropy / log n |",
+                  "|---|---|---|---|---|" + "---|" * len(AGE_BINS) + "---|"]
+        for track, rs in att.items():
+            for phase in ("peak", "final"):
+                a = [r[phase]["attention"] for r in rs if "attention" in r.get(phase, {})]
+                if not a:
+                    continue
+                ages = []
+                for lo, hi in AGE_BINS:
+                    v = [b["per_entry_vs_uniform"] for x in a for b in x["by_age"]
+                         if b["ages"] == [lo, hi]]
+                    ages.append(_f(_mean(v)))
+                lines.append(
+                    f"| {track} | {phase} | {_mean([x['entries'] for x in a]):.0f} "
+                    f"({_mean([x['shift_entries'] for x in a]):.0f}) | "
+                    f"{_f(_mean([x['shift_share'] for x in a]), 3)} | "
+                    f"{_f(_mean([x['shift_mass'] for x in a]), 3)} | " + " | ".join(ages)
+                    + f" | {_f(_mean([x['entropy_norm'] for x in a]), 3)} |"
+                )
+        _fig_attention(att, figs / "attention_by_age.png")
+        lines += ["", "![attention by entry age](figures/attention_by_age.png)", ""]
+    curves = {t: rs for t, rs in tracks.items()
+              if any("adaptation_curve" in r.get("peak", {}) for r in rs)}
+    if curves:
+        lines += ["### Adaptation curve: D_shift^n over n memories (mean over seeds)", "",
+                  "| track | checkpoint | " + " | ".join(f"n={n}" for n in ADAPT_NS) + " |",
+                  "|---|---|" + "---|" * len(ADAPT_NS)]
+        for track, rs in curves.items():
+            for label, get in (("peak", lambda r: r["peak"].get("adaptation_curve")),
+                               ("final", lambda r: r.get("final_curve"))):
+                vals = []
+                for n in ADAPT_NS:
+                    v = [p["d_shift"] for r in rs for p in (get(r) or []) if int(p["n"]) == n]
+                    vals.append(_f(_mean(v), 4))
+                if any(v != "-" for v in vals):
+                    lines.append(f"| {track} | {label} | " + " | ".join(vals) + " |")
+        _fig_curves(curves, figs / "adaptation_curve.png")
+        lines += ["", "![adaptation curve](figures/adaptation_curve.png)", ""]
+    return lines
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _color(track: str) -> str | None:
+    from runners.common.report import TRACK_COLORS
+
+    return TRACK_COLORS.get(track)
+
+
+def _fig_spectra(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None:
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key, title in ((axes[0], "spectrum_latent", "encoder latents"),
+                           (axes[1], "spectrum_pred", "predictor outputs (n = 50)")):
+        for track, rs in tracks.items():
+            for phase, ls in (("peak", "-"), ("final", "--")):
+                specs = [r[phase][key] for r in rs if phase in r]
+                if specs:
+                    k = min(len(s) for s in specs)
+                    ax.semilogy(np.mean([s[:k] for s in specs], axis=0), ls=ls, color=_color(track),
+                                label=f"{track} {phase}")
+        ax.set_title(title)
+        ax.set_xlabel("singular value index")
+        ax.set_ylabel("s_i / s_1")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _fig_attention(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for track, rs in tracks.items():
+        for phase, ls in (("peak", "-"), ("final", "--")):
+            rows = [r[phase]["attention"]["by_age_rank"] for r in rs
+                    if "attention" in r.get(phase, {})]
+            if rows:
+                k = min(len(x) for x in rows)
+                mean = np.mean([x[:k] for x in rows], axis=0) * k  # relative to uniform
+                ax.plot(mean, ls=ls, color=_color(track), label=f"{track} {phase}")
+    ax.axhline(1.0, color="grey", ls=":", lw=1)
+    ax.axvline(N_MEMORY - 0.5, color="red", ls=":", lw=1, label="pushed shift entries | older")
+    ax.set_xlabel("entry age (0 = newest)")
+    ax.set_ylabel("mean attention weight x n (1 = uniform)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _fig_curves(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for track, rs in tracks.items():
+        for label, ls, get in (("peak", "-", lambda r: r["peak"].get("adaptation_curve")),
+                               ("final", "--", lambda r: r.get("final_curve"))):
+            pts = [p for r in rs for p in (get(r) or [])]
+            if not pts:
+                continue
+            ns = sorted({int(p["n"]) for p in pts})
+            ys = [_mean([p["d_shift"] for p in pts if int(p["n"]) == n]) for n in ns]
+            ax.plot([max(n, 0.5) for n in ns], ys, ls=ls, marker="o", color=_color(track),
+                    label=f"{track} {label}")
+    ax.set_xscale("log")
+    ax.set_xlabel("shift-world memories n (0 plotted at 0.5)")
+    ax.set_ylabel("D_shift^n")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -1,0 +1,106 @@
+"""Grid expansion for sweeps: ``track=A,B,C seed=42,43 lambda_reg=0.05,0.1`` -> run points.
+
+A point is an ordered mapping ``{field: value}``; its run name is derived from it alone, so the
+same point always maps to the same run folder (that is what makes a sweep resumable)::
+
+    >>> [p.name for p in expand(parse_grid(["track=A,C", "seed=42"]))]
+    ['track-A_seed-42', 'track-C_seed-42']
+
+Fields ``track``, ``seed`` and ``steps`` become ``train_online``'s own options; every other
+field is passed as ``--set field=value`` (an ``AgentConfig`` field, see docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from runners.common.cli import CliError
+
+#: Grid fields that are ``train_online`` options rather than ``--set`` config overrides.
+CLI_FIELDS = {"track": "--track", "seed": "--seed", "steps": "--steps"}
+
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9.+-]")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One configuration of a sweep: ordered ``(field, value)`` pairs (values kept as text)."""
+
+    items: tuple[tuple[str, str], ...]
+    prefix: str = ""
+    extra: tuple[str, ...] = field(default=())
+
+    @property
+    def params(self) -> dict[str, str]:
+        """The point as a dict, in grid order."""
+        return dict(self.items)
+
+    @property
+    def name(self) -> str:
+        """Stable, readable, filesystem-safe run name, e.g. ``track-C_seed-42_lambda_reg-0.05``."""
+        body = "_".join(f"{k}-{_safe(v)}" for k, v in self.items) or "default"
+        return f"{self.prefix}{body}"
+
+    def train_args(self) -> list[str]:
+        """The ``train_online`` arguments for this point (before any sweep-wide arguments)."""
+        args: list[str] = []
+        for key, value in self.items:
+            if key in CLI_FIELDS:
+                args += [CLI_FIELDS[key], value]
+            else:
+                args += ["--set", f"{key}={value}"]
+        return args + list(self.extra)
+
+
+def _safe(value: str) -> str:
+    """Make a value usable in a folder name; ``1e-3`` and ``0.05`` stay as they are."""
+    return _UNSAFE.sub("-", value) or "empty"
+
+
+def parse_grid(specs: Iterable[str]) -> dict[str, list[str]]:
+    """Parse ``["track=A,B", "seed=42,43"]`` into ``{"track": ["A", "B"], "seed": ["42", "43"]}``.
+
+    Raises ``CliError`` (one line for the user) on a malformed item, an empty value list, a
+    repeated field or a repeated value.
+    """
+    grid: dict[str, list[str]] = {}
+    for spec in specs:
+        key, sep, raw = spec.partition("=")
+        key = key.strip()
+        if not sep or not _KEY.match(key):
+            raise CliError(f"bad --grid item {spec!r}: expected FIELD=V1,V2,... (e.g. seed=42,43)")
+        values = [v.strip() for v in raw.split(",")]
+        if not raw.strip() or any(not v for v in values):
+            raise CliError(f"bad --grid item {spec!r}: empty value")
+        if key in grid:
+            raise CliError(f"--grid field {key!r} given twice")
+        if len(set(values)) != len(values):
+            raise CliError(f"--grid field {key!r} repeats a value: {raw}")
+        grid[key] = values
+    return grid
+
+
+def expand(
+    grid: Mapping[str, Sequence[str]],
+    *,
+    prefix: str = "",
+    extra: Sequence[str] = (),
+) -> list[Point]:
+    """Cartesian product of the grid, first field varying slowest (``itertools.product`` order).
+
+    ``prefix`` is prepended to every run name (e.g. ``"lambda_"``); ``extra`` are per-point
+    ``train_online`` arguments that do not enter the name (e.g. ``("--steps", "20000")``).
+    An empty grid gives one point with the name ``prefix + "default"``.
+    """
+    keys = list(grid)
+    points = []
+    for combo in itertools.product(*(grid[k] for k in keys)):
+        points.append(Point(tuple(zip(keys, combo, strict=True)), prefix=prefix, extra=tuple(extra)))
+    names = [p.name for p in points]
+    if len(set(names)) != len(names):
+        raise CliError("two grid points map to the same run name; use distinct values")
+    return points

@@ -1,0 +1,253 @@
+"""Figures of one run, read from its folder (``run.zarr`` + ``config.json``), written as PNGs.
+
+Every figure has a title, labelled axes and the gravity switches drawn as annotated vertical
+lines, so a person understands the run without reading code::
+
+    make_figures("runs/my-run")   # -> runs/my-run/figures/*.png
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+
+from runners.common.recorder import Recorder  # noqa: E402
+
+DPI = 90
+PHASE_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")
+
+
+def rolling_by_phase(values: np.ndarray, window: int, starts: Sequence[int]) -> np.ndarray:
+    """Trailing mean over ``window`` steps that restarts at every phase start (NaNs skipped)."""
+    out = np.full(values.shape, np.nan, dtype=np.float64)
+    bounds = [0, *[s for s in starts if 0 < s < len(values)], len(values)]
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        seg = values[a:b].astype(np.float64)
+        ok = np.isfinite(seg)
+        c = np.concatenate([[0.0], np.cumsum(np.where(ok, seg, 0.0))])
+        n = np.concatenate([[0], np.cumsum(ok)])
+        i = np.arange(1, len(seg) + 1)
+        lo = np.maximum(i - window, 0)
+        cnt = n[i] - n[lo]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[a:b] = np.where(cnt > 0, (c[i] - c[lo]) / np.maximum(cnt, 1), np.nan)
+    return out
+
+
+def _switch_lines(ax: Axes, switches: Sequence[Sequence[float]], after: str, label: bool) -> None:
+    for i, (s, g) in enumerate(switches):
+        ax.axvline(s, color="k", ls="--", lw=1.0, alpha=0.7)
+        if label:
+            mode = f", {after} mode" if i == 0 else ""
+            ax.annotate(
+                f"g -> {g:g}{mode}",
+                xy=(s, 1.0),
+                xycoords=("data", "axes fraction"),
+                xytext=(0, 2),
+                textcoords="offset points",
+                fontsize=8,
+                ha="center",
+                va="bottom",
+                color="0.25",
+            )
+
+
+def _finish(fig: plt.Figure, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def _load(run_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    cfg = json.loads((run_dir / "config.json").read_text())
+    rec = Recorder(run_dir, create=False)
+    return cfg, rec.read_metrics(), rec.read_eval()
+
+
+def _phase_starts(cfg: dict[str, Any]) -> list[int]:
+    return [int(s) for s, _ in cfg.get("switches") or []]
+
+
+def plot_surprisal(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -> None:
+    step = m["step"]
+    s = m.get("memory/surprisal")
+    if s is None:
+        return
+    ax.plot(step, s, lw=0.6, color="#1f77b4", label="surprisal s_t")
+    thr = m.get("memory/threshold")
+    if thr is not None:
+        ax.plot(step, thr, lw=1.0, color="#ff7f0e", label="threshold mu + kappa sigma")
+    b = m.get("memory/boundary")
+    if b is not None:
+        ev = step[np.nan_to_num(b) > 0.5]
+        if len(ev):
+            ax.plot(ev, np.zeros(len(ev)), "|", color="#d62728", ms=12, mew=1.0,
+                    label=f"boundary event ({len(ev)})", clip_on=False)
+    ax.set_xlabel("step")
+    ax.set_ylabel("surprisal (latent error)")
+    ok = s[min(len(s) // 10, 100):]
+    if np.isfinite(ok).any():
+        hi = np.nanmax(ok)
+        if thr is not None:
+            hi = max(hi, np.nanmax(thr[min(len(s) // 10, 100):]))
+        ax.set_ylim(0, float(hi) * 1.15)
+    ax.set_title("Surprisal, detector threshold and boundary events", pad=14)
+    _switch_lines(ax, cfg.get("switches") or [], cfg.get("after_switch", ""), True)
+    ax.legend(loc="upper right", fontsize=8)
+
+
+def plot_stream_error(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -> None:
+    step = m["step"]
+    e = m.get("stream/norm_error")
+    if e is None:
+        return
+    starts = _phase_starts(cfg)
+    w = int(cfg.get("rolling_window", 100))
+    roll = rolling_by_phase(e, w, starts)
+    ax.plot(step, e, lw=0.4, color="0.75", label="per step")
+    bounds = [0, *[s for s in starts if 0 < s < len(step)], len(step)]
+    gs = [cfg.get("base_gravity", 0.0), *[g for _, g in cfg.get("switches") or []]]
+    for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        g = gs[i] if i < len(gs) else gs[-1]
+        ax.plot(step[a:b], roll[a:b], lw=1.6, color=PHASE_COLORS[i % len(PHASE_COLORS)],
+                label=f"rolling mean ({w} steps), g = {g:g}")
+    ax.axhline(1.0, color="k", lw=0.8, ls=":", label='1.0 = "no change"')
+    ax.set_xlabel("step")
+    ax.set_ylabel("normalised error on the stream")
+    ax.set_title("Rolling stream error per phase (lower is better)", pad=14)
+    # Ignore the first window of the run (random init) when choosing the y range.
+    tail = roll[min(w, len(roll) // 4):]
+    top = np.nanmax(tail) if np.isfinite(tail).any() else 1.5
+    ax.set_ylim(0, max(1.2, float(top) * 1.15))
+    _switch_lines(ax, cfg.get("switches") or [], cfg.get("after_switch", ""), True)
+    ax.legend(loc="upper right", fontsize=8)
+
+
+def plot_d_curves(ax: Axes, ev: dict[str, np.ndarray], cfg: dict[str, Any]) -> None:
+    if not ev:
+        ax.text(0.5, 0.5, "no evaluation yet", ha="center", transform=ax.transAxes)
+        return
+    step = ev["step"]
+    head = int(cfg.get("headline_n", 50))
+    for j, n in enumerate(ev["ns"]):
+        lw, alpha = (2.0, 1.0) if int(n) == head else (1.0, 0.6)
+        ax.plot(step, ev["d_shift"][:, j], "o-", ms=3, lw=lw, alpha=alpha,
+                label=f"D_shift^{int(n)} (shift test, n={int(n)} memories)")
+    ax.plot(step, ev["d_base"], "s-", ms=3, color="k", lw=1.5, label="D_base (base test)")
+    ax.axhline(1.0, color="k", lw=0.8, ls=":", label='1.0 = "no change"')
+    ax.set_xlabel("step")
+    ax.set_ylabel("normalised prediction error D")
+    ax.set_title("D_shift and D_base over training (lower is better)", pad=14)
+    _switch_lines(ax, cfg.get("switches") or [], cfg.get("after_switch", ""), True)
+    ax.legend(loc="best", fontsize=7)
+
+
+def plot_sigma(ax: Axes, ev: dict[str, np.ndarray], cfg: dict[str, Any]) -> None:
+    if not ev:
+        return
+    ax.plot(ev["step"], ev["sigma_embed"], "o-", ms=3, color="#9467bd")
+    ax.set_xlabel("step")
+    ax.set_ylabel("sigma_embed (mean per-dim std)")
+    ax.set_title("Spread of predictor outputs (collapse -> 0)", pad=14)
+    ax.set_ylim(bottom=0)
+    _switch_lines(ax, cfg.get("switches") or [], cfg.get("after_switch", ""), True)
+
+
+def plot_buffer(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -> None:
+    step = m["step"]
+    size = m.get("memory/buffer_size")
+    share = m.get("memory/shift_share")
+    if size is None:
+        return
+    cap = (cfg.get("agent") or {}).get("buffer_capacity")
+    ax.plot(step, size, color="#1f77b4", lw=1.5, label="buffer size")
+    if cap:
+        ax.axhline(cap, color="#1f77b4", ls=":", lw=0.8, label=f"capacity {cap}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("entries in the experience buffer", color="#1f77b4")
+    ax.set_title("Experience buffer: fill and share of shift-world entries", pad=14)
+    if share is not None:
+        ax2 = ax.twinx()
+        ax2.plot(step, share, color="#d62728", lw=1.5, label="shift-world share")
+        ax2.set_ylabel("share of shift-world entries", color="#d62728")
+        ax2.set_ylim(-0.02, 1.02)
+        h1, l1 = ax.get_legend_handles_labels()
+        h2, l2 = ax2.get_legend_handles_labels()
+        ax.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)
+    _switch_lines(ax, cfg.get("switches") or [], cfg.get("after_switch", ""), True)
+
+
+def plot_delta(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -> None:
+    d = m.get("mod/delta_abs")
+    if d is None:
+        return
+    ax.plot(m["step"], d, lw=0.8, color="#2ca02c")
+    ax.set_xlabel("step")
+    track = cfg.get("track", "C")
+    what = {"C": "LoRA delta scales", "D": "FiLM scales", "E": "hypernetwork code"}.get(track, "")
+    ax.set_ylabel(f"mean |{what}|")
+    ax.set_title(f"Track {track}: size of the experience-generated modulation ({what})", pad=14)
+    _switch_lines(ax, cfg.get("switches") or [], cfg.get("after_switch", ""), True)
+
+
+def plot_losses(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -> None:
+    for k, c in (("loss/total", "k"), ("loss/pred", "#1f77b4"), ("loss/reg", "#ff7f0e")):
+        if k in m:
+            ax.plot(m["step"], m[k], lw=0.6, color=c, label=k)
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (log scale)")
+    ax.set_title("Training losses (flat after the switch in memory mode: weights frozen)", pad=14)
+    _switch_lines(ax, cfg.get("switches") or [], cfg.get("after_switch", ""), True)
+    ax.legend(loc="upper right", fontsize=8)
+
+
+def make_figures(run_dir: str | Path) -> list[Path]:
+    """Write every figure of the run to ``<run_dir>/figures``; returns the paths written."""
+    run_dir = Path(run_dir)
+    cfg, m, ev = _load(run_dir)
+    out = run_dir / "figures"
+    out.mkdir(parents=True, exist_ok=True)
+    if len(m["step"]) == 0:
+        return []
+    written: list[Path] = []
+
+    def single(name: str, fn: Any, data: dict[str, np.ndarray]) -> None:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        fn(ax, data, cfg)
+        written.append(_finish(fig, out / name))
+
+    single("surprisal.png", plot_surprisal, m)
+    single("stream_error.png", plot_stream_error, m)
+    single("d_shift.png", plot_d_curves, ev)
+    single("sigma_embed.png", plot_sigma, ev)
+    single("buffer.png", plot_buffer, m)
+    single("losses.png", plot_losses, m)
+    delta = m.get("mod/delta_abs")
+    if delta is not None and np.isfinite(delta).any():
+        single("lora_delta.png", plot_delta, m)
+
+    # One page that tells the story: the figure a README shows.
+    fig, axes = plt.subplots(2, 2, figsize=(12, 7))
+    plot_stream_error(axes[0, 0], m, cfg)
+    plot_d_curves(axes[0, 1], ev, cfg)
+    plot_surprisal(axes[1, 0], m, cfg)
+    plot_buffer(axes[1, 1], m, cfg)
+    sw = ", ".join(f"g -> {g:g} at step {int(s)}" for s, g in cfg.get("switches") or []) or "no switch"
+    fig.suptitle(
+        f"Track {cfg.get('track')} ({cfg.get('preset')} preset, {cfg.get('source')} source): "
+        f"{sw}, {cfg.get('after_switch')} mode after the switch",
+        fontsize=11,
+    )
+    written.append(_finish(fig, out / "overview.png"))
+    return written

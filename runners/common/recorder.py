@@ -1,0 +1,248 @@
+"""The run's one writer: a zarr v3 store ``run.zarr`` in the run folder.
+
+Layout (readable with plain zarr: ``zarr.open_group("runs/x/run.zarr")["metrics/loss/total"][:]``)::
+
+    metrics/step                 int64 (S,)   row i is step i: one row per learner update
+    metrics/<namespace>/<name>   float32 (S,) e.g. metrics/loss/pred, metrics/memory/surprisal
+    eval/step                    int64 (E,)   learner steps done when the evaluation ran
+    eval/ns                      attribute: the memory sizes n of the d_shift columns
+    eval/d_shift                 float32 (E, len(ns))          D_shift^n, mean over horizons
+    eval/d_shift_per_h           float32 (E, len(ns), K)       per horizon
+    eval/d_base, sigma_embed, excluded (E,); eval/d_base_per_h (E, K)
+    frames/step                  int64 (F,)   steps whose newest frame batch was kept
+    frames/frames                uint8 (F, B, 1, 64, 64); frames/positions, velocities
+                                 float32 (F, B, n_digits, 2); frames/gravity float32 (F, B)
+
+Metrics arrive in blocks (``append_metrics``): one zarr append per block, never per step.
+``truncate(step)`` cuts every group back to a checkpoint's step so a resumed run has neither a gap
+nor a duplicate step, even after a SIGKILL in the middle of an append.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+METRIC_CHUNK = 8192
+STORE_NAME = "run.zarr"
+
+
+class RecorderError(Exception):
+    """The store is missing or inconsistent."""
+
+
+class Recorder:
+    """Appends metrics, evaluations and frames of one run to ``<run_dir>/run.zarr``."""
+
+    def __init__(self, run_dir: str | Path, *, create: bool = True) -> None:
+        self.path = Path(run_dir) / STORE_NAME
+        if not create and not self.path.exists():
+            raise RecorderError(f"{self.path} does not exist")
+        self.root = zarr.open_group(str(self.path), mode="a" if create else "r+")
+        self.metrics = self.root.require_group("metrics")
+        self.eval = self.root.require_group("eval")
+        self._frames: zarr.Group | None = (
+            self.root["frames"] if "frames" in self.root else None  # type: ignore[assignment]
+        )
+        if "step" not in self.metrics:
+            self.metrics.create_array("step", shape=(0,), chunks=(METRIC_CHUNK,), dtype="int64")
+            self.metrics.attrs["names"] = []
+
+    # -- metrics -----------------------------------------------------------------------------
+    @property
+    def metric_names(self) -> list[str]:
+        return list(self.metrics.attrs.get("names", []))
+
+    @property
+    def n_steps(self) -> int:
+        """Rows of metrics written (= the next step to record)."""
+        return int(self.metrics["step"].shape[0])
+
+    def append_metrics(self, steps: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
+        """Append one block: ``steps`` (n,) int and one (n,) array per metric name."""
+        steps = np.asarray(steps, dtype=np.int64)
+        n = steps.shape[0]
+        if n == 0:
+            return
+        expected = self.n_steps
+        if steps[0] != expected or np.any(np.diff(steps) != 1):
+            raise RecorderError(
+                f"metrics must be appended step by step: expected step {expected}, got "
+                f"{int(steps[0])}..{int(steps[-1])}"
+            )
+        names = self.metric_names
+        new = [k for k in values if k not in names]
+        for k in new:
+            # A metric that appears late (or a new name) starts with NaN for earlier steps.
+            arr = self.metrics.create_array(
+                k, shape=(expected,), chunks=(METRIC_CHUNK,), dtype="float32", fill_value=np.nan
+            )
+            del arr
+        if new:
+            names = names + new
+            self.metrics.attrs["names"] = names
+        for k in names:
+            v = values.get(k)
+            v = np.full(n, np.nan, np.float32) if v is None else np.asarray(v, np.float32)
+            if v.shape != (n,):
+                raise RecorderError(f"metric {k!r} has shape {v.shape}, expected ({n},)")
+            self.metrics[k].append(v)  # type: ignore[union-attr]
+        # The step column is written last: it is what says a row is complete.
+        self.metrics["step"].append(steps)  # type: ignore[union-attr]
+
+    def read_metrics(self) -> dict[str, np.ndarray]:
+        """All metrics as numpy arrays, ``step`` included, cut to complete rows."""
+        n = self.n_steps
+        out = {"step": self.metrics["step"][:n]}
+        for k in self.metric_names:
+            out[k] = self.metrics[k][:n]  # type: ignore[index]
+        return out
+
+    # -- evaluations -------------------------------------------------------------------------
+    def append_eval(
+        self,
+        step: int,
+        ns: Sequence[int],
+        d_shift: Sequence[float],
+        d_shift_per_h: Sequence[Sequence[float]],
+        d_base: float,
+        d_base_per_h: Sequence[float],
+        sigma_embed: float,
+        excluded: int,
+        horizons: Sequence[int],
+    ) -> None:
+        """One row per evaluation; ``d_shift[i]`` is D_shift^{ns[i]}."""
+        ns = [int(n) for n in ns]
+        k = len(horizons)
+        if "step" not in self.eval:
+            self.eval.attrs["ns"] = ns
+            self.eval.attrs["horizons"] = [int(h) for h in horizons]
+            for name, shape, dtype in (
+                ("d_shift", (0, len(ns)), "float32"),
+                ("d_shift_per_h", (0, len(ns), k), "float32"),
+                ("d_base", (0,), "float32"),
+                ("d_base_per_h", (0, k), "float32"),
+                ("sigma_embed", (0,), "float32"),
+                ("excluded", (0,), "int64"),
+                ("step", (0,), "int64"),
+            ):
+                chunks = (256,) + shape[1:]
+                self.eval.create_array(name, shape=shape, chunks=chunks, dtype=dtype)
+        elif list(self.eval.attrs["ns"]) != ns:
+            raise RecorderError(f"evaluation memory sizes changed: {self.eval.attrs['ns']} -> {ns}")
+        rows = self.n_evals
+        for name in ("d_shift", "d_shift_per_h", "d_base", "d_base_per_h", "sigma_embed"):
+            self.eval[name].resize((rows,) + self.eval[name].shape[1:])  # type: ignore[union-attr]
+        self.eval["d_shift"].append(np.asarray([d_shift], np.float32))  # type: ignore[union-attr]
+        self.eval["d_shift_per_h"].append(  # type: ignore[union-attr]
+            np.asarray([d_shift_per_h], np.float32).reshape(1, len(ns), k)
+        )
+        self.eval["d_base"].append(np.asarray([d_base], np.float32))  # type: ignore[union-attr]
+        self.eval["d_base_per_h"].append(  # type: ignore[union-attr]
+            np.asarray([d_base_per_h], np.float32).reshape(1, k)
+        )
+        self.eval["sigma_embed"].append(np.asarray([sigma_embed], np.float32))  # type: ignore[union-attr]
+        self.eval["excluded"].resize((rows,))  # type: ignore[union-attr]
+        self.eval["excluded"].append(np.asarray([excluded], np.int64))  # type: ignore[union-attr]
+        self.eval["step"].append(np.asarray([step], np.int64))  # type: ignore[union-attr]
+
+    @property
+    def n_evals(self) -> int:
+        return int(self.eval["step"].shape[0]) if "step" in self.eval else 0
+
+    def read_eval(self) -> dict[str, np.ndarray]:
+        """Evaluation rows; ``ns`` and ``horizons`` as arrays too. Empty dict before the first."""
+        n = self.n_evals
+        if n == 0:
+            return {}
+        out = {k: self.eval[k][:n] for k in self.eval.array_keys()}  # type: ignore[index]
+        out["ns"] = np.asarray(self.eval.attrs["ns"])
+        out["horizons"] = np.asarray(self.eval.attrs["horizons"])
+        return out
+
+    # -- frames ------------------------------------------------------------------------------
+    def append_frames(
+        self,
+        step: int,
+        frames: np.ndarray,
+        positions: np.ndarray | None = None,
+        velocities: np.ndarray | None = None,
+        gravity: np.ndarray | None = None,
+    ) -> None:
+        """Keep one frame batch ``(B, 1, 64, 64)`` uint8 and its ground truth."""
+        frames = np.asarray(frames, np.uint8)
+        b = frames.shape[0]
+        if self._frames is None:
+            g = self.root.require_group("frames")
+            g.create_array("frames", shape=(0, *frames.shape), chunks=(1, *frames.shape), dtype="uint8")
+            if positions is not None:
+                p = np.asarray(positions)
+                g.create_array("positions", shape=(0, *p.shape), chunks=(64, *p.shape), dtype="float32")
+                g.create_array("velocities", shape=(0, *p.shape), chunks=(64, *p.shape), dtype="float32")
+            g.create_array("gravity", shape=(0, b), chunks=(1024, b), dtype="float32")
+            g.create_array("step", shape=(0,), chunks=(1024,), dtype="int64")
+            self._frames = g
+        g = self._frames
+        rows = int(g["step"].shape[0])
+        for name in ("frames", "positions", "velocities", "gravity"):
+            if name in g:
+                g[name].resize((rows,) + g[name].shape[1:])  # type: ignore[union-attr]
+        g["frames"].append(frames[None])  # type: ignore[union-attr]
+        if "positions" in g:
+            pos = np.full(g["positions"].shape[1:], np.nan, np.float32)  # type: ignore[union-attr]
+            vel = np.full_like(pos, np.nan)
+            if positions is not None:
+                pos = np.asarray(positions, np.float32)
+            if velocities is not None:
+                vel = np.asarray(velocities, np.float32)
+            g["positions"].append(pos[None])  # type: ignore[union-attr]
+            g["velocities"].append(vel[None])  # type: ignore[union-attr]
+        grav = np.full(b, np.nan, np.float32) if gravity is None else np.broadcast_to(
+            np.asarray(gravity, np.float32), (b,)
+        )
+        g["gravity"].append(np.asarray(grav)[None])  # type: ignore[union-attr]
+        g["step"].append(np.asarray([step], np.int64))  # type: ignore[union-attr]
+
+    @property
+    def n_frames(self) -> int:
+        return int(self._frames["step"].shape[0]) if self._frames is not None else 0
+
+    # -- resume ------------------------------------------------------------------------------
+    def truncate(self, step: int) -> None:
+        """Keep exactly what a checkpoint at ``step`` (steps done) has seen.
+
+        Metrics keep rows 0..step-1; evaluations with ``eval/step <= step``; frames of steps
+        ``< step``. Arrays longer than their group's ``step`` column (a write interrupted between
+        columns) are cut too. A store with fewer metric rows than ``step`` cannot be resumed
+        without a gap and raises ``RecorderError``.
+        """
+        n = self.n_steps
+        if n < step:
+            raise RecorderError(
+                f"{self.path} holds metrics for {n} steps but the checkpoint is at step {step}"
+            )
+        steps = self.metrics["step"][:step]  # type: ignore[index]
+        if step and (steps[0] != 0 or np.any(np.diff(steps) != 1)):
+            raise RecorderError(f"{self.path}: metrics/step is not 0, 1, 2, ...")
+        for k in ["step", *self.metric_names]:
+            arr = self.metrics[k]
+            arr.resize((min(int(arr.shape[0]), step),))  # type: ignore[union-attr]
+            if int(arr.shape[0]) < step:  # a column that lost rows: pad with NaN (never seen)
+                arr.append(np.full(step - int(arr.shape[0]), np.nan, np.float32))  # type: ignore[union-attr]
+        self._truncate_group(self.eval, lambda s: s <= step)
+        if self._frames is not None:
+            self._truncate_group(self._frames, lambda s: s < step)
+
+    @staticmethod
+    def _truncate_group(group: zarr.Group, keep) -> None:  # type: ignore[no-untyped-def]
+        if "step" not in group:
+            return
+        s = group["step"][:]  # type: ignore[index]
+        rows = int(np.count_nonzero(keep(np.asarray(s))))
+        # Rows are in step order, so the kept rows are a prefix.
+        for k in group.array_keys():
+            arr = group[k]
+            arr.resize((min(rows, int(arr.shape[0])),) + arr.shape[1:])  # type: ignore[union-attr]

@@ -1,0 +1,127 @@
+"""Statistics for multi-seed reports: mean +- std, bootstrap CIs, and the pre-registered outcome.
+
+Everything here is pure numpy on small arrays of per-seed numbers (one value per run), so a
+report is reproducible bit for bit: the bootstrap uses its own seeded generator.
+
+The pre-registered test (DESIGN.md, "Pre-registered outcome") compares track C with track B::
+
+    delta = (D_B - D_C) / D_B
+    delta >= 0.20          -> "A" (strong confirmation)
+    0.05 <= delta < 0.20   -> "B" (partial confirmation)
+    |delta| < 0.05         -> "C" (null result)
+    delta < -0.05          -> "D" (falsified)
+
+The paper leaves delta == -0.05 exactly unclassified. We put it in "D": the boundaries mirror
+each other, and at +0.05 the closed side belongs to the non-null class ("B"), so at -0.05 it does
+too ("D"). Delta is rounded to 12 decimals before classification, so a value that is 0.05 up to
+float rounding (e.g. computed from 1.0 and 0.95) lands on the boundary, not beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Default number of bootstrap resamples and the generator seed; fixed so reports are stable.
+N_BOOT = 10_000
+BOOT_SEED = 0
+
+OUTCOME_TEXT = {
+    "A": "strong confirmation (delta >= 0.20)",
+    "B": "partial confirmation (0.05 <= delta < 0.20)",
+    "C": "null result (|delta| < 0.05)",
+    "D": "falsified (delta <= -0.05)",
+}
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Mean, sample std (ddof=1; 0 for a single value), bootstrap 95% CI and count of a sample."""
+
+    mean: float
+    std: float
+    ci_low: float
+    ci_high: float
+    n: int
+
+    def fmt(self, digits: int = 4) -> str:
+        """``0.7848 +- 0.0078 [0.7776, 0.7931]`` (NaN-safe)."""
+        return (
+            f"{self.mean:.{digits}f} +- {self.std:.{digits}f} "
+            f"[{self.ci_low:.{digits}f}, {self.ci_high:.{digits}f}]"
+        )
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof=1, as the paper's 0.7848 +- 0.0078).
+
+    One value gives std 0.0; no value gives (nan, nan).
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return float("nan"), float("nan")
+    std = float(x.std(ddof=1)) if x.size > 1 else 0.0
+    return float(x.mean()), std
+
+
+def bootstrap_ci(
+    values: Sequence[float],
+    *,
+    level: float = 0.95,
+    n_boot: int = N_BOOT,
+    seed: int = BOOT_SEED,
+) -> tuple[float, float]:
+    """Percentile bootstrap CI of the mean: resample with replacement ``n_boot`` times.
+
+    With a fixed ``seed`` the interval is deterministic. For three values the 95% interval is
+    exactly [min, max] (each extreme mean has probability 1/27 > 2.5%), which is how the paper's
+    CIs over three seeds read (track C: [0.7776, 0.7931]).
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return float("nan"), float("nan")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, x.size, size=(n_boot, x.size))  # (n_boot, n)
+    means = x[idx].mean(axis=1)  # (n_boot,)
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(means, [alpha, 1.0 - alpha])
+    return float(low), float(high)
+
+
+def summarize(values: Sequence[float], **boot_kwargs: float) -> Summary:
+    """Mean +- std and bootstrap CI of finite values (NaNs, e.g. missing runs, are dropped)."""
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    mean, std = mean_std(x)
+    low, high = bootstrap_ci(x, **boot_kwargs)  # type: ignore[arg-type]
+    return Summary(mean=mean, std=std, ci_low=low, ci_high=high, n=int(x.size))
+
+
+def delta(d_b: float, d_c: float) -> float:
+    """Pre-registered relative improvement of track C over track B: (D_B - D_C) / D_B."""
+    if not np.isfinite(d_b) or not np.isfinite(d_c):
+        return float("nan")
+    if d_b == 0.0:
+        raise ValueError("delta is undefined for D_B == 0")
+    return (d_b - d_c) / d_b
+
+
+def outcome(value: float) -> str:
+    """Outcome class "A"/"B"/"C"/"D" of a delta (module docstring for the exact boundaries).
+
+    NaN (a missing track) gives "?".
+    """
+    if not np.isfinite(value):
+        return "?"
+    d = round(float(value), 12)
+    if d >= 0.20:
+        return "A"
+    if d >= 0.05:
+        return "B"
+    if d > -0.05:
+        return "C"
+    return "D"

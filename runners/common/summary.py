@@ -1,0 +1,222 @@
+"""The run's summary: a few numbers that tell the story, as JSON, Markdown and a printed table."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from runners.common.recorder import Recorder
+from runners.common.runconfig import RunConfig
+
+
+def _f(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _eval_at(ev: dict[str, np.ndarray], step: int | None, n: int) -> dict[str, Any] | None:
+    """The evaluation row at ``step`` (the last one at or before it)."""
+    if not ev or step is None:
+        return None
+    idx = np.nonzero(ev["step"] <= step)[0]
+    if len(idx) == 0:
+        return None
+    i = int(idx[-1])
+    ns = [int(x) for x in ev["ns"]]
+    d_n = float(ev["d_shift"][i, ns.index(n)]) if n in ns else math.nan
+    return {
+        "step": int(ev["step"][i]),
+        "d_base": _f(ev["d_base"][i]),
+        f"d_shift_{n}": _f(d_n),
+        "d_shift_0": _f(ev["d_shift"][i, ns.index(0)]) if 0 in ns else None,
+        "sigma_embed": _f(ev["sigma_embed"][i]),
+    }
+
+
+def build_summary(
+    run_dir: Path,
+    cfg: RunConfig,
+    *,
+    wall_time: float,
+    final_curve: list[dict[str, Any]] | None,
+    best: tuple[float, int],
+    stopped: str | None,
+) -> dict[str, Any]:
+    rec = Recorder(run_dir, create=False)
+    m = rec.read_metrics()
+    ev = rec.read_eval()
+    steps_done = len(m["step"])
+    n = cfg.headline_n
+    fs = cfg.first_switch
+    b = np.nan_to_num(m.get("memory/boundary", np.zeros(steps_done))) > 0.5
+    before = int(b[: fs if fs is not None else steps_done].sum())
+    after = int(b[fs:].sum()) if fs is not None else 0
+    size = m.get("memory/buffer_size")
+    share = m.get("memory/shift_share")
+    buf_size = int(size[-1]) if size is not None and steps_done else 0
+    buf_share = float(share[-1]) if share is not None and steps_done else 0.0
+    n_shift = int(round(buf_size * buf_share))
+    err = m.get("stream/norm_error")
+    win = cfg.rolling_window
+
+    def tail_mean(a: np.ndarray | None, end: int | None) -> float | None:
+        if a is None or end is None or end <= 0:
+            return None
+        seg = a[max(0, end - win) : end]
+        seg = seg[np.isfinite(seg)]
+        return _f(seg.mean()) if len(seg) else None
+
+    def head_mean(a: np.ndarray | None, start: int | None) -> float | None:
+        if a is None or start is None or start >= len(a):
+            return None
+        seg = a[start : start + win]
+        seg = seg[np.isfinite(seg)]
+        return _f(seg.mean()) if len(seg) else None
+
+    return {
+        "run_dir": str(run_dir),
+        "track": cfg.track,
+        "preset": cfg.preset,
+        "source": cfg.source,
+        "seed": cfg.seed,
+        "after_switch": cfg.after_switch,
+        "switches": [list(s) for s in cfg.switches or ()],
+        "steps": cfg.steps,
+        "steps_done": steps_done,
+        "stopped": stopped,
+        "wall_time_s": round(wall_time, 1),
+        "steps_per_s": round(steps_done / wall_time, 2) if wall_time > 0 else None,
+        "headline_n": n,
+        "end_of_base": _eval_at(ev, fs, n) if fs is not None else None,
+        "end": _eval_at(ev, steps_done, n),
+        "boundary_events_before_switch": before,
+        "boundary_events_after_switch": after,
+        "buffer": {
+            "size": buf_size,
+            "capacity": cfg.agent.buffer_capacity,
+            "shift_world": n_shift,
+            "base_world": buf_size - n_shift,
+        },
+        "stream_error": {
+            "end_of_base": tail_mean(err, fs),
+            "just_after_switch": head_mean(err, fs),
+            "end": tail_mean(err, steps_done),
+            "window": win,
+        },
+        "best": {"d_shift": _f(best[0]), "step": best[1]},
+        "adaptation_curve": final_curve,
+    }
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def table_rows(s: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(quantity, end of base training, end of run) rows."""
+    n = s["headline_n"]
+    a = s.get("end_of_base") or {}
+    e = s.get("end") or {}
+    se = s["stream_error"]
+    buf = s["buffer"]
+    sw = s["switches"]
+    rows = [
+        ("step", _fmt(a.get("step")), _fmt(e.get("step"))),
+        ("D_base (base test, 1 = no change)", _fmt(a.get("d_base")), _fmt(e.get("d_base"))),
+        (f"D_shift^{n} (shift test, {n} memories)", _fmt(a.get(f"d_shift_{n}")),
+         _fmt(e.get(f"d_shift_{n}"))),
+        ("D_shift^0 (shift test, no memory)", _fmt(a.get("d_shift_0")), _fmt(e.get("d_shift_0"))),
+        (f"rolling stream error ({se['window']} steps)", _fmt(se.get("end_of_base")),
+         _fmt(se.get("end"))),
+        ("boundary events (before / after switch)", str(s["boundary_events_before_switch"]),
+         str(s["boundary_events_after_switch"]) if sw else "-"),
+        ("buffer at the end (shift / base / capacity)", "",
+         f"{buf['shift_world']} / {buf['base_world']} / {buf['capacity']}"),
+    ]
+    return rows
+
+
+def format_table(s: dict[str, Any]) -> str:
+    rows = table_rows(s)
+    head = ("", "end of base training", "end of run")
+    w0 = max(len(r[0]) for r in [*rows, head])
+    w1 = max(len(r[1]) for r in [*rows, head])
+    w2 = max(len(r[2]) for r in [*rows, head])
+    line = f"{'-' * w0}  {'-' * w1}  {'-' * w2}"
+    out = [f"{head[0]:<{w0}}  {head[1]:>{w1}}  {head[2]:>{w2}}", line]
+    out += [f"{a:<{w0}}  {b:>{w1}}  {c:>{w2}}" for a, b, c in rows]
+    return "\n".join(out)
+
+
+def format_markdown(s: dict[str, Any]) -> str:
+    sw = ", ".join(f"g -> {g:g} at step {int(st)}" for st, g in s["switches"]) or "no switch"
+    lines = [
+        f"# Run summary: track {s['track']} ({s['preset']} preset, {s['source']} source, "
+        f"seed {s['seed']})",
+        "",
+        f"{s['steps_done']} of {s['steps']} steps in {s['wall_time_s']} s "
+        f"({s['steps_per_s']} steps/s); {sw}; after the switch: {s['after_switch']} mode."
+        + (f" Stopped early ({s['stopped']})." if s.get("stopped") else ""),
+        "",
+        "| quantity | end of base training | end of run |",
+        "|---|---:|---:|",
+    ]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in table_rows(s)]
+    curve = s.get("adaptation_curve")
+    if curve:
+        lines += ["", "Adaptation curve at the end (D_shift^n on the shift test split):", "",
+                  "| n | " + " | ".join(str(r["n"]) for r in curve) + " |",
+                  "|---|" + "---:|" * len(curve),
+                  "| D_shift^n | " + " | ".join(_fmt(r["d_shift"]) for r in curve) + " |"]
+    best = s.get("best") or {}
+    if best.get("d_shift") is not None:
+        lines += ["", f"Best D_shift^{s['headline_n']}: {best['d_shift']:.3f} at step "
+                  f"{best['step']} (checkpoints/best.pt)."]
+    lines += ["", "Figures: `figures/overview.png`, `figures/stream_error.png`, "
+              "`figures/d_shift.png`, `figures/surprisal.png`, `figures/buffer.png`.", ""]
+    return "\n".join(lines)
+
+
+def write_summary(run_dir: Path, s: dict[str, Any]) -> None:
+    (run_dir / "summary.json").write_text(json.dumps(s, indent=2) + "\n")
+    (run_dir / "summary.md").write_text(format_markdown(s))
+
+
+# -- adaptation curve (evaluate and the end of train_online) ------------------------------------
+def curve_report(
+    results: list[Any], *, step: int, checkpoint: str, data: str, horizons: list[int]
+) -> dict[str, Any]:
+    """JSON-able adaptation curve from ``agent.adaptation_curve`` results."""
+    rows = []
+    for r in results:
+        rows.append({
+            "n": int(r.n),
+            "d_shift": _f(r.d_shift),
+            "d_shift_per_h": [_f(x) for x in r.d_shift_per_h],
+            "d_base": _f(r.d_base),
+            "d_base_per_h": [_f(x) for x in r.d_base_per_h],
+            "sigma_embed": _f(r.sigma_embed),
+            "excluded": int(r.excluded),
+        })
+    return {"checkpoint": checkpoint, "step": step, "data": data, "horizons": horizons,
+            "curve": rows}
+
+
+def format_curve(rep: dict[str, Any]) -> str:
+    hs = rep["horizons"]
+    head = ["n", "D_shift", *[f"h={h}" for h in hs], "D_base", "sigma_embed", "excluded"]
+    body = []
+    for r in rep["curve"]:
+        body.append([str(r["n"]), _fmt(r["d_shift"]), *[_fmt(x) for x in r["d_shift_per_h"]],
+                     _fmt(r["d_base"]), _fmt(r["sigma_embed"]), str(r["excluded"])])
+    widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in [head, *body]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

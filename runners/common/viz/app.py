@@ -1,0 +1,326 @@
+"""The interactive loop: learner steps between steady redraws, keys that change the world.
+
+``App.run`` alternates two things. It advances every track by one step at a time (one
+``TrackDriver.step`` each, so all tracks stay on the same step and see the same frames) until the
+next redraw is due, then pumps pygame's events and draws one frame. Redraws happen at ``fps`` by
+wall clock (or every ``draw_every`` steps, which makes ``--video`` frames reproducible), so a slow
+learner is never starved by drawing and a fast one is never stalled by it.
+
+Keys (also posted through pygame's event queue in the tests):
+
+    G            gravity on/off: toggles between the base gravity and the shift value
+    Up / Down    shift value +/- 0.05 (applied at once when the shift is on)
+    Left / Right rotate gravity's direction by -/+ 15 degrees
+    F            freeze / unfreeze the weights of every track (memory vs continual)
+    Space        pause / resume learning (the window keeps redrawing)
+    S            save a screenshot
+    R            start / stop recording frames to the run's zarr
+    Q, window x  quit: every track is checkpointed and can be resumed
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import pygame
+
+from runners.common.viz.model import History, Snapshot, TrackView, WorldView
+from runners.common.viz.screen import Screen
+
+GRAVITY_STEP = 0.05
+DIRECTION_STEP = 15.0
+MAX_GRAVITY = 2.0
+
+
+class TrackDriver(Protocol):
+    """What the app needs from one track (``drivers.LoopDriver`` wraps an ``OnlineLoop``)."""
+
+    name: str
+    capacity: int
+    lora: bool  # the track has LoRA deltas to chart (track C)
+
+    @property
+    def step_count(self) -> int: ...  # learner steps done
+
+    @property
+    def frozen(self) -> bool: ...
+
+    def step(self) -> None: ...  # one learner step; metrics kept until ``drain``
+
+    def drain(self) -> tuple[np.ndarray, Mapping[str, np.ndarray]]: ...  # (steps, block)
+
+    def frames(self) -> np.ndarray: ...  # (S, 64, 64) uint8 newest frames
+
+    def buffer_worlds(self) -> np.ndarray: ...  # (n,) world tags, oldest first
+
+    def attention(self) -> np.ndarray | None: ...  # (n,) weights of the current query
+
+    def physics(self) -> tuple[float, float]: ...  # (gravity, direction) the stream has now
+
+    def set_physics(self, gravity: float, direction: float) -> None: ...
+
+    def set_frozen(self, frozen: bool) -> None: ...
+
+    def set_recording(self, on: bool) -> bool: ...  # returns whether recording is now on
+
+    def checkpoint(self) -> Path | None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class AppConfig:
+    """How the app runs; ``runners/visualize.py`` fills it from the command line."""
+
+    fps: float = 25.0  # redraws per second (wall clock) when draw_every is None
+    draw_every: int | None = None  # redraw every N steps instead (reproducible video)
+    draw: bool = True  # False: no redraws while running (benchmarks); the final frame still is
+    max_steps: int | None = None  # stop after this learner step (absolute), None: until Q
+    mode: str = "memory"  # after the first switch: memory (freeze weights) | continual
+    base_gravity: float = 0.0
+    shift_gravity: float = 0.5  # what G switches to
+    schedule: list[tuple[int, float]] = field(default_factory=list)  # scripted (step, gravity)
+    window: int = 600  # steps visible in the strip charts
+    screenshot: Path | None = None  # write the final frame here
+    video_dir: Path | None = None  # write every redraw as NNNNNN.png here
+    shots_dir: Path = Path(".")  # where S puts screenshots
+
+
+class App:
+    """Runs the drivers, draws snapshots, handles keys. One instance per window."""
+
+    def __init__(
+        self, drivers: Sequence[TrackDriver], cfg: AppConfig, surface: pygame.Surface
+    ) -> None:
+        if not drivers:
+            raise ValueError("App needs at least one track")
+        self.drivers = list(drivers)
+        self.cfg = cfg
+        self.surface = surface
+        self.screen = Screen(surface)
+        self.histories = {d.name: History(cfg.window) for d in self.drivers}
+        g, direction = self.drivers[0].physics()
+        self.gravity, self.direction = g, direction
+        self.shift_gravity = cfg.shift_gravity
+        self.switches: list[tuple[int, float]] = []
+        self.paused = False
+        self.recording = False
+        self.quit = False
+        self.message = ""
+        self.frames_written = 0
+        self._schedule = sorted(cfg.schedule)
+        self._rate = 0.0  # steps/s, exponential average over redraw intervals
+        self._rate_t = time.perf_counter()
+        self._rate_step = self.step
+        self.draws = 0
+        self.draw_time = 0.0
+
+    # ----------------------------------------------------------------- state
+    @property
+    def step(self) -> int:
+        return self.drivers[0].step_count
+
+    @property
+    def done(self) -> bool:
+        return self.cfg.max_steps is not None and self.step >= self.cfg.max_steps
+
+    # ----------------------------------------------------------------- world control
+    def set_physics(self, gravity: float, direction: float, why: str = "") -> None:
+        """Apply new physics to every track at the current step boundary."""
+        gravity = float(np.clip(gravity, 0.0, MAX_GRAVITY))
+        direction = float(direction % 360.0)
+        if gravity == self.gravity and direction == self.direction:
+            return
+        changed_g = abs(gravity - self.gravity) > 1e-12
+        for d in self.drivers:
+            d.set_physics(gravity, direction)
+        self.gravity, self.direction = gravity, direction
+        if changed_g:
+            self.switches.append((self.step, gravity))
+            # memory mode: weights frozen from the first switch away from the base world on
+            if self.cfg.mode == "memory" and abs(gravity - self.cfg.base_gravity) > 1e-12:
+                for d in self.drivers:
+                    if not d.frozen:
+                        d.set_frozen(True)
+        self.message = why or f"g {gravity:.2f} @ {direction:.0f} deg"
+
+    def _observe_physics(self) -> None:
+        """Notice a switch made inside the loop (its own schedule) and mark it."""
+        g, direction = self.drivers[0].physics()
+        if abs(g - self.gravity) > 1e-12:
+            self.switches.append((self.step, g))
+        self.gravity, self.direction = g, direction
+
+    # ----------------------------------------------------------------- keys
+    def handle(self, event: pygame.event.Event) -> None:
+        if event.type == pygame.QUIT:
+            self.quit = True
+        elif event.type == pygame.KEYDOWN:
+            self.key(event.key)
+
+    def key(self, key: int) -> None:
+        base = self.cfg.base_gravity
+        shifted = abs(self.gravity - base) > 1e-12
+        if key == pygame.K_q or key == pygame.K_ESCAPE:
+            self.quit = True
+        elif key == pygame.K_g:
+            self.set_physics(base if shifted else self.shift_gravity, self.direction)
+        elif key in (pygame.K_UP, pygame.K_DOWN):
+            delta = GRAVITY_STEP if key == pygame.K_UP else -GRAVITY_STEP
+            self.shift_gravity = float(
+                np.clip(self.shift_gravity + delta, GRAVITY_STEP, MAX_GRAVITY)
+            )
+            if shifted:
+                self.set_physics(self.shift_gravity, self.direction)
+            else:
+                self.message = f"shift value {self.shift_gravity:.2f} (G applies it)"
+        elif key in (pygame.K_LEFT, pygame.K_RIGHT):
+            delta = -DIRECTION_STEP if key == pygame.K_LEFT else DIRECTION_STEP
+            self.set_physics(self.gravity, self.direction + delta)
+        elif key == pygame.K_f:
+            frozen = not all(d.frozen for d in self.drivers)
+            for d in self.drivers:
+                d.set_frozen(frozen)
+            self.message = (
+                "weights frozen (memory only)" if frozen else "weights learning (continual)"
+            )
+        elif key == pygame.K_SPACE:
+            self.paused = not self.paused
+            self.message = "paused" if self.paused else "running"
+        elif key == pygame.K_s:
+            path = self.save_screenshot()
+            self.message = f"saved {path.name}"
+        elif key == pygame.K_r:
+            want = not self.recording
+            results = [d.set_recording(want) for d in self.drivers]
+            self.recording = any(results)
+            if want and not self.recording:
+                self.message = "recording not available"
+            else:
+                self.message = "recording frames" if self.recording else "recording stopped"
+
+    # ----------------------------------------------------------------- stepping
+    def advance(self) -> None:
+        """One learner step of every track, scripted switches applied first."""
+        while self._schedule and self._schedule[0][0] <= self.step:
+            at, g = self._schedule.pop(0)
+            self.set_physics(g, self.direction, f"scripted switch @ {at}: g {g:.2f}")
+        for d in self.drivers:
+            d.step()
+        self._observe_physics()
+
+    def _collect(self) -> None:
+        for d in self.drivers:
+            steps, block = d.drain()
+            if len(steps):
+                self.histories[d.name].extend(steps, block)
+
+    def snapshot(self) -> Snapshot:
+        self._collect()
+        now = time.perf_counter()
+        if now - self._rate_t > 0.25 and not self.paused:
+            rate = (self.step - self._rate_step) / (now - self._rate_t)
+            self._rate = rate if self._rate == 0 else 0.7 * self._rate + 0.3 * rate
+            self._rate_t, self._rate_step = now, self.step
+        elif self.paused:
+            self._rate_t, self._rate_step = now, self.step
+        first = self.drivers[0]
+        world = WorldView(
+            frames=first.frames(),
+            gravity=self.gravity,
+            direction=self.direction,
+            base_gravity=self.cfg.base_gravity,
+            switches=list(self.switches),
+        )
+        tracks = [
+            TrackView(
+                name=d.name,
+                history=self.histories[d.name],
+                capacity=d.capacity,
+                buffer_worlds=d.buffer_worlds(),
+                attention=d.attention(),
+                frozen=d.frozen,
+                lora=d.lora,
+            )
+            for d in self.drivers
+        ]
+        return Snapshot(
+            step=self.step,
+            steps_per_s=self._rate,
+            world=world,
+            tracks=tracks,
+            mode=self.cfg.mode,
+            paused=self.paused,
+            recording=self.recording,
+            message=self.message,
+        )
+
+    def redraw(self) -> None:
+        t0 = time.perf_counter()
+        self.screen.draw(self.snapshot())
+        if pygame.display.get_init() and pygame.display.get_surface() is self.surface:
+            pygame.display.flip()
+        if self.cfg.video_dir is not None:
+            self.cfg.video_dir.mkdir(parents=True, exist_ok=True)
+            pygame.image.save(
+                self.surface, str(self.cfg.video_dir / f"{self.frames_written:06d}.png")
+            )
+            self.frames_written += 1
+        self.draws += 1
+        self.draw_time += time.perf_counter() - t0
+
+    def save_screenshot(self, path: Path | None = None) -> Path:
+        if path is None:
+            self.cfg.shots_dir.mkdir(parents=True, exist_ok=True)
+            path = self.cfg.shots_dir / f"screenshot_{self.step:07d}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pygame.image.save(self.surface, str(path))
+        return path
+
+    def pump(self) -> None:
+        for event in pygame.event.get():
+            self.handle(event)
+
+    def run(self) -> None:
+        """Until Q, the window's close button or ``max_steps``; then checkpoint every track."""
+        period = 1.0 / max(self.cfg.fps, 1e-3)
+        next_draw = time.perf_counter()
+        try:
+            while not self.quit and not self.done:
+                self.pump()
+                if self.quit:
+                    break
+                if self.paused:
+                    self.redraw()
+                    time.sleep(period)
+                    next_draw = time.perf_counter() + period
+                    continue
+                # learn until the next redraw is due (at least one step)
+                while True:
+                    self.advance()
+                    if self.done:
+                        break
+                    if self.cfg.draw_every is not None:
+                        if self.step % self.cfg.draw_every == 0:
+                            break
+                    elif time.perf_counter() >= next_draw:
+                        break
+                if self.cfg.draw and not self.done:
+                    self.redraw()
+                next_draw = max(next_draw + period, time.perf_counter())
+        finally:
+            self.finish()
+
+    def finish(self) -> None:
+        """Draw the final frame, write it if asked, checkpoint and close every track."""
+        self.redraw()
+        if self.cfg.screenshot is not None:
+            self.save_screenshot(self.cfg.screenshot)
+        for d in self.drivers:
+            d.checkpoint()
+            d.close()

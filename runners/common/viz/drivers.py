@@ -1,0 +1,158 @@
+"""The adapter from ``OnlineLoop`` (and its learner) to the visualizer's ``TrackDriver``.
+
+One ``LoopDriver`` wraps one ``OnlineLoop``: ``step()`` is ``loop.step()`` (switches, recording,
+evaluation and checkpoints included), nothing else advances the learner. What the view needs
+beyond the step metrics is read from public attributes, at redraw time only:
+
+- the newest frames: ``loop.source.frames`` (the StreamSource's window ring) at ``head - 1``;
+- the buffer's world tags: ``learner.buffer.ordered()`` (one host sync);
+- the attention of the current query: recomputed with ``learner.aggregate`` on the predictor
+  input of the last step (the learner does not keep its last ``Aggregate``), at most
+  ``ATTN_HZ`` times per second and for the first ``ATTN_STREAMS`` streams;
+- interactive physics changes: ``vec_env.set_physics``, ``source.set_world`` and
+  ``loop.gravity`` (the loop's own switches cover only the scripted schedule).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from runners.common.viz.model import NORM_ERROR
+
+ATTN_HZ = 4.0
+ATTN_STREAMS = 16
+SHOWN_STREAMS = 4
+
+
+class LoopDriver:
+    """One track's ``OnlineLoop`` seen through the ``app.TrackDriver`` interface."""
+
+    def __init__(self, loop: Any) -> None:
+        self.loop = loop
+        self.learner = loop.learner
+        self.cfg = loop.cfg
+        self.name = str(self.cfg.track)
+        self.capacity = int(self.learner.buffer.capacity)
+        self.lora = self.name == "C"
+        self.direction = 90.0
+        self._pending: list[Any] = []
+        self._first = self.step_count  # step of the first pending record
+        self._attn: np.ndarray | None = None
+        self._attn_t = -1.0
+        self._record_every = 1
+
+    # ----------------------------------------------------------------- state
+    @property
+    def step_count(self) -> int:
+        return int(self.loop.step_count)
+
+    @property
+    def frozen(self) -> bool:
+        return bool(self.learner.weights_frozen)
+
+    @property
+    def done(self) -> bool:
+        return bool(self.loop.done)
+
+    # ----------------------------------------------------------------- stepping
+    def step(self) -> None:
+        result = self.loop.step()
+        self._pending.append(result.metrics)
+
+    def drain(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The metrics of the steps since the last drain: one host sync for the block."""
+        from agent.metrics import stack
+
+        n = len(self._pending)
+        block = stack(self._pending)
+        steps = np.arange(self._first, self._first + n, dtype=np.int64)
+        self._pending.clear()
+        self._first += n
+        if NORM_ERROR in block:  # a window whose stream reset has no error: NaN, not 0
+            block[NORM_ERROR] = block[NORM_ERROR].astype(np.float64)
+        return steps, block
+
+    # ----------------------------------------------------------------- what is shown
+    def frames(self) -> np.ndarray:
+        """(S, 64, 64) uint8: the newest frame of the first ``SHOWN_STREAMS`` streams."""
+        src = self.loop.source
+        if not hasattr(src, "frames") or not hasattr(src, "head"):  # dataset source
+            return np.zeros((SHOWN_STREAMS, 64, 64), np.uint8)
+        newest = (src.head - 1) % src.window
+        return np.asarray(src.frames[:SHOWN_STREAMS, newest, 0])
+
+    def buffer_worlds(self) -> np.ndarray:
+        _, world, _ = self.learner.buffer.ordered()  # host sync
+        return world.cpu().numpy().astype(np.int8)
+
+    def attention(self) -> np.ndarray | None:
+        """(n,) mean attention of the current queries over the filled entries, oldest first."""
+        if not self.learner.nets.modulator.uses_memory:
+            return None
+        now = time.perf_counter()
+        if self._attn is not None and now - self._attn_t < 1.0 / ATTN_HZ:
+            return self._attn
+        self._attn_t = now
+        self._attn = self._compute_attention()
+        return self._attn
+
+    @torch.no_grad()
+    def _compute_attention(self) -> np.ndarray | None:
+        from agent.learner import frames_to_float
+
+        src, learner = self.loop.source, self.learner
+        buf = learner.buffer
+        n = int(buf.size)
+        if n == 0 or not hasattr(src, "frames"):
+            return None
+        inp = (src.head + int(src.offsets[0])) % src.window  # the predictor input of the last step
+        x = torch.from_numpy(np.ascontiguousarray(src.frames[:ATTN_STREAMS, inp]))
+        x = frames_to_float(x.to(learner.device))  # (S, 1, 64, 64)
+        with learner.autocast():
+            z = learner.nets.encoder(x)  # (S, D)
+            agg = learner.aggregate(z, buf)
+        if agg is None:
+            return None
+        attn = agg.attn.float().mean(0)  # (cap,) slot order
+        start = int(buf.ptr) if n == buf.capacity else 0
+        idx = (torch.arange(n, device=attn.device) + start) % buf.capacity
+        return attn[idx].cpu().numpy()
+
+    # ----------------------------------------------------------------- control
+    def physics(self) -> tuple[float, float]:
+        return float(self.loop.gravity), self.direction
+
+    def set_physics(self, gravity: float, direction: float) -> None:
+        """Interactive switch, effective from the next step (same path as the loop's own)."""
+        loop = self.loop
+        world = 0 if abs(gravity - self.cfg.base_gravity) < 1e-12 else 1
+        if loop.vec_env is not None:
+            loop.vec_env.set_physics(gravity=gravity, gravity_direction=direction)
+            loop.source.set_world(world)
+        loop.gravity = float(gravity)
+        self.direction = float(direction)
+
+    def set_frozen(self, frozen: bool) -> None:
+        if frozen:
+            self.learner.freeze_weights()
+        else:
+            self.learner.unfreeze_weights()
+
+    def set_recording(self, on: bool) -> bool:
+        """Keep every ``record_every``-th frame batch in this run's zarr (the loop's recorder)."""
+        if self.loop.vec_env is None:
+            return False
+        self.cfg.record_frames = self._record_every if on else 0
+        return on
+
+    def checkpoint(self) -> Path | None:
+        self.loop.checkpoint()
+        return Path(self.loop.paths.latest)
+
+    def close(self) -> None:
+        self.loop.close()

@@ -1,0 +1,149 @@
+"""What the visualizer shows, as plain numpy records (no pygame here).
+
+The drawing code (``screen.py``) turns a ``Snapshot`` into pixels; the drivers (``drivers.py`` for
+the real ``OnlineLoop``, ``fake.py`` for tests) fill ``History`` with per-step metrics and build
+the snapshot's ``TrackView``/``WorldView`` at each redraw. Keeping this layer free of pygame and
+torch lets it be tested alone and lets the view be developed against a fake metrics feed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Metric names, as in ``agent.StepMetrics.NAMES`` (docs/architecture.md).
+SURPRISAL = "memory/surprisal"
+THRESHOLD = "memory/threshold"
+BOUNDARY = "memory/boundary"
+BUFFER_SIZE = "memory/buffer_size"
+SHIFT_SHARE = "memory/shift_share"
+DELTA_ABS = "mod/delta_abs"
+NORM_ERROR = "stream/norm_error"
+VALID_FRAC = "stream/valid_frac"
+LOSS = "loss/total"
+
+#: Columns the charts read; other metrics passed to ``History.append`` are ignored.
+CHART_KEYS: tuple[str, ...] = (
+    SURPRISAL,
+    THRESHOLD,
+    BOUNDARY,
+    BUFFER_SIZE,
+    SHIFT_SHARE,
+    DELTA_ABS,
+    NORM_ERROR,
+    LOSS,
+)
+#: Derived column: rolling mean of ``stream/norm_error`` over ``History.rolling`` steps.
+ROLLING_ERROR = "stream/norm_error_rolling"
+
+
+class History:
+    """The last ``window`` steps of the chart metrics, a ring buffer per column.
+
+    ``append(step, metrics)`` takes one step (scalars) and ``extend(steps, block)`` a block
+    (1-D arrays, e.g. ``agent.metrics.stack`` output); ``view(key)`` returns the visible
+    ``(steps, values)`` oldest first. Missing metrics are stored as NaN, which the charts skip.
+    """
+
+    def __init__(self, window: int = 600, rolling: int = 50) -> None:
+        if window < 2 or rolling < 1:
+            raise ValueError("History needs window >= 2 and rolling >= 1")
+        self.window = window
+        self.rolling = rolling
+        self._steps = np.zeros(window, np.int64)
+        self._cols = {k: np.full(window, np.nan, np.float64) for k in (*CHART_KEYS, ROLLING_ERROR)}
+        self._n = 0  # steps appended so far
+        self._err_sum = 0.0
+        self._err_queue: list[float] = []
+
+    def __len__(self) -> int:
+        return min(self._n, self.window)
+
+    @property
+    def last_step(self) -> int | None:
+        return int(self._steps[(self._n - 1) % self.window]) if self._n else None
+
+    def append(self, step: int, metrics: Mapping[str, float]) -> None:
+        i = self._n % self.window
+        self._steps[i] = step
+        for key, col in self._cols.items():
+            if key != ROLLING_ERROR:
+                value = metrics.get(key)
+                col[i] = np.nan if value is None else float(value)
+        err = self._cols[NORM_ERROR][i]
+        if np.isfinite(err):  # rolling mean over the last `rolling` finite errors
+            self._err_queue.append(err)
+            self._err_sum += err
+            if len(self._err_queue) > self.rolling:
+                self._err_sum -= self._err_queue.pop(0)
+        n = len(self._err_queue)
+        self._cols[ROLLING_ERROR][i] = self._err_sum / n if n else np.nan
+        self._n += 1
+
+    def extend(self, steps: np.ndarray, block: Mapping[str, np.ndarray]) -> None:
+        for j, step in enumerate(np.asarray(steps).tolist()):
+            self.append(int(step), {k: float(v[j]) for k, v in block.items()})
+
+    def view(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """Visible ``(steps (n,), values (n,))`` of a column, oldest first."""
+        n = len(self)
+        idx = (np.arange(self._n - n, self._n)) % self.window
+        return self._steps[idx], self._cols[key][idx]
+
+    def last(self, key: str) -> float:
+        if not self._n:
+            return float("nan")
+        return float(self._cols[key][(self._n - 1) % self.window])
+
+
+@dataclass
+class TrackView:
+    """One track's column: its chart history and its memory buffer at this redraw."""
+
+    name: str
+    history: History
+    capacity: int = 256
+    #: world of origin of each buffer entry, oldest first, (n,) int; 0 base, 1 shifted.
+    buffer_worlds: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    #: attention weight the current query puts on each entry, (n,) float, or None if unknown.
+    attention: np.ndarray | None = None
+    frozen: bool = False
+    #: the track has LoRA deltas (track C): its ``mod/delta_abs`` chart is drawn.
+    lora: bool = False
+    note: str = ""
+
+
+@dataclass
+class WorldView:
+    """The shared stream: a few frames and the physics every track sees."""
+
+    frames: np.ndarray  # (S, 64, 64) uint8, the newest frame of the first S streams
+    gravity: float = 0.0
+    direction: float = 90.0  # degrees, image coordinates: 0 right, 90 down
+    base_gravity: float = 0.0
+    #: (step, gravity) of every physics switch so far (scripted or by key), oldest first
+    switches: list[tuple[int, float]] = field(default_factory=list)
+
+    @property
+    def shifted(self) -> bool:
+        return abs(self.gravity - self.base_gravity) > 1e-9
+
+    @property
+    def phase(self) -> str:
+        return "shifted" if self.shifted else "base"
+
+
+@dataclass
+class Snapshot:
+    """Everything one redraw shows."""
+
+    step: int
+    steps_per_s: float
+    world: WorldView
+    tracks: list[TrackView]
+    mode: str = "memory"  # adaptation mode after a switch: memory | continual
+    paused: bool = False
+    recording: bool = False
+    message: str = ""  # a short status line (last key action, screenshot path, ...)

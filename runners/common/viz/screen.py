@@ -1,0 +1,297 @@
+"""The window's layout: a ``Snapshot`` becomes one 1280x720 frame.
+
+```
++--------------------------------------------------------------------------------------------+
+| header: step, steps/s, phase, gravity, mode, PAUSED / REC                                  |
++----------------------+---------------------------------------------------------------------+
+| stream tiles (2x2)   | track A            | track C            | ...  (one column per track) |
+| gravity arrow        |  surprisal + thr.  |  surprisal + thr.  |                             |
+| switch marker        |  rolling error     |  rolling error     |                             |
+| error, all tracks    |  buffer fill/shift |  buffer fill/shift |                             |
+|                      |  LoRA |delta|      |  LoRA |delta|      |                             |
+|                      |  buffer cells      |  buffer cells      |                             |
++----------------------+---------------------------------------------------------------------+
+| keys                                                                                       |
++--------------------------------------------------------------------------------------------+
+```
+All tracks share the x axis (the last ``History.window`` steps), so their curves line up.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pygame
+
+from runners.common.viz import draw
+from runners.common.viz.draw import Chart, Fonts, Series
+from runners.common.viz.model import (
+    BOUNDARY,
+    BUFFER_SIZE,
+    DELTA_ABS,
+    ROLLING_ERROR,
+    SHIFT_SHARE,
+    SURPRISAL,
+    THRESHOLD,
+    Snapshot,
+    TrackView,
+)
+
+SIZE = (1280, 720)
+HEADER_H = 34
+FOOTER_H = 22
+LEFT_W = 292
+GAP = 8
+#: steps during which the "physics just switched" marker stays on
+SWITCH_MARK_STEPS = 150
+KEYS_HELP = (
+    "G gravity on/off   Up/Down strength   Left/Right direction   F freeze/unfreeze weights   "
+    "Space pause   S screenshot   R record frames   Q quit (checkpoint)"
+)
+
+
+class Screen:
+    """Draws snapshots onto a surface of ``SIZE`` (the window, or an off-screen surface)."""
+
+    def __init__(self, surface: pygame.Surface, fonts: Fonts | None = None) -> None:
+        self.surface = surface
+        self.fonts = fonts or Fonts()
+        self.chart_rect: pygame.Rect | None = None  # union of the track charts (tests read it)
+
+    # ----------------------------------------------------------------- whole frame
+    def draw(self, snap: Snapshot) -> None:
+        s = self.surface
+        s.fill(draw.BG)
+        w, h = s.get_size()
+        self._header(pygame.Rect(0, 0, w, HEADER_H), snap)
+        body = pygame.Rect(GAP, HEADER_H + GAP, w - 2 * GAP, h - HEADER_H - FOOTER_H - 2 * GAP)
+        left = pygame.Rect(body.left, body.top, LEFT_W, body.height)
+        self._world(left, snap)
+        tracks = pygame.Rect(left.right + GAP, body.top, body.right - left.right - GAP, body.height)
+        self._tracks(tracks, snap)
+        self.fonts.blit(s, KEYS_HELP, (GAP, h - FOOTER_H // 2), 16, draw.DIM, "midleft")
+
+    # ----------------------------------------------------------------- header
+    def _header(self, rect: pygame.Rect, snap: Snapshot) -> None:
+        s, f = self.surface, self.fonts
+        pygame.draw.rect(s, draw.PANEL, rect)
+        wv = snap.world
+        phase_color = draw.SHIFT if wv.shifted else draw.BASE
+        x = rect.left + GAP
+        y = rect.centery
+        items: list[tuple[str, tuple[int, int, int]]] = [
+            ("EPM-JEPA live", draw.TEXT),
+            (f"step {snap.step:,}", draw.TEXT),
+            (f"{snap.steps_per_s:6.1f} steps/s", draw.TEXT),
+            (f"phase: {wv.phase}", phase_color),
+            (f"g = {wv.gravity:.2f} @ {wv.direction:.0f}deg", phase_color),
+            (f"mode: {snap.mode}", draw.TEXT),
+        ]
+        frozen = [t.name for t in snap.tracks if t.frozen]
+        items.append(
+            (f"weights frozen: {' '.join(frozen)}" if frozen else "weights learning", draw.DIM)
+        )
+        for text, color in items:
+            r = f.blit(s, text, (x, y), 20, color, "midleft")
+            x = r.right + 22
+        right = rect.right - GAP
+        if snap.recording:
+            r = f.blit(s, "REC", (right, y), 20, draw.THRESH, "midright")
+            pygame.draw.circle(s, draw.THRESH, (r.left - 10, y), 6)
+            right = r.left - 26
+        if snap.paused:
+            r = f.blit(s, "PAUSED", (right, y), 20, draw.BOUNDARY, "midright")
+            right = r.left - 16
+        if snap.message:
+            f.blit(s, snap.message, (right, y), 16, draw.DIM, "midright")
+
+    # ----------------------------------------------------------------- left column
+    def _world(self, rect: pygame.Rect, snap: Snapshot) -> None:
+        s, f = self.surface, self.fonts
+        wv = snap.world
+        pygame.draw.rect(s, draw.PANEL, rect)
+        f.blit(s, "stream (identical for all tracks)", (rect.left + 6, rect.top + 4), 16, draw.DIM)
+        n = min(len(wv.frames), 4)
+        tile = (rect.width - 12 - 4) // 2
+        top = rect.top + 22
+        last_switch = wv.switches[-1] if wv.switches else None
+        since = snap.step - last_switch[0] if last_switch else None
+        just = since is not None and 0 <= since < SWITCH_MARK_STEPS
+        for i in range(n):
+            r, c = divmod(i, 2)
+            tr = pygame.Rect(rect.left + 6 + c * (tile + 4), top + r * (tile + 4), tile, tile)
+            s.blit(draw.frame_surface(wv.frames[i], tile), tr)
+            if wv.gravity > 0:
+                draw.draw_arrow(s, (tr.right - 16, tr.top + 16), 22, wv.direction, draw.SHIFT, 2)
+            if just:
+                pygame.draw.rect(s, draw.SWITCH, tr, 3)
+        y = top + 2 * (tile + 4) + 4
+        # gravity arrow and the switch marker
+        gr = pygame.Rect(rect.left + 6, y, rect.width - 12, 92)
+        pygame.draw.rect(s, draw.BG, gr)
+        center = (gr.left + 46, gr.centery)
+        pygame.draw.circle(s, draw.GRID, center, 40, 1)
+        color = draw.SHIFT if wv.shifted else draw.BASE
+        if wv.gravity > 1e-9:
+            length = 20 + 60 * min(wv.gravity, 1.0)
+            draw.draw_arrow(s, center, length, wv.direction, color, 4)
+        else:
+            pygame.draw.circle(s, color, center, 5)
+        tx = gr.left + 98
+        f.blit(s, f"gravity {wv.gravity:.2f} px/frame^2", (tx, gr.top + 6), 20, color)
+        f.blit(s, f"direction {wv.direction:.0f} deg", (tx, gr.top + 28), 16, draw.DIM)
+        if last_switch is not None:
+            label = f"switch @ {last_switch[0]:,} -> g {last_switch[1]:.2f}"
+            f.blit(s, label, (tx, gr.top + 48), 16, draw.SWITCH if just else draw.DIM)
+        if just:
+            f.blit(s, "PHYSICS JUST SWITCHED", (tx, gr.top + 68), 20, draw.SWITCH)
+        # all tracks' rolling error on one chart: the comparison the experiment is about
+        cr = pygame.Rect(
+            rect.left + 6, gr.bottom + 6, rect.width - 12, rect.bottom - gr.bottom - 12
+        )
+        x_range = self._x_range(snap)
+        series = []
+        for t in snap.tracks:
+            st, v = t.history.view(ROLLING_ERROR)
+            series.append(Series(st, v, draw.track_color(t.name), f"{t.name}"))
+        chart = Chart(
+            "rolling stream error, all tracks",
+            series,
+            x_range,
+            y_floor=0.0,
+            ref_lines=[(1.0, draw.GRID)],
+            events=self._events(snap),
+        )
+        draw.draw_chart(s, cr, chart, f)
+
+    # ----------------------------------------------------------------- track columns
+    @staticmethod
+    def _x_range(snap: Snapshot) -> tuple[float, float]:
+        window = max((t.history.window for t in snap.tracks), default=600)
+        hi = max(snap.step, 1)
+        return float(max(hi - window, 0)), float(max(hi, window))
+
+    @staticmethod
+    def _events(snap: Snapshot) -> list[tuple[float, tuple[int, int, int]]]:
+        return [(float(st), draw.SWITCH) for st, _ in snap.world.switches]
+
+    def _tracks(self, rect: pygame.Rect, snap: Snapshot) -> None:
+        n = max(len(snap.tracks), 1)
+        col_w = (rect.width - (n - 1) * GAP) // n
+        any_lora = any(t.lora for t in snap.tracks)
+        charts_top = rect.top + 24
+        buffer_h = 176
+        n_charts = 4 if any_lora else 3
+        chart_h = (rect.height - 24 - buffer_h - n_charts * 4) // n_charts
+        self.chart_rect = pygame.Rect(rect.left, charts_top, rect.width, n_charts * (chart_h + 4))
+        for i, t in enumerate(snap.tracks):
+            col = pygame.Rect(rect.left + i * (col_w + GAP), rect.top, col_w, rect.height)
+            self._track(col, t, snap, chart_h, n_charts, buffer_h)
+
+    def _track(
+        self,
+        col: pygame.Rect,
+        t: TrackView,
+        snap: Snapshot,
+        chart_h: int,
+        n_charts: int,
+        buffer_h: int,
+    ) -> None:
+        s, f = self.surface, self.fonts
+        h = t.history
+        title = pygame.Rect(col.left, col.top, col.width, 20)
+        pygame.draw.rect(s, draw.PANEL, title)
+        pygame.draw.rect(s, draw.track_color(t.name), (title.left, title.top, 6, title.height))
+        state = "frozen (memory only)" if t.frozen else "learning"
+        f.blit(
+            s,
+            f"track {t.name}",
+            (title.left + 12, title.centery),
+            20,
+            draw.track_color(t.name),
+            "midleft",
+        )
+        f.blit(s, state, (title.right - 6, title.centery), 16, draw.DIM, "midright")
+        x_range = self._x_range(snap)
+        events = self._events(snap)
+        st, surprisal = h.view(SURPRISAL)
+        _, thr = h.view(THRESHOLD)
+        _, boundary = h.view(BOUNDARY)
+        _, err = h.view(ROLLING_ERROR)
+        _, size = h.view(BUFFER_SIZE)
+        _, share = h.view(SHIFT_SHARE)
+        ticks = st[np.nan_to_num(boundary) > 0.5]
+        n_events = int(np.nansum(boundary > 0.5)) if len(boundary) else 0
+        charts = [
+            Chart(
+                "surprisal, mu + k*sigma, boundaries",
+                [Series(st, surprisal, draw.TEXT, "s_t"), Series(st, thr, draw.THRESH, "thr", 1)],
+                x_range,
+                y_floor=0.0,
+                events=events,
+                ticks=ticks,
+                value_text=f"{h.last(SURPRISAL):.3f}  ({n_events} events)",
+            ),
+            Chart(
+                "rolling normalised error (1 = no change)",
+                [Series(st, err, draw.track_color(t.name), "err")],
+                x_range,
+                y_floor=0.0,
+                y_ceil=1.1,
+                ref_lines=[(1.0, draw.GRID)],
+                events=events,
+                value_text=f"{h.last(ROLLING_ERROR):.3f}",
+            ),
+            Chart(
+                "buffer fill, shift-world share",
+                [
+                    Series(st, size / max(t.capacity, 1), draw.BASE, "fill"),
+                    Series(st, share, draw.SHIFT, "shift"),
+                ],
+                x_range,
+                y_range=(-0.05, 1.05),
+                events=events,
+                value_text=f"{_int(h.last(BUFFER_SIZE))}/{t.capacity}  shift {_pct(h.last(SHIFT_SHARE))}",
+            ),
+        ]
+        if n_charts == 4:
+            _, delta = h.view(DELTA_ABS)
+            charts.append(
+                Chart(
+                    "LoRA |delta| (track C)" if t.lora else "LoRA |delta|: n/a for this track",
+                    [Series(st, delta, draw.track_color(t.name), "|d|")] if t.lora else [],
+                    x_range,
+                    y_floor=0.0,
+                    events=events,
+                    value_text=f"{h.last(DELTA_ABS):.4f}" if t.lora else "",
+                )
+            )
+        y = col.top + 24
+        for chart in charts:
+            draw.draw_chart(s, pygame.Rect(col.left, y, col.width, chart_h), chart, f)
+            y += chart_h + 4
+        # the buffer itself
+        br = pygame.Rect(col.left, col.bottom - buffer_h, col.width, buffer_h)
+        pygame.draw.rect(s, draw.PANEL, br)
+        n = len(t.buffer_worlds)
+        shift = int(np.sum(t.buffer_worlds > 0)) if n else 0
+        f.blit(s, f"buffer {n}/{t.capacity}", (br.left + 4, br.top + 2), 14, draw.DIM)
+        f.blit(s, f"base {n - shift}", (br.left + 100, br.top + 2), 14, draw.BASE)
+        f.blit(s, f"shift {shift}", (br.left + 160, br.top + 2), 14, draw.SHIFT)
+        if t.attention is not None and len(t.attention):
+            p = np.clip(np.asarray(t.attention, np.float64), 1e-12, None)
+            ent = float(-(p * np.log(p)).sum())
+            f.blit(s, f"attn H {ent:.2f}", (br.right - 4, br.top + 2), 14, draw.ATTN, "topright")
+        elif n:
+            f.blit(s, "attn n/a", (br.right - 4, br.top + 2), 14, draw.DIM, "topright")
+        grid = pygame.Rect(br.left + 4, br.top + 18, br.width - 8, br.height - 22)
+        draw.draw_buffer(s, grid, t.buffer_worlds, t.attention, t.capacity)
+
+
+def _int(v: float) -> str:
+    return str(int(v)) if math.isfinite(v) else "-"
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.0f}%" if math.isfinite(v) else "-"

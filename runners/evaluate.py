@@ -1,0 +1,122 @@
+"""The adaptation curve of a checkpoint: ``python -m runners.evaluate RUN_DIR_OR_CHECKPOINT``.
+
+For each n, n shift-world transitions are pushed into a copy of the checkpoint's memory and the
+frozen learner is scored on the shift test split (D_shift^n, per horizon and overall) and the base
+test split (D_base); sigma_embed and the excluded samples are reported too. Printed as a table and
+written as JSON next to the checkpoint (``checkpoints/latest.eval.json``).
+
+    python -m runners.evaluate runs/my-run                       # its latest checkpoint
+    python -m runners.evaluate runs/my-run/checkpoints/best.pt --n 0 50
+    python -m runners.evaluate runs/my-run --data data/paper.zarr
+
+Without ``--data`` the evaluation splits are generated in memory, deterministically, with
+``env.generate_sequences`` (the generator of ``make_dataset``) and the sizes and seed of the run's
+config; with ``--data`` the store's shift train/test and base test splits are used whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from runners.common.cli import CliError, run_main
+from runners.common.loop import make_eval_data, open_store, resolve_device
+from runners.common.runconfig import RunConfig, load_run_config, resolve
+from runners.common.summary import curve_report, format_curve
+
+PROG = "evaluate"
+CURVE = (0, 10, 25, 50, 100, 256)
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog=f"python -m runners.{PROG}",
+        description="Adaptation curve D_shift^n (per horizon), D_base, sigma_embed of a checkpoint.",
+    )
+    p.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT",
+                   help="a run folder (uses checkpoints/<--checkpoint>.pt) or a .pt file")
+    p.add_argument("--checkpoint", choices=("latest", "best"), default="latest",
+                   help="which checkpoint of a run folder (default latest)")
+    p.add_argument("--data", metavar="PATH.zarr", help="evaluate on a make_dataset store")
+    p.add_argument("--n", type=int, nargs="+", default=list(CURVE), metavar="N",
+                   help=f"memory sizes (default {' '.join(map(str, CURVE))})")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--out", metavar="FILE.json", help="where to write the JSON "
+                   "(default: <checkpoint>.eval.json next to the checkpoint)")
+    return p.parse_args(argv)
+
+
+def locate(path: str, which: str) -> tuple[Path, Path | None]:
+    """(checkpoint file, its run folder or None)."""
+    p = Path(path)
+    if p.is_dir():
+        ckpt = p / "checkpoints" / f"{which}.pt"
+        if not ckpt.is_file():
+            raise CliError(f"{p}: no checkpoints/{which}.pt (not a run folder, or no checkpoint yet)")
+        return ckpt, p
+    if p.is_file():
+        run = p.parent.parent
+        return p, run if (run / "config.json").is_file() else None
+    raise CliError(f"{p}: no such run folder or checkpoint file")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    if any(n < 0 for n in args.n):
+        raise CliError("--n: memory sizes must be >= 0")
+    ns = tuple(sorted(set(args.n)))
+    ckpt, run_dir = locate(args.path, args.checkpoint)
+    device = resolve_device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(int(os.environ.get("TORCH_NUM_THREADS", "1")))
+
+    from agent import CheckpointError, Learner, adaptation_curve, load_checkpoint
+    from agent import read_checkpoint_config
+
+    try:
+        agent_cfg = read_checkpoint_config(ckpt)
+    except CheckpointError as err:
+        raise CliError(str(err)) from None
+    if run_dir is not None:
+        cfg = load_run_config(run_dir)
+    else:  # a checkpoint on its own: the default evaluation sizes, the checkpoint's seed
+        cfg = RunConfig(track=agent_cfg.track, seed=agent_cfg.seed, switches=())
+        cfg = resolve(cfg, build_agent=False)
+    cfg.agent = agent_cfg
+    store = None
+    if args.data:
+        store = open_store(args.data)
+        cfg.data = args.data
+        cfg.eval_shift_train = cfg.eval_shift_test = cfg.eval_base_test = 10**9  # whole splits
+    data = make_eval_data(cfg, store)
+
+    learner = Learner(agent_cfg, device=device)
+    try:
+        extra = load_checkpoint(ckpt, learner=learner, map_location=device)
+    except CheckpointError as err:
+        raise CliError(str(err)) from None
+    results = adaptation_curve(learner, data, ns=ns)
+    rep = curve_report(
+        list(results), step=int(learner.step), checkpoint=str(ckpt),
+        data=args.data or "generated in memory (env.generate_sequences)",
+        horizons=list(agent_cfg.horizons),
+    )
+    rep["run_step"] = extra.get("run_step", learner.step) if isinstance(extra, dict) else None
+    out = Path(args.out) if args.out else ckpt.with_suffix(".eval.json")
+    print(f"{ckpt} (track {agent_cfg.track}, step {learner.step}); data: {rep['data']}")
+    print(format_curve(rep))
+    try:
+        out.write_text(json.dumps(rep, indent=2) + "\n")
+    except OSError as err:
+        raise CliError(f"cannot write {out}: {err.strerror or err}") from None
+    print(f"written: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main, f"python -m runners.{PROG}")

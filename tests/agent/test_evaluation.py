@@ -1,0 +1,64 @@
+"""Evaluation: memory copy, frozen weights, exact n, the curve, the excluded count."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from agent import AgentConfig, DatasetSource, EvalData, Learner, adaptation_curve, evaluate
+
+
+def trained(track: str, frames: np.ndarray, steps: int = 3) -> Learner:
+    cfg = AgentConfig.from_preset("tiny", track=track, buffer_capacity=8)
+    learner = Learner(cfg)
+    src = DatasetSource(frames, cfg, seed=0)
+    for _ in range(steps):
+        learner.update(src.next())
+    return learner
+
+
+def data(frames: np.ndarray) -> EvalData:
+    return EvalData(shift_train=frames[:12], shift_test=frames[12:18], base_test=frames[18:])
+
+
+def test_evaluate_leaves_the_learner_untouched(frames: np.ndarray) -> None:
+    learner = trained("C", frames)
+    weights = {k: v.clone() for k, v in learner.nets.state_dict().items()}
+    buf = learner.buffer.state_dict()
+    det = learner.detector.state_dict()
+    rng = torch.get_rng_state()
+    res = evaluate(learner, data(frames), n=5)
+    assert res.n == 5 and len(res.d_shift_per_h) == 3 and np.isfinite(res.d_shift)
+    assert res.d_shift == np.mean(res.d_shift_per_h) and res.sigma_embed > 0
+    assert all(torch.equal(v, learner.nets.state_dict()[k]) for k, v in weights.items())
+    assert all(torch.equal(v, learner.buffer.state_dict()[k]) for k, v in buf.items())
+    assert all(torch.equal(v, learner.detector.state_dict()[k]) for k, v in det.items())
+    assert torch.equal(rng, torch.get_rng_state())
+    assert res.as_dict()["eval/d_shift"] == res.d_shift
+
+
+def test_curve_memory_matters_for_c_not_for_a(frames: np.ndarray) -> None:
+    ns = (0, 2, 10)
+    for track in "AC":
+        curve = adaptation_curve(trained(track, frames), data(frames), ns)
+        assert [r.n for r in curve] == list(ns)
+        same = curve[0].d_shift == curve[1].d_shift == curve[2].d_shift
+        assert same == (track == "A"), track
+    # Deterministic, and evaluate(n) is the curve's entry.
+    learner = trained("C", frames)
+    assert evaluate(learner, data(frames), n=2) == adaptation_curve(learner, data(frames), ns)[1]
+
+
+def test_empty_memory_c_equals_a(frames: np.ndarray) -> None:
+    """With an untrained learner (empty buffer) and n = 0, C and A are the same predictor."""
+    a = Learner(AgentConfig.from_preset("tiny", track="A"))
+    c = Learner(AgentConfig.from_preset("tiny", track="C"))
+    assert evaluate(a, data(frames), n=0) == evaluate(c, data(frames), n=0)
+
+
+def test_excluded_are_counted(frames: np.ndarray) -> None:
+    learner = trained("A", frames, steps=0)
+    still = np.repeat(frames[18:, :1], 21, axis=1)  # static sequences: ||zbar - z|| tiny?
+    res = evaluate(learner, EvalData(frames[:12], frames[12:18], still), n=0)
+    # Target (EMA) and online encoders are equal at step 0: every base sample is excluded.
+    assert res.excluded == 6 * 3 and np.isnan(res.d_base)

@@ -1,0 +1,158 @@
+"""Learner.update: gradient flow, masking, surprisal, freeze controls, bf16, all tracks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from agent import AgentConfig, DatasetSource, Learner, StepMetrics, stack
+from agent.sources import Batch
+
+
+def fill_buffer(learner: Learner, n: int = 5) -> None:
+    g = torch.Generator().manual_seed(1)
+    for i in range(n):
+        learner.buffer.push(torch.randn(2, learner.cfg.latent_dim, generator=g), i % 2, i)
+
+
+@pytest.mark.parametrize("track", list("ABCDE"))
+def test_update_runs_and_returns_device_tensors(track: str, frames: np.ndarray) -> None:
+    cfg = AgentConfig.from_preset("tiny", track=track)
+    learner, src = Learner(cfg), DatasetSource(frames, cfg, seed=0)
+    recs = [learner.update(src.next()) for _ in range(4)]
+    assert learner.step == 4
+    assert all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in recs[-1])
+    out = stack(recs)
+    assert np.isfinite(out["loss/total"]).all() and (out["stream/valid_frac"] == 1).all()
+    assert math.isnan(out["mod/delta_abs"][0]) == (track in "AB")
+    assert math.isnan(out["memory/attn_entropy"][0]) == (track == "A")
+
+
+def test_gradients_reach_every_trainable_part_and_not_the_target(frames: np.ndarray) -> None:
+    cfg = AgentConfig.from_preset("tiny", track="C")
+    learner = Learner(cfg)
+    fill_buffer(learner)  # non-empty memory: e_agg != 0, so the generators get gradients
+    learner.update(DatasetSource(frames, cfg, seed=0).next())
+    nets = learner.nets
+    parts = {"encoder": nets.encoder, "predictor": nets.predictor,
+             "experience": nets.experience, "aggregator": nets.aggregator}
+    for name, module in parts.items():
+        for pname, p in module.named_parameters():
+            assert p.grad is not None and p.grad.abs().sum() > 0, f"{name}.{pname}"
+    mod = nets.modulator
+    for p in (mod.u1, mod.v1, mod.u2, mod.v2, mod.delta1_gen.weight, mod.delta2_gen.weight):
+        assert p.grad is not None and p.grad.abs().sum() > 0
+    assert all(p.grad is None and not p.requires_grad for p in nets.target.parameters())
+
+
+def test_track_a_dummy_projection_is_frozen(frames: np.ndarray) -> None:
+    cfg = AgentConfig.from_preset("tiny", track="A")
+    learner = Learner(cfg)
+    before = learner.nets.modulator.proj_B.weight.clone()
+    src = DatasetSource(frames, cfg, seed=0)
+    for _ in range(3):
+        learner.update(src.next())
+    assert torch.equal(before, learner.nets.modulator.proj_B.weight)
+    assert learner.nets.experience is None
+
+
+def test_invalid_samples_are_masked_everywhere(frames: np.ndarray) -> None:
+    """A batch with invalid samples gives the same step as the batch of its valid samples."""
+    cfg = AgentConfig.from_preset("tiny", track="C", batch_size=8, detector_warmup=0)
+    batch = DatasetSource(frames, cfg, seed=0).next()
+    valid = torch.tensor([True, False, True, True, False, True, True, True])
+    noisy = batch.frames.clone()
+    noisy[~valid] = 255 - noisy[~valid]  # garbage in the invalid streams
+    a, b = Learner(cfg), Learner(cfg.replace(batch_size=6))
+    fill_buffer(a)
+    fill_buffer(b)
+    ma = a.update(Batch(noisy, valid, torch.zeros(8, dtype=torch.long)))
+    mb = b.update(Batch(batch.frames[valid], torch.ones(6, dtype=torch.bool),
+                        torch.zeros(6, dtype=torch.long)))
+    assert ma.valid_frac.item() == 0.75
+    for name, x, y in zip(StepMetrics.NAMES, ma, mb, strict=True):
+        if name != "stream/valid_frac":
+            torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5, msg=name)
+    for p, q in zip(a.nets.parameters(), b.nets.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(a.buffer.pairs, b.buffer.pairs, rtol=1e-4, atol=1e-5)
+    # No valid sample: nothing fires, nothing is pushed, the detector stays put.
+    det = a.detector.state_dict()
+    m = a.update(Batch(noisy, torch.zeros(8, dtype=torch.bool), torch.zeros(8, dtype=torch.long)))
+    assert m.boundary.item() == 0 and m.valid_frac.item() == 0
+    assert torch.equal(det["mu"], a.detector.mu)
+
+
+def test_surprisal_uses_the_base_predictor(frames: np.ndarray) -> None:
+    cfg = AgentConfig.from_preset("tiny", track="C", freeze_weights_at=0)
+    learner = Learner(cfg)
+    fill_buffer(learner)
+    batch = DatasetSource(frames, cfg, seed=0).next()
+    m = learner.update(batch)
+    with torch.no_grad():
+        x = batch.frames.float() / 255
+        z = learner.nets.encoder(x[:, 0])
+        tg = learner.nets.target(x[:, 1:4].flatten(0, 1)).view(cfg.batch_size, 3, -1)
+        base = learner.nets.predictor(z)
+        s = (tg - base[:, None]).norm(dim=-1).mean()
+    torch.testing.assert_close(m.surprisal, s)
+
+
+def test_boundary_pushes_the_batch_mean_newest_pair(frames: np.ndarray) -> None:
+    cfg = AgentConfig.from_preset("tiny", track="B", detector_warmup=0, kappa=1e-6,
+                                  freeze_weights_at=0)
+    learner = Learner(cfg)
+    learner.detector.var.zero_()  # any surprisal above mu fires
+    batch = DatasetSource(frames, cfg, seed=0).next()
+    batch.world[:] = 1
+    m = learner.update(batch)
+    assert m.boundary.item() == 1 and m.buffer_size.item() == 1 and m.shift_share.item() == 1
+    with torch.no_grad():
+        x = batch.frames.float() / 255  # frames 19 (index K+1) and 20 (index K)
+        ref = torch.stack([learner.nets.encoder(x[:, 4]).mean(0),
+                           learner.nets.encoder(x[:, 3]).mean(0)])
+    pairs, world, steps = learner.buffer.ordered()
+    torch.testing.assert_close(pairs[0], ref)
+    assert world.tolist() == [1] and steps.tolist() == [0]
+
+
+def test_freeze_controls(frames: np.ndarray) -> None:
+    cfg = AgentConfig.from_preset("tiny", track="C", detector_warmup=0, kappa=1e-6,
+                                  freeze_buffer_at=2, freeze_ema_at=1)
+    learner = Learner(cfg)
+    src = DatasetSource(frames, cfg, seed=0)
+    learner.update(src.next())
+    target = [p.clone() for p in learner.nets.target.parameters()]
+    for _ in range(3):
+        learner.detector.var.zero_()
+        learner.update(src.next())
+    assert all(torch.equal(a, b) for a, b in zip(target, learner.nets.target.parameters(),
+                                                 strict=True))
+    assert learner.buffer.ordered()[2].max().item() <= 1  # no writes from step 2 on
+    # Memory mode: weights fixed, detector and buffer live.
+    learner = Learner(cfg.replace(freeze_buffer_at=None, freeze_ema_at=None))
+    learner.freeze_weights()
+    weights = [p.clone() for p in learner.nets.parameters()]
+    for _ in range(3):
+        learner.detector.var.zero_()
+        m = learner.update(src.next())
+    assert all(torch.equal(a, b) for a, b in zip(weights, learner.nets.parameters(),
+                                                 strict=True))
+    assert m.buffer_size.item() == 3 and learner.detector.count.item() == 3
+    learner.unfreeze_weights()
+    learner.update(src.next())
+    assert not all(torch.equal(a, b) for a, b in zip(weights, learner.nets.parameters(),
+                                                     strict=True))
+
+
+def test_bf16_runs_and_stays_close(frames: np.ndarray) -> None:
+    cfg = AgentConfig.from_preset("tiny", track="C")
+    src = DatasetSource(frames, cfg, seed=0)
+    batch = src.next()
+    m32 = Learner(cfg).update(batch)
+    m16 = Learner(cfg.replace(precision="bf16")).update(batch)
+    assert all(p.dtype == torch.float32 for p in Learner(cfg).nets.parameters())
+    torch.testing.assert_close(m16.loss_total, m32.loss_total, rtol=0.05, atol=0.01)

@@ -1,0 +1,58 @@
+"""Networks and modulators: the listings' sizes, and exact identity at e_agg = 0."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agent import AgentConfig
+from agent.build import build_networks, count_parameters
+from agent.modulators import LoRAModulator
+from agent.networks import Encoder, Predictor
+
+
+def test_encoder_matches_the_listing() -> None:
+    enc = Encoder(64)
+    assert sum(p.numel() for p in enc.parameters()) == 172_656  # "~172k"
+    assert enc(torch.rand(3, 1, 64, 64)).shape == (3, 64)
+
+
+@pytest.mark.parametrize("track", ["C", "D", "E"])
+def test_empty_buffer_modulation_equals_track_a_bit_for_bit(track: str) -> None:
+    cfg_a = AgentConfig.from_preset("tiny", track="A")
+    cfg_x = AgentConfig.from_preset("tiny", track=track)
+    a, x = build_networks(cfg_a), build_networks(cfg_x)
+    # Same seed, same build order: same encoder and predictor.
+    assert torch.equal(a.predictor.fc1.weight, x.predictor.fc1.weight)
+    z = torch.randn(7, cfg_a.latent_dim)
+    e_agg = torch.zeros(7, cfg_a.exp_dim)
+    out_a = a.modulator(a.predictor, z, e_agg).pred
+    out_x = x.modulator(x.predictor, z, e_agg).pred
+    assert torch.equal(out_a, out_x)
+    # ... and a non-zero experience does change the output.
+    assert not torch.equal(out_a, x.modulator(x.predictor, z, torch.ones(7, cfg_a.exp_dim)).pred)
+
+
+def test_lora_equals_explicit_effective_weights() -> None:
+    torch.manual_seed(0)
+    pred, mod = Predictor(8, 32), LoRAModulator(8, 32, 6, 3)
+    z, e = torch.randn(5, 8), torch.randn(5, 6)
+    out = mod(pred, z, e).pred
+    d1, d2 = mod.delta1_gen(e), mod.delta2_gen(e)
+    for i in range(5):
+        w1 = pred.fc1.weight + mod.u1 @ torch.diag(d1[i]) @ mod.v1.T  # (32, 8)
+        w2 = pred.fc2.weight + mod.u2 @ torch.diag(d2[i]) @ mod.v2.T  # (8, 32)
+        h = torch.nn.functional.gelu(z[i] @ w1.T + pred.fc1.bias)
+        ref = pred.norm(h @ w2.T + pred.fc2.bias)
+        torch.testing.assert_close(out[i], ref, rtol=1e-5, atol=1e-5)
+    assert mod.delta1_gen.bias is None and mod.delta2_gen.bias is None
+
+
+def test_parameter_counts_at_paper_config() -> None:
+    counts = {t: count_parameters(build_networks(AgentConfig.from_preset("paper", track=t)))
+              for t in "ABCDE"}
+    assert counts["A"] == {"trainable": 304_944, "frozen": 66_560, "ema_target": 172_656}
+    assert counts["B"]["trainable"] == 450_864
+    assert counts["C"]["trainable"] == 393_520  # inside the paper's 388k-438k
+    assert counts["D"]["trainable"] == 515_376
+    assert counts["E"]["trainable"] == 646_704

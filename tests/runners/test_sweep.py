@@ -1,0 +1,215 @@
+"""runners.sweep: grid expansion, run states, skip and resume, aggregation on both backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from runners import sweep
+from runners.common import backends, grid, report
+from runners.common.cli import CliError
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = ["--preset", "tiny", "--steps", "20", "--no-switch", "--eval-every", "10",
+        "--checkpoint-every", "10", "--device", "cpu"]
+
+
+# -- grid expansion --------------------------------------------------------------------------
+def test_grid_is_the_cartesian_product_in_order_with_stable_names():
+    g = grid.parse_grid(["track=A,B,C", "seed=42,43,44", "lambda_reg=0.05,0.1"])
+    points = grid.expand(g)
+    assert len(points) == 3 * 3 * 2
+    assert points[0].params == {"track": "A", "seed": "42", "lambda_reg": "0.05"}
+    assert points[1].params == {"track": "A", "seed": "42", "lambda_reg": "0.1"}
+    assert points[-1].params == {"track": "C", "seed": "44", "lambda_reg": "0.1"}
+    names = [p.name for p in points]
+    assert len(set(names)) == len(names)
+    assert names[0] == "track-A_seed-42_lambda_reg-0.05"
+    # The name depends on the point only: expanding again gives the same folders.
+    assert names == [p.name for p in grid.expand(g)]
+    assert points[0].train_args() == ["--track", "A", "--seed", "42", "--set", "lambda_reg=0.05"]
+    assert grid.expand({}, prefix="x_")[0].name == "x_default"
+
+
+def test_grid_names_are_filesystem_safe():
+    p = grid.expand({"eval_ns": ["0 10 50"], "lr": ["1e-3"]})[0]
+    assert p.name == "eval_ns-0-10-50_lr-1e-3"
+    assert "/" not in grid.expand({"data": ["a/b.zarr"]})[0].name
+
+
+@pytest.mark.parametrize(
+    "specs",
+    [["track"], ["track="], ["track=A,,B"], ["1x=3"], ["seed=1", "seed=2"], ["seed=1,1"]],
+)
+def test_bad_grid_items_are_one_line_errors(specs):
+    with pytest.raises(CliError):
+        grid.parse_grid(specs)
+
+
+def test_sweep_refuses_unknown_fields_and_reserved_options(capsys):
+    with pytest.raises(CliError, match="unknown --grid field"):
+        sweep.main(["--grid", "no_such_field=1", "--dry-run"])
+    with pytest.raises(CliError, match="set by the sweep"):
+        sweep.main(["--grid", "seed=1", "--name", "x", "--dry-run"])
+    with pytest.raises(CliError, match="unknown option"):
+        sweep.main(["--grid", "seed=1", "--no-such-option", "--dry-run"])
+
+
+def test_dry_run_lists_points_and_their_arguments(tmp_path, capsys):
+    assert sweep.main(["--grid", "track=A,C", "seed=1", "--out", str(tmp_path), "--dry-run",
+                       *TINY]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2
+    assert out[0].startswith("new") and "track-A_seed-1:" in out[0]
+    assert "--track A --seed 1 --preset tiny --steps 20" in out[0]
+    assert f"--out {tmp_path.resolve()} --name track-A_seed-1" in out[0]
+
+
+# -- run states ------------------------------------------------------------------------------
+def _fake_run(root: Path, *, summary: dict | None, checkpoint: bool) -> Path:
+    root.mkdir(parents=True)
+    (root / "config.json").write_text("{}")
+    if checkpoint:
+        (root / "checkpoints").mkdir()
+        (root / "checkpoints" / "latest.pt").write_bytes(b"x")
+    if summary is not None:
+        (root / "summary.json").write_text(json.dumps(summary))
+    return root
+
+
+def test_run_states(tmp_path):
+    assert backends.run_state(tmp_path / "nothing") == "new"
+    done = _fake_run(tmp_path / "done", summary={"steps": 20, "steps_done": 20, "stopped": None},
+                     checkpoint=True)
+    assert backends.run_state(done) == "finished"
+    paused = _fake_run(tmp_path / "paused",
+                       summary={"steps": 20, "steps_done": 7, "stopped": "PAUSE file"},
+                       checkpoint=True)
+    assert backends.run_state(paused) == "interrupted"
+    killed = _fake_run(tmp_path / "killed", summary=None, checkpoint=True)
+    assert backends.run_state(killed) == "interrupted"
+    (killed / "summary.json").write_text("{broken")
+    assert backends.run_state(killed) == "interrupted"
+    stale = _fake_run(tmp_path / "stale", summary=None, checkpoint=False)
+    assert backends.run_state(stale) == "stale"
+    spec = backends.RunSpec("killed", str(killed), ("--track", "A"))
+    assert backends.command_for(spec, "interrupted") == ["--resume", str(killed)]
+    assert backends.command_for(spec, "new")[-4:] == ["--out", str(tmp_path), "--name", "killed"]
+
+
+def test_finished_runs_are_skipped_without_starting_anything(tmp_path):
+    done = _fake_run(tmp_path / "done", summary={"steps": 5, "steps_done": 5}, checkpoint=True)
+    # A module that does not exist: starting it would fail, so "skipped" proves nothing ran.
+    spec = backends.RunSpec("done", str(done), (), module="no_such_module_xyz")
+    res = backends.LocalBackend(workers=1).run([spec], progress=None)
+    assert [(r.action, r.returncode, r.ok) for r in res] == [("skipped", 0, True)]
+
+
+def test_threads_per_worker():
+    assert backends.threads_per_worker(2, cores=8) == 4
+    assert backends.threads_per_worker(16, cores=8) == 1
+    assert backends.LocalBackend(workers=2, threads=3).threads == 3
+
+
+# -- real tiny runs --------------------------------------------------------------------------
+def _metrics_steps(run_dir: str | Path) -> np.ndarray:
+    return zarr.open_group(str(Path(run_dir) / "run.zarr"), mode="r")["metrics/step"][:]
+
+
+def test_local_sweep_runs_skips_finished_runs_and_aggregates(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    argv = ["--grid", "track=A,C", "seed=1", "--out", str(out), "--workers", "2", *TINY]
+    assert sweep.main(argv) == 0
+    for name in ("track-A_seed-1", "track-C_seed-1"):
+        run = out / name
+        assert backends.is_finished(run)
+        assert json.loads((run / "config.json").read_text())["steps"] == 20
+        assert (_metrics_steps(run) == np.arange(20)).all()
+        assert (out / "logs" / f"{name}.log").stat().st_size > 0
+    first = capsys.readouterr().out
+    assert first.count("started") == 2 and "| A |" in first and "| C |" in first
+    table = (out / "sweep.md").read_text()
+    assert "| A | 1 (1) |" in table and "| C | 1 (1) |" in table
+    payload = json.loads((out / "sweep.json").read_text())
+    assert {r["track"] for r in payload["runs"]} == {"A", "C"}
+    assert all(np.isfinite(r["peak"]) for r in payload["runs"])
+    # The same command again: nothing runs, the same table comes back.
+    stamp = (out / "track-A_seed-1" / "summary.json").stat().st_mtime_ns
+    assert sweep.main(argv) == 0
+    again = capsys.readouterr().out
+    assert again.count("already finished") == 2 and "started" not in again
+    assert (out / "track-A_seed-1" / "summary.json").stat().st_mtime_ns == stamp
+    assert (out / "sweep.md").read_text() == table
+
+
+def _start_and_pause(spec: backends.RunSpec) -> None:
+    """Start ``spec`` and drop a PAUSE file in its folder as soon as it exists: the run stops
+    cleanly at its next step with a checkpoint and an incomplete summary."""
+    cmd = [sys.executable, "-m", "runners.train_online", *backends.command_for(spec, "new")]
+    env = dict(os.environ, TORCH_NUM_THREADS="1")
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    run_dir = Path(spec.run_dir)
+    deadline = time.monotonic() + 60
+    while not run_dir.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    (run_dir / "PAUSE").touch()
+    assert proc.wait(timeout=120) == 0
+
+
+def test_interrupted_run_is_resumed_without_gap_and_stale_folder_moved_aside(tmp_path):
+    out = tmp_path / "sweep"
+    args = ["--preset", "tiny", "--steps", "60", "--no-switch", "--eval-every", "20",
+            "--checkpoint-every", "20", "--device", "cpu"]
+    points = grid.expand({"track": ["C"], "seed": ["3", "4"]})
+    paused, stale = sweep.make_specs(points, out, args)
+    _start_and_pause(paused)
+    summary = backends.read_summary(paused.run_dir)
+    assert summary is not None and summary["stopped"] and summary["steps_done"] < 60
+    assert backends.run_state(paused.run_dir) == "interrupted"
+    Path(stale.run_dir).mkdir(parents=True)  # died before its first checkpoint
+    assert backends.run_state(stale.run_dir) == "stale"
+
+    results = backends.LocalBackend(workers=2, threads=1).run([paused, stale],
+                                                              log_dir=str(out / "logs"),
+                                                              progress=None)
+    assert [r.action for r in results] == ["resumed", "started"]
+    assert all(r.ok for r in results)
+    assert "--resume" in results[0].command and "--resume" not in results[1].command
+    for spec in (paused, stale):
+        assert backends.is_finished(spec.run_dir)
+        assert (_metrics_steps(spec.run_dir) == np.arange(60)).all()  # no gap, no duplicate
+    assert (out / "track-C_seed-4.stale-1").is_dir()  # moved aside, never deleted
+    rec = report.load_run(paused.run_dir)
+    assert rec is not None and rec.final_step == 60 and rec.has_evals
+
+
+@pytest.mark.ray
+def test_ray_backend_runs_the_same_runs_and_aggregates(tmp_path):
+    ray = pytest.importorskip("ray")
+    out = tmp_path / "sweep"
+    points = grid.expand({"track": ["A", "C"], "seed": ["5"]})
+    specs = sweep.make_specs(points, out, TINY)
+    backend = backends.RayBackend(threads=1, num_cpus=2)
+    try:
+        results = backend.run(specs, log_dir=str(out / "logs"), progress=None)
+        assert [r.action for r in results] == ["started", "started"]
+        assert all(r.ok for r in results)
+        # Finished runs are skipped by the Ray tasks too.
+        again = backend.run(specs, progress=None)
+        assert [r.action for r in again] == ["skipped", "skipped"]
+    finally:
+        backend.shutdown()
+    assert not ray.is_initialized()
+    recs = [report.load_run(s.run_dir, p.params) for p, s in zip(points, specs, strict=True)]
+    rows = report.group_table(recs, ["track"])
+    assert [(r["track"], r["runs"], r["finished"]) for r in rows] == [("A", 1, 1), ("C", 1, 1)]
+    assert all(np.isfinite(r["peak"].mean) for r in rows)
