@@ -72,9 +72,13 @@ def build_parts(cfg: AgentConfig, device: torch.device | str = "cpu") -> Parts:
 
 
 def build_optimizer(cfg: AgentConfig, nets: Networks) -> torch.optim.Optimizer:
-    """AdamW, one parameter group (lr is set per step by the schedule)."""
+    """AdamW, one parameter group (lr is set per step by the schedule).
+
+    The fused kernel (CPU and CUDA) keeps its step counters on the device: no per-parameter
+    ``.item()`` and one kernel for all parameters.
+    """
     return torch.optim.AdamW(nets.trainable(), lr=cfg.lr, weight_decay=cfg.weight_decay,
-                             foreach=True)
+                             fused=True)
 
 
 def count_parameters(nets: Networks) -> dict[str, int]:

@@ -3,8 +3,9 @@
     pytest benchmarks --benchmark-only --benchmark-json bench.json
     python -m benchmarks.make_table bench.json            # or: python benchmarks/make_table.py
 
-Columns: what was measured, track, source, device, precision, threads, steps/s and the ratio to
-the paper-faithful reference step of the same run. Several JSON files (e.g. one CPU run and one
+Columns: what was measured, track, source, device, precision, threads, batch, steps/s, the ratio
+to the paper-faithful reference step of the same run and, for the loop, its share of the
+learner-only rate. Several JSON files (e.g. one CPU run and one
 GPU run) give one table. Rows without a ratio (env, reference D/E) show a dash.
 """
 
@@ -58,6 +59,7 @@ def rows(data: dict) -> list[dict]:
             "rate": _rate(b),
             "unit": info.get("unit", "steps/s"),
             "ratio": None if ratio is None else float(ratio),
+            "ratio_learner": info.get("ratio_to_learner"),
             "ref_track": info.get("reference_track", ""),
             "name": b.get("name", ""),
         })
@@ -74,8 +76,8 @@ def _fmt_rate(rate: float | None) -> str:
 
 def table(all_rows: list[dict]) -> str:
     head = ("| measured | track | source | device | precision | threads | batch | rate "
-            "| x reference |")
-    lines = [head, "|---|---|---|---|---|---|---|--:|--:|"]
+            "| x reference | x learner-only |")
+    lines = [head, "|---|---|---|---|---|---|---|--:|--:|--:|"]
     for r in all_rows:
         ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
         if r["ratio"] is not None and r["ref_track"] and r["ref_track"] != r["track"]:
@@ -83,8 +85,10 @@ def table(all_rows: list[dict]) -> str:
         rate = _fmt_rate(r["rate"])
         if r["unit"] != "steps/s":
             rate += f" {r['unit']}"
+        vs_learner = "-" if r["ratio_learner"] is None else f"{100 * r['ratio_learner']:.0f}%"
         lines.append(f"| {r['what']} | {r['track']} | {r['source']} | {r['device']} "
-                     f"| {r['precision']} | {r['threads']} | {r['batch']} | {rate} | {ratio} |")
+                     f"| {r['precision']} | {r['threads']} | {r['batch']} | {rate} | {ratio} "
+                     f"| {vs_learner} |")
     return "\n".join(lines)
 
 
@@ -99,9 +103,12 @@ def caption(data_list: list[dict]) -> str:
         dirty = " (dirty)" if ci.get("dirty") else ""
         parts.append(f"{when} on {mi.get('node', '?')} ({cpu}), python {mi.get('python_version', '?')},"
                      f" commit {commit or '?'}{dirty}")
-    return ("Rates are steps/s (median of timed rounds, warmup excluded); `x reference` is the ratio "
-            "to the paper-faithful reference step measured in the same run. Measured "
-            + "; ".join(parts) + ".")
+    infos = [b.get("extra_info", {}) for d in data_list for b in d.get("benchmarks", [])]
+    stats = sorted({str(i.get("stat", "median")) for i in infos})
+    timers = sorted({str(i.get("timer", "time.perf_counter")) for i in infos})
+    return (f"Rates are steps/s ({'/'.join(stats)} of timed rounds, warmup excluded, timer "
+            f"{'/'.join(timers)}); `x reference` is the ratio to the paper-faithful reference step "
+            "measured in the same run. Measured " + "; ".join(parts) + ".")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,7 +36,7 @@ from runners.common.runconfig import (
     load_run_config,
 )
 from runners.common.runs import RunPaths, StopRequest, existing_run_dir, new_run_dir
-from runners.common.summary import build_summary, format_table, write_summary
+from runners.common.summary import build_summary, curve_report, format_table, write_summary
 
 PROG = "train_online"
 

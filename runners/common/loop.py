@@ -389,13 +389,16 @@ class OnlineLoop:
         world = st.get("world", st) if isinstance(st, dict) else None
         return world if isinstance(world, dict) else None
 
-    def evaluate(self, ns: tuple[int, ...] | None = None, *, record: bool = True) -> EvalRecord:
-        """D_shift^n for n in ``ns`` (default: eval_ns), D_base, sigma_embed; recorded in zarr."""
+    def adaptation(self, ns: tuple[int, ...]) -> list[Any]:
+        """``agent.adaptation_curve`` on the run's evaluation splits (weights and memory untouched)."""
         from agent import adaptation_curve
 
-        ns = tuple(ns or self.cfg.eval_ns)
-        results = adaptation_curve(self.learner, self.eval_data, ns=ns)
-        rec = EvalRecord.from_results(self.step_count, list(results), list(self.cfg.agent.horizons))
+        return list(adaptation_curve(self.learner, self.eval_data, ns=tuple(sorted(set(ns)))))
+
+    def evaluate(self, ns: tuple[int, ...] | None = None, *, record: bool = True) -> EvalRecord:
+        """D_shift^n for n in ``ns`` (default: eval_ns), D_base, sigma_embed; recorded in zarr."""
+        results = self.adaptation(tuple(ns or self.cfg.eval_ns))
+        rec = EvalRecord.from_results(self.step_count, results, list(self.cfg.agent.horizons))
         if record:
             self.recorder.append_eval(
                 rec.step, rec.ns, rec.d_shift, rec.d_shift_per_h, rec.d_base, rec.d_base_per_h,

@@ -156,3 +156,37 @@ def test_bf16_runs_and_stays_close(frames: np.ndarray) -> None:
     m16 = Learner(cfg.replace(precision="bf16")).update(batch)
     assert all(p.dtype == torch.float32 for p in Learner(cfg).nets.parameters())
     torch.testing.assert_close(m16.loss_total, m32.loss_total, rtol=0.05, atol=0.01)
+
+
+def test_one_valid_or_identical_samples_give_finite_gradients(frames: np.ndarray) -> None:
+    cfg = AgentConfig.from_preset("tiny", track="C")
+    learner = Learner(cfg)
+    batch = DatasetSource(frames, cfg, seed=0).next()
+    one = torch.zeros(cfg.batch_size, dtype=torch.bool)
+    one[2] = True
+    learner.update(Batch(batch.frames, one, batch.world))
+    same = batch.frames[:1].expand_as(batch.frames).clone()  # zero variance across the batch
+    m = learner.update(Batch(same, torch.ones_like(one), batch.world))
+    assert math.isfinite(m.loss_total.item())
+    assert all(torch.isfinite(p).all() for p in learner.nets.parameters())
+
+
+@pytest.mark.parametrize("track", ["A", "C"])
+def test_update_never_reads_a_tensor_on_the_host(track: str, frames: np.ndarray,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """No .item()/bool()/float()/tolist() anywhere in update: on a GPU each would be a sync."""
+    cfg = AgentConfig.from_preset("tiny", track=track, detector_warmup=0)
+    learner = Learner(cfg)
+    src = DatasetSource(frames, cfg, seed=0)
+    batches = [src.next() for _ in range(3)]
+    learner.update(batches[0])  # optimizer state is created on the first step
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("host read of a tensor inside update()")
+
+    for name in ("item", "__bool__", "__float__", "__int__", "__index__", "tolist", "numpy"):
+        monkeypatch.setattr(torch.Tensor, name, forbidden)
+    for b in batches[1:]:
+        learner.update(b)
+    monkeypatch.undo()
+    assert learner.step == 3

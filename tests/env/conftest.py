@@ -14,7 +14,7 @@ def digits() -> env.Digits:
     return env.load_digits()
 
 
-def paste_reference(sprites: np.ndarray, positions: np.ndarray) -> np.ndarray:
+def _paste_reference(sprites: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """Slow, obviously correct renderer: (D, 28, 28) sprites at (D, 2) positions -> (1, 64, 64)."""
     canvas = np.zeros((64, 64), dtype=np.uint8)
     for sprite, (x, y) in zip(sprites, positions, strict=True):
@@ -22,3 +22,9 @@ def paste_reference(sprites: np.ndarray, positions: np.ndarray) -> np.ndarray:
         region = canvas[yi : yi + 28, xi : xi + 28]
         canvas[yi : yi + 28, xi : xi + 28] = np.maximum(region, sprite)
     return canvas[None]
+
+
+@pytest.fixture
+def paste_reference():
+    """The slow reference renderer, as a fixture (tests/ is not an importable package)."""
+    return _paste_reference

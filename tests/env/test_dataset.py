@@ -81,7 +81,7 @@ def test_store_layout_and_attributes(small_store, digits):
     assert attrs["digits"]["sha256"] == digits.sha256 and attrs["generator_version"] == 1
     frames = root["base/train/frames"]
     assert frames.shape == (16, 21, 1, 64, 64) and frames.dtype == np.uint8
-    assert frames.chunks == (1, 21, 1, 64, 64)
+    assert frames.chunks == (16, 21, 1, 64, 64)
     assert root["shift/test/positions"].shape == (1, 21, 2, 2)
     assert root["shift/test"].attrs["gravity"] == 0.5
     json.dumps(attrs)  # plain JSON

@@ -9,7 +9,6 @@ from gymnasium.utils.env_checker import check_env
 
 import env
 from env import MovingMNISTEnv
-from tests.env.conftest import paste_reference
 
 
 def _episode(e: gym.Env, seed: int | None, steps: int) -> tuple[np.ndarray, list[dict]]:
@@ -53,7 +52,7 @@ def test_same_seed_same_episode():
     assert not np.array_equal(a, c)
 
 
-def test_frame_is_max_of_pasted_sprites():
+def test_frame_is_max_of_pasted_sprites(paste_reference):
     e = MovingMNISTEnv(n_digits=3, gravity=0.7, gravity_direction=30.0)
     frames, infos = _episode(e, 11, 60)
     sprites = e.sprites

@@ -9,7 +9,6 @@ from gymnasium.vector import AutoresetMode
 
 import env
 from env import MovingMNISTEnv, MovingMNISTVectorEnv
-from tests.env.conftest import paste_reference
 
 
 def _run_vector(v: MovingMNISTVectorEnv, steps: int) -> list[tuple]:
@@ -86,7 +85,7 @@ def test_vector_equals_single_envs_including_autoreset():
     assert saw_autoreset_step >= 2 * n
 
 
-def test_vector_frames_are_max_of_pasted_sprites():
+def test_vector_frames_are_max_of_pasted_sprites(paste_reference):
     v = MovingMNISTVectorEnv(8, n_digits=3, max_episode_steps=5)
     v.reset(seed=0)
     for _ in range(12):

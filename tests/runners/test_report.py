@@ -158,3 +158,34 @@ def test_effective_rank_and_attention_summaries():
                               "per_entry_vs_uniform": 1.0}
     assert a["by_age_rank"] == [1.0, 0.0, 0.0, 0.0]
     assert a["entropy_norm"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_reproduce_end_to_end_on_a_tiny_run_then_regenerates_without_rerunning(tmp_path, capsys):
+    out = tmp_path / "repro"
+    argv = ["--out", str(out), "--preset", "tiny", "--steps", "20", "--seeds", "1",
+            "--tracks", "C", "--dataset-sizes", "40", "40", "--eval-every", "10",
+            "--workers", "1", "--set", "final_ns=0,10,50"]
+    assert reproduce.main(argv) == 0
+    run = out / "runs" / "tiny-20" / "track-C_seed-1"
+    assert (out / "data" / "paper.zarr").is_dir()  # generated because --data was not given
+    cfg = json.loads((run / "config.json").read_text())
+    assert (cfg["source"], cfg["switches"], cfg["steps"]) == ("dataset", [], 20)
+    assert (run / "checkpoints" / "best.pt").is_file()
+    md = (out / "report.md").read_text()
+    assert "| C | 1 |" in md and "needs B and C" in md
+    # The deferred analyses ran on the real checkpoints (best and latest).
+    cached = json.loads((out / "analysis" / "tiny-20" / "track-C_seed-1.json").read_text())
+    for phase in ("peak", "final"):
+        assert 1.0 <= cached[phase]["erank_latent"] <= cfg["agent"]["latent_dim"]
+        att = cached[phase]["attention"]
+        assert att["shift_entries"] > 0 and 0.0 <= att["shift_mass"] <= 1.0 + 1e-6
+    assert [p["n"] for p in cached["peak"]["adaptation_curve"]] == list(analysis.ADAPT_NS)
+    for fig in ("svd_spectra.png", "attention_by_age.png", "adaptation_curve.png"):
+        assert (out / "figures" / fig).stat().st_size > 5000
+    capsys.readouterr()
+    # Again: the finished run is skipped, the analyses come from the cache, same report.
+    stamp = (run / "summary.json").stat().st_mtime_ns
+    assert reproduce.main(argv) == 0
+    assert "skipped track-C_seed-1: already finished" in capsys.readouterr().out
+    assert (run / "summary.json").stat().st_mtime_ns == stamp
+    assert (out / "report.md").read_text() == md

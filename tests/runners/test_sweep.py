@@ -18,8 +18,11 @@ from runners.common import backends, grid, report
 from runners.common.cli import CliError
 
 REPO = Path(__file__).resolve().parents[2]
+# Small evaluation sets keep each tiny run to a few seconds (most of it is imports and figures).
+FAST_EVAL = ["--set", "eval_shift_train=32", "eval_shift_test=16", "eval_base_test=16",
+             "final_ns=0,50"]
 TINY = ["--preset", "tiny", "--steps", "20", "--no-switch", "--eval-every", "10",
-        "--checkpoint-every", "10", "--device", "cpu"]
+        "--checkpoint-every", "10", "--device", "cpu", *FAST_EVAL]
 
 
 # -- grid expansion --------------------------------------------------------------------------
@@ -165,31 +168,37 @@ def _start_and_pause(spec: backends.RunSpec) -> None:
     assert proc.wait(timeout=120) == 0
 
 
-def test_interrupted_run_is_resumed_without_gap_and_stale_folder_moved_aside(tmp_path):
+def test_interrupted_run_is_resumed_without_gap(tmp_path):
     out = tmp_path / "sweep"
     args = ["--preset", "tiny", "--steps", "60", "--no-switch", "--eval-every", "20",
-            "--checkpoint-every", "20", "--device", "cpu"]
-    points = grid.expand({"track": ["C"], "seed": ["3", "4"]})
-    paused, stale = sweep.make_specs(points, out, args)
+            "--checkpoint-every", "20", "--device", "cpu", *FAST_EVAL]
+    (paused,) = sweep.make_specs(grid.expand({"track": ["C"], "seed": ["3"]}), out, args)
     _start_and_pause(paused)
     summary = backends.read_summary(paused.run_dir)
     assert summary is not None and summary["stopped"] and summary["steps_done"] < 60
     assert backends.run_state(paused.run_dir) == "interrupted"
-    Path(stale.run_dir).mkdir(parents=True)  # died before its first checkpoint
-    assert backends.run_state(stale.run_dir) == "stale"
 
-    results = backends.LocalBackend(workers=2, threads=1).run([paused, stale],
-                                                              log_dir=str(out / "logs"),
-                                                              progress=None)
-    assert [r.action for r in results] == ["resumed", "started"]
-    assert all(r.ok for r in results)
-    assert "--resume" in results[0].command and "--resume" not in results[1].command
-    for spec in (paused, stale):
-        assert backends.is_finished(spec.run_dir)
-        assert (_metrics_steps(spec.run_dir) == np.arange(60)).all()  # no gap, no duplicate
-    assert (out / "track-C_seed-4.stale-1").is_dir()  # moved aside, never deleted
+    (res,) = backends.LocalBackend(workers=1, threads=1).run(
+        [paused], log_dir=str(out / "logs"), progress=None)
+    assert res.action == "resumed" and res.ok
+    assert res.command[-2:] == ["--resume", paused.run_dir]
+    assert backends.is_finished(paused.run_dir)
+    assert (_metrics_steps(paused.run_dir) == np.arange(60)).all()  # no gap, no duplicate
     rec = report.load_run(paused.run_dir)
     assert rec is not None and rec.final_step == 60 and rec.has_evals
+
+
+def test_stale_folder_is_moved_aside_never_deleted(tmp_path):
+    stale = tmp_path / "track-C_seed-4"
+    stale.mkdir()
+    (stale / "notes.txt").write_text("keep me")
+    (tmp_path / "track-C_seed-4.stale-1").mkdir()  # an earlier one: the next free k is used
+    spec = backends.RunSpec(stale.name, str(stale), (), module="no_such_module_xyz")
+    (res,) = backends.LocalBackend(workers=1).run([spec], log_dir=str(tmp_path / "logs"),
+                                                  progress=None)
+    assert res.action == "started" and res.returncode != 0 and not res.ok
+    assert (tmp_path / "track-C_seed-4.stale-2" / "notes.txt").read_text() == "keep me"
+    assert "No module named no_such_module_xyz" in Path(res.log).read_text()
 
 
 @pytest.mark.ray

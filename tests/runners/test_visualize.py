@@ -104,3 +104,108 @@ def chart_pixels(path: Path, rect: pygame.Rect) -> np.ndarray:
 
 def count_color(img: np.ndarray, color: tuple[int, int, int]) -> int:
     return int(np.all(img == np.array(color), axis=-1).sum())
+
+
+# -- the command line on the real OnlineLoop (tiny preset) -----------------------------------
+
+SMALL_EVAL = ["--set", "eval_shift_train=16", "eval_shift_test=8", "eval_base_test=8"]
+
+
+def test_cli_switch_screenshot_and_video(tmp_path: Path) -> None:
+    from runners import visualize
+
+    shot, video = tmp_path / "final.png", tmp_path / "video"
+    argv = [
+        "--headless",
+        "--tracks",
+        "A",
+        "C",
+        "--steps",
+        "40",
+        "--switch",
+        "20:0.5",
+        "--draw-every",
+        "5",
+        "--window",
+        "40",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "s",
+        "--screenshot",
+        str(shot),
+        "--video",
+        str(video),
+        *SMALL_EVAL,
+    ]
+    session = visualize.setup(argv, log=lambda _: None)
+    session.run()
+    app = session.app
+    assert app.step == 40 and app.switches == [(20, 0.5)]
+    img = pygame.surfarray.array3d(pygame.image.load(str(shot)))
+    assert img.std() > 10  # not blank
+    frames = sorted(video.glob("*.png"))
+    rect = app.screen.chart_rect
+    before = chart_pixels(frames[2], rect)  # step 15
+    after = chart_pixels(frames[-1], rect)  # step 40
+    assert not np.array_equal(before, after)
+    assert count_color(before, SWITCH) == 0 and count_color(after, SWITCH) > 50
+    # the tracks saw the same stream: identical frame windows in both loops
+    a, c = session.loops
+    assert np.array_equal(a.source.frames, c.source.frames)
+    pygame.display.quit()
+
+
+def test_cli_keys_quit_and_resume(tmp_path: Path) -> None:
+    import zarr
+
+    from runners import visualize
+
+    argv = [
+        "--headless",
+        "--tracks",
+        "C",
+        "--steps",
+        "200",
+        "--draw-every",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "k",
+        *SMALL_EVAL,
+    ]
+    session = visualize.setup(argv, log=lambda _: None)
+    session.app.cfg.on_checkpoint = session.save_state
+    app = session.app
+    for _ in range(6):
+        app.advance()
+    post_key(pygame.K_g)
+    post_key(pygame.K_SPACE)
+    app.pump()
+    assert app.gravity == pytest.approx(0.5) and app.paused
+    loop = session.loops[0]
+    assert loop.gravity == pytest.approx(0.5) and loop.learner.weights_frozen  # memory mode
+    assert int(loop.source.world[0]) == 1  # the new frames are tagged as the shifted world
+    post_key(pygame.K_SPACE)
+    app.pump()
+    assert not app.paused
+    for _ in range(4):
+        app.advance()
+    post_key(pygame.K_q)
+    app.run()  # Q: stops at once, checkpointed
+    assert app.quit and app.step == 10
+    root = tmp_path / "k"
+    assert (root / "C" / "checkpoints" / "latest.pt").exists()
+    pygame.display.quit()
+
+    again = visualize.setup(
+        ["--headless", "--resume", str(root), "--steps", "14", "--draw-every", "2"],
+        log=lambda _: None,
+    )
+    assert again.app.step == 10 and again.app.gravity == pytest.approx(0.5)
+    assert again.app.switches == [(6, 0.5)]
+    again.run()
+    steps = zarr.open_group(str(root / "C" / "run.zarr"))["metrics/step"][:]
+    assert steps.tolist() == list(range(14))  # no gap, no duplicate
+    pygame.display.quit()

@@ -21,7 +21,7 @@ Keys (also posted through pygame's event queue in the tests):
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -78,17 +78,22 @@ class AppConfig:
     """How the app runs; ``runners/visualize.py`` fills it from the command line."""
 
     fps: float = 25.0  # redraws per second (wall clock) when draw_every is None
+    draw_budget: float = 0.1  # at most this share of wall time goes to drawing (lowers the fps)
     draw_every: int | None = None  # redraw every N steps instead (reproducible video)
     draw: bool = True  # False: no redraws while running (benchmarks); the final frame still is
     max_steps: int | None = None  # stop after this learner step (absolute), None: until Q
+    hold_at_end: bool = False  # at max_steps keep the window open (until Q) instead of returning
     mode: str = "memory"  # after the first switch: memory (freeze weights) | continual
     base_gravity: float = 0.0
     shift_gravity: float = 0.5  # what G switches to
     schedule: list[tuple[int, float]] = field(default_factory=list)  # scripted (step, gravity)
     window: int = 600  # steps visible in the strip charts
+    rolling: int = 100  # steps in the rolling stream error
     screenshot: Path | None = None  # write the final frame here
     video_dir: Path | None = None  # write every redraw as NNNNNN.png here
     shots_dir: Path = Path(".")  # where S puts screenshots
+    should_stop: Callable[[], bool] | None = None  # e.g. Ctrl-C / SIGTERM seen by a StopRequest
+    on_checkpoint: Callable[[App], None] | None = None  # after every track is checkpointed
 
 
 class App:
@@ -103,7 +108,7 @@ class App:
         self.cfg = cfg
         self.surface = surface
         self.screen = Screen(surface)
-        self.histories = {d.name: History(cfg.window) for d in self.drivers}
+        self.histories = {d.name: History(cfg.window, cfg.rolling) for d in self.drivers}
         g, direction = self.drivers[0].physics()
         self.gravity, self.direction = g, direction
         self.shift_gravity = cfg.shift_gravity
@@ -149,12 +154,21 @@ class App:
                         d.set_frozen(True)
         self.message = why or f"g {gravity:.2f} @ {direction:.0f} deg"
 
-    def _observe_physics(self) -> None:
-        """Notice a switch made inside the loop (its own schedule) and mark it."""
+    def _observe_physics(self, step: int) -> None:
+        """Notice a switch the loop made itself (its scripted schedule) before ``step``."""
         g, direction = self.drivers[0].physics()
         if abs(g - self.gravity) > 1e-12:
-            self.switches.append((self.step, g))
+            self.switches.append((step, g))
         self.gravity, self.direction = g, direction
+
+    def restore_world(
+        self, gravity: float, direction: float, switches: list[tuple[int, float]]
+    ) -> None:
+        """Put back the world of a resumed session (interactive switches are not in a config)."""
+        for d in self.drivers:
+            d.set_physics(gravity, direction)
+        self.gravity, self.direction = gravity, direction
+        self.switches = list(switches)
 
     # ----------------------------------------------------------------- keys
     def handle(self, event: pygame.event.Event) -> None:
@@ -210,9 +224,10 @@ class App:
         while self._schedule and self._schedule[0][0] <= self.step:
             at, g = self._schedule.pop(0)
             self.set_physics(g, self.direction, f"scripted switch @ {at}: g {g:.2f}")
+        s = self.step
         for d in self.drivers:
             d.step()
-        self._observe_physics()
+        self._observe_physics(s)
 
     def _collect(self) -> None:
         for d in self.drivers:
@@ -291,11 +306,15 @@ class App:
         period = 1.0 / max(self.cfg.fps, 1e-3)
         next_draw = time.perf_counter()
         try:
-            while not self.quit and not self.done:
+            while not self.quit:
                 self.pump()
-                if self.quit:
+                if self.cfg.should_stop is not None and self.cfg.should_stop():
+                    self.quit = True
+                if self.quit or (self.done and not self.cfg.hold_at_end):
                     break
-                if self.paused:
+                if self.done:
+                    self.message = f"run complete at step {self.step}: Q quits"
+                if self.paused or self.done:
                     self.redraw()
                     time.sleep(period)
                     next_draw = time.perf_counter() + period
@@ -311,8 +330,14 @@ class App:
                     elif time.perf_counter() >= next_draw:
                         break
                 if self.cfg.draw and not self.done:
+                    t0 = time.perf_counter()
                     self.redraw()
-                next_draw = max(next_draw + period, time.perf_counter())
+                    # a steady rate, but drawing never takes more than draw_budget of the time
+                    spent = time.perf_counter() - t0
+                    wait = max(period, spent / max(self.cfg.draw_budget, 1e-3))
+                    next_draw = max(next_draw + period, t0 + wait)
+                else:
+                    next_draw = max(next_draw + period, time.perf_counter())
         finally:
             self.finish()
 
@@ -324,3 +349,5 @@ class App:
         for d in self.drivers:
             d.checkpoint()
             d.close()
+        if self.cfg.on_checkpoint is not None:
+            self.cfg.on_checkpoint(self)

@@ -102,6 +102,7 @@ class Chart:
     y_range: tuple[float, float] | None = None  # None: fit the visible data
     y_floor: float | None = None  # fitted range never goes below / above these
     y_ceil: float | None = None
+    y_cap: float | None = None  # the fitted top never exceeds this (higher values are clipped)
     ref_lines: list[tuple[float, Color]] = field(default_factory=list)  # horizontal
     events: list[tuple[float, Color]] = field(default_factory=list)  # vertical lines at steps
     ticks: np.ndarray | None = None  # steps of boundary events, drawn at the chart's bottom
@@ -122,6 +123,8 @@ def _fit_range(chart: Chart) -> tuple[float, float]:
         lo = min(lo, chart.y_floor)
     if chart.y_ceil is not None:
         hi = max(hi, chart.y_ceil)
+    if chart.y_cap is not None:
+        hi = min(hi, chart.y_cap)
     if hi - lo < 1e-9:
         lo, hi = lo - 0.5, hi + 0.5
     pad = 0.08 * (hi - lo)

@@ -32,8 +32,9 @@ SHOWN_STREAMS = 4
 class LoopDriver:
     """One track's ``OnlineLoop`` seen through the ``app.TrackDriver`` interface."""
 
-    def __init__(self, loop: Any) -> None:
+    def __init__(self, loop: Any, records: bool = True) -> None:
         self.loop = loop
+        self.records = records  # R records frames in this track's run (one is enough)
         self.learner = loop.learner
         self.cfg = loop.cfg
         self.name = str(self.cfg.track)
@@ -145,7 +146,7 @@ class LoopDriver:
 
     def set_recording(self, on: bool) -> bool:
         """Keep every ``record_every``-th frame batch in this run's zarr (the loop's recorder)."""
-        if self.loop.vec_env is None:
+        if self.loop.vec_env is None or not self.records:
             return False
         self.cfg.record_frames = self._record_every if on else 0
         return on

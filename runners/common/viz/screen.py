@@ -45,6 +45,8 @@ LEFT_W = 292
 GAP = 8
 #: steps during which the "physics just switched" marker stays on
 SWITCH_MARK_STEPS = 150
+#: the error charts' top: above 2x "no change" the value does not matter, the shape below does
+ERROR_CAP = 2.0
 KEYS_HELP = (
     "G gravity on/off   Up/Down strength   Left/Right direction   F freeze/unfreeze weights   "
     "Space pause   S screenshot   R record frames   Q quit (checkpoint)"
@@ -160,6 +162,7 @@ class Screen:
             series,
             x_range,
             y_floor=0.0,
+            y_cap=ERROR_CAP,
             ref_lines=[(1.0, draw.GRID)],
             events=self._events(snap),
         )
@@ -239,6 +242,7 @@ class Screen:
                 x_range,
                 y_floor=0.0,
                 y_ceil=1.1,
+                y_cap=ERROR_CAP,
                 ref_lines=[(1.0, draw.GRID)],
                 events=events,
                 value_text=f"{h.last(ROLLING_ERROR):.3f}",

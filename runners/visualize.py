@@ -1,0 +1,362 @@
+"""Live pygame visualization of shift adaptation: ``python -m runners.visualize``.
+
+Watch the mechanism: the world's gravity switches (scripted, or with the G key), surprisal
+spikes, the boundary detector fires, the buffer fills with the new world's transitions and the
+predictor's stream error comes down, or does not, for several tracks side by side on the same
+stream. Each track is one ``OnlineLoop`` (the loop of ``train_online``) with the same seed, so
+all tracks see identical frames; the app steps them in lockstep and redraws at a steady rate.
+
+    python -m runners.visualize                                  # tracks A and C, from scratch
+    python -m runners.visualize --tracks A B C --switch 1500:0.5
+    python -m runners.visualize --from runs/<a-run> --tracks C   # start from its best.pt
+    python -m runners.visualize --headless --steps 400 --switch 200:0.5 --screenshot out.png
+    python -m runners.visualize --resume runs/<session>          # continue a session
+
+A session folder ``<out>/<name>/`` holds ``viz.json`` (the options and the world's state at the
+last checkpoint), ``screenshots/`` and one ``train_online`` run folder per track (``A/``, ``C/``,
+... with config.json, run.zarr and checkpoints). See docs/visualize.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runners.common.cli import CliError, run_main
+from runners.common.runconfig import DEFAULT_SHIFT_GRAVITY, PRESETS, TRACKS
+
+PROG = "visualize"
+SESSION_FILE = "viz.json"
+DEFAULT_STEPS = 3000
+DEFAULT_TRACKS = ("A", "C")
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog=f"python -m runners.{PROG}",
+        description="Live view of EPM-JEPA tracks adapting to gravity switches "
+        "(keys: G gravity, Up/Down strength, Left/Right direction, F freeze, Space pause, "
+        "S screenshot, R record, Q quit).",
+    )
+    p.add_argument("--tracks", nargs="+", choices=TRACKS, help="tracks side by side (default A C)")
+    p.add_argument("--seed", type=int, default=None, help="seed of agents and stream (default 0)")
+    p.add_argument("--preset", choices=PRESETS, help="agent preset (default tiny)")
+    p.add_argument("--steps", type=int, help=f"learner steps of the run (default {DEFAULT_STEPS})")
+    p.add_argument(
+        "--switch",
+        action="append",
+        metavar="STEP:GRAVITY",
+        help="scripted gravity switch before STEP, repeatable (as in train_online)",
+    )
+    p.add_argument(
+        "--after-switch",
+        choices=("memory", "continual"),
+        help="memory: freeze weights at the first switch (default); continual: keep learning",
+    )
+    p.add_argument(
+        "--shift-gravity", type=float, help="gravity the G key switches to (default 0.5)"
+    )
+    p.add_argument(
+        "--from",
+        dest="from_runs",
+        action="append",
+        metavar="RUN_DIR",
+        help="start a track from this run's best checkpoint (repeatable; its track is used)",
+    )
+    p.add_argument(
+        "--fresh-memory", action="store_true", help="with --from: empty buffer, fresh detector"
+    )
+    p.add_argument("--resume", metavar="SESSION_DIR", help="continue a visualizer session")
+    p.add_argument("--out", default=None, help="parent folder of sessions (default runs/)")
+    p.add_argument("--name", help="session folder name (default <time>-viz-<tracks>-s<seed>)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="default auto")
+    p.add_argument(
+        "--set", action="append", nargs="+", metavar="FIELD=VALUE", help="config overrides"
+    )
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=None,
+        help="steps between evaluations (default: none "
+        "but at scripted switches and the end; an evaluation pauses the stream)",
+    )
+    p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (default 500)")
+    p.add_argument("--headless", action="store_true", help="no window (SDL_VIDEODRIVER=dummy)")
+    p.add_argument("--fps", type=float, default=25.0, help="redraws per second (default 25)")
+    p.add_argument("--draw-every", type=int, help="redraw every N steps instead of by the clock")
+    p.add_argument("--no-draw", action="store_true", help="draw only the final frame (benchmark)")
+    p.add_argument("--window", type=int, default=600, help="steps shown in the charts (600)")
+    p.add_argument("--screenshot", metavar="PNG", help="write the final frame here")
+    p.add_argument("--video", metavar="DIR", help="write every redraw as DIR/NNNNNN.png")
+    return p.parse_args(argv)
+
+
+# -- configuration ----------------------------------------------------------------------------
+
+
+def track_config(args: argparse.Namespace, track: str, from_dir: Path | None) -> Any:
+    """The ``RunConfig`` of one track: train_online's resolution with the visualizer's defaults."""
+    from runners.common.runconfig import build_config
+
+    steps = args.steps or DEFAULT_STEPS
+    ns = argparse.Namespace(
+        config=str(from_dir / "config.json") if from_dir is not None else None,
+        switch=args.switch,
+        no_switch=not args.switch,  # no scripted switch: the G key makes them
+        set=args.set,
+        track=track,
+        seed=args.seed if args.seed is not None else 0,
+        steps=steps,
+        after_switch=args.after_switch,
+        source="stream",
+        data=None,
+        preset=args.preset,
+        device=args.device,
+        precision=None,
+        eval_every=args.eval_every if args.eval_every else steps + 1,
+        checkpoint_every=args.checkpoint_every,
+        record_frames=0,
+        out=None,
+        name=None,
+    )
+    if from_dir is not None and args.preset is None:
+        ns.preset = None  # the run's own preset (from its config.json)
+    return build_config(ns)
+
+
+def from_dirs(args: argparse.Namespace) -> dict[str, Path]:
+    """--from RUN_DIR -> {track: run folder}; a session folder gives all of its tracks."""
+    out: dict[str, Path] = {}
+    for raw in args.from_runs or []:
+        root = Path(raw)
+        session = root / SESSION_FILE
+        runs = (
+            [root / t for t in json.loads(session.read_text())["tracks"]]
+            if session.exists()
+            else [root]
+        )
+        for run in runs:
+            cfg_path = run / "config.json"
+            if not cfg_path.exists():
+                raise CliError(f"--from {raw}: not a run folder (no config.json in {run})")
+            track = json.loads(cfg_path.read_text()).get("track")
+            if track in out:
+                raise CliError(f"--from: two runs of track {track}")
+            out[str(track)] = run
+    return out
+
+
+def start_from(loop: Any, run_dir: Path, fresh_memory: bool, log: Any) -> None:
+    """Load a run's best (else latest) weights and memory into a fresh loop's learner; the new
+    run counts its own steps from 0 (its LR schedule starts again)."""
+    from agent.checkpoint import CheckpointError, load_checkpoint
+
+    ckpt = run_dir / "checkpoints" / "best.pt"
+    if not ckpt.exists():
+        ckpt = run_dir / "checkpoints" / "latest.pt"
+        if not ckpt.exists():
+            raise CliError(f"--from {run_dir}: no checkpoints/best.pt or latest.pt")
+        log(f"{PROG}: {run_dir} has no best.pt, using latest.pt")
+    try:
+        load_checkpoint(ckpt, learner=loop.learner, map_location=loop.device)
+    except CheckpointError as err:
+        raise CliError(f"--from {run_dir}: {err}") from None
+    learner = loop.learner
+    learner.step = 0
+    learner.unfreeze_weights()
+    if fresh_memory:
+        learner.buffer.clear()
+        learner.detector.reset()
+    log(f"{PROG}: track {learner.cfg.track} starts from {ckpt}")
+
+
+# -- the session ------------------------------------------------------------------------------
+
+
+@dataclass
+class Session:
+    """What ``setup`` built: the app (window, drivers) and the session folder."""
+
+    app: Any
+    root: Path
+    loops: list[Any]
+
+    def run(self) -> None:
+        self.app.run()
+
+    def save_state(self, app: Any) -> None:
+        """Write the world's state next to the runs (read back by --resume)."""
+        path = self.root / SESSION_FILE
+        data = json.loads(path.read_text()) if path.exists() else {}
+        data["world"] = {
+            "gravity": app.gravity,
+            "direction": app.direction,
+            "shift_gravity": app.shift_gravity,
+            "switches": [list(s) for s in app.switches],
+            "step": app.step,
+        }
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        tmp.replace(path)
+
+
+def new_session_dir(args: argparse.Namespace, tracks: Sequence[str]) -> Path:
+    out = Path(args.out or "runs")
+    name = args.name or f"{time.strftime('%Y%m%d-%H%M%S')}-viz-{''.join(tracks)}-s{args.seed or 0}"
+    root = out / name
+    if root.exists():
+        raise CliError(f"session folder {root} already exists: continue it with --resume {root}")
+    root.mkdir(parents=True)
+    return root
+
+
+def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
+    """Parse, build one OnlineLoop per track, open the window (or the dummy one), build the app."""
+    args = parse(argv)
+    if args.headless:
+        os.environ["SDL_VIDEODRIVER"] = "dummy"
+    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+    from runners.common.loop import OnlineLoop, resolve_device
+    from runners.common.runconfig import apply_resume_options, load_run_config
+    from runners.common.runs import RunPaths, existing_run_dir
+    from runners.train_online import set_threads
+
+    world_state: dict[str, Any] = {}
+    starts: dict[str, Path] = {}
+    if args.resume:
+        if args.from_runs or args.tracks:
+            raise CliError("--from and --tracks cannot be used with --resume")
+        root = Path(args.resume)
+        meta_path = root / SESSION_FILE
+        if not meta_path.exists():
+            raise CliError(f"--resume {root}: not a visualizer session (no {SESSION_FILE})")
+        meta = json.loads(meta_path.read_text())
+        tracks = list(meta["tracks"])
+        world_state = meta.get("world", {})
+        shift_gravity = float(world_state.get("shift_gravity", meta.get("shift_gravity", 0.5)))
+        resume_ns = argparse.Namespace(
+            steps=args.steps,
+            device=args.device,
+            eval_every=args.eval_every,
+            checkpoint_every=args.checkpoint_every,
+            switch=None,
+            no_switch=False,
+            config=None,
+            set=None,
+        )
+        configs = []
+        for t in tracks:
+            paths = existing_run_dir(root / t)
+            configs.append((apply_resume_options(load_run_config(paths.root), resume_ns), paths))
+    else:
+        starts = from_dirs(args)
+        tracks = list(args.tracks or (starts.keys() if starts else DEFAULT_TRACKS))
+        if len(set(tracks)) != len(tracks):
+            raise CliError("--tracks: each track at most once")
+        missing = set(starts) - set(tracks)
+        if missing:
+            raise CliError(f"--from gives track {', '.join(sorted(missing))}, not in --tracks")
+        cfgs = [track_config(args, t, starts.get(t)) for t in tracks]
+        first = cfgs[0].switches[0][1] if cfgs[0].switches else DEFAULT_SHIFT_GRAVITY
+        shift_gravity = args.shift_gravity if args.shift_gravity is not None else first
+        set_threads(resolve_device(cfgs[0].device))
+        root = new_session_dir(args, tracks)
+        meta = {"tracks": tracks, "seed": cfgs[0].seed, "shift_gravity": shift_gravity}
+        (root / SESSION_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        configs = []
+        for t, cfg in zip(tracks, cfgs, strict=True):
+            paths = RunPaths(root / t)
+            paths.make()
+            configs.append((cfg, paths))
+    set_threads(resolve_device(configs[0][0].device))
+    loops = []
+    for cfg, paths in configs:
+        loop = OnlineLoop(cfg, paths, resume=bool(args.resume), log=log)
+        if cfg.track in starts:
+            start_from(loop, starts[cfg.track], args.fresh_memory, log)
+        loops.append(loop)
+    return Session(make_app(args, loops, root, shift_gravity, world_state, log), root, loops)
+
+
+def make_app(
+    args: argparse.Namespace,
+    loops: list[Any],
+    root: Path,
+    shift_gravity: float,
+    world_state: dict[str, Any],
+    log: Any,
+) -> Any:
+    import pygame
+
+    from runners.common.viz.app import App, AppConfig
+    from runners.common.viz.drivers import LoopDriver
+    from runners.common.viz.screen import SIZE
+
+    pygame.display.init()
+    pygame.font.init()
+    try:
+        surface = pygame.display.set_mode(SIZE)
+    except pygame.error as err:
+        raise CliError(f"cannot open a window ({err}); use --headless") from None
+    pygame.display.set_caption("EPM-JEPA live: " + " ".join(lp.cfg.track for lp in loops))
+    headless = os.environ.get("SDL_VIDEODRIVER") == "dummy"
+    drivers = [LoopDriver(lp, records=i == 0) for i, lp in enumerate(loops)]
+    cfg0 = loops[0].cfg
+    app_cfg = AppConfig(
+        fps=args.fps,
+        draw_every=args.draw_every,
+        draw=not args.no_draw,
+        max_steps=cfg0.steps,
+        hold_at_end=not headless,
+        mode=cfg0.after_switch,
+        base_gravity=cfg0.base_gravity,
+        shift_gravity=shift_gravity,
+        window=args.window,
+        rolling=cfg0.rolling_window,
+        screenshot=Path(args.screenshot) if args.screenshot else None,
+        video_dir=Path(args.video) if args.video else None,
+        shots_dir=root / "screenshots",
+    )
+    app = App(drivers, app_cfg, surface)
+    if world_state:  # an interactive world outlives the checkpoint: put it back
+        app.restore_world(
+            float(world_state.get("gravity", app.gravity)),
+            float(world_state.get("direction", app.direction)),
+            [(int(s), float(g)) for s, g in world_state.get("switches", [])],
+        )
+    return app
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    session = setup(argv)
+    session.app.cfg.on_checkpoint = session.save_state
+    app = session.app
+    from runners.common.runs import StopRequest
+
+    stop = StopRequest()
+    app.cfg.should_stop = lambda: stop.requested
+    with stop:
+        t0 = time.perf_counter()
+        start = app.step
+        session.run()
+        dt = time.perf_counter() - t0
+    rate = (app.step - start) / max(dt, 1e-9)
+    draw_ms = 1000 * app.draw_time / max(app.draws, 1)
+    print(
+        f"{PROG}: {app.step - start} steps in {dt:.1f} s ({rate:.1f} steps/s), {app.draws} "
+        f"redraws ({draw_ms:.1f} ms each); session {session.root}"
+    )
+    if app.cfg.screenshot is not None:
+        print(f"{PROG}: final frame {app.cfg.screenshot}")
+    print(f"{PROG}: checkpointed; continue with  python -m runners.{PROG} --resume {session.root}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main, f"python -m runners.{PROG}")

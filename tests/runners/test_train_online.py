@@ -1,0 +1,197 @@
+"""Command-line smoke tests of train_online and evaluate (tiny preset, subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import zarr
+
+ROOT = Path(__file__).resolve().parents[2]
+PNG = b"\x89PNG\r\n\x1a\n"
+TINY = ["--preset", "tiny", "--eval-every", "20", "--checkpoint-every", "20",
+        "--set", "eval_shift_train=32", "eval_shift_test=16", "eval_base_test=16"]
+
+
+def cli(module: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MPLBACKEND": "Agg", "TORCH_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", f"runners.{module}", *args], cwd=ROOT, env=env,
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def train(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return cli("train_online", *TINY, "--out", str(out), *args)
+
+
+def metrics(run: Path) -> dict[str, np.ndarray]:
+    g = zarr.open_group(str(run / "run.zarr"), mode="r")["metrics"]
+    names = g.attrs["names"]
+    return {"step": g["step"][:], **{k: g[k][:] for k in names}}
+
+
+def test_switch_resume_evaluate(tmp_path: Path) -> None:
+    """A run with a switch, continued with --resume, equals the same run done in one go."""
+    whole = train(tmp_path, "--steps", "70", "--switch", "30:0.5", "--name", "whole")
+    assert whole.returncode == 0, whole.stderr
+    part = train(tmp_path, "--steps", "40", "--switch", "30:0.5", "--name", "part")
+    assert part.returncode == 0, part.stderr
+    more = cli("train_online", "--resume", str(tmp_path / "part"), "--steps", "70")
+    assert more.returncode == 0, more.stderr
+    assert "resuming at step 40" in more.stdout
+
+    a, b = metrics(tmp_path / "whole"), metrics(tmp_path / "part")
+    np.testing.assert_array_equal(b["step"], np.arange(70))  # one row per step, no gap
+    assert all(len(v) == 70 for v in b.values())
+    for k in a:  # bit-identical metrics: the resume continued exactly
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    # memory mode: after the switch the weights are frozen, the losses stop changing the model
+    assert (b["world/gravity"][:30] == 0).all() and (b["world/gravity"][30:] == 0.5).all()
+
+    run = tmp_path / "part"
+    ev = zarr.open_group(str(run / "run.zarr"), mode="r")["eval"]
+    assert list(ev["step"][:]) == [20, 30, 40, 60, 70]
+    assert ev["d_shift"].shape == (5, len(ev.attrs["ns"]))
+    assert ev["d_shift_per_h"].shape[2] == 3
+    for name in ("latest.pt", "best.pt", "latest.eval.json"):
+        assert (run / "checkpoints" / name).is_file()
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["steps"] == 70 and cfg["switches"] == [[30, 0.5]]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps_done"] == 70 and summary["end_of_base"]["step"] == 30
+    assert [r["n"] for r in summary["adaptation_curve"]] == [0, 10, 25, 50, 100, 256]
+    assert "D_shift^50" in (run / "summary.md").read_text()
+    assert "D_base" in more.stdout and str(run) in more.stdout  # the printed table
+    figures = sorted(p.name for p in (run / "figures").glob("*.png"))
+    for name in ("overview.png", "surprisal.png", "stream_error.png", "d_shift.png",
+                 "sigma_embed.png", "buffer.png", "lora_delta.png"):
+        assert name in figures
+    for p in (run / "figures").glob("*.png"):
+        data = p.read_bytes()
+        assert data.startswith(PNG) and len(data) > 5000, p
+
+    ev_run = cli("evaluate", str(run), "--n", "0", "10")
+    assert ev_run.returncode == 0, ev_run.stderr
+    assert "D_shift" in ev_run.stdout and "sigma_embed" in ev_run.stdout
+    rep = json.loads((run / "checkpoints" / "latest.eval.json").read_text())
+    assert [r["n"] for r in rep["curve"]] == [0, 10] and rep["step"] == 70
+    assert all(len(r["d_shift_per_h"]) == 3 for r in rep["curve"])
+    ev_best = cli("evaluate", str(run / "checkpoints" / "best.pt"), "--n", "0")
+    assert ev_best.returncode == 0, ev_best.stderr
+    assert (run / "checkpoints" / "best.eval.json").is_file()
+
+
+def _start(out: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "MPLBACKEND": "Agg", "TORCH_NUM_THREADS": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "runners.train_online", *TINY, "--out", str(out), *args],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 120) -> None:
+    t0 = time.time()
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() - t0 < timeout, f"{path} did not appear"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("how", ["pause", "sigterm", "sigkill"])
+def test_stop_and_resume_without_gap(tmp_path: Path, how: str) -> None:
+    run = tmp_path / "r"
+    proc = _start(tmp_path, "--steps", "100000", "--switch", "50:0.5", "--name", "r")
+    _wait_for(run / "checkpoints" / "latest.pt", proc)
+    if how == "pause":
+        (run / "PAUSE").touch()
+    elif how == "sigterm":
+        proc.send_signal(signal.SIGTERM)
+    else:
+        proc.kill()
+    out, err = proc.communicate(timeout=120)
+    if how == "sigkill":
+        assert proc.returncode == -signal.SIGKILL
+    else:
+        assert proc.returncode == 0, err
+        assert "stopped by" in out and f"--resume {run}" in out
+        assert "Traceback" not in err
+    ckpt = torch.load(run / "checkpoints" / "latest.pt", weights_only=False)
+    stopped = int(ckpt["extra"]["run_step"])
+    assert 20 <= stopped < 100000
+    target = stopped + 25
+    res = cli("train_online", "--resume", str(run), "--steps", str(target))
+    assert res.returncode == 0, res.stderr
+    assert not (run / "PAUSE").exists()
+    m = metrics(run)
+    np.testing.assert_array_equal(m["step"], np.arange(target))
+    assert all(len(v) == target for v in m.values())
+
+
+def _dataset(path: Path) -> Path:
+    import env
+
+    cfg = env.PaperDatasetConfig(base_sequences=40, shift_sequences=20)
+    return env.write_dataset(path, cfg)
+
+
+def test_dataset_source_and_bad_stores(tmp_path: Path) -> None:
+    store = _dataset(tmp_path / "d.zarr")
+    ok = train(tmp_path, "--source", "dataset", "--data", str(store), "--steps", "30",
+               "--switch", "20:0.5", "--name", "ds")
+    assert ok.returncode == 0, ok.stderr
+    assert len(metrics(tmp_path / "ds")["step"]) == 30
+    import shutil
+
+    shutil.rmtree(store / "shift" / "test")
+    bad = train(tmp_path, "--data", str(store), "--steps", "30", "--name", "x")
+    assert bad.returncode == 2 and "shift/test" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (tmp_path / "x").exists()  # a failed start leaves no run folder
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--data", "/nonexistent/d.zarr"], "no such file"),
+        (["--steps", "50", "--switch", "80:0.5"], "outside the run"),
+        (["--switch", "3000-0.5"], "malformed --switch"),
+        (["--set", "nosuch=3"], "unknown field 'nosuch'"),
+        (["--resume", "/nonexistent/run"], "no such run folder"),
+        (["--config", "/nonexistent/c.json"], "cannot read --config"),
+    ],
+)
+def test_bad_input_exits_with_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    res = train(tmp_path, *args)
+    assert res.returncode == 2
+    assert message in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
+def test_cuda_without_gpu(tmp_path: Path) -> None:
+    res = train(tmp_path, "--device", "cuda", "--steps", "30")
+    assert res.returncode == 2 and "no CUDA GPU" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_existing_run_folder_is_never_overwritten(tmp_path: Path) -> None:
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "keep.txt").write_text("mine")
+    res = train(tmp_path, "--steps", "30", "--name", "taken")
+    assert res.returncode == 2 and "already exists" in res.stderr
+    assert (tmp_path / "taken" / "keep.txt").read_text() == "mine"
+
+
+def test_evaluate_bad_input(tmp_path: Path) -> None:
+    res = cli("evaluate", str(tmp_path / "nothing"))
+    assert res.returncode == 2 and "no such run folder" in res.stderr
+    (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
+    res = cli("evaluate", str(tmp_path / "bad.pt"))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
