@@ -1,9 +1,9 @@
 """The EPM-JEPA learner: config, networks, memory, modulators, update, evaluation, checkpoint.
 
-    from agent import AgentConfig, Learner, DatasetSource
-    cfg = AgentConfig.from_preset("tiny", track="C")
-    learner = Learner(cfg)
-    metrics = learner.update(DatasetSource(frames, cfg).next())
+from agent import AgentConfig, Learner, DatasetSource
+cfg = AgentConfig.from_preset("tiny", track="C")
+learner = Learner(cfg)
+metrics = learner.update(DatasetSource(frames, cfg).next())
 """
 
 from agent.build import Parts, build_parts, count_parameters
@@ -19,7 +19,23 @@ from agent.learner import Learner
 from agent.metrics import StepMetrics, stack
 from agent.sources import Batch, DatasetSource, StreamSource
 
-__all__ = ["AgentConfig", "Batch", "CheckpointError", "DatasetSource", "EvalData", "EvalResult",
-           "Learner", "Parts", "StepMetrics", "StreamSource", "adaptation_curve", "build_parts",
-           "count_parameters", "evaluate", "load_checkpoint", "read_checkpoint_config",
-           "save_checkpoint", "stack"]
+__all__ = [
+    "AgentConfig",
+    "Batch",
+    "CheckpointError",
+    "DatasetSource",
+    "EvalData",
+    "EvalResult",
+    "Learner",
+    "Parts",
+    "StepMetrics",
+    "StreamSource",
+    "adaptation_curve",
+    "build_parts",
+    "count_parameters",
+    "evaluate",
+    "load_checkpoint",
+    "read_checkpoint_config",
+    "save_checkpoint",
+    "stack",
+]

@@ -18,9 +18,15 @@ class Networks(nn.Module):
     """The learner's modules in one state dict. ``experience`` and ``aggregator`` are None for
     tracks whose modulator ignores memory (A)."""
 
-    def __init__(self, encoder: Encoder, target: EMATarget, predictor: Predictor,
-                 modulator: Modulator, experience: ExperienceEncoder | None,
-                 aggregator: AttentionAggregator | None) -> None:
+    def __init__(
+        self,
+        encoder: Encoder,
+        target: EMATarget,
+        predictor: Predictor,
+        modulator: Modulator,
+        experience: ExperienceEncoder | None,
+        aggregator: AttentionAggregator | None,
+    ) -> None:
         super().__init__()
         self.encoder = encoder
         self.target = target
@@ -31,8 +37,9 @@ class Networks(nn.Module):
 
     def trainable(self) -> list[nn.Parameter]:
         """What the optimiser updates (everything but the EMA target and frozen dummies)."""
-        return [p for n, p in self.named_parameters()
-                if p.requires_grad and not n.startswith("target.")]
+        return [
+            p for n, p in self.named_parameters() if p.requires_grad and not n.startswith("target.")
+        ]
 
 
 @dataclass
@@ -77,8 +84,7 @@ def build_optimizer(cfg: AgentConfig, nets: Networks) -> torch.optim.Optimizer:
     The fused kernel (CPU and CUDA) keeps its step counters on the device: no per-parameter
     ``.item()`` and one kernel for all parameters.
     """
-    return torch.optim.AdamW(nets.trainable(), lr=cfg.lr, weight_decay=cfg.weight_decay,
-                             fused=True)
+    return torch.optim.AdamW(nets.trainable(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
 
 
 def count_parameters(nets: Networks) -> dict[str, int]:

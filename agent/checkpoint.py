@@ -28,8 +28,12 @@ class CheckpointError(Exception):
     """A checkpoint that cannot be loaded here (wrong track, newer format, corrupt file)."""
 
 
-def save_checkpoint(path: str | os.PathLike, learner: Learner, source: Any = None,
-                    extra: dict[str, Any] | None = None) -> Path:
+def save_checkpoint(
+    path: str | os.PathLike,
+    learner: Learner,
+    source: Any = None,
+    extra: dict[str, Any] | None = None,
+) -> Path:
     """Write the checkpoint to ``path`` atomically (temp file in the same folder, fsync,
     ``os.replace``): a crash mid-write leaves the previous file intact."""
     path = Path(path)
@@ -38,8 +42,11 @@ def save_checkpoint(path: str | os.PathLike, learner: Learner, source: Any = Non
         "config": learner.cfg.to_dict(),
         "learner": learner.state_dict(),
         "source": source.state_dict() if source is not None else None,
-        "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-                "python": random.getstate()},
+        "rng": {
+            "torch": torch.get_rng_state(),
+            "numpy": np.random.get_state(),
+            "python": random.getstate(),
+        },
         "extra": extra or {},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -63,16 +70,27 @@ def _read(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
     try:
         # Our own files hold numpy RNG states and env state: not weights-only loadable.
         payload = torch.load(path, map_location=map_location, weights_only=False)
-    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, OSError,
-            ValueError, AttributeError, ModuleNotFoundError) as err:
-        raise CheckpointError(f"{path}: corrupt or not a checkpoint ({type(err).__name__}: "
-                              f"{err})") from None
+    except (
+        RuntimeError,
+        EOFError,
+        pickle.UnpicklingError,
+        zipfile.BadZipFile,
+        OSError,
+        ValueError,
+        AttributeError,
+        ModuleNotFoundError,
+    ) as err:
+        raise CheckpointError(
+            f"{path}: corrupt or not a checkpoint ({type(err).__name__}: {err})"
+        ) from None
     if not isinstance(payload, dict) or "format_version" not in payload:
         raise CheckpointError(f"{path}: not an agent checkpoint (no format_version)")
     version = payload["format_version"]
     if version > FORMAT_VERSION:
-        raise CheckpointError(f"{path}: checkpoint format {version} is newer than this code "
-                              f"supports ({FORMAT_VERSION}); update the code")
+        raise CheckpointError(
+            f"{path}: checkpoint format {version} is newer than this code "
+            f"supports ({FORMAT_VERSION}); update the code"
+        )
     return payload
 
 
@@ -81,8 +99,12 @@ def read_checkpoint_config(path: str | os.PathLike) -> AgentConfig:
     return AgentConfig.from_dict(_read(path, map_location="cpu")["config"])
 
 
-def load_checkpoint(path: str | os.PathLike, learner: Learner | None = None,
-                    source: Any = None, map_location: Any = None) -> dict[str, Any]:
+def load_checkpoint(
+    path: str | os.PathLike,
+    learner: Learner | None = None,
+    source: Any = None,
+    map_location: Any = None,
+) -> dict[str, Any]:
     """Restore ``learner``, ``source`` and the global RNGs from ``path``; return the ``extra``.
 
     The learner keeps its own config (so freeze fields may be changed on resume) but must be of
@@ -92,14 +114,18 @@ def load_checkpoint(path: str | os.PathLike, learner: Learner | None = None,
     saved = payload["config"]
     if learner is not None:
         if saved["track"] != learner.cfg.track:
-            raise CheckpointError(f"{path}: checkpoint is track {saved['track']}, the learner "
-                                  f"is track {learner.cfg.track}")
+            raise CheckpointError(
+                f"{path}: checkpoint is track {saved['track']}, the learner "
+                f"is track {learner.cfg.track}"
+            )
         try:
             learner.load_state_dict(payload["learner"])
         except (RuntimeError, ValueError, KeyError) as err:
             diff = [k for k, v in learner.cfg.to_dict().items() if saved.get(k) != v]
-            raise CheckpointError(f"{path}: does not fit this learner (config fields that "
-                                  f"differ: {', '.join(diff) or 'none'}): {err}") from None
+            raise CheckpointError(
+                f"{path}: does not fit this learner (config fields that "
+                f"differ: {', '.join(diff) or 'none'}): {err}"
+            ) from None
     if source is not None:
         if payload["source"] is None:
             raise CheckpointError(f"{path}: holds no source state")

@@ -8,6 +8,11 @@ Calls the paper leaves open (documented in docs/agent.md):
 - Track A has no memory pathway, but its boundary detector still runs (for monitoring) with
   kappa 1.5, the same as Track C, so A's and C's boundary traces are comparable.
 - Tracks D (FiLM) and E (hypernetwork) are untuned: they start from Track C's lr and kappa.
+- ``input_scale`` defaults to 1.0: the encoder sees raw 0..255 pixel values. The paper does not
+  say; with [0, 1] inputs (1/255) the listing's encoder maps all frames to nearly the same latent
+  at init (batch std ~0.01-0.08) and the paper's gamma 0.75 / lambda 0.05 objective collapses at
+  once (D ~0.05, sigma_embed ~0.02), while raw inputs give latents with std ~0.7 at init and
+  D ~0.8, the paper's regime. See docs/agent.md.
 - ``total_steps`` defaults to 10,000 (the paper's 600 s budget was ~10,569 steps; its peak
   D_shift is at step 10,000). Schedules run on steps, never on the wall clock.
 """
@@ -81,6 +86,7 @@ class AgentConfig:
     lora_rank: int = 4  # Track C LoRA rank r
     hyper_dim: int = 4  # Track E: size of the code that mixes the full-rank delta bases
     encoder_channels: tuple[int, ...] = (16, 32, 64, 64)  # the four strided convolutions
+    input_scale: float = 1.0  # encoder input = uint8 frame * input_scale (1.0: raw 0..255)
     precision: str = "fp32"  # "fp32" or "bf16" (torch.autocast; weights stay fp32)
     norm_eps: float = 1e-3  # D metric: samples with ||zbar - z|| below this are excluded
     eval_batch_size: int = 256  # frames-per-chunk bound of evaluation (memory)
@@ -109,9 +115,19 @@ class AgentConfig:
             bad("track", f"unknown track, expected one of {', '.join(TRACKS)}")
         if self.precision not in PRECISIONS:
             bad("precision", f"expected one of {', '.join(PRECISIONS)}")
-        positive_ints = ("latent_dim", "hidden_dim", "total_steps", "buffer_capacity",
-                         "exp_dim", "exp_layers", "exp_heads", "exp_ff_dim", "lora_rank",
-                         "hyper_dim", "eval_batch_size")
+        positive_ints = (
+            "latent_dim",
+            "hidden_dim",
+            "total_steps",
+            "buffer_capacity",
+            "exp_dim",
+            "exp_layers",
+            "exp_heads",
+            "exp_ff_dim",
+            "lora_rank",
+            "hyper_dim",
+            "eval_batch_size",
+        )
         for name in positive_ints:
             if not is_int(getattr(self, name)) or getattr(self, name) < 1:
                 bad(name, "must be a positive integer")
@@ -132,8 +148,11 @@ class AgentConfig:
         if self.exp_dim % self.exp_heads:
             bad("exp_heads", f"must divide exp_dim={self.exp_dim}")
         if self.lora_rank > min(self.latent_dim, self.hidden_dim):
-            bad("lora_rank", f"larger than the layer width min(latent_dim, hidden_dim)="
-                f"{min(self.latent_dim, self.hidden_dim)}")
+            bad(
+                "lora_rank",
+                f"larger than the layer width min(latent_dim, hidden_dim)="
+                f"{min(self.latent_dim, self.hidden_dim)}",
+            )
         if self.hyper_dim > self.exp_dim:
             bad("hyper_dim", f"larger than exp_dim={self.exp_dim}")
 
@@ -161,6 +180,8 @@ class AgentConfig:
             bad("kappa", "must be > 0")
         if not 0 < finite("detector_momentum") < 1:
             bad("detector_momentum", "must be in (0, 1)")
+        if finite("input_scale") <= 0:
+            bad("input_scale", "must be > 0")
         if finite("norm_eps") <= 0:
             bad("norm_eps", "must be > 0")
         for name in ("freeze_buffer_at", "freeze_ema_at", "freeze_weights_at"):
@@ -197,8 +218,9 @@ class AgentConfig:
     def from_preset(cls, preset: str = "paper", track: str = "C", **overrides: Any) -> AgentConfig:
         """A preset ("paper" or "tiny") with the track's defaults (lr, kappa), then overrides."""
         if preset not in PRESETS:
-            raise ValueError(f"preset: unknown preset {preset!r}, expected one of "
-                             f"{', '.join(PRESETS)}")
+            raise ValueError(
+                f"preset: unknown preset {preset!r}, expected one of {', '.join(PRESETS)}"
+            )
         if track not in TRACKS:
             raise ValueError(f"track: unknown track {track!r}, expected one of {', '.join(TRACKS)}")
         values: dict[str, Any] = dict(TINY) if preset == "tiny" else {}

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agent.learner import Learner, frames_to_float
+from agent.learner import Learner
 from agent.memory import ExperienceBuffer
 from agent.metrics import NormErrorSums, norm_error, norm_error_sums, sigma_embed
 
@@ -58,8 +58,7 @@ def _chunks(n: int, size: int) -> list[slice]:
 
 
 @torch.no_grad()
-def _encode_set(learner: Learner, frames: Any, chunk: int
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+def _encode_set(learner: Learner, frames: Any, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
     """z (N, D) online latents of frame 0 and targets (N, K, D) EMA latents at the horizons."""
     cfg, nets = learner.cfg, learner.nets
     k = cfg.n_horizons
@@ -67,7 +66,7 @@ def _encode_set(learner: Learner, frames: Any, chunk: int
     zs, ts = [], []
     per = max(1, chunk // (k + 1))  # sequences per chunk so a chunk holds ~chunk frames
     for sl in _chunks(frames.shape[0], per):
-        x = frames_to_float(torch.from_numpy(_take(frames, sl, cols)).to(learner.device))
+        x = learner.encoder_input(torch.from_numpy(_take(frames, sl, cols)))
         b = x.shape[0]
         with learner.autocast():
             zs.append(nets.encoder(x[:, 0]).float())
@@ -86,8 +85,7 @@ def _take(frames: Any, rows: slice | np.ndarray, cols: np.ndarray) -> np.ndarray
 
 
 @torch.no_grad()
-def shift_transitions(learner: Learner, shift_train: Any, n: int, seed: int = 0
-                      ) -> torch.Tensor:
+def shift_transitions(learner: Learner, shift_train: Any, n: int, seed: int = 0) -> torch.Tensor:
     """(n, 2, D): n batch-mean newest-pair latents, each from ``cfg.batch_size`` shift train
     sequences drawn with ``np.random.default_rng(seed)`` (prefix-stable in n)."""
     cfg = learner.cfg
@@ -99,7 +97,7 @@ def shift_transitions(learner: Learner, shift_train: Any, n: int, seed: int = 0
     out = []
     for sl in _chunks(n, per):
         rows = idx[sl].reshape(-1)
-        x = frames_to_float(torch.from_numpy(_take(shift_train, rows, cols)).to(learner.device))
+        x = learner.encoder_input(torch.from_numpy(_take(shift_train, rows, cols)))
         with learner.autocast():
             z = learner.nets.encoder(x.flatten(0, 1)).float()  # (m * B * 2, D)
         out.append(z.view(-1, cfg.batch_size, 2, z.shape[-1]).mean(1))  # (m, 2, D)
@@ -107,8 +105,9 @@ def shift_transitions(learner: Learner, shift_train: Any, n: int, seed: int = 0
 
 
 @torch.no_grad()
-def _score(learner: Learner, buffer: ExperienceBuffer, z: torch.Tensor, targets: torch.Tensor,
-           chunk: int) -> tuple[NormErrorSums, torch.Tensor, torch.Tensor, int]:
+def _score(
+    learner: Learner, buffer: ExperienceBuffer, z: torch.Tensor, targets: torch.Tensor, chunk: int
+) -> tuple[NormErrorSums, torch.Tensor, torch.Tensor, int]:
     """Normalised-error sums and prediction sums/sq-sums of the memory-conditioned predictor."""
     cfg = learner.cfg
     sums = None
@@ -118,15 +117,19 @@ def _score(learner: Learner, buffer: ExperienceBuffer, z: torch.Tensor, targets:
         with learner.autocast():
             pred = learner.predict(z[sl], buffer)[0].pred.float()
         part = norm_error_sums(pred, z[sl], targets[sl], cfg.norm_eps)
-        sums = part if sums is None else NormErrorSums(*(a + b for a, b in zip(sums, part,
-                                                                              strict=True)))
+        sums = (
+            part
+            if sums is None
+            else NormErrorSums(*(a + b for a, b in zip(sums, part, strict=True)))
+        )
         s1 += pred.double().sum(0)
         s2 += pred.double().pow(2).sum(0)
     return sums, s1, s2, z.shape[0]
 
 
-def adaptation_curve(learner: Learner, data: EvalData, ns: tuple[int, ...] = CURVE_NS,
-                     seed: int = 0) -> list[EvalResult]:
+def adaptation_curve(
+    learner: Learner, data: EvalData, ns: tuple[int, ...] = CURVE_NS, seed: int = 0
+) -> list[EvalResult]:
     """One EvalResult per n in ``ns``. Test sets and transitions are encoded once."""
     chunk = learner.cfg.eval_batch_size
     z_s, t_s = _encode_set(learner, data.shift_test, chunk)
@@ -141,10 +144,17 @@ def adaptation_curve(learner: Learner, data: EvalData, ns: tuple[int, ...] = CUR
         sums_b = _score(learner, buffer, z_b, t_b, chunk)[0]
         d_s, d_s_h = norm_error(sums_s)
         d_b, d_b_h = norm_error(sums_b)
-        results.append(EvalResult(
-            n=int(n), d_shift=float(d_s), d_shift_per_h=d_s_h.tolist(), d_base=float(d_b),
-            d_base_per_h=d_b_h.tolist(), sigma_embed=float(sigma_embed(s1, s2, count)),
-            excluded=int(sums_s.excluded + sums_b.excluded)))
+        results.append(
+            EvalResult(
+                n=int(n),
+                d_shift=float(d_s),
+                d_shift_per_h=d_s_h.tolist(),
+                d_base=float(d_b),
+                d_base_per_h=d_b_h.tolist(),
+                sigma_embed=float(sigma_embed(s1, s2, count)),
+                excluded=int(sums_s.excluded + sums_b.excluded),
+            )
+        )
     return results
 
 

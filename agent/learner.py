@@ -22,9 +22,11 @@ from agent.schedules import lr_at, tau_at
 from agent.sources import Batch
 
 
-def frames_to_float(frames: torch.Tensor) -> torch.Tensor:
-    """uint8 frames (..., 1, 64, 64) -> float32 in [0, 1] (the encoders' input)."""
-    return frames.to(torch.float32).div_(255.0)
+def frames_to_float(frames: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """uint8 frames (..., 1, 64, 64) -> float32 ``frames * scale`` (the encoders' input; use
+    ``Learner.encoder_input`` to apply the learner's ``cfg.input_scale``)."""
+    x = frames.to(torch.float32)
+    return x if scale == 1.0 else x.mul_(scale)
 
 
 class Learner:
@@ -36,8 +38,9 @@ class Learner:
     ``step`` before the update).
     """
 
-    def __init__(self, cfg: AgentConfig, device: torch.device | str = "cpu",
-                 parts: Parts | None = None) -> None:
+    def __init__(
+        self, cfg: AgentConfig, device: torch.device | str = "cpu", parts: Parts | None = None
+    ) -> None:
         self.cfg = cfg
         self.device = torch.device(device)
         parts = parts if parts is not None else build_parts(cfg, self.device)
@@ -74,6 +77,18 @@ class Learner:
         return contextlib.nullcontext()
 
     # ---------------------------------------------------------------- forward pieces
+    def encoder_input(self, frames: torch.Tensor) -> torch.Tensor:
+        """uint8 frames (..., 1, 64, 64) -> float32 encoder input (``cfg.input_scale``)."""
+        return frames_to_float(frames.to(self.device), self.cfg.input_scale)
+
+    @torch.no_grad()
+    def encode(self, frames: torch.Tensor, target: bool = False) -> torch.Tensor:
+        """Latents of uint8 frames (N, 1, 64, 64) -> (N, latent) float32, online encoder (or the
+        EMA target), under the learner's precision, no gradient."""
+        enc = self.nets.target if target else self.nets.encoder
+        with self.autocast():
+            return enc(self.encoder_input(frames)).float()
+
     def aggregate(self, z: torch.Tensor, buffer: ExperienceBuffer) -> Aggregate | None:
         """e_agg for each z (B, latent) from ``buffer`` (encoded once: the e_i are shared by all
         samples); None for tracks without a memory pathway."""
@@ -82,8 +97,9 @@ class Learner:
         e = self.nets.experience(buffer.pairs)  # (cap, exp_dim)
         return self.nets.aggregator(z, e, buffer.mask())
 
-    def predict(self, z: torch.Tensor, buffer: ExperienceBuffer
-                ) -> tuple[Modulated, Aggregate | None]:
+    def predict(
+        self, z: torch.Tensor, buffer: ExperienceBuffer
+    ) -> tuple[Modulated, Aggregate | None]:
         """The modulated prediction for z (B, latent) given ``buffer``."""
         agg = self.aggregate(z, buffer)
         e_agg = agg.e_agg if agg is not None else z.new_zeros(z.shape[0], self.cfg.exp_dim)
@@ -100,7 +116,7 @@ class Learner:
         valid = batch.valid
         w = valid.float()  # (B,)
         n_valid = w.sum()
-        x = frames_to_float(batch.frames)  # (B, K+2, 1, 64, 64)
+        x = self.encoder_input(batch.frames)  # (B, K+2, 1, 64, 64)
         b = x.shape[0]
 
         # 1. Forward. Each frame is encoded once: the input with gradients, the newest pair
@@ -108,11 +124,14 @@ class Learner:
         with self.autocast():
             with torch.no_grad():
                 pair = nets.encoder(x[:, k:].flatten(0, 1)).view(b, 2, -1).flip(1)  # (B, 2, D)
-                targets = nets.target(x[:, 1:k + 1].flatten(0, 1)).view(b, k, -1)  # (B, K, D)
+                targets = nets.target(x[:, 1 : k + 1].flatten(0, 1)).view(b, k, -1)  # (B, K, D)
             with torch.set_grad_enabled(not frozen):
                 z = nets.encoder(x[:, 0])  # (B, D)
                 mod, agg = self.predict(z, self.buffer)
-        pred, targets = mod.pred.float(), targets.float()
+            # The BASE predictor (no modulation) for the surprisal, before the weights move.
+            with torch.no_grad():
+                base = nets.predictor(z.detach()) if nets.modulator.uses_memory else mod.pred
+        pred, targets, base = mod.pred.float(), targets.float(), base.detach().float()
 
         # 2. Loss (invalid samples weigh 0).
         loss = compute_loss(pred, targets, cfg.gamma, cfg.lambda_reg, w)
@@ -132,11 +151,6 @@ class Learner:
         # 5. Memory update: surprisal of the BASE predictor (no modulation, no circular coupling),
         #    detector, and a push of the batch-mean newest pair on a boundary - all tensor ops.
         with torch.no_grad():
-            if nets.modulator.uses_memory:
-                with self.autocast():
-                    base = nets.predictor(z.detach()).float()
-            else:
-                base = pred.detach()
             err = torch.linalg.vector_norm(targets - base.unsqueeze(1), dim=-1).mean(1)  # (B,)
             denom = n_valid.clamp(min=1.0)
             surprisal = (err * w).sum() / denom
@@ -156,16 +170,22 @@ class Learner:
                 attn_entropy = (ent.sum(1) * w).sum() / denom
             else:
                 attn_entropy = self._nan
-            norm_err = normalised_error(pred.detach(), z.detach(), targets, cfg.norm_eps,
-                                        valid)[0]
+            norm_err = normalised_error(pred.detach(), z.detach(), targets, cfg.norm_eps, valid)[0]
             metrics = StepMetrics(
-                loss_total=loss.total.detach(), loss_pred=loss.pred.detach(),
-                loss_reg=loss.reg.detach(), surprisal=surprisal,
-                threshold=self.detector.threshold.float(), boundary=fired.float(),
-                buffer_size=self.buffer.size.float(), shift_share=self.buffer.shift_share(),
+                loss_total=loss.total.detach(),
+                loss_pred=loss.pred.detach(),
+                loss_reg=loss.reg.detach(),
+                surprisal=surprisal,
+                threshold=self.detector.threshold.float(),
+                boundary=fired.float(),
+                buffer_size=self.buffer.size.float(),
+                shift_share=self.buffer.shift_share(),
                 lr=torch.full((), lr, device=self.device),
-                tau=torch.full((), tau, device=self.device), delta_abs=delta_abs,
-                attn_entropy=attn_entropy, valid_frac=n_valid / b, norm_error=norm_err.float(),
+                tau=torch.full((), tau, device=self.device),
+                delta_abs=delta_abs,
+                attn_entropy=attn_entropy,
+                valid_frac=n_valid / b,
+                norm_error=norm_err.float(),
             )
         self.step += 1
         return metrics
@@ -173,9 +193,14 @@ class Learner:
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
         """Weights, EMA target, optimizer, detector, buffer, step, freeze flag."""
-        return {"step": self.step, "manual_freeze": self._manual_freeze,
-                "nets": self.nets.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "detector": self.detector.state_dict(), "buffer": self.buffer.state_dict()}
+        return {
+            "step": self.step,
+            "manual_freeze": self._manual_freeze,
+            "nets": self.nets.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "detector": self.detector.state_dict(),
+            "buffer": self.buffer.state_dict(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.nets.load_state_dict(state["nets"])

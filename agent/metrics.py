@@ -29,9 +29,22 @@ class StepMetrics(NamedTuple):
     valid_frac: torch.Tensor  # share of the batch's samples that were valid
     norm_error: torch.Tensor  # D of the modulated prediction on this batch (live stream error)
 
-    NAMES = ("loss/total", "loss/pred", "loss/reg", "memory/surprisal", "memory/threshold",
-             "memory/boundary", "memory/buffer_size", "memory/shift_share", "opt/lr", "opt/tau",
-             "mod/delta_abs", "memory/attn_entropy", "stream/valid_frac", "stream/norm_error")
+    NAMES = (
+        "loss/total",
+        "loss/pred",
+        "loss/reg",
+        "memory/surprisal",
+        "memory/threshold",
+        "memory/boundary",
+        "memory/buffer_size",
+        "memory/shift_share",
+        "opt/lr",
+        "opt/tau",
+        "mod/delta_abs",
+        "memory/attn_entropy",
+        "stream/valid_frac",
+        "stream/norm_error",
+    )
 
     def as_dict(self) -> dict[str, torch.Tensor]:
         """{namespaced name: 0-dim tensor}."""
@@ -54,8 +67,13 @@ class NormErrorSums(NamedTuple):
     excluded: torch.Tensor  # 0-dim int64: valid (sample, horizon) pairs with ||t - z|| < eps
 
 
-def norm_error_sums(pred: torch.Tensor, z: torch.Tensor, targets: torch.Tensor,
-                    eps: float = 1e-3, valid: torch.Tensor | None = None) -> NormErrorSums:
+def norm_error_sums(
+    pred: torch.Tensor,
+    z: torch.Tensor,
+    targets: torch.Tensor,
+    eps: float = 1e-3,
+    valid: torch.Tensor | None = None,
+) -> NormErrorSums:
     """Per-horizon sums of ``||zbar_k - zhat|| / ||zbar_k - z||`` (DESIGN.md's D).
 
     pred, z (B, D); targets (B, K, D); valid (B,) bool or None. Denominators below ``eps``
@@ -81,9 +99,13 @@ def norm_error(sums: NormErrorSums) -> tuple[torch.Tensor, torch.Tensor]:
     return per_h.mean(), per_h
 
 
-def normalised_error(pred: torch.Tensor, z: torch.Tensor, targets: torch.Tensor,
-                     eps: float = 1e-3, valid: torch.Tensor | None = None
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def normalised_error(
+    pred: torch.Tensor,
+    z: torch.Tensor,
+    targets: torch.Tensor,
+    eps: float = 1e-3,
+    valid: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """D on one batch: (overall 0-dim, per_horizon (K,), excluded count 0-dim)."""
     sums = norm_error_sums(pred, z, targets, eps, valid)
     overall, per_h = norm_error(sums)

@@ -19,8 +19,10 @@ class Encoder(nn.Module):
         layers: list[nn.Module] = []
         c_in = 1
         for c_out in channels:
-            layers += [nn.Conv2d(c_in, c_out, kernel_size=4, stride=2, padding=1),
-                       nn.ReLU(inplace=True)]
+            layers += [
+                nn.Conv2d(c_in, c_out, kernel_size=4, stride=2, padding=1),
+                nn.ReLU(inplace=True),
+            ]
             c_in = c_out
         self.conv = nn.Sequential(*layers)
         self.proj = nn.Linear(c_in * 4 * 4, latent_dim)  # 64 px / 2^4 = 4x4 feature map

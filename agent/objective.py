@@ -18,8 +18,9 @@ class Loss(NamedTuple):
     reg: torch.Tensor  # 0-dim: variance hinge, mean_d max(0, gamma - std_b)
 
 
-def pred_loss(pred: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor | None = None
-              ) -> torch.Tensor:
+def pred_loss(
+    pred: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor | None = None
+) -> torch.Tensor:
     """Mean over horizons of the MSE between pred and the stop-gradient targets.
 
     pred (B, D); targets (B, K, D), detached here; weight (B,) 0/1 float or None (all valid).
@@ -32,8 +33,7 @@ def pred_loss(pred: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor | 
     return (sq.sum(dim=(1, 2)) * weight).sum() / (n * k * d)
 
 
-def reg_loss(pred: torch.Tensor, gamma: float, weight: torch.Tensor | None = None
-             ) -> torch.Tensor:
+def reg_loss(pred: torch.Tensor, gamma: float, weight: torch.Tensor | None = None) -> torch.Tensor:
     """VICReg variance term: mean_d max(0, gamma - std_b(pred[:, d])), std unbiased.
 
     pred (B, D); weight (B,) 0/1 float or None.
@@ -51,8 +51,13 @@ def reg_loss(pred: torch.Tensor, gamma: float, weight: torch.Tensor | None = Non
     return torch.clamp(gamma - std, min=0.0).mean()
 
 
-def compute_loss(pred: torch.Tensor, targets: torch.Tensor, gamma: float, lambda_reg: float,
-                 weight: torch.Tensor | None = None) -> Loss:
+def compute_loss(
+    pred: torch.Tensor,
+    targets: torch.Tensor,
+    gamma: float,
+    lambda_reg: float,
+    weight: torch.Tensor | None = None,
+) -> Loss:
     """Loss(total, pred, reg) for pred (B, D) and targets (B, K, D)."""
     lp = pred_loss(pred, targets, weight)
     lr = reg_loss(pred, gamma, weight)

@@ -37,13 +37,21 @@ class DatasetSource:
     ``np.random.default_rng(seed)``.
     """
 
-    def __init__(self, frames: Any, cfg: AgentConfig, device: torch.device | str = "cpu",
-                 world: int = 0, seed: int = 0) -> None:
+    def __init__(
+        self,
+        frames: Any,
+        cfg: AgentConfig,
+        device: torch.device | str = "cpu",
+        world: int = 0,
+        seed: int = 0,
+    ) -> None:
         if frames.ndim != 5 or tuple(frames.shape[2:]) != (1, 64, 64):
             raise ValueError(f"frames: expected (N, T, 1, 64, 64), got {tuple(frames.shape)}")
         if frames.shape[1] < cfg.window:
-            raise ValueError(f"frames: sequences of {frames.shape[1]} frames are shorter than "
-                             f"max(horizons) + 1 = {cfg.window}")
+            raise ValueError(
+                f"frames: sequences of {frames.shape[1]} frames are shorter than "
+                f"max(horizons) + 1 = {cfg.window}"
+            )
         self.frames = frames
         self.batch_size = cfg.batch_size
         self.offsets = np.asarray(cfg.frame_offsets)
@@ -60,9 +68,11 @@ class DatasetSource:
             uniq, inverse = np.unique(idx, return_inverse=True)
             x = np.asarray(self.frames.oindex[uniq, self.offsets])[inverse]
         b = self.batch_size
-        return Batch(torch.from_numpy(np.ascontiguousarray(x)).to(self.device),
-                     torch.ones(b, dtype=torch.bool, device=self.device),
-                     torch.full((b,), self.world, dtype=torch.long, device=self.device))
+        return Batch(
+            torch.from_numpy(np.ascontiguousarray(x)).to(self.device),
+            torch.ones(b, dtype=torch.bool, device=self.device),
+            torch.full((b,), self.world, dtype=torch.long, device=self.device),
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {"rng": self.rng.bit_generator.state, "world": self.world}
@@ -87,8 +97,14 @@ class StreamSource:
     env's ``infos["gravity"]`` differs from it (or taken from ``infos["world"]`` if present).
     """
 
-    def __init__(self, vec_env: Any, cfg: AgentConfig, device: torch.device | str = "cpu",
-                 seed: int | None = None, base_gravity: float | None = None) -> None:
+    def __init__(
+        self,
+        vec_env: Any,
+        cfg: AgentConfig,
+        device: torch.device | str = "cpu",
+        seed: int | None = None,
+        base_gravity: float | None = None,
+    ) -> None:
         self.env = vec_env
         self.num_envs = int(vec_env.num_envs)
         self.window = cfg.window
@@ -154,16 +170,25 @@ class StreamSource:
         x = self.frames[:, order]  # (B, K+2, 1, 64, 64)
         ep = self.episode  # (B, W)
         valid = (ep == ep[:, :1]).all(axis=1) & (ep[:, 0] >= 0)
-        return Batch(torch.from_numpy(x).to(self.device),
-                     torch.from_numpy(valid).to(self.device),
-                     torch.from_numpy(self.world.copy()).to(self.device))
+        return Batch(
+            torch.from_numpy(x).to(self.device),
+            torch.from_numpy(valid).to(self.device),
+            torch.from_numpy(self.world.copy()).to(self.device),
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """Windows, episode ids, counters and the env's own state (bit-exact continuation)."""
-        return {"frames": self.frames.copy(), "episode": self.episode.copy(), "head": self.head,
-                "episode_id": self.episode_id.copy(), "done": self.done.copy(),
-                "world": self.world.copy(), "started": self.started, "t": self.t,
-                "env": self.env.get_state()}
+        return {
+            "frames": self.frames.copy(),
+            "episode": self.episode.copy(),
+            "head": self.head,
+            "episode_id": self.episode_id.copy(),
+            "done": self.done.copy(),
+            "world": self.world.copy(),
+            "started": self.started,
+            "t": self.t,
+            "env": self.env.get_state(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.frames = np.array(state["frames"], np.uint8)

@@ -37,13 +37,16 @@ from agent import (
 
 def make_data(n_train: int, n_eval: int, seed: int) -> tuple[np.ndarray, EvalData]:
     """Base-world training sequences and the evaluation sets (gravity 0 vs 0.5)."""
+
     def gen(n: int, gravity: float, split: str, s: int) -> np.ndarray:
         return env.generate_sequences(n, seed=s, gravity=gravity, split=split)["frames"]
 
     base_train = gen(n_train, 0.0, "train", seed)
-    data = EvalData(shift_train=gen(n_eval, 0.5, "train", seed + 1),
-                    shift_test=gen(n_eval, 0.5, "test", seed + 2),
-                    base_test=gen(n_eval, 0.0, "test", seed + 3))
+    data = EvalData(
+        shift_train=gen(n_eval, 0.5, "train", seed + 1),
+        shift_test=gen(n_eval, 0.5, "test", seed + 2),
+        base_test=gen(n_eval, 0.0, "test", seed + 3),
+    )
     return base_train, data
 
 
@@ -55,16 +58,24 @@ def make_source(kind: str, cfg: AgentConfig, base_train: np.ndarray, seed: int):
     return StreamSource(venv, cfg, seed=seed, base_gravity=0.0)
 
 
-def train_resume_evaluate(track: str, kind: str, args: argparse.Namespace,
-                          base_train: np.ndarray, data: EvalData, ckpt_dir: Path) -> dict:
-    cfg = AgentConfig.from_preset(args.preset, track=track, total_steps=args.steps,
-                                  precision=args.precision)
+def train_resume_evaluate(
+    track: str,
+    kind: str,
+    args: argparse.Namespace,
+    base_train: np.ndarray,
+    data: EvalData,
+    ckpt_dir: Path,
+) -> dict:
+    cfg = AgentConfig.from_preset(
+        args.preset, track=track, total_steps=args.steps, precision=args.precision
+    )
     learner, source = Learner(cfg), make_source(kind, cfg, base_train, args.seed)
     half = args.steps // 2
     t0 = time.perf_counter()
     records = [learner.update(source.next()) for _ in range(half)]
-    path = save_checkpoint(ckpt_dir / f"{track}-{kind}.pt", learner, source,
-                           extra={"track": track, "source": kind})
+    path = save_checkpoint(
+        ckpt_dir / f"{track}-{kind}.pt", learner, source, extra={"track": track, "source": kind}
+    )
 
     # Resume: a new learner and source, built from the checkpoint's config.
     learner = Learner(read_checkpoint_config(path))
@@ -74,13 +85,18 @@ def train_resume_evaluate(track: str, kind: str, args: argparse.Namespace,
     elapsed = time.perf_counter() - t0
     metrics = stack(records)  # one host sync for the whole run
     result = evaluate(learner, data, n=50)
-    return {"track": track, "source": kind, "steps": learner.step,
-            "steps_per_s": args.steps / elapsed,
-            "loss": float(metrics["loss/total"][-20:].mean()),
-            "boundaries": int(metrics["memory/boundary"].sum()),
-            "valid_frac": float(metrics["stream/valid_frac"].mean()),
-            "d_shift50": result.d_shift, "d_base": result.d_base,
-            "sigma_embed": result.sigma_embed}
+    return {
+        "track": track,
+        "source": kind,
+        "steps": learner.step,
+        "steps_per_s": args.steps / elapsed,
+        "loss": float(metrics["loss/total"][-20:].mean()),
+        "boundaries": int(metrics["memory/boundary"].sum()),
+        "valid_frac": float(metrics["stream/valid_frac"].mean()),
+        "d_shift50": result.d_shift,
+        "d_base": result.d_base,
+        "sigma_embed": result.sigma_embed,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict]:
@@ -94,23 +110,32 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     parser.add_argument("--n-eval", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    parser.add_argument("--checkpoints", type=Path, default=None,
-                        help="folder for the checkpoints (default: a temporary folder)")
+    parser.add_argument(
+        "--checkpoints",
+        type=Path,
+        default=None,
+        help="folder for the checkpoints (default: a temporary folder)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     base_train, data = make_data(args.n_train, args.n_eval, args.seed)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         ckpt_dir = args.checkpoints or Path(tmp)
-        print(f"{'track':5} {'source':8} {'steps/s':>8} {'loss':>8} {'bounds':>6} "
-              f"{'valid':>6} {'D_shift50':>9} {'D_base':>7} {'sigma':>6}")
+        print(
+            f"{'track':5} {'source':8} {'steps/s':>8} {'loss':>8} {'bounds':>6} "
+            f"{'valid':>6} {'D_shift50':>9} {'D_base':>7} {'sigma':>6}"
+        )
         for track in args.tracks:
             for kind in args.sources.split(","):
                 r = train_resume_evaluate(track, kind, args, base_train, data, ckpt_dir)
                 rows.append(r)
-                print(f"{track:5} {kind:8} {r['steps_per_s']:8.1f} {r['loss']:8.4f} "
-                      f"{r['boundaries']:6d} {r['valid_frac']:6.2f} {r['d_shift50']:9.4f} "
-                      f"{r['d_base']:7.4f} {r['sigma_embed']:6.3f}", flush=True)
+                print(
+                    f"{track:5} {kind:8} {r['steps_per_s']:8.1f} {r['loss']:8.4f} "
+                    f"{r['boundaries']:6d} {r['valid_frac']:6.2f} {r['d_shift50']:9.4f} "
+                    f"{r['d_base']:7.4f} {r['sigma_embed']:6.3f}",
+                    flush=True,
+                )
     return rows
 
 

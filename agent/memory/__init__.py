@@ -5,5 +5,10 @@ from agent.memory.buffer import ExperienceBuffer
 from agent.memory.detector import BoundaryDetector
 from agent.memory.experience import ExperienceEncoder
 
-__all__ = ["Aggregate", "AttentionAggregator", "BoundaryDetector", "ExperienceBuffer",
-           "ExperienceEncoder"]
+__all__ = [
+    "Aggregate",
+    "AttentionAggregator",
+    "BoundaryDetector",
+    "ExperienceBuffer",
+    "ExperienceEncoder",
+]

@@ -33,17 +33,21 @@ class ExperienceBuffer:
         self.size = torch.zeros((), dtype=torch.long, device=d)
 
     @torch.no_grad()
-    def push(self, pair: torch.Tensor, world: torch.Tensor | int, step: torch.Tensor | int,
-             write: torch.Tensor | bool = True) -> None:
+    def push(
+        self,
+        pair: torch.Tensor,
+        world: torch.Tensor | int,
+        step: torch.Tensor | int,
+        write: torch.Tensor | bool = True,
+    ) -> None:
         """Append one pair if ``write`` (else a no-op, still without a host sync).
 
         pair: (2, D) (z_prev, z_new), stored detached as float32. world, step: ints or 0-dim
         tensors. write: 0-dim bool tensor or bool.
         """
-        d = self.device
-        write = torch.as_tensor(write, device=d, dtype=torch.bool)
-        world = torch.as_tensor(world, device=d, dtype=torch.long)
-        step = torch.as_tensor(step, device=d, dtype=torch.long)
+        write = self._scalar(write, torch.bool)
+        world = self._scalar(world, torch.long)
+        step = self._scalar(step, torch.long)
         slot = self.ptr.view(1)  # (1,) index tensor, stays on the device
         new_pair = torch.where(write, pair.detach().to(self.pairs.dtype), self.pairs[slot][0])
         self.pairs.index_copy_(0, slot, new_pair.unsqueeze(0))
@@ -52,6 +56,13 @@ class ExperienceBuffer:
         inc = write.long()
         self.ptr = (self.ptr + inc) % self.capacity
         self.size = torch.clamp(self.size + inc, max=self.capacity)
+
+    def _scalar(self, value: torch.Tensor | int | bool, dtype: torch.dtype) -> torch.Tensor:
+        """0-dim tensor on the device. A Python number is filled in place (``torch.full``), not
+        copied from the host: a host-to-device copy of pageable memory would synchronise."""
+        if isinstance(value, torch.Tensor):
+            return value.to(device=self.device, dtype=dtype)
+        return torch.full((), value, dtype=dtype, device=self.device)
 
     def mask(self) -> torch.Tensor:
         """(cap,) bool, True for filled slots."""
@@ -83,8 +94,10 @@ class ExperienceBuffer:
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         if tuple(state["pairs"].shape) != (self.capacity, 2, self.latent_dim):
-            raise ValueError(f"buffer shape {tuple(state['pairs'].shape)} != "
-                             f"{(self.capacity, 2, self.latent_dim)}")
+            raise ValueError(
+                f"buffer shape {tuple(state['pairs'].shape)} != "
+                f"{(self.capacity, 2, self.latent_dim)}"
+            )
         for name, value in state.items():
             setattr(self, name, value.to(self.device).clone())
 

@@ -18,8 +18,13 @@ class BoundaryDetector:
     listing's Python floats.
     """
 
-    def __init__(self, kappa: float, momentum: float = 0.99, warmup: int = 10,
-                 device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        kappa: float,
+        momentum: float = 0.99,
+        warmup: int = 10,
+        device: torch.device | str = "cpu",
+    ) -> None:
         self.kappa = float(kappa)
         self.momentum = float(momentum)
         self.warmup = int(warmup)
@@ -58,8 +63,12 @@ class BoundaryDetector:
         return fired
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {"mu": self.mu.clone(), "var": self.var.clone(), "count": self.count.clone(),
-                "threshold": self.threshold.clone()}
+        return {
+            "mu": self.mu.clone(),
+            "var": self.var.clone(),
+            "count": self.count.clone(),
+            "threshold": self.threshold.clone(),
+        }
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         for name in ("mu", "var", "count", "threshold"):

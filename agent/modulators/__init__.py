@@ -26,5 +26,13 @@ def build_modulator(cfg: AgentConfig) -> Modulator:
     raise ValueError(f"track: unknown track {cfg.track!r}")
 
 
-__all__ = ["FiLMModulator", "HyperModulator", "LoRAModulator", "Modulated", "Modulator",
-           "NoModulator", "ResidualModulator", "build_modulator"]
+__all__ = [
+    "FiLMModulator",
+    "HyperModulator",
+    "LoRAModulator",
+    "Modulated",
+    "Modulator",
+    "NoModulator",
+    "ResidualModulator",
+    "build_modulator",
+]

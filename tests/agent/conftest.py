@@ -66,12 +66,21 @@ class FakeVectorEnv:
         truncated = (self.t == self.lengths - 1) & ~self.pending
         self.pending = truncated.copy()
         terminated = np.zeros(self.num_envs, bool)
-        return (self._obs(), np.zeros(self.num_envs), terminated, truncated,
-                {"gravity": self.gravity.copy()})
+        return (
+            self._obs(),
+            np.zeros(self.num_envs),
+            terminated,
+            truncated,
+            {"gravity": self.gravity.copy()},
+        )
 
     def get_state(self) -> dict[str, Any]:
-        return {"ep": self.ep.copy(), "t": self.t.copy(), "pending": self.pending.copy(),
-                "gravity": self.gravity.copy()}
+        return {
+            "ep": self.ep.copy(),
+            "t": self.t.copy(),
+            "pending": self.pending.copy(),
+            "gravity": self.gravity.copy(),
+        }
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.ep, self.t = state["ep"].copy(), state["t"].copy()

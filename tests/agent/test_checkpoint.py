@@ -28,13 +28,15 @@ def run(learner: Learner, src, n: int) -> dict[str, np.ndarray]:
 
 def make_cfg(track: str = "C") -> AgentConfig:
     # Frequent boundaries so the buffer and detector state matter for the resume.
-    return AgentConfig.from_preset("tiny", track=track, kappa=0.3, detector_warmup=2,
-                                   total_steps=20)
+    return AgentConfig.from_preset(
+        "tiny", track=track, kappa=0.3, detector_warmup=2, total_steps=20
+    )
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_resume_is_bit_exact(tmp_path: Path, frames: np.ndarray, fake_env_cls,
-                             stream: bool) -> None:
+def test_resume_is_bit_exact(
+    tmp_path: Path, frames: np.ndarray, fake_env_cls, stream: bool
+) -> None:
     cfg, n = make_cfg(), 6
 
     def source():
@@ -53,10 +55,12 @@ def test_resume_is_bit_exact(tmp_path: Path, frames: np.ndarray, fake_env_cls,
     assert load_checkpoint(tmp_path / "latest.pt", learner2, src2) == {"note": "hi"}
     second = run(learner2, src2, n)
     for name in ref:
-        np.testing.assert_array_equal(np.concatenate([first[name], second[name]]), ref[name],
-                                      err_msg=name)
-    for p, q in zip(ref_learner.nets.state_dict().values(), learner2.nets.state_dict().values(),
-                    strict=True):
+        np.testing.assert_array_equal(
+            np.concatenate([first[name], second[name]]), ref[name], err_msg=name
+        )
+    for p, q in zip(
+        ref_learner.nets.state_dict().values(), learner2.nets.state_dict().values(), strict=True
+    ):
         assert torch.equal(p, q)
     assert torch.equal(ref_learner.buffer.pairs, learner2.buffer.pairs)
     assert ref["memory/boundary"].sum() > 0 and learner2.step == 2 * n

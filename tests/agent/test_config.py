@@ -13,17 +13,22 @@ def test_defaults_are_the_papers_tables() -> None:
     cfg = AgentConfig()
     assert (cfg.latent_dim, cfg.hidden_dim, cfg.batch_size) == (64, 1024, 64)
     assert cfg.horizons == (5, 10, 20)
-    assert (cfg.weight_decay, cfg.warmup_frac, cfg.tau_base, cfg.tau_end) == (0.01, 0.05,
-                                                                              0.996, 0.9999)
+    assert (cfg.weight_decay, cfg.warmup_frac, cfg.tau_base, cfg.tau_end) == (
+        0.01,
+        0.05,
+        0.996,
+        0.9999,
+    )
     assert (cfg.gamma, cfg.lambda_reg, cfg.buffer_capacity) == (0.75, 0.05, 256)
     assert (cfg.detector_momentum, cfg.detector_warmup) == (0.99, 10)
     assert (cfg.exp_dim, cfg.exp_layers, cfg.exp_heads, cfg.exp_ff_dim) == (64, 2, 2, 128)
     assert cfg.lora_rank == 4 and cfg.encoder_channels == (16, 32, 64, 64)
 
 
-@pytest.mark.parametrize("track, lr, kappa", [("A", 3e-3, 1.5), ("B", 2e-3, 2.0),
-                                              ("C", 3e-3, 1.5), ("D", 3e-3, 1.5),
-                                              ("E", 3e-3, 1.5)])
+@pytest.mark.parametrize(
+    "track, lr, kappa",
+    [("A", 3e-3, 1.5), ("B", 2e-3, 2.0), ("C", 3e-3, 1.5), ("D", 3e-3, 1.5), ("E", 3e-3, 1.5)],
+)
 def test_track_defaults(track: str, lr: float, kappa: float) -> None:
     cfg = AgentConfig.from_preset("paper", track=track)
     assert (cfg.track, cfg.lr, cfg.kappa) == (track, lr, kappa)
@@ -39,15 +44,35 @@ def test_tiny_preset_is_small_and_json_round_trips() -> None:
     assert cfg.replace(kappa=3.0).kappa == 3.0
 
 
-@pytest.mark.parametrize("field, value", [
-    ("lr", -1e-3), ("lr", 0.0), ("kappa", 0.0), ("kappa", -1.0), ("track", "Z"),
-    ("lora_rank", 65), ("lora_rank", 0), ("precision", "fp16"), ("batch_size", 1),
-    ("horizons", (10, 5)), ("horizons", ()), ("exp_heads", 3), ("tau_end", 0.9),
-    ("warmup_frac", 1.0), ("detector_momentum", 1.0), ("weight_decay", -0.1),
-    ("gamma", -0.5), ("lambda_reg", -1.0), ("buffer_capacity", 0), ("freeze_ema_at", -1),
-    ("encoder_channels", (16, 32)), ("hidden_dim", 2.5), ("total_steps", 0),
-    ("lr", float("nan")),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("lr", -1e-3),
+        ("lr", 0.0),
+        ("kappa", 0.0),
+        ("kappa", -1.0),
+        ("track", "Z"),
+        ("lora_rank", 65),
+        ("lora_rank", 0),
+        ("precision", "fp16"),
+        ("batch_size", 1),
+        ("horizons", (10, 5)),
+        ("horizons", ()),
+        ("exp_heads", 3),
+        ("tau_end", 0.9),
+        ("warmup_frac", 1.0),
+        ("detector_momentum", 1.0),
+        ("weight_decay", -0.1),
+        ("gamma", -0.5),
+        ("lambda_reg", -1.0),
+        ("buffer_capacity", 0),
+        ("freeze_ema_at", -1),
+        ("encoder_channels", (16, 32)),
+        ("hidden_dim", 2.5),
+        ("total_steps", 0),
+        ("lr", float("nan")),
+    ],
+)
 def test_bad_values_name_the_field(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=f"^{field}"):
         AgentConfig.from_preset("paper", **{field: value})

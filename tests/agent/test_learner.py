@@ -37,8 +37,12 @@ def test_gradients_reach_every_trainable_part_and_not_the_target(frames: np.ndar
     fill_buffer(learner)  # non-empty memory: e_agg != 0, so the generators get gradients
     learner.update(DatasetSource(frames, cfg, seed=0).next())
     nets = learner.nets
-    parts = {"encoder": nets.encoder, "predictor": nets.predictor,
-             "experience": nets.experience, "aggregator": nets.aggregator}
+    parts = {
+        "encoder": nets.encoder,
+        "predictor": nets.predictor,
+        "experience": nets.experience,
+        "aggregator": nets.aggregator,
+    }
     for name, module in parts.items():
         for pname, p in module.named_parameters():
             assert p.grad is not None and p.grad.abs().sum() > 0, f"{name}.{pname}"
@@ -70,8 +74,11 @@ def test_invalid_samples_are_masked_everywhere(frames: np.ndarray) -> None:
     fill_buffer(a)
     fill_buffer(b)
     ma = a.update(Batch(noisy, valid, torch.zeros(8, dtype=torch.long)))
-    mb = b.update(Batch(batch.frames[valid], torch.ones(6, dtype=torch.bool),
-                        torch.zeros(6, dtype=torch.long)))
+    mb = b.update(
+        Batch(
+            batch.frames[valid], torch.ones(6, dtype=torch.bool), torch.zeros(6, dtype=torch.long)
+        )
+    )
     assert ma.valid_frac.item() == 0.75
     for name, x, y in zip(StepMetrics.NAMES, ma, mb, strict=True):
         if name != "stream/valid_frac":
@@ -87,23 +94,30 @@ def test_invalid_samples_are_masked_everywhere(frames: np.ndarray) -> None:
 
 
 def test_surprisal_uses_the_base_predictor(frames: np.ndarray) -> None:
-    cfg = AgentConfig.from_preset("tiny", track="C", freeze_weights_at=0)
+    """s_t = batch mean of mean_k ||zbar_k - P_base(z)||, with the weights of the step's forward
+    (before the optimizer moves them), not the modulated prediction."""
+    cfg = AgentConfig.from_preset("tiny", track="C")
     learner = Learner(cfg)
     fill_buffer(learner)
-    batch = DatasetSource(frames, cfg, seed=0).next()
-    m = learner.update(batch)
+    src = DatasetSource(frames, cfg, seed=0)
+    learner.update(src.next())
+    batch = src.next()
     with torch.no_grad():
-        x = batch.frames.float() / 255
+        x = learner.encoder_input(batch.frames)
         z = learner.nets.encoder(x[:, 0])
         tg = learner.nets.target(x[:, 1:4].flatten(0, 1)).view(cfg.batch_size, 3, -1)
-        base = learner.nets.predictor(z)
-        s = (tg - base[:, None]).norm(dim=-1).mean()
+        s = (tg - learner.nets.predictor(z)[:, None]).norm(dim=-1).mean()
+        pred = learner.predict(z, learner.buffer)[0].pred
+        s_mod = (tg - pred[:, None]).norm(dim=-1).mean()
+    m = learner.update(batch)
     torch.testing.assert_close(m.surprisal, s)
+    assert not torch.allclose(m.surprisal, s_mod)
 
 
 def test_boundary_pushes_the_batch_mean_newest_pair(frames: np.ndarray) -> None:
-    cfg = AgentConfig.from_preset("tiny", track="B", detector_warmup=0, kappa=1e-6,
-                                  freeze_weights_at=0)
+    cfg = AgentConfig.from_preset(
+        "tiny", track="B", detector_warmup=0, kappa=1e-6, freeze_weights_at=0
+    )
     learner = Learner(cfg)
     learner.detector.var.zero_()  # any surprisal above mu fires
     batch = DatasetSource(frames, cfg, seed=0).next()
@@ -111,17 +125,19 @@ def test_boundary_pushes_the_batch_mean_newest_pair(frames: np.ndarray) -> None:
     m = learner.update(batch)
     assert m.boundary.item() == 1 and m.buffer_size.item() == 1 and m.shift_share.item() == 1
     with torch.no_grad():
-        x = batch.frames.float() / 255  # frames 19 (index K+1) and 20 (index K)
-        ref = torch.stack([learner.nets.encoder(x[:, 4]).mean(0),
-                           learner.nets.encoder(x[:, 3]).mean(0)])
+        x = learner.encoder_input(batch.frames)  # frames 19 (index K+1) and 20 (index K)
+        ref = torch.stack(
+            [learner.nets.encoder(x[:, 4]).mean(0), learner.nets.encoder(x[:, 3]).mean(0)]
+        )
     pairs, world, steps = learner.buffer.ordered()
     torch.testing.assert_close(pairs[0], ref)
     assert world.tolist() == [1] and steps.tolist() == [0]
 
 
 def test_freeze_controls(frames: np.ndarray) -> None:
-    cfg = AgentConfig.from_preset("tiny", track="C", detector_warmup=0, kappa=1e-6,
-                                  freeze_buffer_at=2, freeze_ema_at=1)
+    cfg = AgentConfig.from_preset(
+        "tiny", track="C", detector_warmup=0, kappa=1e-6, freeze_buffer_at=2, freeze_ema_at=1
+    )
     learner = Learner(cfg)
     src = DatasetSource(frames, cfg, seed=0)
     learner.update(src.next())
@@ -129,8 +145,9 @@ def test_freeze_controls(frames: np.ndarray) -> None:
     for _ in range(3):
         learner.detector.var.zero_()
         learner.update(src.next())
-    assert all(torch.equal(a, b) for a, b in zip(target, learner.nets.target.parameters(),
-                                                 strict=True))
+    assert all(
+        torch.equal(a, b) for a, b in zip(target, learner.nets.target.parameters(), strict=True)
+    )
     assert learner.buffer.ordered()[2].max().item() <= 1  # no writes from step 2 on
     # Memory mode: weights fixed, detector and buffer live.
     learner = Learner(cfg.replace(freeze_buffer_at=None, freeze_ema_at=None))
@@ -139,13 +156,13 @@ def test_freeze_controls(frames: np.ndarray) -> None:
     for _ in range(3):
         learner.detector.var.zero_()
         m = learner.update(src.next())
-    assert all(torch.equal(a, b) for a, b in zip(weights, learner.nets.parameters(),
-                                                 strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(weights, learner.nets.parameters(), strict=True))
     assert m.buffer_size.item() == 3 and learner.detector.count.item() == 3
     learner.unfreeze_weights()
     learner.update(src.next())
-    assert not all(torch.equal(a, b) for a, b in zip(weights, learner.nets.parameters(),
-                                                     strict=True))
+    assert not all(
+        torch.equal(a, b) for a, b in zip(weights, learner.nets.parameters(), strict=True)
+    )
 
 
 def test_bf16_runs_and_stays_close(frames: np.ndarray) -> None:
@@ -172,8 +189,9 @@ def test_one_valid_or_identical_samples_give_finite_gradients(frames: np.ndarray
 
 
 @pytest.mark.parametrize("track", ["A", "C"])
-def test_update_never_reads_a_tensor_on_the_host(track: str, frames: np.ndarray,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_update_never_reads_a_tensor_on_the_host(
+    track: str, frames: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No .item()/bool()/float()/tolist() anywhere in update: on a GPU each would be a sync."""
     cfg = AgentConfig.from_preset("tiny", track=track, detector_warmup=0)
     learner = Learner(cfg)
@@ -190,3 +208,12 @@ def test_update_never_reads_a_tensor_on_the_host(track: str, frames: np.ndarray,
         learner.update(b)
     monkeypatch.undo()
     assert learner.step == 3
+
+
+def test_input_scale_is_applied_everywhere(frames: np.ndarray) -> None:
+    cfg = AgentConfig.from_preset("tiny", track="A")
+    raw, unit = Learner(cfg), Learner(cfg.replace(input_scale=1 / 255))
+    x = torch.from_numpy(frames[:4, 0])  # (4, 1, 64, 64) uint8
+    assert torch.equal(raw.encode(x), raw.nets.encoder(x.float()))
+    torch.testing.assert_close(unit.encode(x), unit.nets.encoder(x.float() / 255))
+    assert torch.equal(raw.encode(x, target=True), raw.encode(x))  # EMA copy at step 0

@@ -49,8 +49,10 @@ def test_lora_equals_explicit_effective_weights() -> None:
 
 
 def test_parameter_counts_at_paper_config() -> None:
-    counts = {t: count_parameters(build_networks(AgentConfig.from_preset("paper", track=t)))
-              for t in "ABCDE"}
+    counts = {
+        t: count_parameters(build_networks(AgentConfig.from_preset("paper", track=t)))
+        for t in "ABCDE"
+    }
     assert counts["A"] == {"trainable": 304_944, "frozen": 66_560, "ema_target": 172_656}
     assert counts["B"]["trainable"] == 450_864
     assert counts["C"]["trainable"] == 393_520  # inside the paper's 388k-438k

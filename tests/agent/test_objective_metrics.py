@@ -20,8 +20,10 @@ def test_loss_matches_listing_and_masking_drops_samples() -> None:
     torch.manual_seed(0)
     pred, tg = torch.randn(9, 6), torch.randn(9, 3, 6)
     ref = listing_loss(pred, list(tg.unbind(1)), 0.75, 0.05)
-    for got in (compute_loss(pred, tg, 0.75, 0.05), compute_loss(pred, tg, 0.75, 0.05,
-                                                                  torch.ones(9))):
+    for got in (
+        compute_loss(pred, tg, 0.75, 0.05),
+        compute_loss(pred, tg, 0.75, 0.05, torch.ones(9)),
+    ):
         for a, b in zip(got, ref, strict=True):
             torch.testing.assert_close(a, b)
     keep = torch.tensor([1, 0, 1, 1, 0, 1, 1, 1, 0], dtype=torch.bool)
@@ -61,8 +63,10 @@ def test_sigma_embed_and_stack() -> None:
     x = torch.randn(50, 4, dtype=torch.float64)
     got = sigma_embed(x.sum(0), x.pow(2).sum(0), 50)
     torch.testing.assert_close(got, x.std(0).mean())
-    recs = [StepMetrics(*[torch.tensor(float(i + j)) for j in range(len(StepMetrics.NAMES))])
-            for i in range(3)]
+    recs = [
+        StepMetrics(*[torch.tensor(float(i + j)) for j in range(len(StepMetrics.NAMES))])
+        for i in range(3)
+    ]
     out = stack(recs)
     assert set(out) == set(StepMetrics.NAMES)
     np.testing.assert_array_equal(out["loss/total"], [0.0, 1.0, 2.0])

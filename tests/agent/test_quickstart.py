@@ -18,9 +18,22 @@ def test_quickstart_tiny(tmp_path: Path) -> None:
     spec = importlib.util.spec_from_file_location("agent_quickstart", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    rows = module.main(["--steps", "12", "--tracks", "ACE", "--n-train", "32", "--n-eval", "16",
-                        "--checkpoints", str(tmp_path)])
+    rows = module.main(
+        [
+            "--steps",
+            "12",
+            "--tracks",
+            "ACE",
+            "--n-train",
+            "32",
+            "--n-eval",
+            "16",
+            "--checkpoints",
+            str(tmp_path),
+        ]
+    )
     assert [(r["track"], r["source"]) for r in rows] == [
-        (t, s) for t in "ACE" for s in ("dataset", "stream")]
+        (t, s) for t in "ACE" for s in ("dataset", "stream")
+    ]
     assert all(r["steps"] == 12 and math.isfinite(r["d_shift50"]) for r in rows)
     assert len(list(tmp_path.glob("*.pt"))) == 6

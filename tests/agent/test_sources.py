@@ -76,3 +76,18 @@ def test_stream_source_with_the_real_env(tiny: AgentConfig) -> None:
     ahead = [src.next().frames for _ in range(5)]
     src.load_state_dict(state)
     assert all(torch.equal(a, src.next().frames) for a in ahead)
+
+
+def test_dataset_source_and_evaluation_read_zarr_lazily(
+    frames: np.ndarray, tiny: AgentConfig
+) -> None:
+    zarr = pytest.importorskip("zarr")
+    from agent import EvalData, evaluate
+
+    z = zarr.create_array(store={}, shape=frames.shape, chunks=(4, 21, 1, 64, 64), dtype="uint8")
+    z[:] = frames
+    a, b = DatasetSource(z, tiny, seed=5).next(), DatasetSource(frames, tiny, seed=5).next()
+    assert torch.equal(a.frames, b.frames)
+    learner = Learner(tiny)
+    res_z = evaluate(learner, EvalData(z, z, z), n=3)
+    assert res_z == evaluate(learner, EvalData(frames, frames, frames), n=3)
