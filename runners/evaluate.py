@@ -75,8 +75,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if device.type == "cpu":
         torch.set_num_threads(int(os.environ.get("TORCH_NUM_THREADS", "1")))
 
-    from agent import CheckpointError, Learner, adaptation_curve, load_checkpoint
-    from agent import read_checkpoint_config
+    from agent import (
+        CheckpointError,
+        Learner,
+        adaptation_curve,
+        load_checkpoint,
+        read_checkpoint_config,
+    )
 
     try:
         agent_cfg = read_checkpoint_config(ckpt)

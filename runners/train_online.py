@@ -20,6 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -63,6 +64,7 @@ def postfix(loop: OnlineLoop, rate: float) -> dict[str, str]:
     last = live.last
     return {
         "loss": f"{last.get('loss/total', float('nan')):.3f}",
+        "pred": f"{last.get('loss/pred', float('nan')):.3f}",
         "s": f"{last.get('memory/surprisal', float('nan')):.3f}",
         "events": f"{live.boundaries_before}+{live.boundaries_after}",
         "buf": f"{int(last.get('memory/buffer_size', 0))}"
@@ -77,8 +79,13 @@ def run(loop: OnlineLoop, cfg: RunConfig, stop: StopRequest) -> str | None:
     """Iterate the loop under a progress bar; returns the stop reason (None when complete)."""
     start = loop.step_count
     bar = tqdm(
-        total=cfg.steps, initial=start, desc="step", unit="step", dynamic_ncols=True,
-        file=sys.stdout, mininterval=0.5,
+        total=cfg.steps,
+        initial=start,
+        desc="step",
+        unit="step",
+        dynamic_ncols=True,
+        file=sys.stdout,
+        mininterval=0.5 if sys.stdout.isatty() else 15.0,  # a log file: a line per 15 s
     )
     t0, n0 = time.perf_counter(), start
     res: StepResult
@@ -129,6 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: {describe(cfg)}")
         print(f"{PROG}: run folder {paths.root} ({loop.device}, {cfg.agent.batch_size} streams)")
         if args.resume:
+            if loop.step_count > cfg.steps:
+                raise CliError(
+                    f"--steps {cfg.steps} is below the {loop.step_count} steps this run has done"
+                )
             print(f"{PROG}: resuming at step {loop.step_count} of {cfg.steps}")
         reason = run(loop, cfg, stop)
         if reason is None and loop.step_count >= cfg.steps:
@@ -147,20 +158,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
-def finish(loop: OnlineLoop, cfg: RunConfig, paths: RunPaths) -> dict:
+def finish(loop: OnlineLoop, cfg: RunConfig, paths: RunPaths) -> dict[str, Any]:
     """The adaptation curve at the end, figures and the summary."""
-    curve = loop.evaluate(cfg.final_ns, record=False)
-    final_curve = [
-        {"n": n, "d_shift": d, "d_shift_per_h": h}
-        for n, d, h in zip(curve.ns, curve.d_shift, curve.d_shift_per_h, strict=True)
-    ]
-    (paths.checkpoints / "latest.eval.json").write_text(
-        json.dumps(curve.to_dict(), indent=2) + "\n"
+    rep = curve_report(
+        loop.adaptation(cfg.final_ns), step=loop.step_count, checkpoint=str(paths.latest),
+        data=cfg.data or "generated in memory (env.generate_sequences)",
+        horizons=list(cfg.agent.horizons),
     )
-    return summarise(loop, cfg, paths, final_curve=final_curve, stopped=None)
+    (paths.checkpoints / "latest.eval.json").write_text(json.dumps(rep, indent=2) + "\n")
+    return summarise(loop, cfg, paths, final_curve=rep["curve"], stopped=None)
 
 
-def summarise(loop: OnlineLoop, cfg: RunConfig, paths: RunPaths, *, final_curve, stopped) -> dict:  # type: ignore[no-untyped-def]
+def summarise(
+    loop: OnlineLoop,
+    cfg: RunConfig,
+    paths: RunPaths,
+    *,
+    final_curve: list[dict[str, Any]] | None,
+    stopped: str | None,
+) -> dict[str, Any]:
+    """Figures, summary.json and summary.md from the run folder (complete or stopped)."""
     make_figures(paths.root)
     s = build_summary(
         paths.root, cfg, wall_time=loop.wall_time, final_curve=final_curve,

@@ -460,8 +460,9 @@ class OnlineLoop:
         self.elapsed = float(extra.get("elapsed", 0.0))
         # The world of the last step done (a switch at s applies when step s runs).
         self.gravity = self.cfg.gravity_at(max(s - 1, 0)) if s else self.cfg.gravity_at(0)
-        if self.vec_env is not None:
-            self.vec_env.set_gravity(self.gravity)
+        if self.vec_env is not None and hasattr(self.vec_env, "physics"):
+            # The env's restored state holds its physics (a visualizer may have changed it).
+            self.gravity = float(self.vec_env.physics(0).gravity)
         if self.frozen or (self.cfg.first_switch is not None and s > self.cfg.first_switch
                            and self.cfg.after_switch == "memory"):
             self.learner.freeze_weights()

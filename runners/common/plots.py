@@ -130,7 +130,7 @@ def plot_stream_error(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -
     top = np.nanmax(tail) if np.isfinite(tail).any() else 1.5
     ax.set_ylim(0, max(1.2, float(top) * 1.15))
     _switch_lines(ax, cfg.get("switches") or [], cfg.get("after_switch", ""), True)
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="lower left", fontsize=8)
 
 
 def plot_d_curves(ax: Axes, ev: dict[str, np.ndarray], cfg: dict[str, Any]) -> None:

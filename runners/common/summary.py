@@ -110,6 +110,9 @@ def build_summary(
             "end": tail_mean(err, steps_done),
             "window": win,
         },
+        "stream_valid_frac": _f(np.nanmean(m["stream/valid_frac"]))
+        if "stream/valid_frac" in m and steps_done
+        else None,
         "best": {"d_shift": _f(best[0]), "step": best[1]},
         "adaptation_curve": final_curve,
     }
