@@ -54,24 +54,48 @@ N_SEQUENCES = 256  # sequences of the in-memory dataset the dataset source sampl
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("epm-jepa benchmarks")
-    group.addoption("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                    help="device of the learner benchmarks (auto: cuda when available)")
-    group.addoption("--bench-precision", default="all", choices=("all", *PRECISIONS),
-                    help="precision(s) of the learner benchmarks")
-    group.addoption("--bench-tracks", default=",".join(ALL_TRACKS),
-                    help="comma-separated learner tracks (default A,B,C,D,E)")
+    group.addoption(
+        "--device",
+        default="auto",
+        choices=("auto", "cpu", "cuda"),
+        help="device of the learner benchmarks (auto: cuda when available)",
+    )
+    group.addoption(
+        "--bench-precision",
+        default="all",
+        choices=("all", *PRECISIONS),
+        help="precision(s) of the learner benchmarks",
+    )
+    group.addoption(
+        "--bench-tracks",
+        default=",".join(ALL_TRACKS),
+        help="comma-separated learner tracks (default A,B,C,D,E)",
+    )
     group.addoption("--bench-steps", type=int, default=10, help="steps per timed round")
     group.addoption("--bench-rounds", type=int, default=5, help="timed rounds")
     group.addoption("--bench-warmup", type=int, default=2, help="untimed warmup rounds")
-    group.addoption("--bench-stat", default="median", choices=("median", "min"),
-                    help="round statistic behind steps/s and ratios")
-    group.addoption("--bench-threads", type=int, default=None,
-                    help="torch intra-op threads (default: torch's own choice)")
-    group.addoption("--bench-paired", action="store_true",
-                    help="measure the reference right before each learner benchmark")
+    group.addoption(
+        "--bench-stat",
+        default="median",
+        choices=("median", "min"),
+        help="round statistic behind steps/s and ratios",
+    )
+    group.addoption(
+        "--bench-threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads (default: torch's own choice)",
+    )
+    group.addoption(
+        "--bench-paired",
+        action="store_true",
+        help="measure the reference right before each learner benchmark",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--device", default="auto") == "cuda" and not torch.cuda.is_available():
+        raise pytest.UsageError("--device cuda: no CUDA device is available to torch")
     threads = config.getoption("--bench-threads", default=None)
     if threads is not None:
         if threads < 1:
@@ -97,9 +121,7 @@ class BenchSettings:
 @pytest.fixture(scope="session")
 def bench(pytestconfig: pytest.Config) -> BenchSettings:
     """The suite's resolved options."""
-    want = pytestconfig.getoption("--device")
-    if want == "cuda" and not torch.cuda.is_available():
-        raise pytest.UsageError("--device cuda: no CUDA device is available to torch")
+    want = pytestconfig.getoption("--device")  # cuda without a GPU: refused in pytest_configure
     if want == "auto":
         want = "cuda" if torch.cuda.is_available() else "cpu"
     prec = pytestconfig.getoption("--bench-precision")
@@ -107,15 +129,24 @@ def bench(pytestconfig: pytest.Config) -> BenchSettings:
     unknown = [t for t in tracks if t not in ALL_TRACKS]
     if unknown:
         raise pytest.UsageError(f"--bench-tracks: unknown track(s) {unknown}")
-    steps, rounds, warmup = (pytestconfig.getoption(f"--bench-{k}")
-                             for k in ("steps", "rounds", "warmup"))
+    steps, rounds, warmup = (
+        pytestconfig.getoption(f"--bench-{k}") for k in ("steps", "rounds", "warmup")
+    )
     if steps < 1 or rounds < 1 or warmup < 0:
         raise pytest.UsageError("--bench-steps and --bench-rounds must be >= 1, warmup >= 0")
     timer_name = str(pytestconfig.getoption("benchmark_timer", default="time.perf_counter"))
-    return BenchSettings(torch.device(want), PRECISIONS if prec == "all" else (prec,), tracks,
-                         steps, rounds, warmup, pytestconfig.getoption("--bench-stat"),
-                         pytestconfig.getoption("--bench-paired"), _load_timer(timer_name),
-                         timer_name)
+    return BenchSettings(
+        torch.device(want),
+        PRECISIONS if prec == "all" else (prec,),
+        tracks,
+        steps,
+        rounds,
+        warmup,
+        pytestconfig.getoption("--bench-stat"),
+        pytestconfig.getoption("--bench-paired"),
+        _load_timer(timer_name),
+        timer_name,
+    )
 
 
 def _load_timer(name: str) -> Callable[[], float]:
@@ -129,8 +160,9 @@ def _load_timer(name: str) -> Callable[[], float]:
         raise pytest.UsageError(f"--benchmark-timer {name}: {e}") from None
 
 
-def skip_unless_selected(bench: BenchSettings, track: str | None = None,
-                         precision: str | None = None) -> None:
+def skip_unless_selected(
+    bench: BenchSettings, track: str | None = None, precision: str | None = None
+) -> None:
     """Skip a parametrised case that --bench-tracks / --bench-precision leave out."""
     if track is not None and track not in bench.tracks:
         pytest.skip(f"track {track} not in --bench-tracks")
@@ -238,8 +270,12 @@ def timed_rate(benchmark, step: Callable[[], object], bench: BenchSettings) -> f
     """Time `step` with pytest-benchmark (pedantic: warmup rounds, then rounds of
     --bench-steps steps ending in a device sync). Returns steps/s from the median (or best,
     --bench-stat min) round and records both, or None when benchmarking is disabled."""
-    benchmark.pedantic(_round_fn(step, bench.steps, bench.device), rounds=bench.rounds,
-                       warmup_rounds=bench.warmup, iterations=1)
+    benchmark.pedantic(
+        _round_fn(step, bench.steps, bench.device),
+        rounds=bench.rounds,
+        warmup_rounds=bench.warmup,
+        iterations=1,
+    )
     stats = getattr(benchmark, "stats", None)
     if stats is None:
         return None
@@ -270,8 +306,9 @@ def base_sequences() -> tuple[np.ndarray, str]:
 
 
 # -------------------------------------------------------------------------------- reference
-def make_reference_step(track: str, bench: BenchSettings,
-                        frames: np.ndarray) -> tuple[ReferenceTrainer, Callable[[], object]]:
+def make_reference_step(
+    track: str, bench: BenchSettings, frames: np.ndarray
+) -> tuple[ReferenceTrainer, Callable[[], object]]:
     """The paper-faithful step for `track` in the steady state of a run: a full buffer and a
     detector past its warmup (see `ReferenceTrainer.prime_detector`)."""
     trainer = ReferenceTrainer(RefConfig(track=track), device=bench.device)

@@ -47,24 +47,40 @@ def rows(data: dict) -> list[dict]:
         info = b.get("extra_info", {})
         kind = _kind(b)
         ratio = info.get("ratio_to_reference")
-        out.append({
-            "kind": kind,
-            "what": info.get("label") or KIND_LABEL.get(kind, b.get("name", "?")),
-            "track": info.get("track", ""),
-            "source": info.get("source", ""),
-            "device": info.get("device_name") or info.get("device", ""),
-            "precision": info.get("precision", ""),
-            "threads": info.get("torch_threads", ""),
-            "batch": info.get("batch_size", ""),
-            "rate": _rate(b),
-            "unit": info.get("unit", "steps/s"),
-            "ratio": None if ratio is None else float(ratio),
-            "ratio_learner": info.get("ratio_to_learner"),
-            "ref_track": info.get("reference_track", ""),
-            "name": b.get("name", ""),
-        })
-    out.sort(key=lambda r: (r["device"], KIND_ORDER.get(r["kind"], 9), str(r["track"]),
-                            str(r["source"]), str(r["precision"]), r["name"]))
+        out.append(
+            {
+                "kind": kind,
+                "what": info.get("label")
+                or (
+                    f"{KIND_LABEL['env']}: `{b.get('name', '?')}`"
+                    if kind == "env"
+                    else KIND_LABEL.get(kind, f"`{b.get('name', '?')}`")
+                ),
+                "track": info.get("track", ""),
+                "source": info.get("source", ""),
+                "device": info.get("device_name") or info.get("device", ""),
+                "precision": info.get("precision", ""),
+                "threads": info.get("torch_threads", ""),
+                "batch": info.get("batch_size", ""),
+                "rate": _rate(b),
+                "unit": info.get("unit", "steps/s"),
+                "frames": info.get("frames_per_s"),
+                "ratio": None if ratio is None else float(ratio),
+                "ratio_learner": info.get("ratio_to_learner"),
+                "ref_track": info.get("reference_track", ""),
+                "name": b.get("name", ""),
+            }
+        )
+    out.sort(
+        key=lambda r: (
+            r["device"],
+            KIND_ORDER.get(r["kind"], 9),
+            str(r["track"]),
+            str(r["source"]),
+            str(r["precision"]),
+            r["name"],
+        )
+    )
     return out
 
 
@@ -75,8 +91,10 @@ def _fmt_rate(rate: float | None) -> str:
 
 
 def table(all_rows: list[dict]) -> str:
-    head = ("| measured | track | source | device | precision | threads | batch | rate "
-            "| x reference | x learner-only |")
+    head = (
+        "| measured | track | source | device | precision | threads | batch | rate "
+        "| x reference | x learner-only |"
+    )
     lines = [head, "|---|---|---|---|---|---|---|--:|--:|--:|"]
     for r in all_rows:
         ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
@@ -85,10 +103,14 @@ def table(all_rows: list[dict]) -> str:
         rate = _fmt_rate(r["rate"])
         if r["unit"] != "steps/s":
             rate += f" {r['unit']}"
+        if r["frames"] is not None and r["rate"] and abs(r["frames"] - r["rate"]) > 1:
+            rate += f" ({_fmt_rate(float(r['frames']))} frames/s)"
         vs_learner = "-" if r["ratio_learner"] is None else f"{100 * r['ratio_learner']:.0f}%"
-        lines.append(f"| {r['what']} | {r['track']} | {r['source']} | {r['device']} "
-                     f"| {r['precision']} | {r['threads']} | {r['batch']} | {rate} | {ratio} "
-                     f"| {vs_learner} |")
+        lines.append(
+            f"| {r['what']} | {r['track']} | {r['source']} | {r['device']} "
+            f"| {r['precision']} | {r['threads']} | {r['batch']} | {rate} | {ratio} "
+            f"| {vs_learner} |"
+        )
     return "\n".join(lines)
 
 
@@ -101,19 +123,25 @@ def caption(data_list: list[dict]) -> str:
         cpu = (mi.get("cpu") or {}).get("brand_raw", "")
         commit = (ci.get("id") or "")[:10]
         dirty = " (dirty)" if ci.get("dirty") else ""
-        parts.append(f"{when} on {mi.get('node', '?')} ({cpu}), python {mi.get('python_version', '?')},"
-                     f" commit {commit or '?'}{dirty}")
+        parts.append(
+            f"{when} on {mi.get('node', '?')} ({cpu}), python {mi.get('python_version', '?')},"
+            f" commit {commit or '?'}{dirty}"
+        )
     infos = [b.get("extra_info", {}) for d in data_list for b in d.get("benchmarks", [])]
     stats = sorted({str(i.get("stat", "median")) for i in infos})
     timers = sorted({str(i.get("timer", "time.perf_counter")) for i in infos})
-    return (f"Rates are steps/s ({'/'.join(stats)} of timed rounds, warmup excluded, timer "
-            f"{'/'.join(timers)}); `x reference` is the ratio to the paper-faithful reference step "
-            "measured in the same run. Measured " + "; ".join(parts) + ".")
+    return (
+        f"Rates are steps/s ({'/'.join(stats)} of timed rounds, warmup excluded, timer "
+        f"{'/'.join(timers)}); `x reference` is the ratio to the paper-faithful reference step "
+        "measured in the same run. Measured " + "; ".join(parts) + "."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("json", nargs="+", type=Path, help="pytest-benchmark --benchmark-json files")
+    parser.add_argument(
+        "json", nargs="+", type=Path, help="pytest-benchmark --benchmark-json files"
+    )
     parser.add_argument("--no-caption", action="store_true", help="print the table only")
     args = parser.parse_args(argv)
     docs = []

@@ -203,7 +203,9 @@ class ExperienceEncoder(nn.Module):
     def __init__(self, cfg: RefConfig):
         super().__init__()
         self.inp = (
-            nn.Identity() if cfg.latent_dim == cfg.exp_dim else nn.Linear(cfg.latent_dim, cfg.exp_dim)
+            nn.Identity()
+            if cfg.latent_dim == cfg.exp_dim
+            else nn.Linear(cfg.latent_dim, cfg.exp_dim)
         )
         layer = nn.TransformerEncoderLayer(
             d_model=cfg.exp_dim,
@@ -340,8 +342,11 @@ class ReferenceTrainer:
         z_t = self.encoder(x[:, 0].float() / 255.0)
         z_targets = [self.target_encoder(x[:, k].float() / 255.0) for k in self.cfg.horizons]
         z_base = self.predictor(z_t)
-        s = float(torch.norm(torch.cat(z_targets) - z_base.repeat(len(z_targets), 1), dim=-1)
-                  .mean().item())
+        s = float(
+            torch.norm(torch.cat(z_targets) - z_base.repeat(len(z_targets), 1), dim=-1)
+            .mean()
+            .item()
+        )
         self.detector.mu_s, self.detector.var_s = s, (spread * s) ** 2
         self.detector._steps = self.detector.warmup
 

@@ -31,34 +31,49 @@ from benchmarks.paper_reference import TRACKS as REFERENCE_TRACKS
 TRACKS = ("A", "B", "C", "D", "E")
 SOURCES = ("dataset", "stream")
 PRECISIONS = ("fp32", "bf16")
+STREAM_EPISODE_STEPS = 400  # = runners' RunConfig.episode_length default
 
 
 # ------------------------------------------------------------------------------- reference
 @pytest.mark.parametrize("track", REFERENCE_TRACKS)
-def test_reference_step(benchmark, bench: BenchSettings, base_sequences,
-                        reference_rates: ReferenceRates, track: str) -> None:
+def test_reference_step(
+    benchmark, bench: BenchSettings, base_sequences, reference_rates: ReferenceRates, track: str
+) -> None:
     """The paper-faithful step (fp32, plain loop, detector .item()); ratio 1 by definition."""
+    skip_unless_selected(bench, track)
     frames, data = base_sequences
     trainer, step = make_reference_step(track, bench, frames)
     rate = timed_rate(benchmark, step, bench)
     if rate is not None:
         reference_rates.set(track, rate)  # learner ratios of this run use this figure
-    record(benchmark, kind="reference", track=track, source="dataset", data=data,
-           precision="fp32", batch_size=trainer.cfg.batch_size, steps_per_s=rate,
-           ratio_to_reference=1.0 if rate else None, reference_track=track,
-           buffer_size=len(trainer.buffer) if trainer.has_memory else 0,
-           steps_per_round=bench.steps, params_trainable=trainer.n_trainable(),
-           boundary_rate=trainer.boundaries / max(1, trainer.step))
+    record(
+        benchmark,
+        kind="reference",
+        track=track,
+        source="dataset",
+        data=data,
+        precision="fp32",
+        batch_size=trainer.cfg.batch_size,
+        steps_per_s=rate,
+        ratio_to_reference=1.0 if rate else None,
+        reference_track=track,
+        buffer_size=len(trainer.buffer) if trainer.has_memory else 0,
+        steps_per_round=bench.steps,
+        params_trainable=trainer.n_trainable(),
+        boundary_rate=trainer.boundaries / max(1, trainer.step),
+    )
 
 
 # --------------------------------------------------------------------------------- learner
 def _agent():
     """The agent package's pieces, or a skip while they are not written yet."""
     try:
-        return (public("agent", "AgentConfig", "agent.config"),
-                public("agent", "Learner", "agent.learner"),
-                public("agent.sources", "DatasetSource"),
-                public("agent.sources", "StreamSource"))
+        return (
+            public("agent", "AgentConfig", "agent.config"),
+            public("agent", "Learner", "agent.learner"),
+            public("agent.sources", "DatasetSource"),
+            public("agent.sources", "StreamSource"),
+        )
     except (ImportError, AttributeError) as e:
         pytest.skip(f"agent not ready: {e}")
 
@@ -103,12 +118,15 @@ def make_source(kind: str, cfg, device: torch.device, frames: np.ndarray):
         vec_env = public("env", "MovingMNISTVectorEnv", "env.vector")
     except (ImportError, AttributeError) as e:
         pytest.skip(f"env not ready: {e}")
-    vec = vec_env(cfg.batch_size)
-    return StreamSource(vec, cfg, device)
+    # Long episodes as train_online's default (400 steps): with the env's own default (20) every
+    # 21-frame window would span a reset and every sample would be masked out.
+    vec = vec_env(cfg.batch_size, max_episode_steps=STREAM_EPISODE_STEPS)
+    return StreamSource(vec, cfg, device, seed=0)
 
 
-def make_learner_step(track: str, source: str, precision: str, bench: BenchSettings,
-                      frames: np.ndarray):
+def make_learner_step(
+    track: str, source: str, precision: str, bench: BenchSettings, frames: np.ndarray
+):
     """(learner, source, step) for the paper config of `track` with a full buffer."""
     AgentConfig, Learner, _, _ = _agent()
     cfg = AgentConfig.from_preset("paper", track=track, precision=precision)
@@ -121,9 +139,15 @@ def make_learner_step(track: str, source: str, precision: str, bench: BenchSetti
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("source", SOURCES)
 @pytest.mark.parametrize("track", TRACKS)
-def test_learner_update(benchmark, bench: BenchSettings, base_sequences,
-                        reference_rates: ReferenceRates, track: str, source: str,
-                        precision: str) -> None:
+def test_learner_update(
+    benchmark,
+    bench: BenchSettings,
+    base_sequences,
+    reference_rates: ReferenceRates,
+    track: str,
+    source: str,
+    precision: str,
+) -> None:
     """`learner.update(source.next())` steps/s; the source's cost is part of the step."""
     skip_unless_selected(bench, track, precision)
     frames, data = base_sequences
@@ -133,10 +157,20 @@ def test_learner_update(benchmark, bench: BenchSettings, base_sequences,
     if rate is not None and ref is None:
         ref = reference_rates.get(track)
     metrics = step().as_dict()  # one more step, outside the timing, to read the state
-    record(benchmark, kind="learner", track=track, source=source,
-           data=data if source == "dataset" else "MovingMNISTVectorEnv",
-           precision=precision, batch_size=cfg.batch_size, steps_per_s=rate,
-           reference_steps_per_s=ref, reference_track=reference_track_for(track),
-           ratio_to_reference=(rate / ref) if rate and ref else None,
-           buffer_size=int(metrics["memory/buffer_size"]), steps_per_round=bench.steps,
-           loss_finite=bool(torch.isfinite(metrics["loss/total"])))
+    record(
+        benchmark,
+        kind="learner",
+        track=track,
+        source=source,
+        data=data if source == "dataset" else "MovingMNISTVectorEnv",
+        precision=precision,
+        batch_size=cfg.batch_size,
+        steps_per_s=rate,
+        reference_steps_per_s=ref,
+        reference_track=reference_track_for(track),
+        ratio_to_reference=(rate / ref) if rate and ref else None,
+        buffer_size=int(metrics["memory/buffer_size"]),
+        steps_per_round=bench.steps,
+        valid_frac=float(metrics["stream/valid_frac"]),
+        loss_finite=bool(torch.isfinite(metrics["loss/total"])),
+    )

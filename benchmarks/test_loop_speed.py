@@ -45,9 +45,20 @@ def _loop_parts():
 
 def make_loop(tmp_path, bench: BenchSettings, preset: str, precision: str, track: str = "C"):
     OnlineLoop, RunConfig, resolve, RunPaths = _loop_parts()
-    cfg = RunConfig(steps=NEVER, switches=(), preset=preset, track=track, precision=precision,
-                    device=bench.device.type, eval_every=NEVER, checkpoint_every=NEVER,
-                    eval_shift_train=8, eval_shift_test=8, eval_base_test=8, source="stream")
+    cfg = RunConfig(
+        steps=NEVER,
+        switches=(),
+        preset=preset,
+        track=track,
+        precision=precision,
+        device=bench.device.type,
+        eval_every=NEVER,
+        checkpoint_every=NEVER,
+        eval_shift_train=8,
+        eval_shift_test=8,
+        eval_base_test=8,
+        source="stream",
+    )
     cfg = resolve(cfg)
     root = tmp_path / f"run-{preset}-{precision}"
     root.mkdir()
@@ -61,16 +72,23 @@ def learner_only_rate(cfg, bench: BenchSettings, steps: int) -> float:
     agent = importlib.import_module("agent")
     env = importlib.import_module("env")
     learner = agent.Learner(cfg.agent, device=bench.device)
-    vec = env.MovingMNISTVectorEnv(cfg.agent.batch_size, gravity=cfg.base_gravity,
-                                   max_episode_steps=cfg.episode_length)
+    vec = env.MovingMNISTVectorEnv(
+        cfg.agent.batch_size, gravity=cfg.base_gravity, max_episode_steps=cfg.episode_length
+    )
     src = agent.StreamSource(vec, cfg.agent, bench.device)
     return measure_rate(lambda: learner.update(src.next()), replace(bench, steps=steps))
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("preset", PRESETS)
-def test_online_loop(benchmark, bench: BenchSettings, reference_rates: ReferenceRates, tmp_path,
-                     preset: str, precision: str) -> None:
+def test_online_loop(
+    benchmark,
+    bench: BenchSettings,
+    reference_rates: ReferenceRates,
+    tmp_path,
+    preset: str,
+    precision: str,
+) -> None:
     skip_unless_selected(bench, "C", precision)
     loop, cfg = make_loop(tmp_path, bench, preset, precision)
     block = cfg.log_every
@@ -79,9 +97,20 @@ def test_online_loop(benchmark, bench: BenchSettings, reference_rates: Reference
     rate = timed_rate(benchmark, loop.step, replace(bench, steps=steps))
     ref = reference_rates.get("C") if rate is not None and preset == "paper" else None
     loop.close()
-    record(benchmark, kind="loop", label=f"`train_online` loop ({preset})", track="C",
-           source="stream", precision=precision, batch_size=cfg.agent.batch_size,
-           preset=preset, steps_per_s=rate, learner_only_steps_per_s=learner_rate,
-           ratio_to_learner=(rate / learner_rate) if rate else None,
-           ratio_to_reference=(rate / ref) if rate and ref else None, reference_track="C",
-           steps_per_round=steps, log_every=block)
+    record(
+        benchmark,
+        kind="loop",
+        label=f"`train_online` loop ({preset})",
+        track="C",
+        source="stream",
+        precision=precision,
+        batch_size=cfg.agent.batch_size,
+        preset=preset,
+        steps_per_s=rate,
+        learner_only_steps_per_s=learner_rate,
+        ratio_to_learner=(rate / learner_rate) if rate else None,
+        ratio_to_reference=(rate / ref) if rate and ref else None,
+        reference_track="C",
+        steps_per_round=steps,
+        log_every=block,
+    )
