@@ -13,13 +13,15 @@ from agent.checkpoint import (
     read_checkpoint_config,
     save_checkpoint,
 )
-from agent.config import AgentConfig
+from agent.config import AgentConfig, preferred_precision
 from agent.evaluation import EvalData, EvalResult, adaptation_curve, evaluate
 from agent.learner import Learner
 from agent.metrics import StepMetrics, stack
+from agent.multirun import MultiLearner
 from agent.sources import Batch, DatasetSource, StreamSource
 
 __all__ = [
+    "MultiLearner",
     "AgentConfig",
     "Batch",
     "CheckpointError",
@@ -35,6 +37,7 @@ __all__ = [
     "count_parameters",
     "evaluate",
     "load_checkpoint",
+    "preferred_precision",
     "read_checkpoint_config",
     "save_checkpoint",
     "stack",
