@@ -29,6 +29,25 @@ TRACKS = ("A", "B", "C", "D", "E")
 PRESETS = ("paper", "tiny")
 PRECISIONS = ("fp32", "bf16")
 
+
+def preferred_precision(device: Any = "cpu") -> str:
+    """The fast precision for training on ``device``: "bf16" where bf16 runs natively (a CPU
+    with AVX-512 BF16 or AMX as oneDNN reports it; a CUDA device with bf16 support), else "fp32".
+
+    ``AgentConfig.precision`` itself defaults to "fp32" (exact: same seed, same numbers); this is
+    for entry points that want speed (see docs/agent.md, "Precision and speed": D_shift^50 after a
+    short training was unchanged within seed noise in bf16).
+    """
+    import torch  # local: the config module stays importable without touching torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
+    if dev.type == "cpu":
+        ok = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+        return "bf16" if ok else "fp32"
+    return "fp32"
+
 # Per-track defaults of the fields that differ between tracks (Table 5; D/E: see module doc).
 TRACK_DEFAULTS: dict[str, dict[str, float]] = {
     "A": {"lr": 3e-3, "kappa": 1.5},

@@ -89,3 +89,11 @@ def test_unknown_field_preset_and_track() -> None:
         AgentConfig.from_preset("paper", track="F")
     with pytest.raises(ValueError, match="^lora_rank"):
         AgentConfig(latent_dim=8, hidden_dim=64, exp_dim=8, lora_rank=9, hyper_dim=2)
+
+
+def test_preferred_precision_is_a_valid_precision() -> None:
+    from agent import preferred_precision
+    from agent.config import PRECISIONS
+
+    assert preferred_precision("cpu") in PRECISIONS
+    assert preferred_precision("meta") == "fp32"

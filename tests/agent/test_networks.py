@@ -17,6 +17,23 @@ def test_encoder_matches_the_listing() -> None:
     assert enc(torch.rand(3, 1, 64, 64)).shape == (3, 64)
 
 
+def test_channels_last_encoder_computes_the_listings_forward() -> None:
+    """The convs run in channels_last (speed); the values are the NCHW listing's."""
+    torch.manual_seed(0)
+    enc = Encoder(64)
+    assert enc.conv[2].weight.is_contiguous(memory_format=torch.channels_last)
+    x = torch.rand(5, 1, 64, 64) * 255
+    h = x
+    for m in enc.conv:  # the listing, in plain NCHW
+        h = torch.nn.functional.conv2d(h, m.weight.contiguous(), m.bias, 2, 1) if isinstance(
+            m, torch.nn.Conv2d) else torch.relu(h)
+    ref = enc.norm(enc.proj(h.flatten(1)))
+    torch.testing.assert_close(enc(x), ref, rtol=1e-4, atol=1e-4)
+    sd = Encoder(64).state_dict()  # state dicts load across layouts
+    enc.load_state_dict(sd)
+    assert torch.equal(enc.conv[0].weight, sd["conv.0.weight"])
+
+
 @pytest.mark.parametrize("track", ["C", "D", "E"])
 def test_empty_buffer_modulation_equals_track_a_bit_for_bit(track: str) -> None:
     cfg_a = AgentConfig.from_preset("tiny", track="A")
