@@ -46,7 +46,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--tracks", nargs="+", choices=TRACKS, help="tracks side by side (default A C)")
     p.add_argument("--seed", type=int, default=None, help="seed of agents and stream (default 0)")
-    p.add_argument("--preset", choices=PRESETS, help="agent preset (default tiny)")
+    p.add_argument("--preset", choices=PRESETS, help="learner preset, as in train_online (default cpu)")
     p.add_argument("--steps", type=int, help=f"learner steps of the run (default {DEFAULT_STEPS})")
     p.add_argument(
         "--switch",

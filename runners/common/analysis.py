@@ -129,13 +129,9 @@ def _encode(learner: Any, frames: np.ndarray, chunk: int = 512) -> Any:
     """Online-encoder latents of frames (M, 1, 64, 64) uint8 -> (M, latent) float32 tensor."""
     import torch
 
-    from agent.learner import frames_to_float
-
     out = []
     for i in range(0, frames.shape[0], chunk):
-        x = frames_to_float(torch.as_tensor(np.ascontiguousarray(frames[i:i + chunk])))
-        with learner.autocast():
-            out.append(learner.nets.encoder(x).float())
+        out.append(learner.encode(torch.as_tensor(np.ascontiguousarray(frames[i:i + chunk]))))
     return torch.cat(out)
 
 

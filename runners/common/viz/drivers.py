@@ -104,8 +104,6 @@ class LoopDriver:
 
     @torch.no_grad()
     def _compute_attention(self) -> np.ndarray | None:
-        from agent.learner import frames_to_float
-
         src, learner = self.loop.source, self.learner
         buf = learner.buffer
         n = int(buf.size)
@@ -113,10 +111,8 @@ class LoopDriver:
             return None
         inp = (src.head + int(src.offsets[0])) % src.window  # the predictor input of the last step
         x = torch.from_numpy(np.ascontiguousarray(src.frames[:ATTN_STREAMS, inp]))
-        x = frames_to_float(x.to(learner.device))  # (S, 1, 64, 64)
-        with learner.autocast():
-            z = learner.nets.encoder(x)  # (S, D)
-            agg = learner.aggregate(z, buf)
+        z = learner.encode(x)  # (S, D), the learner's own input scaling and precision
+        agg = learner.aggregate(z, buf)
         if agg is None:
             return None
         attn = agg.attn.float().mean(0)  # (cap,) slot order
