@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="lambda_reg values of the ablation sweep (default %(default)s)")
     p.add_argument("--kappas", type=float, nargs="+", default=None,
                    help="beyond the paper: a kappa sweep on track C, first seed, --steps")
+    p.add_argument(
+        "--min-sigma", type=float, default=0.2,
+        help="collapse guard: evaluations with sigma_embed below this are not candidates for "
+        "the peak (default 0.2; 0 = the paper's plain lowest periodic evaluation)")
     p.add_argument("--no-analysis", action="store_true",
                    help="skip the checkpoint analyses (SVD, attention, adaptation curve)")
     p.add_argument("--report-only", action="store_true",
@@ -177,19 +181,23 @@ def ensure_data(args: argparse.Namespace) -> Path:
     return path
 
 
-def _load(pairs: Sequence[tuple[grid.Point, backends.RunSpec]]) -> list[report.RunRecord]:
+def _load(
+    pairs: Sequence[tuple[grid.Point, backends.RunSpec]], min_sigma: float = 0.0
+) -> list[report.RunRecord]:
     out = []
     for point, spec in pairs:
-        rec = report.load_run(spec.run_dir, point.params)
+        rec = report.load_run(spec.run_dir, point.params, min_sigma=min_sigma)
         if rec is not None:
             out.append(rec)
     return out
 
 
-def _load_map(group: dict[str, tuple[grid.Point, backends.RunSpec]]) -> dict[str, report.RunRecord]:
+def _load_map(
+    group: dict[str, tuple[grid.Point, backends.RunSpec]], min_sigma: float = 0.0
+) -> dict[str, report.RunRecord]:
     out = {}
     for label, (point, spec) in group.items():
-        rec = report.load_run(spec.run_dir, point.params)
+        rec = report.load_run(spec.run_dir, point.params, min_sigma=min_sigma)
         if rec is not None and rec.has_evals:
             out[label] = rec
     return out
@@ -197,7 +205,7 @@ def _load_map(group: dict[str, tuple[grid.Point, backends.RunSpec]]) -> dict[str
 
 def build_report(args: argparse.Namespace, plan: Plan, data: Path, command: str) -> Path:
     """Collect the run folders of ``plan`` (and analyses) into ``OUT/report.md``."""
-    main = _load(plan.main)
+    main = _load(plan.main, args.min_sigma)
     missing = [Path(s.run_dir).relative_to(Path(args.out).resolve()).as_posix()
                for s in plan.specs() if not backends.is_finished(s.run_dir)]
     analyses = {}
@@ -215,14 +223,17 @@ def build_report(args: argparse.Namespace, plan: Plan, data: Path, command: str)
         "seeds": " ".join(str(s) for s in args.seeds),
         "tracks": " ".join(args.tracks),
         "evaluation": f"D_shift^50 on the shift test split every {eval_every} steps; "
-                      "peak = lowest periodic evaluation",
+                      "peak = lowest periodic evaluation with sigma_embed >= "
+                      f"{args.min_sigma} (the collapse guard, --min-sigma)",
         "commands": [command],
     }
     if args.ablations:
         meta["ablation steps"] = args.ablation_steps
     inp = report.ReportInput(
-        main=main, ablations=_load_map(plan.ablations), lambdas=_load_map(plan.lambdas),
-        kappas=_load_map(plan.kappas), analyses=analyses, meta=meta, missing=missing,
+        main=main, ablations=_load_map(plan.ablations, args.min_sigma),
+        lambdas=_load_map(plan.lambdas, args.min_sigma),
+        kappas=_load_map(plan.kappas, args.min_sigma), analyses=analyses, meta=meta,
+        missing=missing,
     )
     return report.write_report(args.out, inp, title="EPM-JEPA reproduction report")
 

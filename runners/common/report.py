@@ -97,6 +97,10 @@ class RunRecord:
     d_base: np.ndarray  # (E,)
     finished: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+    # Collapse guard: evaluations with sigma_embed below this are not candidates for the peak
+    # (in a collapsed phase all predictions are alike and D reads low for a degenerate reason).
+    # 0 = the paper's plain "lowest periodic evaluation"; if no evaluation passes, all count.
+    min_sigma: float = 0.0
 
     @property
     def track(self) -> str:
@@ -112,7 +116,15 @@ class RunRecord:
 
     @property
     def peak_index(self) -> int:
-        return int(np.nanargmin(self.d_shift))
+        ok = np.isfinite(self.d_shift) & (self.sigma >= self.min_sigma)
+        if not ok.any():
+            return int(np.nanargmin(self.d_shift))
+        return int(np.flatnonzero(ok)[np.argmin(self.d_shift[ok])])
+
+    @property
+    def excluded_by_guard(self) -> int:
+        """Evaluations left out of the peak search by the sigma_embed guard."""
+        return int((np.isfinite(self.d_shift) & (self.sigma < self.min_sigma)).sum())
 
     @property
     def peak(self) -> float:
@@ -150,13 +162,16 @@ class RunRecord:
             "peak": self.peak, "peak_step": self.peak_step, "sigma_at_peak": self.sigma_at_peak,
             "final": self.final, "final_step": self.final_step, "final_sigma": self.final_sigma,
             "settling": self.settling, "finished": self.finished,
+            "min_sigma": self.min_sigma, "excluded_by_guard": self.excluded_by_guard,
         }
 
 
 def load_run(
-    run_dir: str | Path, params: Mapping[str, str] | None = None, n: int = HEADLINE_N
+    run_dir: str | Path, params: Mapping[str, str] | None = None, n: int = HEADLINE_N,
+    min_sigma: float = 0.0,
 ) -> RunRecord | None:
-    """Read one run folder; None when it has no ``config.json`` (never started)."""
+    """Read one run folder; None when it has no ``config.json`` (never started).
+    ``min_sigma``: the peak's collapse guard (see ``RunRecord.min_sigma``)."""
     from runners.common.backends import is_finished
 
     run_dir = Path(run_dir)
@@ -181,6 +196,7 @@ def load_run(
         sigma=np.asarray(evals.get("sigma_embed", nan), dtype=np.float64),
         d_base=np.asarray(evals.get("d_base", nan), dtype=np.float64),
         finished=is_finished(run_dir),
+        min_sigma=min_sigma,
     )
 
 

@@ -189,3 +189,21 @@ def test_reproduce_end_to_end_on_a_tiny_run_then_regenerates_without_rerunning(t
     assert "skipped track-C_seed-1: already finished" in capsys.readouterr().out
     assert (run / "summary.json").stat().st_mtime_ns == stamp
     assert (out / "report.md").read_text() == md
+
+
+def test_collapse_guard_skips_low_sigma_evaluations_for_the_peak(tmp_path):
+    """A low D at an evaluation whose sigma_embed is below the guard is not the peak."""
+    run = make_run(tmp_path / "r", "C", 42, peak=0.80, peak_at=2)
+    # sigma_embed at the four evaluations is 0.40, 0.41, 0.42, 0.43; guard 0.415 leaves out
+    # the first two, so the lowest eligible D (index 2, the V's bottom) is still the peak ...
+    rec = report.load_run(run, min_sigma=0.415)
+    assert (rec.peak_step, rec.excluded_by_guard) == (30, 2)
+    # ... and a guard above every sigma falls back to all evaluations.
+    assert report.load_run(run, min_sigma=0.9).peak_step == 30
+    # Move the bottom of the V into the guarded region: the peak moves to the best eligible.
+    run2 = make_run(tmp_path / "r2", "C", 42, peak=0.80, peak_at=0)
+    plain = report.load_run(run2)
+    guarded = report.load_run(run2, min_sigma=0.415)
+    assert (plain.peak_step, plain.peak) == (10, pytest.approx(0.80))
+    assert (guarded.peak_step, guarded.peak) == (30, pytest.approx(0.82))
+    assert guarded.excluded_by_guard == 2 and plain.excluded_by_guard == 0
