@@ -332,14 +332,14 @@ def fig_trajectories(tracks: Mapping[str, TrackStats], path: Path, attr: str = "
                 ax.plot(r.steps, getattr(r, attr), color=color, alpha=0.25, lw=0.8)
             ax.plot(steps, mean, color=color, lw=2, label=f"track {track} ({len(ts.records)} seeds)")
             ax.fill_between(steps, mean - std, mean + std, color=color, alpha=0.2)
-        if mean.size:
-            lows.append(float(np.nanmin(mean - std)))
+        # The zoom follows the peaks the report uses (collapse-guarded), not an early dip.
+        lows += [r.peak for r in ts.records if r.has_evals]
     if attr == "d_shift":
         for ax in axes:
             ax.axhline(1.0, color="grey", ls=":", lw=1)
         if lows:
             lo = min(lows)
-            axes[1].set_ylim(lo - 0.01, lo + 0.12)
+            axes[1].set_ylim(lo - 0.02, lo + 0.12)
         axes[1].set_title("convergence region")
     elif attr == "sigma":
         for ax in axes:
