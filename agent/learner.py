@@ -14,6 +14,7 @@ import torch
 
 from agent.build import Parts, build_optimizer, build_parts
 from agent.config import AgentConfig
+from agent.controls import FreezeControls
 from agent.memory import Aggregate, ExperienceBuffer
 from agent.metrics import StepMetrics, normalised_error
 from agent.modulators import Modulated
@@ -29,7 +30,7 @@ def frames_to_float(frames: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
     return x if scale == 1.0 else x.mul_(scale)
 
 
-class Learner:
+class Learner(FreezeControls):
     """EMA-JEPA learner of one track.
 
     ``step``: updates done. Controls: ``freeze_weights()`` / ``unfreeze_weights()`` (memory
@@ -51,24 +52,6 @@ class Learner:
         self.step = 0
         self._manual_freeze = False
         self._nan = torch.full((), math.nan, device=self.device)
-
-    # ---------------------------------------------------------------- controls
-    @property
-    def weights_frozen(self) -> bool:
-        """True when this step will not change weights (manual or ``freeze_weights_at``)."""
-        at = self.cfg.freeze_weights_at
-        return self._manual_freeze or (at is not None and self.step >= at)
-
-    def freeze_weights(self) -> None:
-        """Stop weight and EMA updates; detector and buffer stay live (``memory`` mode)."""
-        self._manual_freeze = True
-
-    def unfreeze_weights(self) -> None:
-        """Undo ``freeze_weights`` (``freeze_weights_at`` still applies)."""
-        self._manual_freeze = False
-
-    def _frozen_at(self, at: int | None) -> bool:
-        return at is not None and self.step >= at
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """bf16 autocast when ``precision == "bf16"``, else nothing (fp32 stays exact)."""

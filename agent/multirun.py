@@ -33,6 +33,7 @@ from torch import nn
 
 from agent.build import Networks
 from agent.config import AgentConfig
+from agent.controls import FreezeControls
 from agent.learner import Learner, frames_to_float
 from agent.memory import BoundaryDetector, ExperienceBuffer
 from agent.metrics import StepMetrics, normalised_error
@@ -271,7 +272,7 @@ class _RunForward(nn.Module):
 
 
 # ------------------------------------------------------------------------------ the multi-learner
-class MultiLearner:
+class MultiLearner(FreezeControls):
     """R runs of one track trained in lockstep, every tensor with a leading run dimension.
 
     ``configs``: R AgentConfigs, equal except in ``VARYING_FIELDS`` (seed, lr, weight_decay,
@@ -430,24 +431,6 @@ class MultiLearner:
         full = {"nets." + n: p for n, p in params.items()}
         args = (x, w, world, buf_pairs, buf_mask, gamma, lambda_reg, grad)
         return torch.func.functional_call(self._fwd, full, args)
-
-    # ---------------------------------------------------------------- controls (as Learner)
-    @property
-    def weights_frozen(self) -> bool:
-        """True when this step will not change weights (manual or ``freeze_weights_at``)."""
-        at = self.cfg.freeze_weights_at
-        return self._manual_freeze or (at is not None and self.step >= at)
-
-    def freeze_weights(self) -> None:
-        """Stop weight and EMA updates of every run; detectors and buffers stay live."""
-        self._manual_freeze = True
-
-    def unfreeze_weights(self) -> None:
-        """Undo ``freeze_weights`` (``freeze_weights_at`` still applies)."""
-        self._manual_freeze = False
-
-    def _frozen_at(self, at: int | None) -> bool:
-        return at is not None and self.step >= at
 
     # ---------------------------------------------------------------- the step
     def update(self, batch: Batch | Sequence[Batch]) -> StepMetrics:
