@@ -1,4 +1,4 @@
-"""End to end: steps/s of the online loop (`runners.common.loop.OnlineLoop.step()`: env, source,
+"""End to end: steps/s of the online loop (`runners.online.loop.OnlineLoop.step()`: env, source,
 learner, memory, metric recording into run.zarr) and its ratio to learner-only `update()` on the
 same config, measured right before it in the same test.
 
@@ -35,12 +35,12 @@ NEVER = 10**9  # a step the benchmark never reaches (no evaluation / checkpoint 
 
 def _loop_parts():
     try:
-        loop = importlib.import_module("runners.common.loop")
-        runconfig = importlib.import_module("runners.common.runconfig")
-        runs = importlib.import_module("runners.common.runs")
+        loop = importlib.import_module("runners.online.loop")
+        runconfig = importlib.import_module("runners.online.config")
+        runs = importlib.import_module("runners.online.rundir")
         return loop.OnlineLoop, runconfig.RunConfig, runconfig.resolve, runs.RunPaths
     except (ImportError, AttributeError) as e:
-        pytest.skip(f"runners.common.loop not ready: {e}")
+        pytest.skip(f"runners.online.loop not ready: {e}")
 
 
 def make_loop(tmp_path, bench: BenchSettings, preset: str, precision: str, track: str = "C"):

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 
-from runners.common.cli import CliError, run_main
-from runners.common.loop import make_eval_data, open_store, resolve_device
-from runners.common.runconfig import RunConfig, load_run_config, resolve
-from runners.common.summary import curve_report, format_curve
+from runners.cli import CliError, run_main
+from runners.online.loop import make_eval_data, open_store, resolve_device
+from runners.online.config import RunConfig, load_run_config, resolve
+from runners.online.summary import curve_report, format_curve
 
 PROG = "evaluate"
 CURVE = (0, 10, 25, 50, 100, 256)

@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from runners.common.cli import CliError, run_main
+from runners.cli import CliError, run_main
 
 PROG = "python -m runners.make_dataset"
 

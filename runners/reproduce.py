@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runners import sweep
-from runners.common import backends, grid, report
-from runners.common.cli import CliError, run_main
+from runners.studies import backends, grid, report
+from runners.cli import CliError, run_main
 
 PROG = "python -m runners.reproduce"
 
@@ -210,7 +210,7 @@ def build_report(args: argparse.Namespace, plan: Plan, data: Path, command: str)
                for s in plan.specs() if not backends.is_finished(s.run_dir)]
     analyses = {}
     if not args.no_analysis:
-        from runners.common import analysis
+        from runners.studies import analysis
 
         analyses = analysis.analyse_runs(
             [r for r in main if r.finished], data, Path(args.out) / "analysis"

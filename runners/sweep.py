@@ -23,8 +23,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from runners.common import backends, grid, report
-from runners.common.cli import CliError, run_main
+from runners.studies import backends, grid, report
+from runners.cli import CliError, run_main
 
 PROG = "python -m runners.sweep"
 #: train_online options a sweep sets itself (per run), so a user may not pass them through.
@@ -87,7 +87,7 @@ def make_backend(args: argparse.Namespace) -> backends.LocalBackend | backends.R
 
 def check_passthrough(extra: Sequence[str]) -> list[str]:
     """Validate the options meant for ``train_online`` with its own parser; return them."""
-    from runners.common import runconfig
+    from runners.online import config as runconfig
 
     p = argparse.ArgumentParser(prog="runners.train_online (passed through)", add_help=False)
     runconfig.add_run_arguments(p)
@@ -105,7 +105,7 @@ def check_passthrough(extra: Sequence[str]) -> list[str]:
 
 def check_fields(fields: Sequence[str]) -> None:
     """Every grid field must be a ``RunConfig`` or ``AgentConfig`` field."""
-    from runners.common import runconfig
+    from runners.online import config as runconfig
 
     try:
         import dataclasses

@@ -25,10 +25,10 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from runners.common.cli import CliError, run_main
-from runners.common.loop import OnlineLoop, StepResult, resolve_device
-from runners.common.plots import make_figures
-from runners.common.runconfig import (
+from runners.cli import CliError, run_main
+from runners.online.loop import OnlineLoop, StepResult, resolve_device
+from runners.online.plots import make_figures
+from runners.online.config import (
     RunConfig,
     add_run_arguments,
     apply_resume_options,
@@ -36,8 +36,8 @@ from runners.common.runconfig import (
     describe,
     load_run_config,
 )
-from runners.common.runs import RunPaths, StopRequest, existing_run_dir, new_run_dir
-from runners.common.summary import build_summary, curve_report, format_table, write_summary
+from runners.online.rundir import RunPaths, StopRequest, existing_run_dir, new_run_dir
+from runners.online.summary import build_summary, curve_report, format_table, write_summary
 
 PROG = "train_online"
 

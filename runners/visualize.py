@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runners.common.cli import CliError, run_main
-from runners.common.runconfig import DEFAULT_SHIFT_GRAVITY, PRESETS, TRACKS
+from runners.cli import CliError, run_main
+from runners.online.config import DEFAULT_SHIFT_GRAVITY, PRESETS, TRACKS
 
 PROG = "visualize"
 SESSION_FILE = "viz.json"
@@ -102,7 +102,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def track_config(args: argparse.Namespace, track: str, from_dir: Path | None) -> Any:
     """The ``RunConfig`` of one track: train_online's resolution with the visualizer's defaults."""
-    from runners.common.runconfig import build_config
+    from runners.online.config import build_config
 
     steps = args.steps or DEFAULT_STEPS
     ns = argparse.Namespace(
@@ -222,9 +222,9 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
     if args.headless:
         os.environ["SDL_VIDEODRIVER"] = "dummy"
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
-    from runners.common.loop import OnlineLoop, resolve_device
-    from runners.common.runconfig import apply_resume_options, load_run_config
-    from runners.common.runs import RunPaths, existing_run_dir
+    from runners.online.loop import OnlineLoop, resolve_device
+    from runners.online.config import apply_resume_options, load_run_config
+    from runners.online.rundir import RunPaths, existing_run_dir
     from runners.train_online import set_threads
 
     world_state: dict[str, Any] = {}
@@ -294,9 +294,9 @@ def make_app(
 ) -> Any:
     import pygame
 
-    from runners.common.viz.app import App, AppConfig
-    from runners.common.viz.drivers import LoopDriver
-    from runners.common.viz.screen import SIZE
+    from runners.live.app import App, AppConfig
+    from runners.live.drivers import LoopDriver
+    from runners.live.screen import SIZE
 
     pygame.display.init()
     pygame.font.init()
@@ -337,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     session = setup(argv)
     session.app.cfg.on_checkpoint = session.save_state
     app = session.app
-    from runners.common.runs import StopRequest
+    from runners.online.rundir import StopRequest
 
     stop = StopRequest()
     app.cfg.should_stop = lambda: stop.requested

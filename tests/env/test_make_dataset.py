@@ -11,7 +11,7 @@ import pytest
 
 import env
 from runners import make_dataset
-from runners.common.cli import run_main
+from runners.cli import run_main
 
 REPO = Path(__file__).resolve().parents[2]
 

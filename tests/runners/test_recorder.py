@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import zarr
 
-from runners.common.recorder import Recorder, RecorderError
+from runners.online.recorder import Recorder, RecorderError
 
 
 def fill(rec: Recorder, start: int, n: int) -> None:

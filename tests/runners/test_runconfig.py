@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runners.common.cli import CliError
-from runners.common.runconfig import (
+from runners.cli import CliError
+from runners.online.config import (
     RunConfig,
     add_run_arguments,
     build_config,

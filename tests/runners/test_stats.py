@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from runners.common import stats
+from runners.studies import stats
 
 PAPER_C = [0.7776, 0.7838, 0.7931]  # the paper's Track C seeds (Appendix B)
 PAPER_A = [0.8000, 0.8159, 0.8108]

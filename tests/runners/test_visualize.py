@@ -13,11 +13,11 @@ import numpy as np
 import pygame
 import pytest
 
-from runners.common.viz.app import App, AppConfig
-from runners.common.viz.draw import SWITCH
-from runners.common.viz.fake import FakeDriver, FakeWorld
-from runners.common.viz.model import History
-from runners.common.viz.screen import SIZE
+from runners.live.app import App, AppConfig
+from runners.live.draw import SWITCH
+from runners.live.fake import FakeDriver, FakeWorld
+from runners.live.model import History
+from runners.live.screen import SIZE
 
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 

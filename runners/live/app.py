@@ -29,8 +29,8 @@ from typing import Protocol
 import numpy as np
 import pygame
 
-from runners.common.viz.model import History, Snapshot, TrackView, WorldView
-from runners.common.viz.screen import Screen
+from runners.live.model import History, Snapshot, TrackView, WorldView
+from runners.live.screen import Screen
 
 GRAVITY_STEP = 0.05
 DIRECTION_STEP = 15.0

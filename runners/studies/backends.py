@@ -27,7 +27,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from runners.common.cli import CliError
+from runners.cli import CliError
 
 TRAIN_MODULE = "runners.train_online"
 #: The repository root (the folder holding ``runners/``): subprocesses run there.

@@ -24,9 +24,9 @@ import math
 import numpy as np
 import pygame
 
-from runners.common.viz import draw
-from runners.common.viz.draw import Chart, Fonts, Series
-from runners.common.viz.model import (
+from runners.live import draw
+from runners.live.draw import Chart, Fonts, Series
+from runners.live.model import (
     BOUNDARY,
     BUFFER_SIZE,
     DELTA_ABS,

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from runners.common.cli import CliError
+from runners.cli import CliError
 
 #: Grid fields that are ``train_online`` options rather than ``--set`` config overrides.
 CLI_FIELDS = {"track": "--track", "seed": "--seed", "steps": "--steps"}

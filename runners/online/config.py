@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runners.common.cli import CliError
+from runners.cli import CliError
 
 # Calibrated on a 2-core CPU so the default run tells the whole story in about five minutes
 # (see docs/train_online.md, "The default run").

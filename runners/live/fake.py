@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runners.common.viz.model import (
+from runners.live.model import (
     BOUNDARY,
     BUFFER_SIZE,
     DELTA_ABS,

@@ -353,7 +353,7 @@ def _plt() -> Any:
 
 
 def _color(track: str) -> str | None:
-    from runners.common.report import TRACK_COLORS
+    from runners.studies.report import TRACK_COLORS
 
     return TRACK_COLORS.get(track)
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from runners.common import stats
+from runners.studies import stats
 
 HEADLINE_N = 50
 
@@ -172,7 +172,7 @@ def load_run(
 ) -> RunRecord | None:
     """Read one run folder; None when it has no ``config.json`` (never started).
     ``min_sigma``: the peak's collapse guard (see ``RunRecord.min_sigma``)."""
-    from runners.common.backends import is_finished
+    from runners.studies.backends import is_finished
 
     run_dir = Path(run_dir)
     try:
@@ -421,7 +421,7 @@ class ReportInput:
     ablations: dict[str, RunRecord] = field(default_factory=dict)  # label -> run (Table 3)
     lambdas: dict[str, RunRecord] = field(default_factory=dict)  # "0.05" -> run (Table 4)
     kappas: dict[str, RunRecord] = field(default_factory=dict)  # "1.5" -> run
-    analyses: dict[str, Any] = field(default_factory=dict)  # from runners.common.analysis
+    analyses: dict[str, Any] = field(default_factory=dict)  # from runners.studies.analysis
     meta: dict[str, Any] = field(default_factory=dict)  # commands, data, steps, seeds, device
     missing: list[str] = field(default_factory=list)  # runs that are not finished
 
@@ -512,7 +512,7 @@ def write_report(out_dir: str | Path, inp: ReportInput, title: str = "Reproducti
         lines += _sweep_section("Kappa sweep (track C, beyond the paper)", "kappa", inp.kappas,
                                 figs / "kappa_sweep.png")
     if inp.analyses:
-        from runners.common import analysis
+        from runners.studies import analysis
 
         lines += analysis.report_section(inp.analyses, figs)
     (out_dir / "report.md").write_text("\n".join(lines).rstrip() + "\n")

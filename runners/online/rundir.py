@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from runners.common.cli import CliError
+from runners.cli import CliError
 
 PAUSE_FILE = "PAUSE"
 

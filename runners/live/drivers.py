@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from runners.common.viz.model import NORM_ERROR
+from runners.live.model import NORM_ERROR
 
 ATTN_HZ = 4.0
 ATTN_STREAMS = 16

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
-from runners.common.recorder import Recorder  # noqa: E402
+from runners.online.recorder import Recorder  # noqa: E402
 
 DPI = 90
 PHASE_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")

@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from runners.common.cli import CliError
-from runners.common.recorder import Recorder, RecorderError
-from runners.common.runconfig import RunConfig
-from runners.common.runs import RunPaths, StopRequest
+from runners.cli import CliError
+from runners.online.recorder import Recorder, RecorderError
+from runners.online.config import RunConfig
+from runners.online.rundir import RunPaths, StopRequest
 
 # -- factories ---------------------------------------------------------------------------------
 
