@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 
 from runners.cli import CliError, run_main
-from runners.online.loop import make_eval_data, open_store, resolve_device
 from runners.online.config import RunConfig, load_run_config, resolve
+from runners.online.loop import make_eval_data, open_store, resolve_device
 from runners.online.summary import curve_report, format_curve
 
 PROG = "evaluate"

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runners import sweep
-from runners.studies import backends, grid, report
 from runners.cli import CliError, run_main
+from runners.studies import backends, grid, report
 
 PROG = "python -m runners.reproduce"
 

@@ -23,8 +23,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from runners.studies import backends, grid, report
 from runners.cli import CliError, run_main
+from runners.studies import backends, grid, report
 
 PROG = "python -m runners.sweep"
 #: train_online options a sweep sets itself (per run), so a user may not pass them through.

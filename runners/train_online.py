@@ -26,8 +26,6 @@ import torch
 from tqdm import tqdm
 
 from runners.cli import CliError, run_main
-from runners.online.loop import OnlineLoop, StepResult, resolve_device
-from runners.online.plots import make_figures
 from runners.online.config import (
     RunConfig,
     add_run_arguments,
@@ -36,6 +34,8 @@ from runners.online.config import (
     describe,
     load_run_config,
 )
+from runners.online.loop import OnlineLoop, StepResult, resolve_device
+from runners.online.plots import make_figures
 from runners.online.rundir import RunPaths, StopRequest, existing_run_dir, new_run_dir
 from runners.online.summary import build_summary, curve_report, format_table, write_summary
 

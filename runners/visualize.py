@@ -222,8 +222,8 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
     if args.headless:
         os.environ["SDL_VIDEODRIVER"] = "dummy"
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
-    from runners.online.loop import OnlineLoop, resolve_device
     from runners.online.config import apply_resume_options, load_run_config
+    from runners.online.loop import OnlineLoop, resolve_device
     from runners.online.rundir import RunPaths, existing_run_dir
     from runners.train_online import set_threads
 

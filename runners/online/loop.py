@@ -31,8 +31,8 @@ import numpy as np
 import torch
 
 from runners.cli import CliError
-from runners.online.recorder import Recorder, RecorderError
 from runners.online.config import RunConfig
+from runners.online.recorder import Recorder, RecorderError
 from runners.online.rundir import RunPaths, StopRequest
 
 # -- factories ---------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from runners.online.recorder import Recorder
 from runners.online.config import RunConfig
+from runners.online.recorder import Recorder
 
 
 def _f(x: Any) -> float | None:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from runners import reproduce
-from runners.studies import analysis, report, stats
 from runners.online.recorder import Recorder
+from runners.studies import analysis, report, stats
 
 # Peak D_shift^50 per (track, seed): the paper's per-seed numbers where it gives them.
 PEAKS = {

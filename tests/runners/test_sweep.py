@@ -14,8 +14,8 @@ import pytest
 import zarr
 
 from runners import sweep
-from runners.studies import backends, grid, report
 from runners.cli import CliError
+from runners.studies import backends, grid, report
 
 REPO = Path(__file__).resolve().parents[2]
 # Small evaluation sets keep each tiny run to a few seconds (most of it is imports and figures).
