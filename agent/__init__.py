@@ -1,4 +1,4 @@
-"""The EPM-JEPA learner: config, networks, memory, modulators, update, evaluation, checkpoint.
+"""The EPM-JEPA learner: config, networks, memory, modulators, step, evaluation, checkpoint.
 
 from agent import AgentConfig, Learner, DatasetSource
 cfg = AgentConfig.from_preset("tiny", track="C")
@@ -19,9 +19,16 @@ from agent.learner import Learner
 from agent.metrics import StepMetrics, stack
 from agent.multirun import MultiLearner
 from agent.sources import Batch, DatasetSource, StreamSource
+from agent.step import (
+    MemoryView,
+    StepOutput,
+    StepSpec,
+    forward_step,
+    modulated_prediction,
+    step_metrics,
+)
 
 __all__ = [
-    "MultiLearner",
     "AgentConfig",
     "Batch",
     "CheckpointError",
@@ -29,16 +36,23 @@ __all__ = [
     "EvalData",
     "EvalResult",
     "Learner",
+    "MemoryView",
+    "MultiLearner",
     "Parts",
     "StepMetrics",
+    "StepOutput",
+    "StepSpec",
     "StreamSource",
     "adaptation_curve",
     "build_parts",
     "count_parameters",
     "evaluate",
+    "forward_step",
     "load_checkpoint",
+    "modulated_prediction",
     "preferred_precision",
     "read_checkpoint_config",
     "save_checkpoint",
     "stack",
+    "step_metrics",
 ]

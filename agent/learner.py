@@ -1,13 +1,14 @@
 """The Learner: one ``update(batch) -> StepMetrics`` per step, no host synchronisation.
 
 Assembled from parts (``agent.build``): networks (encoder, EMA target, predictor, modulator,
-experience encoder, aggregator), boundary detector, experience buffer, AdamW.
+experience encoder, aggregator), boundary detector, experience buffer, AdamW. The step's
+forward and loss are ``agent.step.forward_step`` (the same function ``MultiLearner`` runs
+under vmap); this class adds the optimiser, the EMA and the memory writes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 from typing import Any
 
 import torch
@@ -16,11 +17,19 @@ from agent.build import Parts, build_optimizer, build_parts
 from agent.config import AgentConfig
 from agent.controls import FreezeControls
 from agent.memory import Aggregate, ExperienceBuffer
-from agent.metrics import StepMetrics, normalised_error
+from agent.metrics import StepMetrics
 from agent.modulators import Modulated
-from agent.objective import compute_loss
 from agent.schedules import lr_at, tau_at
 from agent.sources import Batch
+from agent.step import (
+    MemoryView,
+    StepSpec,
+    aggregate,
+    encode,
+    forward_step,
+    modulated_prediction,
+    step_metrics,
+)
 
 
 def frames_to_float(frames: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
@@ -44,6 +53,7 @@ class Learner(FreezeControls):
     ) -> None:
         self.cfg = cfg
         self.device = torch.device(device)
+        self.spec = StepSpec.from_config(cfg, self.device)
         parts = parts if parts is not None else build_parts(cfg, self.device)
         self.nets = parts.nets
         self.detector = parts.detector
@@ -51,13 +61,10 @@ class Learner(FreezeControls):
         self.optimizer = build_optimizer(cfg, self.nets)
         self.step = 0
         self._manual_freeze = False
-        self._nan = torch.full((), math.nan, device=self.device)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """bf16 autocast when ``precision == "bf16"``, else nothing (fp32 stays exact)."""
-        if self.cfg.precision == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        return self.spec.autocast()
 
     # ---------------------------------------------------------------- forward pieces
     def encoder_input(self, frames: torch.Tensor) -> torch.Tensor:
@@ -68,110 +75,70 @@ class Learner(FreezeControls):
     def encode(self, frames: torch.Tensor, target: bool = False) -> torch.Tensor:
         """Latents of uint8 frames (N, 1, 64, 64) -> (N, latent) float32, online encoder (or the
         EMA target), under the learner's precision, no gradient."""
-        enc = self.nets.target if target else self.nets.encoder
+        enc = self.nets.target.target if target else self.nets.encoder
         with self.autocast():
-            return enc(self.encoder_input(frames)).float()
+            return encode(enc, self.encoder_input(frames), self.spec).float()
 
     def aggregate(self, z: torch.Tensor, buffer: ExperienceBuffer) -> Aggregate | None:
-        """e_agg for each z (B, latent) from ``buffer`` (encoded once: the e_i are shared by all
-        samples); None for tracks without a memory pathway."""
-        if not self.nets.modulator.uses_memory:
-            return None
-        # The memory pathway runs in fp32 even under bf16 autocast: its matmuls are tiny
-        # (cap x 64), so bf16 only adds casts (measured ~2 ms slower per step on CPU).
-        with torch.autocast(self.device.type, enabled=False):
-            e = self.nets.experience(buffer.pairs)  # (cap, exp_dim)
-            return self.nets.aggregator(z.float(), e, buffer.mask())
+        """e_agg (B, exp_dim) and attention (B, cap) for each z (B, latent) from ``buffer``;
+        None for tracks without a memory pathway (``agent.step.aggregate``)."""
+        return aggregate(self.nets, z, MemoryView.of(buffer), self.spec)
 
     def predict(
         self, z: torch.Tensor, buffer: ExperienceBuffer
     ) -> tuple[Modulated, Aggregate | None]:
-        """The modulated prediction for z (B, latent) given ``buffer``."""
-        agg = self.aggregate(z, buffer)
-        e_agg = agg.e_agg if agg is not None else z.new_zeros(z.shape[0], self.cfg.exp_dim)
-        return self.nets.modulator(self.nets.predictor, z, e_agg), agg
+        """The modulated prediction for z (B, latent) given ``buffer``
+        (``agent.step.modulated_prediction``, the step's own)."""
+        return modulated_prediction(self.nets, z, MemoryView.of(buffer), self.spec)
 
     # ---------------------------------------------------------------- the step
     def update(self, batch: Batch) -> StepMetrics:
-        """One training step on ``batch`` (frames (B, K+2, 1, 64, 64) uint8). No host sync."""
-        cfg, nets = self.cfg, self.nets
-        k = cfg.n_horizons
+        """One training step on ``batch`` (frames (B, K+2, 1, 64, 64) uint8, valid / world (B,)
+        on the device). Returns StepMetrics of 0-dim device tensors; no host sync."""
+        cfg = self.cfg
         frozen = self.weights_frozen
         lr = lr_at(self.step, cfg.lr, cfg.total_steps, cfg.warmup_frac)
         tau = tau_at(self.step, cfg.tau_base, cfg.tau_end, cfg.total_steps)
-        valid = batch.valid
-        w = valid.float()  # (B,)
-        n_valid = w.sum()
-        x = self.encoder_input(batch.frames)  # (B, K+2, 1, 64, 64)
-        b = x.shape[0]
 
-        # 1. Forward. Each frame is encoded once: the input with gradients, the newest pair
-        #    (memory only) and the K targets (EMA encoder) without.
-        with self.autocast():
-            with torch.no_grad():
-                pair = nets.encoder(x[:, k:].flatten(0, 1)).view(b, 2, -1).flip(1)  # (B, 2, D)
-                targets = nets.target(x[:, 1 : k + 1].flatten(0, 1)).view(b, k, -1)  # (B, K, D)
-            with torch.set_grad_enabled(not frozen):
-                z = nets.encoder(x[:, 0])  # (B, D)
-                mod, agg = self.predict(z, self.buffer)
-            # The BASE predictor (no modulation) for the surprisal, before the weights move.
-            with torch.no_grad():
-                base = nets.predictor(z.detach()) if nets.modulator.uses_memory else mod.pred
-        pred, targets, base = mod.pred.float(), targets.float(), base.detach().float()
-
-        # 2. Loss (invalid samples weigh 0).
-        loss = compute_loss(pred, targets, cfg.gamma, cfg.lambda_reg, w)
+        # 1.-2. Forward and loss (agent.step.forward_step: also the memory / metric reductions).
+        out = forward_step(
+            self.nets,
+            self.encoder_input(batch.frames),  # (B, K+2, 1, 64, 64)
+            batch.valid.float(),  # (B,)
+            batch.world,
+            MemoryView.of(self.buffer),
+            gamma=cfg.gamma,
+            lambda_reg=cfg.lambda_reg,
+            grad=not frozen,
+            spec=self.spec,
+        )
 
         # 3. Backward and step.
         if not frozen:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             self.optimizer.zero_grad(set_to_none=True)
-            loss.total.backward()
+            out.loss_total.backward()
             self.optimizer.step()
 
         # 4. EMA target update.
         if not frozen and not self._frozen_at(cfg.freeze_ema_at):
-            nets.target.update(nets.encoder, tau)
+            self.nets.target.update(self.nets.encoder, tau)
 
-        # 5. Memory update: surprisal of the BASE predictor (no modulation, no circular coupling),
-        #    detector, and a push of the batch-mean newest pair on a boundary - all tensor ops.
+        # 5. Memory update: the detector on the BASE predictor's surprisal, and a push of the
+        #    batch-mean newest pair on a boundary - all tensor ops.
         with torch.no_grad():
-            err = torch.linalg.vector_norm(targets - base.unsqueeze(1), dim=-1).mean(1)  # (B,)
-            denom = n_valid.clamp(min=1.0)
-            surprisal = (err * w).sum() / denom
-            fired = self.detector.update(surprisal, n_valid > 0)
+            fired = self.detector.update(out.surprisal, out.n_valid > 0)
             if not self._frozen_at(cfg.freeze_buffer_at):
-                pair_mean = (pair.float() * w.view(b, 1, 1)).sum(0) / denom  # (2, D)
-                world = ((batch.world.float() * w).sum() * 2 > n_valid).long()  # majority
-                self.buffer.push(pair_mean, world, self.step, fired)
-
+                self.buffer.push(out.pair, out.world, self.step, fired)
             # Metrics (device tensors; read in blocks by agent.metrics.stack).
-            if mod.scales is not None:
-                delta_abs = (mod.scales.detach().float().abs().mean(1) * w).sum() / denom
-            else:
-                delta_abs = self._nan
-            if agg is not None:
-                ent = -torch.special.xlogy(agg.attn.detach().float(), agg.attn.detach().float())
-                attn_entropy = (ent.sum(1) * w).sum() / denom
-            else:
-                attn_entropy = self._nan
-            norm_err = normalised_error(pred.detach(), z.detach(), targets, cfg.norm_eps, valid)[0]
-            metrics = StepMetrics(
-                loss_total=loss.total.detach(),
-                loss_pred=loss.pred.detach(),
-                loss_reg=loss.reg.detach(),
-                surprisal=surprisal,
-                threshold=self.detector.threshold.float(),
-                boundary=fired.float(),
-                buffer_size=self.buffer.size.float(),
-                shift_share=self.buffer.shift_share(),
+            metrics = step_metrics(
+                out,
+                fired,
+                self.detector,
+                self.buffer,
                 lr=torch.full((), lr, device=self.device),
                 tau=torch.full((), tau, device=self.device),
-                delta_abs=delta_abs,
-                attn_entropy=attn_entropy,
-                valid_frac=n_valid / b,
-                norm_error=norm_err.float(),
             )
         self.step += 1
         return metrics

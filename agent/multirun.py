@@ -1,17 +1,18 @@
 """Several runs trained at once in one process: ``MultiLearner.update(batches) -> StepMetrics``.
 
 R runs of the same track and shapes (different seeds and a few scalar hyperparameters) are
-stacked along a leading run dimension and stepped together:
+stacked along a leading run dimension and stepped together. The step is the single learner's
+(``agent.step``): ``forward_step`` under ``torch.func.functional_call`` + ``torch.func.vmap``
+and ``step_metrics``; what this module adds is only what stacking needs:
 
-- networks: ``torch.func.stack_module_state`` over the R runs' ``Networks`` and one
-  ``functional_call`` of a parameter-free template under ``torch.func.vmap`` (so every kernel
-  sees all R runs at once: convolutions become grouped convolutions, linears batched matmuls);
-  the gradient of the sum of the R losses is each run's own gradient;
+- stacked state: parameters (R, ...) from ``torch.func.stack_module_state``, a parameter-free
+  (meta-device) template for ``functional_call`` (so every kernel sees all R runs at once:
+  convolutions become grouped convolutions, linears batched matmuls; the gradient of the sum
+  of the R losses is each run's own gradient), ``StackedDetector``, ``StackedBuffer``;
 - AdamW: the same fused kernel ``torch.optim.AdamW(fused=True)`` calls
   (``torch._fused_adamw_``), on the stacked tensors;
 - EMA target: the single learner's ``torch._foreach_lerp_`` on the stacked tensors;
-- detector: ``BoundaryDetector.update`` itself, on (R,) statistics;
-- buffer: a stacked FIFO (R, cap, 2, D) written with masks, never with a host read.
+- lr / tau schedule tables on the device; optional CUDA graphs.
 
 Everything stays on the device (no host sync per step). ``unstack(i)`` returns run i as an
 ordinary ``Learner`` (checkpointable with ``agent.checkpoint``), ``from_learners`` stacks
@@ -22,9 +23,7 @@ See docs/multirun.md.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,10 +35,10 @@ from agent.config import AgentConfig
 from agent.controls import FreezeControls
 from agent.learner import Learner, frames_to_float
 from agent.memory import BoundaryDetector, ExperienceBuffer
-from agent.metrics import StepMetrics, normalised_error
-from agent.objective import compute_loss
+from agent.metrics import StepMetrics
 from agent.schedules import lr_at, tau_at
 from agent.sources import Batch
+from agent.step import MemoryView, StepOutput, StepSpec, forward_step, step_metrics
 
 # Config fields that may differ between stacked runs (everything else must be equal).
 VARYING_FIELDS = (
@@ -162,113 +161,31 @@ class StackedBuffer:
         return {n: getattr(self, n)[i].clone() for n in ("pairs", "world", "steps", "ptr", "size")}
 
 
-# ------------------------------------------------------------------------------ one run's forward
-def _encode(encoder: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The listing's encoder forward ``norm(proj(conv(x).flatten(1)))`` on ``Encoder``'s own
-    modules: (N, 1, 64, 64) -> (N, latent). ``Encoder.forward`` gives the same values but asks
-    for a channels_last copy, which vmap cannot express (NYI in torch 2.13)."""
-    return encoder.norm(encoder.proj(encoder.conv(x).flatten(1)))
+# ------------------------------------------------------------------------------ one run's step
+class _StepCall(nn.Module):
+    """``forward_step`` as a module call, for ``torch.func.functional_call`` (which swaps the
+    parameters of a module): holds the template networks (on the meta device: no storage;
+    every parameter is supplied by ``functional_call`` as ``nets.<name>``) and the spec."""
 
-
-class _RunForward(nn.Module):
-    """One run's forward, loss and memory statistics (sections 1, 2 and the reductions of 5 of
-    ``Learner.update``), written against the Networks modules so ``functional_call`` can run it
-    with any run's parameters and ``vmap`` with all of them.
-
-    Holds the template networks (on the meta device: no storage; every parameter is supplied by
-    ``functional_call``).
-    """
-
-    def __init__(self, nets: Networks, cfg: AgentConfig) -> None:
+    def __init__(self, nets: Networks, spec: StepSpec) -> None:
         super().__init__()
         self.nets = nets
-        self.k = cfg.n_horizons
-        self.exp_dim = cfg.exp_dim
-        self.norm_eps = cfg.norm_eps
-        self.bf16 = cfg.precision == "bf16"
-        self.device_type = "cpu"
-
-    def autocast(self) -> contextlib.AbstractContextManager:
-        if self.bf16:
-            return torch.autocast(self.device_type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        self.spec = spec
 
     def forward(
         self,
         x: torch.Tensor,
         w: torch.Tensor,
         world: torch.Tensor,
-        buf_pairs: torch.Tensor,
-        buf_mask: torch.Tensor,
+        memory: MemoryView,
         gamma: float | torch.Tensor,
         lambda_reg: float | torch.Tensor,
         grad: bool,
-    ) -> tuple[torch.Tensor, ...]:
-        """One run (inside vmap the run dimension is hidden).
-
-        x (B, K+2, 1, 64, 64) float32; w (B,) 0/1 float; world (B,) int64; buf_pairs (cap, 2, D);
-        buf_mask (cap,) bool. Returns loss_total (0-dim, differentiable), stats (8,) float32
-        [loss_pred, loss_reg, surprisal, delta_abs, attn_entropy, valid_frac, norm_error,
-        n_valid], pair_mean (2, D) float32, majority world 0-dim int64.
-        """
-        nets, k = self.nets, self.k
-        b = x.shape[0]
-        n_valid = w.sum()
-        uses_memory = nets.modulator.uses_memory
-        # 1. Forward (as Learner.update: each frame encoded once).
-        with self.autocast():
-            with torch.no_grad():
-                pair = _encode(nets.encoder, x[:, k:].flatten(0, 1)).view(b, 2, -1).flip(1)
-                targets = _encode(nets.target.target, x[:, 1 : k + 1].flatten(0, 1)).view(b, k, -1)
-            with torch.set_grad_enabled(grad):
-                z = _encode(nets.encoder, x[:, 0])  # (B, D)
-                agg = None
-                if uses_memory:  # fp32 even under bf16 autocast, as Learner.aggregate
-                    with torch.autocast(self.device_type, enabled=False):
-                        e = nets.experience(buf_pairs)  # (cap, exp_dim)
-                        agg = nets.aggregator(z.float(), e, buf_mask)
-                    e_agg = agg.e_agg
-                else:
-                    e_agg = z.new_zeros(b, self.exp_dim)
-                mod = nets.modulator(nets.predictor, z, e_agg)
-            with torch.no_grad():
-                base = nets.predictor(z.detach()) if uses_memory else mod.pred
-        pred, targets, base = mod.pred.float(), targets.float(), base.detach().float()
-
-        # 2. Loss.
-        loss = compute_loss(pred, targets, gamma, lambda_reg, w)  # type: ignore[arg-type]
-
-        # 5. (reductions) surprisal of the base predictor, batch-mean newest pair, metrics.
-        with torch.no_grad():
-            err = torch.linalg.vector_norm(targets - base.unsqueeze(1), dim=-1).mean(1)  # (B,)
-            denom = n_valid.clamp(min=1.0)
-            surprisal = (err * w).sum() / denom
-            pair_mean = (pair.float() * w.view(b, 1, 1)).sum(0) / denom  # (2, D)
-            maj = ((world.float() * w).sum() * 2 > n_valid).long()
-            nan = torch.full((), math.nan, device=x.device)
-            if mod.scales is not None:
-                delta_abs = (mod.scales.detach().float().abs().mean(1) * w).sum() / denom
-            else:
-                delta_abs = nan
-            if agg is not None:
-                at = agg.attn.detach().float()
-                attn_entropy = (-torch.special.xlogy(at, at).sum(1) * w).sum() / denom
-            else:
-                attn_entropy = nan
-            norm_err = normalised_error(pred.detach(), z.detach(), targets, self.norm_eps, w > 0)
-            stats = torch.stack(
-                [
-                    loss.pred.detach(),
-                    loss.reg.detach(),
-                    surprisal,
-                    delta_abs,
-                    attn_entropy,
-                    n_valid / b,
-                    norm_err[0].float(),
-                    n_valid,
-                ]
-            )
-        return loss.total, stats, pair_mean, maj
+    ) -> StepOutput:
+        return forward_step(
+            self.nets, x, w, world, memory,
+            gamma=gamma, lambda_reg=lambda_reg, grad=grad, spec=self.spec,
+        )  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ the multi-learner
@@ -354,8 +271,8 @@ class MultiLearner(FreezeControls):
             t = params[name].detach().clone(memory_format=torch.contiguous_format)
             self.params[name] = t.requires_grad_(name in self.trainable_names)
         template = copy.deepcopy(first.nets).to("meta")
-        self._fwd = _RunForward(template, self.cfg)
-        self._fwd.device_type = dev.type
+        # vmap cannot run Encoder's channels_last copy: the plain layout (same values).
+        self._fwd = _StepCall(template, StepSpec.from_config(self.cfg, dev, channels_last=False))
 
         # Per-run scalars used inside the vmapped forward (floats when equal: bit-exact math).
         self._gamma = self._per_run("gamma")
@@ -397,7 +314,7 @@ class MultiLearner(FreezeControls):
 
         # Optional speed switches.
         self._vmapped = torch.func.vmap(
-            self._call_run, in_dims=(0, 0, 0, 0, 0, 0, self._gamma[1], self._lambda[1], None)
+            self._call_run, in_dims=(0, 0, 0, 0, 0, self._gamma[1], self._lambda[1], None)
         )
         if compile:
             mode = compile if isinstance(compile, str) else None
@@ -422,14 +339,14 @@ class MultiLearner(FreezeControls):
         x: torch.Tensor,
         w: torch.Tensor,
         world: torch.Tensor,
-        buf_pairs: torch.Tensor,
-        buf_mask: torch.Tensor,
+        memory: MemoryView,
         gamma: float | torch.Tensor,
         lambda_reg: float | torch.Tensor,
         grad: bool,
-    ) -> tuple[torch.Tensor, ...]:
+    ) -> StepOutput:
+        """One run's ``forward_step`` with its parameters ``params`` (vmapped over runs)."""
         full = {"nets." + n: p for n, p in params.items()}
-        args = (x, w, world, buf_pairs, buf_mask, gamma, lambda_reg, grad)
+        args = (x, w, world, memory, gamma, lambda_reg, grad)
         return torch.func.functional_call(self._fwd, full, args)
 
     # ---------------------------------------------------------------- the step
@@ -463,7 +380,7 @@ class MultiLearner(FreezeControls):
                 key,
             )
         self.step += 1
-        return StepMetrics(*out.unbind(0))
+        return out
 
     def _schedules(self) -> tuple[list[float], list[float]]:
         """Per-Adam-group lr and per-EMA-group tau of this step (Python floats)."""
@@ -490,33 +407,31 @@ class MultiLearner(FreezeControls):
         step: torch.Tensor,
         column: torch.Tensor,
         key: tuple[bool, bool, bool],
-    ) -> torch.Tensor:
-        """The step on device tensors only (what a CUDA graph captures). Returns the metrics as
-        one (14, R) float32 tensor in ``StepMetrics`` order."""
+    ) -> StepMetrics:
+        """The step on device tensors only (what a CUDA graph captures): ``Learner.update``'s
+        sections with a run dimension. Returns StepMetrics of (R,) tensors."""
         frozen, ema_frozen, buffer_frozen = key
         r = self.n_runs
         x = frames_to_float(frames, self.cfg.input_scale)  # (R, B, K+2, 1, 64, 64)
-        w = valid.float()  # (R, B)
 
-        # 1.-2. Forward and loss of every run (vmapped over the run dimension).
-        loss_total, stats, pair_mean, maj = self._vmapped(
+        # 1.-2. Forward and loss of every run (agent.step.forward_step, vmapped over runs).
+        out: StepOutput = self._vmapped(
             self.params,
             x,
-            w,
+            valid.float(),  # (R, B)
             world,
-            self.buffer.pairs,
-            self.buffer.mask(),
+            MemoryView.of(self.buffer),  # (R, cap, 2, D), (R, cap)
             self._gamma[0],
             self._lambda[0],
             not frozen,
-        )  # (R,), (R, 8), (R, 2, D), (R,)
+        )  # every field (R, ...)
 
         # 3. Backward (d sum_r loss_r / d theta_r = run r's own gradient) and AdamW.
         if not frozen:
             trainable = [self.params[n] for n in self.trainable_names]
             # The fused kernel reads every tensor as flat memory: grads must share the params'
             # (contiguous) layout, which autograd.grad does not promise (vmap'd bmm backward).
-            grads = [g.contiguous() for g in torch.autograd.grad(loss_total.sum(), trainable)]
+            grads = [g.contiguous() for g in torch.autograd.grad(out.loss_total.sum(), trainable)]
             self._adam_step.add_(1)
             for group, lr in zip(self._adam_groups, lrs, strict=True):
                 self._adamw(group, trainable, grads, lr)
@@ -528,29 +443,17 @@ class MultiLearner(FreezeControls):
 
         # 5. Memory: detector on the (R,) surprisals, buffer push of the batch-mean pair.
         with torch.no_grad():
-            n_valid = stats[:, 7]
-            fired = self.detector.update_(stats[:, 2], n_valid > 0)
+            fired = self.detector.update_(out.surprisal, out.n_valid > 0)
             if not buffer_frozen:
-                self.buffer.push_(pair_mean, maj, step, fired)
-            metrics = torch.stack(
-                [
-                    loss_total.detach(),
-                    stats[:, 0],
-                    stats[:, 1],
-                    stats[:, 2],
-                    self.detector.threshold.float(),
-                    fired.float(),
-                    self.buffer.size.float(),
-                    self.buffer.shift_share(),
-                    self._lr_table.index_select(1, column.view(1)).view(r).float(),
-                    self._tau_table.index_select(1, column.view(1)).view(r).float(),
-                    stats[:, 3],
-                    stats[:, 4],
-                    stats[:, 5],
-                    stats[:, 6],
-                ]
-            )  # (14, R)
-        return metrics
+                self.buffer.push_(out.pair, out.world, step, fired)
+            return step_metrics(
+                out,
+                fired,
+                self.detector,
+                self.buffer,
+                lr=self._lr_table.index_select(1, column.view(1)).view(r).float(),
+                tau=self._tau_table.index_select(1, column.view(1)).view(r).float(),
+            )
 
     @torch.no_grad()
     def _adamw(
@@ -592,7 +495,7 @@ class MultiLearner(FreezeControls):
             torch._foreach_lerp_(tgt, src, 1.0 - tau)
 
     # ---------------------------------------------------------------- CUDA graphs
-    def _graph_step(self, batch: Batch, key: tuple[bool, bool, bool]) -> torch.Tensor:
+    def _graph_step(self, batch: Batch, key: tuple[bool, bool, bool]) -> StepMetrics:
         """Copy the batch into static inputs, replay (capturing first) the graph of ``key``."""
         st = self._static
         if not st:
@@ -606,7 +509,7 @@ class MultiLearner(FreezeControls):
             self._graphs[key] = self._capture(key)
         graph, out = self._graphs[key]
         graph.replay()
-        return out.clone()
+        return StepMetrics(*(t.clone() for t in out))
 
     def _device_schedules(self) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
         """lr / tau per group as 0-dim device tensors read from the tables at the device step."""
@@ -615,13 +518,13 @@ class MultiLearner(FreezeControls):
         taus = [self._tau_table[g[0]].index_select(0, col).view(()) for g in self._ema_groups]
         return lrs, taus, col.view(())
 
-    def _capture(self, key: tuple[bool, bool, bool]) -> tuple[Any, torch.Tensor]:
+    def _capture(self, key: tuple[bool, bool, bool]) -> tuple[Any, StepMetrics]:
         """Capture the step of ``key`` (state is snapshotted around the warmup and restored)."""
         state = self._state_tensors()
         saved = [t.detach().clone() for t in state]
         st = self._static
 
-        def body() -> torch.Tensor:
+        def body() -> StepMetrics:
             lrs, taus, col = self._device_schedules()
             out = self._step(st["frames"], st["valid"], st["world"], lrs, taus,
                              self._step_dev, col, key)  # fmt: skip
@@ -695,10 +598,6 @@ class MultiLearner(FreezeControls):
         """A copy of one run's slice of ``name`` in the single learner's strides."""
         out = torch.empty_strided(t.shape, self._strides[name], dtype=t.dtype, device=t.device)
         return out.copy_(t)
-
-    def unstack_all(self) -> list[Learner]:
-        """Every run as a ``Learner``."""
-        return [self.unstack(i) for i in range(self.n_runs)]
 
 
 def _groups(configs: Sequence[AgentConfig], key: Callable[[AgentConfig], tuple]) -> list[list[int]]:

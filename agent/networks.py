@@ -37,12 +37,23 @@ class Encoder(nn.Module):
         return cls(cfg.latent_dim, cfg.encoder_channels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(N, 1, 64, 64) float frames -> (N, latent_dim).
+        """(N, 1, 64, 64) float frames -> (N, latent_dim), convolutions in channels_last."""
+        return self.encode(x, channels_last=True)
 
-        The convolutions run in channels_last; the flatten before ``proj`` is in NCHW order
-        (``.contiguous()``), exactly the listing's ``conv(x).flatten(1)``."""
-        h = self.conv(x.contiguous(memory_format=torch.channels_last))
-        return self.norm(self.proj(h.contiguous().flatten(1)))
+    def encode(self, x: torch.Tensor, channels_last: bool = True) -> torch.Tensor:
+        """(N, 1, 64, 64) float frames -> (N, latent_dim): the listing's
+        ``norm(proj(conv(x).flatten(1)))``.
+
+        ``channels_last``: the convolutions run on a channels_last copy of x, and the flatten
+        before ``proj`` is in NCHW order (``.contiguous()``). False: on x as given, which is
+        what ``torch.func.vmap`` can run (it cannot express the channels_last copy: "NYI:
+        querying is_contiguous inside of vmap for memory_format other than
+        torch.contiguous_format", torch 2.13). Same values."""
+        if channels_last:
+            h = self.conv(x.contiguous(memory_format=torch.channels_last)).contiguous()
+        else:
+            h = self.conv(x)
+        return self.norm(self.proj(h.flatten(1)))
 
 
 class Predictor(nn.Module):

@@ -1,0 +1,241 @@
+"""The training step's forward, written once: ``forward_step(...) -> StepOutput``.
+
+``forward_step(nets, x, w, world, memory, *, gamma, lambda_reg, grad, spec)`` is a pure
+function of the networks, the batch tensors, a read-only view of the memory and a few config
+scalars: no optimiser, no state written, no host read, no data-dependent Python branch. Both
+learners call it:
+
+- ``Learner.update`` directly (batch dims (B, ...)), then AdamW, EMA and the memory writes;
+- ``MultiLearner.update`` under ``torch.func.functional_call`` (each run's parameters) and
+  ``torch.func.vmap`` (all runs at once; every tensor here then has a hidden leading run dim).
+
+``step_metrics`` turns a ``StepOutput`` plus the detector / buffer state after the memory writes
+into ``StepMetrics`` for both (fields of shape () or (R,)). ``modulated_prediction``,
+``aggregate`` and ``encode`` are the step's pieces, shared with ``Learner.predict`` /
+``aggregate`` / ``encode`` (evaluation and analyses).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+
+from agent.build import Networks
+from agent.config import AgentConfig
+from agent.memory import Aggregate, BoundaryDetector, ExperienceBuffer
+from agent.metrics import StepMetrics, normalised_error
+from agent.modulators import Modulated
+from agent.networks import Encoder
+from agent.objective import compute_loss
+
+if TYPE_CHECKING:
+    from agent.multirun import StackedBuffer
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """What the step needs to know that is not a tensor (static under vmap / compile).
+
+    ``channels_last``: run the encoder's convolutions in channels_last (the single learner; the
+    fast CPU layout) or as the listing's plain ``conv(x)`` (under vmap, which cannot express the
+    channels_last copy in torch 2.13). Same values either way.
+    """
+
+    n_horizons: int
+    exp_dim: int
+    norm_eps: float
+    bf16: bool  # forward under bf16 autocast (``cfg.precision == "bf16"``)
+    device_type: str  # "cpu" / "cuda": the autocast device
+    channels_last: bool = True
+
+    @classmethod
+    def from_config(
+        cls, cfg: AgentConfig, device: torch.device | str, *, channels_last: bool = True
+    ) -> StepSpec:
+        return cls(
+            n_horizons=cfg.n_horizons,
+            exp_dim=cfg.exp_dim,
+            norm_eps=cfg.norm_eps,
+            bf16=cfg.precision == "bf16",
+            device_type=torch.device(device).type,
+            channels_last=channels_last,
+        )
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """bf16 autocast when ``bf16``, else nothing (fp32 stays exact)."""
+        if self.bf16:
+            return torch.autocast(self.device_type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+
+class MemoryView(NamedTuple):
+    """What the forward reads of the experience buffer (nothing is written through it)."""
+
+    pairs: torch.Tensor  # (cap, 2, D) float32
+    mask: torch.Tensor  # (cap,) bool, True for filled slots
+
+    @classmethod
+    def of(cls, buffer: ExperienceBuffer | StackedBuffer) -> MemoryView:
+        """The buffer's pairs and filled-slot mask (stacked buffer: (R, cap, 2, D), (R, cap))."""
+        return cls(buffer.pairs, buffer.mask())
+
+
+class StepOutput(NamedTuple):
+    """One step's forward: loss, what the memory update needs, and the forward's metrics.
+
+    Shapes are one run's (under vmap every field gains a leading (R,)).
+    """
+
+    loss_total: torch.Tensor  # 0-dim float32, differentiable when grad=True
+    loss_pred: torch.Tensor  # 0-dim float32, detached
+    loss_reg: torch.Tensor  # 0-dim float32, detached
+    surprisal: torch.Tensor  # 0-dim float32: valid-mean of mean_k ||zbar_k - P_base(z)||
+    n_valid: torch.Tensor  # 0-dim float32: valid samples in the batch
+    valid_frac: torch.Tensor  # 0-dim float32: n_valid / B
+    delta_abs: torch.Tensor  # 0-dim float32: valid-mean |modulation scale| (NaN: none)
+    attn_entropy: torch.Tensor  # 0-dim float32: valid-mean attention entropy (NaN: no memory)
+    norm_error: torch.Tensor  # 0-dim float32: D of the modulated prediction on the batch
+    pair: torch.Tensor  # (2, D) float32: valid-mean newest pair (z_{t-1}, z_t), for the buffer
+    world: torch.Tensor  # 0-dim int64: the valid samples' majority world (ties: 0)
+
+
+# ---------------------------------------------------------------------------- the step's pieces
+def encode(encoder: Encoder, x: torch.Tensor, spec: StepSpec) -> torch.Tensor:
+    """(N, 1, 64, 64) float frames -> (N, latent) with ``Encoder.encode`` in the spec's layout.
+    ``encoder``: the online ``Encoder`` or the EMA copy ``nets.target.target``."""
+    return encoder.encode(x, channels_last=spec.channels_last)
+
+
+def aggregate(
+    nets: Networks, z: torch.Tensor, memory: MemoryView, spec: StepSpec
+) -> Aggregate | None:
+    """e_agg and attention for each z (B, latent) from ``memory`` (the buffer is encoded once:
+    the e_i are shared by all samples); None for tracks without a memory pathway."""
+    if not nets.modulator.uses_memory:
+        return None
+    # The memory pathway runs in fp32 even under bf16 autocast: its matmuls are tiny
+    # (cap x 64), so bf16 only adds casts (measured ~2 ms slower per step on CPU).
+    with torch.autocast(spec.device_type, enabled=False):
+        e = nets.experience(memory.pairs)  # (cap, exp_dim)
+        return nets.aggregator(z.float(), e, memory.mask)
+
+
+def modulated_prediction(
+    nets: Networks, z: torch.Tensor, memory: MemoryView, spec: StepSpec
+) -> tuple[Modulated, Aggregate | None]:
+    """The modulated prediction for z (B, latent) given ``memory``: (Modulated(pred (B, latent),
+    scales (B, n) | None), Aggregate(e_agg (B, exp_dim), attn (B, cap)) | None)."""
+    agg = aggregate(nets, z, memory, spec)
+    e_agg = agg.e_agg if agg is not None else z.new_zeros(z.shape[0], spec.exp_dim)
+    return nets.modulator(nets.predictor, z, e_agg), agg
+
+
+# ---------------------------------------------------------------------------- the step
+def forward_step(
+    nets: Networks,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    world: torch.Tensor,
+    memory: MemoryView,
+    *,
+    gamma: float | torch.Tensor,
+    lambda_reg: float | torch.Tensor,
+    grad: bool,
+    spec: StepSpec,
+) -> StepOutput:
+    """Sections 1 (forward) and 2 (loss) of a training step, and the reductions the memory
+    update and the metrics need. Pure: reads ``nets`` and ``memory``, writes nothing.
+
+    x (B, K+2, 1, 64, 64) float32 encoder input: index 0 the input frame, 1..K the targets (K
+    the newest frame), K+1 the frame before the newest (the pair is (x[:, K+1], x[:, K]));
+    w (B,) 0/1 float32 validity weights; world (B,) int64; memory: MemoryView (cap, 2, D) /
+    (cap,); gamma, lambda_reg: floats (or 0-dim tensors, per-run values under vmap); grad:
+    whether the loss is differentiable (False when the weights are frozen).
+    """
+    k = spec.n_horizons
+    b = x.shape[0]
+    n_valid = w.sum()
+
+    # 1. Forward. Each frame is encoded once: the input with gradients, the newest pair
+    #    (memory only) and the K targets (EMA encoder) without.
+    with spec.autocast():
+        with torch.no_grad():
+            pair = encode(nets.encoder, x[:, k:].flatten(0, 1), spec).view(b, 2, -1).flip(1)
+            targets = encode(nets.target.target, x[:, 1 : k + 1].flatten(0, 1), spec)  # EMA
+            targets = targets.view(b, k, -1)  # (B, K, D)
+        with torch.set_grad_enabled(grad):
+            z = encode(nets.encoder, x[:, 0], spec)  # (B, D)
+            mod, agg = modulated_prediction(nets, z, memory, spec)
+        # The BASE predictor (no modulation) for the surprisal: no circular coupling with memory.
+        with torch.no_grad():
+            base = nets.predictor(z.detach()) if nets.modulator.uses_memory else mod.pred
+    pred, targets, base = mod.pred.float(), targets.float(), base.detach().float()
+
+    # 2. Loss (invalid samples weigh 0).
+    loss = compute_loss(pred, targets, gamma, lambda_reg, w)  # type: ignore[arg-type]
+
+    # Reductions for the memory update and the metrics (valid-sample means).
+    with torch.no_grad():
+        err = torch.linalg.vector_norm(targets - base.unsqueeze(1), dim=-1).mean(1)  # (B,)
+        denom = n_valid.clamp(min=1.0)
+        surprisal = (err * w).sum() / denom
+        pair_mean = (pair.float() * w.view(b, 1, 1)).sum(0) / denom  # (2, D)
+        majority = ((world.float() * w).sum() * 2 > n_valid).long()
+        nan = torch.full((), math.nan, device=x.device)
+        if mod.scales is not None:
+            delta_abs = (mod.scales.detach().float().abs().mean(1) * w).sum() / denom
+        else:
+            delta_abs = nan
+        if agg is not None:
+            at = agg.attn.detach().float()
+            attn_entropy = (-torch.special.xlogy(at, at).sum(1) * w).sum() / denom
+        else:
+            attn_entropy = nan
+        norm_err = normalised_error(pred.detach(), z.detach(), targets, spec.norm_eps, w > 0)[0]
+    return StepOutput(
+        loss_total=loss.total,
+        loss_pred=loss.pred.detach(),
+        loss_reg=loss.reg.detach(),
+        surprisal=surprisal,
+        n_valid=n_valid,
+        valid_frac=n_valid / b,
+        delta_abs=delta_abs,
+        attn_entropy=attn_entropy,
+        norm_error=norm_err.float(),
+        pair=pair_mean,
+        world=majority,
+    )
+
+
+def step_metrics(
+    out: StepOutput,
+    fired: torch.Tensor,
+    detector: BoundaryDetector,
+    buffer: ExperienceBuffer | StackedBuffer,
+    lr: torch.Tensor,
+    tau: torch.Tensor,
+) -> StepMetrics:
+    """The step's ``StepMetrics`` from its forward and the memory state after this step's
+    update (detector threshold, buffer size and world share). Every field has the shape of
+    ``out.surprisal``: () for one learner, (R,) for stacked runs; lr, tau float32 of that shape.
+    """
+    return StepMetrics(
+        loss_total=out.loss_total.detach(),
+        loss_pred=out.loss_pred,
+        loss_reg=out.loss_reg,
+        surprisal=out.surprisal,
+        threshold=detector.threshold.float(),
+        boundary=fired.float(),
+        buffer_size=buffer.size.float(),
+        shift_share=buffer.shift_share(),
+        lr=lr,
+        tau=tau,
+        delta_abs=out.delta_abs,
+        attn_entropy=out.attn_entropy,
+        valid_frac=out.valid_frac,
+        norm_error=out.norm_error,
+    )
