@@ -35,7 +35,8 @@ def save_checkpoint(
     extra: dict[str, Any] | None = None,
 ) -> Path:
     """Write the checkpoint to ``path`` atomically (temp file in the same folder, fsync,
-    ``os.replace``): a crash mid-write leaves the previous file intact."""
+    ``os.replace``): a crash mid-write leaves the previous file intact. A failed write (a full
+    or read-only disk) raises ``OSError`` naming ``path``, the previous file still intact."""
     path = Path(path)
     payload = {
         "format_version": FORMAT_VERSION,
@@ -49,24 +50,41 @@ def save_checkpoint(
         },
         "extra": extra or {},
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    tmp: str | None = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as f:
             torch.save(payload, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as err:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        cause = _os_error(err)
+        if cause is not None:  # name the checkpoint, not the temp file (or nothing)
+            raise OSError(cause.errno, f"cannot write checkpoint: {cause.strerror or cause}",
+                          str(path)) from err
         raise
     return path
+
+
+def _os_error(err: BaseException | None) -> OSError | None:
+    """The ``OSError`` behind ``err``: a full disk inside ``torch.save`` surfaces as the
+    writer's RuntimeError ("unexpected pos ...") raised while handling the OSError."""
+    while err is not None:
+        if isinstance(err, OSError):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
 
 
 def _read(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
+    _check_archive(path)
     try:
         # Our own files hold numpy RNG states and env state: not weights-only loadable.
         payload = torch.load(path, map_location=map_location, weights_only=False)
@@ -86,17 +104,42 @@ def _read(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
     if not isinstance(payload, dict) or "format_version" not in payload:
         raise CheckpointError(f"{path}: not an agent checkpoint (no format_version)")
     version = payload["format_version"]
+    if not isinstance(version, int):
+        raise CheckpointError(f"{path}: damaged checkpoint (format_version {version!r})")
     if version > FORMAT_VERSION:
         raise CheckpointError(
             f"{path}: checkpoint format {version} is newer than this code "
             f"supports ({FORMAT_VERSION}); update the code"
         )
+    bad = [k for k in ("config", "learner", "rng") if not isinstance(payload.get(k), dict)]
+    if bad:
+        raise CheckpointError(f"{path}: damaged checkpoint (no valid {', '.join(bad)})")
     return payload
+
+
+def _check_archive(path: Path) -> None:
+    """A checkpoint is a zip archive whose members carry CRC-32 checksums: check them all, so a
+    truncated file or flipped bytes inside a tensor never load as silently wrong numbers."""
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"{path}: corrupt checkpoint (an empty file)")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except Exception as err:  # whatever the damage, the file is unusable
+        raise CheckpointError(
+            f"{path}: corrupt or not a checkpoint (truncated, or not a checkpoint archive: "
+            f"{type(err).__name__}: {err})"
+        ) from None
+    if bad is not None:
+        raise CheckpointError(f"{path}: corrupt checkpoint (checksum mismatch in {bad})")
 
 
 def read_checkpoint_config(path: str | os.PathLike) -> AgentConfig:
     """The config a checkpoint was written with (to build a matching Learner first)."""
-    return AgentConfig.from_dict(_read(path, map_location="cpu")["config"])
+    try:
+        return AgentConfig.from_dict(_read(path, map_location="cpu")["config"])
+    except (TypeError, ValueError, KeyError) as err:
+        raise CheckpointError(f"{path}: damaged checkpoint (its config: {err})") from None
 
 
 def load_checkpoint(
@@ -113,25 +156,37 @@ def load_checkpoint(
     payload = _read(path, map_location)
     saved = payload["config"]
     if learner is not None:
-        if saved["track"] != learner.cfg.track:
+        if saved.get("track") != learner.cfg.track:
             raise CheckpointError(
-                f"{path}: checkpoint is track {saved['track']}, the learner "
+                f"{path}: checkpoint is track {saved.get('track')}, the learner "
                 f"is track {learner.cfg.track}"
             )
         try:
             learner.load_state_dict(payload["learner"])
-        except (RuntimeError, ValueError, KeyError) as err:
+        except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as err:
             diff = [k for k, v in learner.cfg.to_dict().items() if saved.get(k) != v]
             raise CheckpointError(
                 f"{path}: does not fit this learner (config fields that "
                 f"differ: {', '.join(diff) or 'none'}): {err}"
             ) from None
     if source is not None:
-        if payload["source"] is None:
+        if payload.get("source") is None:
             raise CheckpointError(f"{path}: holds no source state")
-        source.load_state_dict(payload["source"])
+        try:
+            source.load_state_dict(payload["source"])
+        except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as err:
+            raise CheckpointError(
+                f"{path}: its source state does not fit this source "
+                f"({type(err).__name__}: {err})"
+            ) from None
     rng = payload["rng"]
-    torch.set_rng_state(rng["torch"])
-    np.random.set_state(rng["numpy"])
-    random.setstate(rng["python"])
-    return payload["extra"]
+    try:
+        torch.set_rng_state(rng["torch"])
+        np.random.set_state(rng["numpy"])
+        random.setstate(rng["python"])
+    except (RuntimeError, ValueError, KeyError, TypeError) as err:
+        raise CheckpointError(f"{path}: damaged checkpoint (its RNG states: {err})") from None
+    extra = payload.get("extra") or {}
+    if not isinstance(extra, dict):
+        raise CheckpointError(f"{path}: damaged checkpoint (extra is not a dict)")
+    return extra

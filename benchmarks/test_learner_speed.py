@@ -11,12 +11,11 @@ any compile cost), and each timed round of --bench-steps steps ends with a devic
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 import torch
 
+from agent import AgentConfig, DatasetSource, Learner, StreamSource
 from benchmarks.conftest import (
     BenchSettings,
     ReferenceRates,
@@ -27,6 +26,7 @@ from benchmarks.conftest import (
     timed_rate,
 )
 from benchmarks.paper_reference import TRACKS as REFERENCE_TRACKS
+from env import MovingMNISTVectorEnv
 
 TRACKS = ("A", "B", "C", "D", "E")
 SOURCES = ("dataset", "stream")
@@ -65,27 +65,6 @@ def test_reference_step(
 
 
 # --------------------------------------------------------------------------------- learner
-def _agent():
-    """The agent package's pieces, or a skip while they are not written yet."""
-    try:
-        return (
-            public("agent", "AgentConfig", "agent.config"),
-            public("agent", "Learner", "agent.learner"),
-            public("agent.sources", "DatasetSource"),
-            public("agent.sources", "StreamSource"),
-        )
-    except (ImportError, AttributeError) as e:
-        pytest.skip(f"agent not ready: {e}")
-
-
-def public(module: str, name: str, defined_in: str | None = None):
-    """`module.name`, or `defined_in.name` while the package's __init__ does not export it yet."""
-    mod = importlib.import_module(module)
-    if hasattr(mod, name) or defined_in is None:
-        return getattr(mod, name)
-    return getattr(importlib.import_module(defined_in), name)
-
-
 def find_buffer(learner):
     """The learner's experience buffer (an object with push/size), or None (track A...)."""
     for path in ("buffer", "memory.buffer", "memory", "mem.buffer"):
@@ -111,16 +90,11 @@ def prefill(learner, n: int, seed: int = 0) -> int:
 
 
 def make_source(kind: str, cfg, device: torch.device, frames: np.ndarray):
-    AgentConfig, Learner, DatasetSource, StreamSource = _agent()
     if kind == "dataset":
         return DatasetSource(frames, cfg, device, world=0, seed=0)
-    try:
-        vec_env = public("env", "MovingMNISTVectorEnv", "env.vector")
-    except (ImportError, AttributeError) as e:
-        pytest.skip(f"env not ready: {e}")
     # Long episodes as train_online's default (400 steps): with the env's own default (20) every
     # 21-frame window would span a reset and every sample would be masked out.
-    vec = vec_env(cfg.batch_size, max_episode_steps=STREAM_EPISODE_STEPS)
+    vec = MovingMNISTVectorEnv(cfg.batch_size, max_episode_steps=STREAM_EPISODE_STEPS)
     return StreamSource(vec, cfg, device, seed=0)
 
 
@@ -128,7 +102,6 @@ def make_learner_step(
     track: str, source: str, precision: str, bench: BenchSettings, frames: np.ndarray
 ):
     """(learner, source, step) for the paper config of `track` with a full buffer."""
-    AgentConfig, Learner, _, _ = _agent()
     cfg = AgentConfig.from_preset("paper", track=track, precision=precision)
     learner = Learner(cfg, device=bench.device)
     src = make_source(source, cfg, bench.device, frames)

@@ -13,12 +13,12 @@ and one zarr append) is counted at its true rate. `paper` is the paper's config 
 
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import replace
 
 import pytest
 
+from agent import Learner, StreamSource
 from benchmarks.conftest import (
     BenchSettings,
     ReferenceRates,
@@ -27,24 +27,17 @@ from benchmarks.conftest import (
     skip_unless_selected,
     timed_rate,
 )
+from env import MovingMNISTVectorEnv
+from runners.online.config import RunConfig, resolve
+from runners.online.loop import OnlineLoop
+from runners.online.rundir import RunFolder
 
 PRESETS = ("paper", "tiny")
 PRECISIONS = ("fp32", "bf16")
 NEVER = 10**9  # a step the benchmark never reaches (no evaluation / checkpoint inside it)
 
 
-def _loop_parts():
-    try:
-        loop = importlib.import_module("runners.online.loop")
-        runconfig = importlib.import_module("runners.online.config")
-        runs = importlib.import_module("runners.online.rundir")
-        return loop.OnlineLoop, runconfig.RunConfig, runconfig.resolve, runs.RunPaths
-    except (ImportError, AttributeError) as e:
-        pytest.skip(f"runners.online.loop not ready: {e}")
-
-
 def make_loop(tmp_path, bench: BenchSettings, preset: str, precision: str, track: str = "C"):
-    OnlineLoop, RunConfig, resolve, RunPaths = _loop_parts()
     cfg = RunConfig(
         steps=NEVER,
         switches=(),
@@ -62,20 +55,18 @@ def make_loop(tmp_path, bench: BenchSettings, preset: str, precision: str, track
     cfg = resolve(cfg)
     root = tmp_path / f"run-{preset}-{precision}"
     root.mkdir()
-    paths = RunPaths(root)
-    paths.make()
-    return OnlineLoop(cfg, paths, log=lambda msg: None), cfg
+    folder = RunFolder(root)
+    folder.make()
+    return OnlineLoop.open(cfg, folder, log=lambda msg: None), cfg
 
 
 def learner_only_rate(cfg, bench: BenchSettings, steps: int) -> float:
     """`learner.update(stream.next())` on the loop's own agent config, same timing protocol."""
-    agent = importlib.import_module("agent")
-    env = importlib.import_module("env")
-    learner = agent.Learner(cfg.agent, device=bench.device)
-    vec = env.MovingMNISTVectorEnv(
+    learner = Learner(cfg.agent, device=bench.device)
+    vec = MovingMNISTVectorEnv(
         cfg.agent.batch_size, gravity=cfg.base_gravity, max_episode_steps=cfg.episode_length
     )
-    src = agent.StreamSource(vec, cfg.agent, bench.device)
+    src = StreamSource(vec, cfg.agent, bench.device)
     return measure_rate(lambda: learner.update(src.next()), replace(bench, steps=steps))
 
 

@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-
-from runners.cli import CliError, run_main
-from runners.online.config import RunConfig, load_run_config, resolve
-from runners.online.loop import make_eval_data, open_store, resolve_device
+from runners.cli import CliError, ensure_output_dir, run_main
+from runners.online.config import RunConfig, config_from_dict, resolve
+from runners.online.job import set_threads
+from runners.online.parts import make_eval_data, open_store, resolve_device
+from runners.online.rundir import RunFolder
 from runners.online.summary import curve_report, format_curve
 
 PROG = "evaluate"
@@ -51,17 +50,20 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def locate(path: str, which: str) -> tuple[Path, Path | None]:
+def locate(path: str, which: str) -> tuple[Path, RunFolder | None]:
     """(checkpoint file, its run folder or None)."""
     p = Path(path)
     if p.is_dir():
-        ckpt = p / "checkpoints" / f"{which}.pt"
+        folder = RunFolder(p)
+        ckpt = folder.checkpoint(which)
         if not ckpt.is_file():
-            raise CliError(f"{p}: no checkpoints/{which}.pt (not a run folder, or no checkpoint yet)")
-        return ckpt, p
+            raise CliError(
+                f"{p}: no {ckpt.relative_to(p)} (not a run folder, or no checkpoint yet)"
+            )
+        return ckpt, folder
     if p.is_file():
-        run = p.parent.parent
-        return p, run if (run / "config.json").is_file() else None
+        folder = RunFolder(p.parent.parent)
+        return p, folder if folder.is_run() else None
     raise CliError(f"{p}: no such run folder or checkpoint file")
 
 
@@ -70,10 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(n < 0 for n in args.n):
         raise CliError("--n: memory sizes must be >= 0")
     ns = tuple(sorted(set(args.n)))
-    ckpt, run_dir = locate(args.path, args.checkpoint)
+    ckpt, folder = locate(args.path, args.checkpoint)
+    out = Path(args.out) if args.out else RunFolder.curve_path(ckpt)
+    ensure_output_dir(out.parent, "the folder of --out" if args.out else "the checkpoint's folder")
     device = resolve_device(args.device)
-    if device.type == "cpu":
-        torch.set_num_threads(int(os.environ.get("TORCH_NUM_THREADS", "1")))
+    set_threads(device)
 
     from agent import (
         CheckpointError,
@@ -87,8 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         agent_cfg = read_checkpoint_config(ckpt)
     except CheckpointError as err:
         raise CliError(str(err)) from None
-    if run_dir is not None:
-        cfg = load_run_config(run_dir)
+    if folder is not None:
+        cfg = config_from_dict(folder.read_config())
     else:  # a checkpoint on its own: the default evaluation sizes, the checkpoint's seed
         cfg = RunConfig(track=agent_cfg.track, seed=agent_cfg.seed, switches=())
         cfg = resolve(cfg, build_agent=False)
@@ -112,7 +115,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         horizons=list(agent_cfg.horizons),
     )
     rep["run_step"] = extra.get("run_step", learner.step) if isinstance(extra, dict) else None
-    out = Path(args.out) if args.out else ckpt.with_suffix(".eval.json")
     print(f"{ckpt} (track {agent_cfg.track}, step {learner.step}); data: {rep['data']}")
     print(format_curve(rep))
     try:

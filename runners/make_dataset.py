@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from runners.cli import CliError, run_main
+from runners.cli import CliError, ensure_output_dir, run_main, writing
 
 PROG = "python -m runners.make_dataset"
 
@@ -84,6 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     out: Path = args.out
     if out.exists() and not args.overwrite:
         raise CliError(f"{out} already exists; pass --overwrite to replace it")
+    if not out.parent.is_dir():  # not created: a typo in --out should not make folders
+        raise CliError(f"{out.parent} does not exist (parent folder of {out})")
+    ensure_output_dir(out.parent, "the folder of --out")
     try:
         digits = load_digits(args.digits)
     except ValueError as err:
@@ -92,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     with tqdm(total=total, unit="seq", desc="make_dataset", disable=args.no_progress) as bar:
         try:
-            write_dataset(out, config, digits, overwrite=args.overwrite, progress=bar.update)
+            with writing(out):
+                write_dataset(out, config, digits, overwrite=args.overwrite, progress=bar.update)
         except DatasetError as err:
             raise CliError(str(err)) from None
     elapsed = time.perf_counter() - started

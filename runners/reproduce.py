@@ -28,9 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runners import sweep
-from runners.cli import CliError, run_main
-from runners.studies import backends, grid, report
+from runners.cli import CliError, ensure_output_dir, run_main, writing
+from runners.studies import backends, grid, launch, report
 
 PROG = "python -m runners.reproduce"
 
@@ -77,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset-sizes", type=int, nargs=2, default=None,
                    metavar=("BASE", "SHIFT"),
                    help="sequences when generating the datasets (default: the paper's 10000 1000)")
-    sweep.add_backend_arguments(p)
+    launch.add_backend_arguments(p)
     return p
 
 
@@ -112,7 +111,7 @@ def make_plan(args: argparse.Namespace, data: str, passthrough: Sequence[str]) -
 
     def specs_for(points: list[grid.Point], steps: int) -> list[tuple[grid.Point, backends.RunSpec]]:
         group = runs / f"{args.preset}-{steps}"
-        made = sweep.make_specs(points, group, [*common, "--steps", str(steps)])
+        made = launch.make_specs(points, group, [*common, "--steps", str(steps)])
         return list(zip(points, made, strict=True))
 
     tracks = list(dict.fromkeys(args.tracks))
@@ -245,27 +244,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra = extra[1:]
     if args.steps < 1 or args.ablation_steps < 1 or args.eval_every < 1:
         raise CliError("--steps, --ablation-steps and --eval-every must be at least 1")
-    passthrough = sweep.check_passthrough(extra)
+    passthrough = launch.check_passthrough(extra)
     for opt in ("--source", "--switch", "--steps", "--preset", "--track", "--seed"):
         if opt in passthrough:
             raise CliError(f"{opt} is fixed by the reproduction protocol; use reproduce's options")
+    if not args.report_only:  # every run's typed config is valid before anything is written
+        data_path = Path(args.data) if args.data else Path(args.out) / "data" / "paper.zarr"
+        launch.check_specs(make_plan(args, str(data_path), passthrough).specs())
     command = "python -m runners.reproduce " + shlex.join(
         list(argv) if argv is not None else sys.argv[1:])
     t0 = time.perf_counter()
+    ensure_output_dir(args.out, "--out")  # before any dataset or run is written
     data = ensure_data(args)
     plan = make_plan(args, str(data), passthrough)
     failed: list[backends.RunResult] = []
     if not args.report_only:
-        results = sweep.run_specs(sweep.make_backend(args), plan.specs(), Path(args.out) / "logs")
+        results = launch.run_specs(launch.make_backend(args), plan.specs(), Path(args.out) / "logs")
         failed = [r for r in results if not r.ok]
-    path = build_report(args, plan, data, command)
+    with writing(args.out):  # a full disk names at least the output folder
+        path = build_report(args, plan, data, command)
     print(f"report: {path} ({time.perf_counter() - t0:.0f} s)")
-    if failed:
-        print(f"{len(failed)} run(s) failed: " + ", ".join(
-            f"{r.name} (log {r.log})" for r in failed))
-        print("rerun the same command to retry them (finished runs are skipped)")
-        return 1
-    return 0
+    return launch.report_failures(failed)
 
 
 if __name__ == "__main__":

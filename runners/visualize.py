@@ -20,6 +20,7 @@ last checkpoint), ``screenshots/`` and one ``train_online`` run folder per track
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -28,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runners.cli import CliError, run_main
-from runners.online.config import DEFAULT_SHIFT_GRAVITY, PRESETS, TRACKS
+from runners.cli import CliError, ensure_output_dir, run_main
+from runners.online.config import PRESETS, SWITCH_SYNTAX, TRACKS, RunConfig, Switch
+from runners.online.rundir import RunFolder, existing_run_folder
 
 PROG = "visualize"
 SESSION_FILE = "viz.json"
@@ -51,8 +53,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--switch",
         action="append",
-        metavar="STEP:GRAVITY",
-        help="scripted gravity switch before STEP, repeatable (as in train_online)",
+        type=switch_arg,
+        metavar="STEP:PHYSICS",
+        help=f"scripted physics switch before STEP, repeatable (as in train_online: {SWITCH_SYNTAX})",
     )
     p.add_argument(
         "--after-switch",
@@ -100,34 +103,51 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 # -- configuration ----------------------------------------------------------------------------
 
 
-def track_config(args: argparse.Namespace, track: str, from_dir: Path | None) -> Any:
-    """The ``RunConfig`` of one track: train_online's resolution with the visualizer's defaults."""
-    from runners.online.config import build_config
+def switch_arg(text: str) -> Switch:
+    """``--switch`` as in train_online (argparse reports a bad one as one line)."""
+    try:
+        return Switch.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
+
+def track_config(args: argparse.Namespace, track: str, from_dir: Path | None) -> RunConfig:
+    """The ``RunConfig`` of one track: train_online's layers with the visualizer's values (the
+    --from run's config.json, then the visualizer's options, then --set), resolved."""
+    from runners.online.config import apply_json, apply_sets, resolve
+
+    base = RunConfig()
+    if from_dir is not None:  # the run's own config, its preset included (unless --preset)
+        base = apply_json(base, RunFolder(from_dir).read_config(), f"--from {from_dir}")
     steps = args.steps or DEFAULT_STEPS
-    ns = argparse.Namespace(
-        config=str(from_dir / "config.json") if from_dir is not None else None,
-        switch=args.switch,
-        no_switch=not args.switch,  # no scripted switch: the G key makes them
-        set=args.set,
-        track=track,
-        seed=args.seed if args.seed is not None else 0,
-        steps=steps,
-        after_switch=args.after_switch,
-        source="stream",
-        data=None,
-        preset=args.preset,
-        device=args.device,
-        precision=None,
-        eval_every=args.eval_every if args.eval_every else steps + 1,
-        checkpoint_every=args.checkpoint_every,
-        record_frames=0,
-        out=None,
-        name=None,
-    )
-    if from_dir is not None and args.preset is None:
-        ns.preset = None  # the run's own preset (from its config.json)
-    return build_config(ns)
+    changes: dict[str, Any] = {
+        "track": track,
+        "seed": args.seed if args.seed is not None else 0,
+        "steps": steps,
+        "switches": tuple(args.switch or ()),  # no scripted switch: the G key makes them
+        "source": "stream",
+        "data": None,
+        "record_frames": 0,
+        "eval_every": args.eval_every if args.eval_every else steps + 1,
+    }
+    for name in ("after_switch", "preset", "device", "checkpoint_every"):
+        if getattr(args, name) is not None:
+            changes[name] = getattr(args, name)
+    cfg = dataclasses.replace(base, **changes)
+    if args.set:
+        cfg = apply_sets(cfg, [item for group in args.set for item in group])
+    return resolve(cfg)
+
+
+def read_session(path: Path) -> dict[str, Any]:
+    """A session's ``viz.json``; ``CliError`` naming it when it is damaged."""
+    try:
+        meta = json.loads(path.read_text())
+    except ValueError as err:
+        raise CliError(f"{path}: damaged, not valid JSON ({err})") from None
+    if not (isinstance(meta, dict) and isinstance(meta.get("tracks"), list)):
+        raise CliError(f"{path}: damaged, no list of tracks")
+    return meta
 
 
 def from_dirs(args: argparse.Namespace) -> dict[str, Path]:
@@ -137,15 +157,15 @@ def from_dirs(args: argparse.Namespace) -> dict[str, Path]:
         root = Path(raw)
         session = root / SESSION_FILE
         runs = (
-            [root / t for t in json.loads(session.read_text())["tracks"]]
+            [root / t for t in read_session(session)["tracks"]]
             if session.exists()
             else [root]
         )
         for run in runs:
-            cfg_path = run / "config.json"
-            if not cfg_path.exists():
-                raise CliError(f"--from {raw}: not a run folder (no config.json in {run})")
-            track = json.loads(cfg_path.read_text()).get("track")
+            folder = RunFolder(run)
+            if not folder.is_run():
+                raise CliError(f"--from {raw}: not a run folder (no {folder.CONFIG} in {run})")
+            track = folder.read_config().get("track")
             if track in out:
                 raise CliError(f"--from: two runs of track {track}")
             out[str(track)] = run
@@ -157,9 +177,10 @@ def start_from(loop: Any, run_dir: Path, fresh_memory: bool, log: Any) -> None:
     run counts its own steps from 0 (its LR schedule starts again)."""
     from agent.checkpoint import CheckpointError, load_checkpoint
 
-    ckpt = run_dir / "checkpoints" / "best.pt"
+    folder = RunFolder(run_dir)
+    ckpt = folder.best
     if not ckpt.exists():
-        ckpt = run_dir / "checkpoints" / "latest.pt"
+        ckpt = folder.latest
         if not ckpt.exists():
             raise CliError(f"--from {run_dir}: no checkpoints/best.pt or latest.pt")
         log(f"{PROG}: {run_dir} has no best.pt, using latest.pt")
@@ -190,6 +211,11 @@ class Session:
     def run(self) -> None:
         self.app.run()
 
+    def release(self) -> None:
+        """Let go of the run folders (their locks)."""
+        for loop in self.loops:
+            loop.folder.release()
+
     def save_state(self, app: Any) -> None:
         """Write the world's state next to the runs (read back by --resume)."""
         path = self.root / SESSION_FILE
@@ -212,7 +238,11 @@ def new_session_dir(args: argparse.Namespace, tracks: Sequence[str]) -> Path:
     root = out / name
     if root.exists():
         raise CliError(f"session folder {root} already exists: continue it with --resume {root}")
-    root.mkdir(parents=True)
+    ensure_output_dir(out, "--out")
+    try:
+        root.mkdir()
+    except OSError as err:
+        raise CliError(f"cannot create session folder {root}: {err.strerror or err}") from None
     return root
 
 
@@ -222,10 +252,14 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
     if args.headless:
         os.environ["SDL_VIDEODRIVER"] = "dummy"
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
-    from runners.online.config import apply_resume_options, load_run_config
-    from runners.online.loop import OnlineLoop, resolve_device
-    from runners.online.rundir import RunPaths, existing_run_dir
-    from runners.train_online import set_threads
+    if args.screenshot:  # outputs are checked before any work
+        ensure_output_dir(Path(args.screenshot).parent, "the folder of --screenshot")
+    if args.video:
+        ensure_output_dir(args.video, "--video")
+    from runners.online.config import apply_resume, config_from_dict
+    from runners.online.job import set_threads
+    from runners.online.loop import OnlineLoop
+    from runners.online.parts import resolve_device
 
     world_state: dict[str, Any] = {}
     starts: dict[str, Path] = {}
@@ -236,24 +270,19 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
         meta_path = root / SESSION_FILE
         if not meta_path.exists():
             raise CliError(f"--resume {root}: not a visualizer session (no {SESSION_FILE})")
-        meta = json.loads(meta_path.read_text())
+        meta = read_session(meta_path)
         tracks = list(meta["tracks"])
         world_state = meta.get("world", {})
         shift_gravity = float(world_state.get("shift_gravity", meta.get("shift_gravity", 0.5)))
-        resume_ns = argparse.Namespace(
-            steps=args.steps,
-            device=args.device,
-            eval_every=args.eval_every,
-            checkpoint_every=args.checkpoint_every,
-            switch=None,
-            no_switch=False,
-            config=None,
-            set=None,
-        )
+        changes = {
+            name: getattr(args, name)
+            for name in ("steps", "device", "eval_every", "checkpoint_every")
+            if getattr(args, name) is not None
+        }
         configs = []
         for t in tracks:
-            paths = existing_run_dir(root / t)
-            configs.append((apply_resume_options(load_run_config(paths.root), resume_ns), paths))
+            folder = existing_run_folder(root / t)
+            configs.append((apply_resume(config_from_dict(folder.read_config()), changes), folder))
     else:
         starts = from_dirs(args)
         tracks = list(args.tracks or (starts.keys() if starts else DEFAULT_TRACKS))
@@ -263,7 +292,7 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
         if missing:
             raise CliError(f"--from gives track {', '.join(sorted(missing))}, not in --tracks")
         cfgs = [track_config(args, t, starts.get(t)) for t in tracks]
-        first = cfgs[0].switches[0][1] if cfgs[0].switches else DEFAULT_SHIFT_GRAVITY
+        first = cfgs[0].shift_gravity  # the first scripted switch's gravity, else 0.5
         shift_gravity = args.shift_gravity if args.shift_gravity is not None else first
         set_threads(resolve_device(cfgs[0].device))
         root = new_session_dir(args, tracks)
@@ -271,13 +300,13 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
         (root / SESSION_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         configs = []
         for t, cfg in zip(tracks, cfgs, strict=True):
-            paths = RunPaths(root / t)
-            paths.make()
-            configs.append((cfg, paths))
+            folder = RunFolder(root / t).hold()
+            folder.make()
+            configs.append((cfg, folder))
     set_threads(resolve_device(configs[0][0].device))
     loops = []
-    for cfg, paths in configs:
-        loop = OnlineLoop(cfg, paths, resume=bool(args.resume), log=log)
+    for cfg, folder in configs:
+        loop = OnlineLoop.open(cfg, folder, resume=bool(args.resume), log=log)
         if cfg.track in starts:
             start_from(loop, starts[cfg.track], args.fresh_memory, log)
         loops.append(loop)
@@ -344,7 +373,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with stop:
         t0 = time.perf_counter()
         start = app.step
-        session.run()
+        try:
+            session.run()
+        finally:
+            session.release()
         dt = time.perf_counter() - t0
     rate = (app.step - start) / max(dt, 1e-9)
     draw_ms = 1000 * app.draw_time / max(app.draws, 1)

@@ -20,6 +20,7 @@ Keys (also posted through pygame's event queue in the tests):
 
 from __future__ import annotations
 
+import errno
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,15 @@ from runners.live.screen import Screen
 GRAVITY_STEP = 0.05
 DIRECTION_STEP = 15.0
 MAX_GRAVITY = 2.0
+
+
+def save_png(surface: pygame.Surface, path: Path) -> Path:
+    """``pygame.image.save``; a failure (``pygame.error``) raises ``OSError`` naming ``path``."""
+    try:
+        pygame.image.save(surface, str(path))
+    except pygame.error as err:
+        raise OSError(errno.EIO, f"cannot write the image ({err})", str(path)) from None
+    return path
 
 
 class TrackDriver(Protocol):
@@ -207,8 +217,11 @@ class App:
             self.paused = not self.paused
             self.message = "paused" if self.paused else "running"
         elif key == pygame.K_s:
-            path = self.save_screenshot()
-            self.message = f"saved {path.name}"
+            try:
+                path = self.save_screenshot()
+                self.message = f"saved {path.name}"
+            except OSError as err:  # a live session goes on; the line says why
+                self.message = f"screenshot not saved: {err.strerror}"
         elif key == pygame.K_r:
             want = not self.recording
             results = [d.set_recording(want) for d in self.drivers]
@@ -282,9 +295,7 @@ class App:
             pygame.display.flip()
         if self.cfg.video_dir is not None:
             self.cfg.video_dir.mkdir(parents=True, exist_ok=True)
-            pygame.image.save(
-                self.surface, str(self.cfg.video_dir / f"{self.frames_written:06d}.png")
-            )
+            save_png(self.surface, self.cfg.video_dir / f"{self.frames_written:06d}.png")
             self.frames_written += 1
         self.draws += 1
         self.draw_time += time.perf_counter() - t0
@@ -294,8 +305,7 @@ class App:
             self.cfg.shots_dir.mkdir(parents=True, exist_ok=True)
             path = self.cfg.shots_dir / f"screenshot_{self.step:07d}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
-        pygame.image.save(self.surface, str(path))
-        return path
+        return save_png(self.surface, path)
 
     def pump(self) -> None:
         for event in pygame.event.get():
@@ -342,12 +352,13 @@ class App:
             self.finish()
 
     def finish(self) -> None:
-        """Draw the final frame, write it if asked, checkpoint and close every track."""
+        """Draw the final frame, checkpoint and close every track, then write the frame if asked
+        (a frame that cannot be written never costs the checkpoint)."""
         self.redraw()
-        if self.cfg.screenshot is not None:
-            self.save_screenshot(self.cfg.screenshot)
         for d in self.drivers:
             d.checkpoint()
             d.close()
         if self.cfg.on_checkpoint is not None:
             self.cfg.on_checkpoint(self)
+        if self.cfg.screenshot is not None:
+            self.save_screenshot(self.cfg.screenshot)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pygame
 
+from runners.style import SCREEN_TRACK_COLORS
+
 Color = tuple[int, int, int]
 
 BG: Color = (16, 18, 22)
@@ -27,17 +29,10 @@ THRESH: Color = (235, 72, 72)  # detector threshold mu + kappa * sigma
 BOUNDARY: Color = (255, 222, 60)  # boundary event ticks
 EMPTY: Color = (38, 42, 50)  # an empty buffer slot
 ATTN: Color = (255, 255, 255)
-TRACK_COLORS: dict[str, Color] = {
-    "A": (200, 200, 205),
-    "B": (90, 210, 120),
-    "C": (230, 90, 230),
-    "D": (80, 210, 220),
-    "E": (240, 200, 80),
-}
 
 
 def track_color(name: str) -> Color:
-    return TRACK_COLORS.get(name, (180, 180, 180))
+    return SCREEN_TRACK_COLORS.get(name, (180, 180, 180))
 
 
 class Fonts:

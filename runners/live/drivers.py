@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
+from agent import StepMetrics
 from runners.live.model import NORM_ERROR
+from runners.online.loop import OnlineLoop
 
 ATTN_HZ = 4.0
 ATTN_STREAMS = 16
@@ -32,7 +33,7 @@ SHOWN_STREAMS = 4
 class LoopDriver:
     """One track's ``OnlineLoop`` seen through the ``app.TrackDriver`` interface."""
 
-    def __init__(self, loop: Any, records: bool = True) -> None:
+    def __init__(self, loop: OnlineLoop, records: bool = True) -> None:
         self.loop = loop
         self.records = records  # R records frames in this track's run (one is enough)
         self.learner = loop.learner
@@ -40,8 +41,7 @@ class LoopDriver:
         self.name = str(self.cfg.track)
         self.capacity = int(self.learner.buffer.capacity)
         self.lora = self.name == "C"
-        self.direction = 90.0
-        self._pending: list[Any] = []
+        self._pending: list[StepMetrics] = []
         self._first = self.step_count  # step of the first pending record
         self._attn: np.ndarray | None = None
         self._attn_t = -1.0
@@ -122,17 +122,12 @@ class LoopDriver:
 
     # ----------------------------------------------------------------- control
     def physics(self) -> tuple[float, float]:
-        return float(self.loop.gravity), self.direction
+        p = self.loop.physics
+        return float(p.gravity), float(p.gravity_direction)
 
     def set_physics(self, gravity: float, direction: float) -> None:
-        """Interactive switch, effective from the next step (same path as the loop's own)."""
-        loop = self.loop
-        world = 0 if abs(gravity - self.cfg.base_gravity) < 1e-12 else 1
-        if loop.vec_env is not None:
-            loop.vec_env.set_physics(gravity=gravity, gravity_direction=direction)
-            loop.source.set_world(world)
-        loop.gravity = float(gravity)
-        self.direction = float(direction)
+        """Interactive switch, effective from the next step (the loop's own ``enter``)."""
+        self.loop.enter(self.loop.physics.replace(gravity=gravity, gravity_direction=direction))
 
     def set_frozen(self, frozen: bool) -> None:
         if frozen:
@@ -149,7 +144,7 @@ class LoopDriver:
 
     def checkpoint(self) -> Path | None:
         self.loop.checkpoint()
-        return Path(self.loop.paths.latest)
+        return self.loop.folder.latest
 
     def close(self) -> None:
         self.loop.close()

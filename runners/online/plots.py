@@ -8,7 +8,6 @@ lines, so a person understands the run without reading code::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
+from runners.cli import writing  # noqa: E402
+from runners.online.config import RunConfig, Switch, physics_label, switches_from_json  # noqa: E402
 from runners.online.recorder import Recorder  # noqa: E402
+from runners.online.rundir import RunFolder  # noqa: E402
 
 DPI = 90
 PHASE_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")
@@ -43,14 +45,14 @@ def rolling_by_phase(values: np.ndarray, window: int, starts: Sequence[int]) -> 
     return out
 
 
-def _switch_lines(ax: Axes, switches: Sequence[Sequence[float]], after: str, label: bool) -> None:
-    for i, (s, g) in enumerate(switches):
-        ax.axvline(s, color="k", ls="--", lw=1.0, alpha=0.7)
+def _switch_lines(ax: Axes, switches: Sequence[Switch], after: str, label: bool) -> None:
+    for i, sw in enumerate(switches):
+        ax.axvline(sw.step, color="k", ls="--", lw=1.0, alpha=0.7)
         if label:
             mode = f", {after} mode" if i == 0 else ""
             ax.annotate(
-                f"g -> {g:g}{mode}",
-                xy=(s, 1.0),
+                f"{sw.label()}{mode}",
+                xy=(sw.step, 1.0),
                 xycoords=("data", "axes fraction"),
                 xytext=(0, 2),
                 textcoords="offset points",
@@ -62,20 +64,26 @@ def _switch_lines(ax: Axes, switches: Sequence[Sequence[float]], after: str, lab
 
 
 def _finish(fig: plt.Figure, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    """Save and close ``fig``; a failed write raises ``OSError`` naming ``path``."""
+    try:
+        fig.tight_layout()
+        with writing(path):
+            fig.savefig(path, dpi=DPI)
+    finally:
+        plt.close(fig)
     return path
 
 
 def _load(run_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
-    cfg = json.loads((run_dir / "config.json").read_text())
-    rec = Recorder(run_dir, create=False)
+    folder = RunFolder(run_dir)
+    cfg = folder.read_config()
+    cfg["switches"] = switches_from_json(cfg.get("switches"))  # any config.json format
+    rec = Recorder(folder, read_only=True)
     return cfg, rec.read_metrics(), rec.read_eval()
 
 
 def _phase_starts(cfg: dict[str, Any]) -> list[int]:
-    return [int(s) for s, _ in cfg.get("switches") or []]
+    return [sw.step for sw in cfg.get("switches") or []]
 
 
 def plot_surprisal(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -> None:
@@ -116,11 +124,10 @@ def plot_stream_error(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -
     roll = rolling_by_phase(e, w, starts)
     ax.plot(step, e, lw=0.4, color="0.75", label="per step")
     bounds = [0, *[s for s in starts if 0 < s < len(step)], len(step)]
-    gs = [cfg.get("base_gravity", 0.0), *[g for _, g in cfg.get("switches") or []]]
+    run = RunConfig(base_gravity=cfg.get("base_gravity", 0.0), switches=cfg.get("switches") or ())
     for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
-        g = gs[i] if i < len(gs) else gs[-1]
         ax.plot(step[a:b], roll[a:b], lw=1.6, color=PHASE_COLORS[i % len(PHASE_COLORS)],
-                label=f"rolling mean ({w} steps), g = {g:g}")
+                label=f"rolling mean ({w} steps), {physics_label(run.physics_at(a))}")
     ax.axhline(1.0, color="k", lw=0.8, ls=":", label='1.0 = "no change"')
     ax.set_xlabel("step")
     ax.set_ylabel("normalised error on the stream")
@@ -216,7 +223,7 @@ def make_figures(run_dir: str | Path) -> list[Path]:
     """Write every figure of the run to ``<run_dir>/figures``; returns the paths written."""
     run_dir = Path(run_dir)
     cfg, m, ev = _load(run_dir)
-    out = run_dir / "figures"
+    out = RunFolder(run_dir).figures
     out.mkdir(parents=True, exist_ok=True)
     if len(m["step"]) == 0:
         return []
@@ -243,7 +250,7 @@ def make_figures(run_dir: str | Path) -> list[Path]:
     plot_d_curves(axes[0, 1], ev, cfg)
     plot_surprisal(axes[1, 0], m, cfg)
     plot_buffer(axes[1, 1], m, cfg)
-    sw = ", ".join(f"g -> {g:g} at step {int(s)}" for s, g in cfg.get("switches") or []) or "no switch"
+    sw = ", ".join(f"{s.label()} at step {s.step}" for s in cfg.get("switches") or []) or "no switch"
     fig.suptitle(
         f"Track {cfg.get('track')} ({cfg.get('preset')} preset, {cfg.get('source')} source): "
         f"{sw}, {cfg.get('after_switch')} mode after the switch",

@@ -16,40 +16,193 @@ Layout (readable with plain zarr: ``zarr.open_group("runs/x/run.zarr")["metrics/
 Metrics arrive in blocks (``append_metrics``): one zarr append per block, never per step.
 ``truncate(step)`` cuts every group back to a checkpoint's step so a resumed run has neither a gap
 nor a duplicate step, even after a SIGKILL in the middle of an append.
+
+A damaged store is an error naming the damaged file (``DamagedStoreError``, one line on the
+command line), never a silently wrong number: metadata (``zarr.json``) that does not parse, an
+array the layout needs that is gone, a column shorter than its group's ``step`` column, a chunk
+file that is missing (zarr would read its fill value, e.g. D_shift = 0) or does not decode, a step
+column out of order. A write that fails (a full or read-only disk) raises ``OSError`` naming the
+store; zarr writes each file atomically, so what was written before stays readable.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+import itertools
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import zarr
 
+from runners.cli import CliError, writing
+from runners.online.rundir import RunFolder
+
 METRIC_CHUNK = 8192
-STORE_NAME = "run.zarr"
 
 
 class RecorderError(Exception):
     """The store is missing or inconsistent."""
 
 
+class DamagedStoreError(RecorderError, CliError):
+    """``run.zarr`` or a file in it is damaged; the message names the file (one line, exit 2)."""
+
+
+#: Arrays whose chunk may be absent without damage: zarr does not write a chunk equal to the fill
+#: value (NaN for metrics; eval/excluded is often all 0, frames/gravity is 0 in the base world).
+_MAY_BE_FILL = ("eval/excluded", "frames/gravity")
+#: The arrays a group must hold once its step column exists.
+_REQUIRED = {
+    "eval": ("step", "d_shift", "d_shift_per_h", "d_base", "d_base_per_h", "sigma_embed", "excluded"),
+    "frames": ("step", "frames", "gravity"),
+}
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _writes(method: _F) -> _F:
+    """A failed write (a full disk: an OSError without a file name) names the store."""
+
+    @functools.wraps(method)
+    def wrapper(self: Recorder, *args: Any, **kwargs: Any) -> Any:
+        with writing(self.path):
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _bad_metadata(store: Path) -> Path | None:
+    """The first ``zarr.json`` of ``store`` that is not zarr v3 group or array metadata."""
+    files = [store / "zarr.json", *sorted(p for p in store.rglob("zarr.json") if p.parent != store)]
+    for f in files:
+        try:
+            meta = json.loads(f.read_text())
+        except (OSError, ValueError):
+            return f
+        if not (isinstance(meta, dict) and meta.get("zarr_format") == 3
+                and meta.get("node_type") in ("group", "array")):
+            return f
+    return None
+
+
+def _damaged(store: Path, err: BaseException, where: Path | None = None) -> DamagedStoreError:
+    where = where or _bad_metadata(store) or store
+    return DamagedStoreError(f"{where}: damaged run store ({type(err).__name__}: {err})")
+
+
 class Recorder:
     """Appends metrics, evaluations and frames of one run to ``<run_dir>/run.zarr``."""
 
-    def __init__(self, run_dir: str | Path, *, create: bool = True) -> None:
-        self.path = Path(run_dir) / STORE_NAME
-        if not create and not self.path.exists():
+    def __init__(
+        self, run_dir: str | Path | RunFolder, *, create: bool = True, read_only: bool = False
+    ) -> None:
+        folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder(run_dir)
+        self.path = folder.store
+        if (read_only or not create) and not self.path.exists():
             raise RecorderError(f"{self.path} does not exist")
-        self.root = zarr.open_group(str(self.path), mode="a" if create else "r+")
-        self.metrics = self.root.require_group("metrics")
-        self.eval = self.root.require_group("eval")
+        mode = "r" if read_only else ("a" if create else "r+")
+        try:
+            self._open(mode, read_only)
+        except (RecorderError, OSError):
+            raise
+        except Exception as err:  # zarr's own errors do not say which file is bad
+            raise _damaged(self.path, err) from None
+
+    @_writes
+    def _open(self, mode: str, read_only: bool) -> None:
+        self.root = zarr.open_group(str(self.path), mode=mode)
+        if read_only:
+            if "metrics" not in self.root or "eval" not in self.root:
+                raise DamagedStoreError(f"{self.path}: not a run's store, no metrics/eval groups "
+                                        "(damaged run store)")
+            self.metrics = self.root["metrics"]  # type: ignore[assignment]
+            self.eval = self.root["eval"]  # type: ignore[assignment]
+        else:
+            self.metrics = self.root.require_group("metrics")
+            self.eval = self.root.require_group("eval")
         self._frames: zarr.Group | None = (
             self.root["frames"] if "frames" in self.root else None  # type: ignore[assignment]
         )
-        if "step" not in self.metrics:
+        if not read_only and "step" not in self.metrics:
             self.metrics.create_array("step", shape=(0,), chunks=(METRIC_CHUNK,), dtype="int64")
             self.metrics.attrs["names"] = []
+        self.check()
+
+    # -- integrity ---------------------------------------------------------------------------
+    def check(self) -> None:
+        """Every array the layout needs exists and opens (``DamagedStoreError`` naming it)."""
+        if "step" not in self.metrics:
+            raise DamagedStoreError(f"{self.path / 'metrics/step/zarr.json'}: missing (damaged run store)")
+        for k in ["step", *self.metric_names]:
+            self._array(self.metrics, "metrics", k)
+        for name, group in (("eval", self.eval), ("frames", self._frames)):
+            if group is None or not ("ns" in group.attrs or any(True for _ in group.array_keys())):
+                continue  # nothing recorded yet
+            for k in _REQUIRED[name]:
+                self._array(group, name, k)
+
+    def _array(self, group: zarr.Group, name: str, key: str) -> Any:
+        where = self.path / name / key
+        try:
+            arr = group[key]
+        except KeyError:
+            raise DamagedStoreError(f"{where / 'zarr.json'}: missing (damaged run store)") from None
+        except Exception as err:
+            raise _damaged(self.path, err, _bad_metadata(where) or where) from None
+        if not isinstance(arr, zarr.Array):
+            raise DamagedStoreError(f"{where}: not an array (damaged run store)")
+        return arr
+
+    def _read(self, group: zarr.Group, name: str, key: str, rows: int) -> np.ndarray:
+        """Rows ``[0, rows)`` of ``<name>/<key>``: every chunk they need must be on disk and
+        decode, and the array must be that long; ``DamagedStoreError`` naming the file if not."""
+        arr = self._array(group, name, key)
+        where = self.path / name / key
+        if int(arr.shape[0]) < rows:
+            raise DamagedStoreError(
+                f"{where}: {int(arr.shape[0])} rows, but {name}/step has {rows} (damaged run store)"
+            )
+        fill = arr.metadata.fill_value
+        may_be_fill = (
+            f"{name}/{key}" in _MAY_BE_FILL
+            or (isinstance(fill, float | np.floating) and math.isnan(fill))
+            or (key == "step" and rows == 1 and name != "eval")  # a chunk holding just step 0
+        )
+        if rows and not may_be_fill:
+            first = range(math.ceil(rows / arr.chunks[0]))
+            rest = [range(math.ceil(s / c)) for s, c in zip(arr.shape[1:], arr.chunks[1:], strict=True)]
+            for coords in itertools.product(first, *rest):
+                chunk = where / arr.metadata.encode_chunk_key(coords)
+                if not chunk.is_file():
+                    raise DamagedStoreError(f"{chunk}: chunk file missing (damaged run store)")
+        try:
+            return np.asarray(arr[:rows])
+        except Exception as err:
+            bad = where
+            step = arr.chunks[0]
+            for i in range(math.ceil(rows / step)):  # which chunk (one per row block here)
+                try:
+                    arr[i * step : (i + 1) * step]
+                except Exception:
+                    bad = where / arr.metadata.encode_chunk_key((i,) + (0,) * (arr.ndim - 1))
+                    break
+            raise DamagedStoreError(
+                f"{bad}: damaged chunk file, cannot be decoded ({type(err).__name__}: {err})"
+            ) from None
+
+    def _check_steps(self, name: str, steps: np.ndarray, consecutive: bool) -> None:
+        ok = (
+            np.array_equal(steps, np.arange(len(steps)))
+            if consecutive
+            else bool(np.all(np.diff(steps) > 0) and (len(steps) == 0 or steps[0] >= 0))
+        )
+        if not ok:
+            what = "0, 1, 2, ..." if consecutive else "increasing"
+            raise DamagedStoreError(f"{self.path / name / 'step'}: not {what} (damaged run store)")
 
     # -- metrics -----------------------------------------------------------------------------
     @property
@@ -61,6 +214,7 @@ class Recorder:
         """Rows of metrics written (= the next step to record)."""
         return int(self.metrics["step"].shape[0])
 
+    @_writes
     def append_metrics(self, steps: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
         """Append one block: ``steps`` (n,) int and one (n,) array per metric name."""
         steps = np.asarray(steps, dtype=np.int64)
@@ -96,9 +250,10 @@ class Recorder:
     def read_metrics(self) -> dict[str, np.ndarray]:
         """All metrics as numpy arrays, ``step`` included, cut to complete rows."""
         n = self.n_steps
-        out = {"step": self.metrics["step"][:n]}
+        out = {"step": self._read(self.metrics, "metrics", "step", n)}
+        self._check_steps("metrics", out["step"], consecutive=True)
         for k in self.metric_names:
-            out[k] = self.metrics[k][:n]  # type: ignore[index]
+            out[k] = self._read(self.metrics, "metrics", k, n)
         return out
 
     # -- evaluations -------------------------------------------------------------------------
@@ -115,6 +270,22 @@ class Recorder:
         horizons: Sequence[int],
     ) -> None:
         """One row per evaluation; ``d_shift[i]`` is D_shift^{ns[i]}."""
+        self._append_eval(step, ns, d_shift, d_shift_per_h, d_base, d_base_per_h, sigma_embed,
+                          excluded, horizons)
+
+    @_writes
+    def _append_eval(
+        self,
+        step: int,
+        ns: Sequence[int],
+        d_shift: Sequence[float],
+        d_shift_per_h: Sequence[Sequence[float]],
+        d_base: float,
+        d_base_per_h: Sequence[float],
+        sigma_embed: float,
+        excluded: int,
+        horizons: Sequence[int],
+    ) -> None:
         ns = [int(n) for n in ns]
         k = len(horizons)
         if "step" not in self.eval:
@@ -158,12 +329,14 @@ class Recorder:
         n = self.n_evals
         if n == 0:
             return {}
-        out = {k: self.eval[k][:n] for k in self.eval.array_keys()}  # type: ignore[index]
+        out = {k: self._read(self.eval, "eval", k, n) for k in self.eval.array_keys()}
+        self._check_steps("eval", out["step"], consecutive=False)
         out["ns"] = np.asarray(self.eval.attrs["ns"])
         out["horizons"] = np.asarray(self.eval.attrs["horizons"])
         return out
 
     # -- frames ------------------------------------------------------------------------------
+    @_writes
     def append_frames(
         self,
         step: int,
@@ -211,6 +384,7 @@ class Recorder:
         return int(self._frames["step"].shape[0]) if self._frames is not None else 0
 
     # -- resume ------------------------------------------------------------------------------
+    @_writes
     def truncate(self, step: int) -> None:
         """Keep exactly what a checkpoint at ``step`` (steps done) has seen.
 
@@ -224,9 +398,7 @@ class Recorder:
             raise RecorderError(
                 f"{self.path} holds metrics for {n} steps but the checkpoint is at step {step}"
             )
-        steps = self.metrics["step"][:step]  # type: ignore[index]
-        if step and (steps[0] != 0 or np.any(np.diff(steps) != 1)):
-            raise RecorderError(f"{self.path}: metrics/step is not 0, 1, 2, ...")
+        self._check_steps("metrics", self._read(self.metrics, "metrics", "step", step), True)
         for k in ["step", *self.metric_names]:
             arr = self.metrics[k]
             arr.resize((min(int(arr.shape[0]), step),))  # type: ignore[union-attr]
@@ -240,9 +412,12 @@ class Recorder:
     def _truncate_group(group: zarr.Group, keep) -> None:  # type: ignore[no-untyped-def]
         if "step" not in group:
             return
-        s = group["step"][:]  # type: ignore[index]
-        rows = int(np.count_nonzero(keep(np.asarray(s))))
-        # Rows are in step order, so the kept rows are a prefix.
+        s = np.asarray(group["step"][:])  # type: ignore[index]
+        # Rows are in step order, so the kept rows are a prefix; it ends at the first row out of
+        # order too (a row whose chunk a killed append never wrote reads as step 0).
+        ok = np.asarray(keep(s), bool)
+        ok[1:] &= np.diff(s) > 0
+        rows = len(s) if ok.all() else int(np.argmin(ok))
         for k in group.array_keys():
             arr = group[k]
             arr.resize((min(rows, int(arr.shape[0])),) + arr.shape[1:])  # type: ignore[union-attr]

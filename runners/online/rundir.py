@@ -1,50 +1,184 @@
-"""Run folders and clean stops.
+"""The run folder: the one module that knows its file names, who holds it, and clean stops.
 
-A run folder ``<out>/<name>/`` holds ``config.json``, ``run.zarr``, ``checkpoints/``,
-``figures/``, ``summary.json`` and ``summary.md``. A new run never reuses an existing folder.
+A run folder ``<out>/<name>/`` holds::
 
-``StopRequest`` turns Ctrl-C, SIGTERM and a ``PAUSE`` file in the run folder into a flag the loop
-checks once per step, so the run stops between two steps with everything flushed. A second Ctrl-C
-while stopping raises ``KeyboardInterrupt`` (the checkpoint of the last save is still intact).
+    config.json            the resolved RunConfig (``--resume`` reads it back)
+    run.zarr/              metrics per step, evaluations, frames (``runners.online.recorder``)
+    checkpoints/latest.pt  the newest checkpoint (atomic); ``best.pt`` the lowest D_shift^n
+    checkpoints/<name>.eval.json   an adaptation curve of that checkpoint (``evaluate``)
+    figures/*.png          ``runners.online.plots``
+    summary.json, summary.md   written at the end (and when stopped early, with ``stopped``)
+    PAUSE                  create it to stop the run between two steps
+    .lock                  held (an OS lock) by the one process that writes the folder
+
+A new run never reuses an existing folder. Every other module (loop, recorder, summary, plots,
+evaluate, visualize, the sweep backends and the report) asks ``RunFolder`` for paths.
+
+``RunFolder.hold()`` takes the folder's lock (``filelock``: ``flock`` on POSIX), released on any
+exit, SIGKILL included, because the OS closes the descriptor; a second process gets ``CliError``
+naming the folder and writes nothing. A sweep claims a point before starting its run with
+``RunFolder.claim()`` (a lock file beside the folder), so two sweeps on one output folder never
+run the same point twice.
+
+``StopRequest`` turns Ctrl-C, SIGTERM and a ``PAUSE`` file into a flag the loop checks once per
+step, so the run stops between two steps with everything flushed. A second Ctrl-C while stopping
+raises ``KeyboardInterrupt`` (the checkpoint of the last save is still intact).
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
+
+from filelock import FileLock, Timeout
 
 from runners.cli import CliError
 
-PAUSE_FILE = "PAUSE"
 
+class RunFolder:
+    """The files of one run folder (paths only; nothing is created until asked)."""
 
-class RunPaths:
-    """The files of one run folder."""
+    CONFIG = "config.json"
+    STORE = "run.zarr"
+    CHECKPOINTS = "checkpoints"
+    FIGURES = "figures"
+    SUMMARY_JSON = "summary.json"
+    SUMMARY_MD = "summary.md"
+    PAUSE = "PAUSE"
+    LOCK = ".lock"
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
-        self.config = self.root / "config.json"
-        self.checkpoints = self.root / "checkpoints"
-        self.latest = self.checkpoints / "latest.pt"
-        self.best = self.checkpoints / "best.pt"
-        self.figures = self.root / "figures"
-        self.summary_json = self.root / "summary.json"
-        self.summary_md = self.root / "summary.md"
-        self.pause = self.root / PAUSE_FILE
+        self.config = self.root / self.CONFIG
+        self.store = self.root / self.STORE
+        self.checkpoints = self.root / self.CHECKPOINTS
+        self.latest = self.checkpoint("latest")
+        self.best = self.checkpoint("best")
+        self.figures = self.root / self.FIGURES
+        self.summary_json = self.root / self.SUMMARY_JSON
+        self.summary_md = self.root / self.SUMMARY_MD
+        self.pause = self.root / self.PAUSE
+        self._lock: FileLock | None = None
+
+    def __repr__(self) -> str:
+        return f"RunFolder({str(self.root)!r})"
+
+    # -- names -------------------------------------------------------------------------------
+    def checkpoint(self, which: str) -> Path:
+        """``checkpoints/<which>.pt`` (``latest`` or ``best``)."""
+        return self.checkpoints / f"{which}.pt"
+
+    @staticmethod
+    def curve_path(checkpoint: Path) -> Path:
+        """Where an adaptation curve of ``checkpoint`` is written: ``<name>.eval.json`` beside it."""
+        return checkpoint.with_suffix(".eval.json")
+
+    @property
+    def claim_path(self) -> Path:
+        """The sweep's claim on this run: ``<out>/.<name>.claim`` beside the folder."""
+        return self.root.parent / f".{self.root.name}.claim"
 
     def make(self) -> None:
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
-        self.figures.mkdir(parents=True, exist_ok=True)
+        """Create the subfolders (``CliError`` if the location is not writable)."""
+        try:
+            self.checkpoints.mkdir(parents=True, exist_ok=True)
+            self.figures.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise CliError(f"cannot write the run folder {self.root}: {err.strerror or err}") from None
+
+    # -- what is there ---------------------------------------------------------------------------
+    def is_run(self) -> bool:
+        return self.config.is_file()
+
+    def read_json(self, path: Path) -> dict[str, Any] | None:
+        """A JSON object file of this folder, or None when missing or unreadable."""
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def read_config(self) -> dict[str, Any]:
+        """``config.json`` as a dict (``CliError`` naming the file when it is missing or bad)."""
+        try:
+            data = json.loads(self.config.read_text())
+        except OSError:
+            raise CliError(f"{self.root} is not a run folder: {self.CONFIG} is missing") from None
+        except ValueError as err:
+            raise CliError(f"{self.config} is not valid JSON: {err}") from None
+        if not isinstance(data, dict):
+            raise CliError(f"{self.config}: expected a JSON object")
+        return data
+
+    def read_summary(self) -> dict[str, Any] | None:
+        return self.read_json(self.summary_json)
+
+    def is_finished(self) -> bool:
+        """``summary.json`` parses and is not a stopped run's (``stopped`` unset, all steps done)."""
+        s = self.read_summary()
+        if s is None or s.get("stopped"):
+            return False
+        done, total = s.get("steps_done"), s.get("steps")
+        return done is not None and total is not None and int(done) >= int(total)
+
+    def state(self) -> str:
+        """``new`` (no folder), ``finished``, ``interrupted`` (a checkpoint, not finished) or
+        ``stale`` (a folder without a checkpoint: the run died before its first one)."""
+        if not self.root.exists():
+            return "new"
+        if self.is_finished():
+            return "finished"
+        if self.latest.is_file():
+            return "interrupted"
+        return "stale"
+
+    # -- one writer ----------------------------------------------------------------------------
+    def hold(self) -> RunFolder:
+        """Take the folder's lock for this process (``CliError`` if another process holds it)."""
+        if self._lock is None:
+            self._lock = _try_lock(self.root / self.LOCK, f"run folder {self.root}")
+        return self
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def __enter__(self) -> RunFolder:
+        return self.hold()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def claim(self) -> FileLock | None:
+        """A sweep's claim on this run (held lock), or None when another sweep holds it."""
+        try:
+            return _try_lock(self.claim_path, str(self.root))
+        except CliError:
+            return None
+
+
+def _try_lock(path: Path, what: str) -> FileLock:
+    lock = FileLock(str(path), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise CliError(f"{what} is in use by another process (its lock {path.name} is held)") from None
+    except OSError as err:
+        raise CliError(f"cannot lock {what}: {err.strerror or err}") from None
+    return lock
 
 
 def default_name(track: str, seed: int) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{track}-s{seed}"
 
 
-def new_run_dir(out: str | Path, name: str | None, track: str, seed: int) -> RunPaths:
-    """Create a fresh run folder; an existing one is never reused (``CliError``)."""
+def new_run_folder(out: str | Path, name: str | None, track: str, seed: int) -> RunFolder:
+    """Create and hold a fresh run folder; an existing one is never reused (``CliError``)."""
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -70,28 +204,33 @@ def new_run_dir(out: str | Path, name: str | None, track: str, seed: int) -> Run
                 break
             except FileExistsError:
                 continue
+            except OSError as err:
+                raise CliError(f"cannot create a run folder under {out}: {err.strerror or err}") from None
         else:  # pragma: no cover
             raise CliError(f"cannot find a free run folder name under {out}")
-    paths = RunPaths(root)
-    paths.make()
-    return paths
+    folder = RunFolder(root).hold()
+    folder.make()
+    return folder
 
 
-def existing_run_dir(path: str | Path) -> RunPaths:
-    """A run folder to resume (or the folder a checkpoint lies in); ``CliError`` if it is not."""
+def existing_run_folder(path: str | Path, option: str = "--resume") -> RunFolder:
+    """A run folder to continue, held by this process; ``CliError`` if it is not one, has no
+    checkpoint yet, or another process holds it."""
     root = Path(path)
     if not root.is_dir():
-        raise CliError(f"--resume {root}: no such run folder")
-    paths = RunPaths(root)
-    if not paths.config.exists():
-        raise CliError(f"--resume {root}: not a run folder (no config.json)")
-    if not paths.latest.exists():
+        raise CliError(f"{option} {root}: no such run folder")
+    folder = RunFolder(root)
+    if not folder.is_run():
+        raise CliError(f"{option} {root}: not a run folder (no {RunFolder.CONFIG})")
+    folder.hold()
+    if not folder.latest.exists():
+        folder.release()
         raise CliError(
-            f"--resume {root}: no checkpoint yet (checkpoints/latest.pt is missing); "
+            f"{option} {root}: no checkpoint yet ({RunFolder.CHECKPOINTS}/latest.pt is missing); "
             f"the run stopped before its first checkpoint, start it again"
         )
-    paths.make()
-    return paths
+    folder.make()
+    return folder
 
 
 class StopRequest:

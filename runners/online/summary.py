@@ -9,8 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from runners.online.config import RunConfig
+from runners.cli import writing
+from runners.online.config import RunConfig, switches_from_json
 from runners.online.recorder import Recorder
+from runners.online.rundir import RunFolder
 
 
 def _f(x: Any) -> float | None:
@@ -49,7 +51,7 @@ def build_summary(
     best: tuple[float, int],
     stopped: str | None,
 ) -> dict[str, Any]:
-    rec = Recorder(run_dir, create=False)
+    rec = Recorder(run_dir, read_only=True)
     m = rec.read_metrics()
     ev = rec.read_eval()
     steps_done = len(m["step"])
@@ -87,7 +89,7 @@ def build_summary(
         "source": cfg.source,
         "seed": cfg.seed,
         "after_switch": cfg.after_switch,
-        "switches": [list(s) for s in cfg.switches or ()],
+        "switches": [sw.to_json() for sw in switches_from_json(cfg.switches)],
         "steps": cfg.steps,
         "steps_done": steps_done,
         "stopped": stopped,
@@ -159,7 +161,9 @@ def format_table(s: dict[str, Any]) -> str:
 
 
 def format_markdown(s: dict[str, Any]) -> str:
-    sw = ", ".join(f"g -> {g:g} at step {int(st)}" for st, g in s["switches"]) or "no switch"
+    sw = ", ".join(
+        f"{x.label()} at step {x.step}" for x in switches_from_json(s["switches"])
+    ) or "no switch"
     lines = [
         f"# Run summary: track {s['track']} ({s['preset']} preset, {s['source']} source, "
         f"seed {s['seed']})",
@@ -188,8 +192,12 @@ def format_markdown(s: dict[str, Any]) -> str:
 
 
 def write_summary(run_dir: Path, s: dict[str, Any]) -> None:
-    (run_dir / "summary.json").write_text(json.dumps(s, indent=2) + "\n")
-    (run_dir / "summary.md").write_text(format_markdown(s))
+    """``summary.json`` and ``summary.md``; a failed write raises ``OSError`` naming the file."""
+    folder = RunFolder(run_dir)
+    with writing(folder.summary_json):
+        folder.summary_json.write_text(json.dumps(s, indent=2) + "\n")
+    with writing(folder.summary_md):
+        folder.summary_md.write_text(format_markdown(s))
 
 
 # -- adaptation curve (evaluate and the end of train_online) ------------------------------------

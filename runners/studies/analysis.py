@@ -30,6 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from runners.online.rundir import RunFolder
+from runners.style import TRACK_COLORS, pyplot
+
 AGE_BINS = ((0, 10), (10, 50), (50, 100), (100, 256))  # [lo, hi) in entries, 0 = newest
 ADAPT_NS = (0, 10, 25, 50, 100, 256)
 N_MEMORY = 50
@@ -203,33 +206,25 @@ def analyse_run(run_dir: str | Path, frames: Callable[[], Mapping[str, np.ndarra
     ``frames()`` gives the evaluation frames; it is called only when the cache is stale.
     """
     run_dir = Path(run_dir)
-    ckpts = {"peak": run_dir / "checkpoints" / "best.pt",
-             "final": run_dir / "checkpoints" / "latest.pt"}
+    folder = RunFolder(run_dir)
+    ckpts = {"peak": folder.best, "final": folder.latest}
     ckpts = {k: p for k, p in ckpts.items() if p.is_file()}
     if not ckpts:
         return None
     cache_file = Path(cache) / f"{run_dir.name}.json"
     stamps = {k: _stamp(p) for k, p in ckpts.items()}
-    cached = _read_json(cache_file)
+    cached = folder.read_json(cache_file)
     if cached is not None and cached.get("stamps") == stamps:
         return cached
     result: dict[str, Any] = {"run": run_dir.name, "stamps": stamps}
     for key, path in ckpts.items():
         result[key] = analyse_checkpoint(path, frames(), curve=(key == "peak"))
-    summary = _read_json(run_dir / "summary.json") or {}
+    summary = folder.read_summary() or {}
     if summary.get("adaptation_curve"):
         result["final_curve"] = summary["adaptation_curve"]
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     cache_file.write_text(json.dumps(result) + "\n")
     return result
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def analyse_runs(records: Sequence[Any], data: str | Path, cache: str | Path) -> dict[str, Any]:
@@ -343,23 +338,12 @@ def report_section(analyses: Mapping[str, Any], figs: Path) -> list[str]:
     return lines
 
 
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _color(track: str) -> str | None:
-    from runners.studies.report import TRACK_COLORS
-
     return TRACK_COLORS.get(track)
 
 
 def _fig_spectra(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None:
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, key, title in ((axes[0], "spectrum_latent", "encoder latents"),
                            (axes[1], "spectrum_pred", "predictor outputs (n = 50)")):
@@ -381,7 +365,7 @@ def _fig_spectra(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None
 
 
 def _fig_attention(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     for track, rs in tracks.items():
         for phase, ls in (("peak", "-"), ("final", "--")):
@@ -404,7 +388,7 @@ def _fig_attention(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> No
 
 
 def _fig_curves(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     for track, rs in tracks.items():
         for label, ls, get in (("peak", "-", lambda r: r["peak"].get("adaptation_curve")),

@@ -10,6 +10,10 @@ worker process) and returns a ``RunResult``. Before starting, ``execute`` looks 
   moved aside to ``<name>.stale-<k>`` (never deleted) and started afresh;
 - ``new``: started with the point's arguments.
 
+``execute`` first claims the point (``RunFolder.claim``: an OS lock beside the run folder, held
+while the run executes): a point another sweep is running right now is reported ``busy`` and
+not started, so two sweeps on one output folder never run the same point twice.
+
 So rerunning the same sweep command after a crash, a Ctrl-C or a lost Ray node finishes exactly
 the missing runs. Each worker gets ``cores // workers`` torch threads (``TORCH_NUM_THREADS`` (read by
 ``train_online``), ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` for a subprocess, ``torch.set_num_threads`` in process).
@@ -17,7 +21,6 @@ the missing runs. Each worker gets ``cores // workers`` torch threads (``TORCH_N
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -28,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from runners.cli import CliError
+from runners.online.rundir import RunFolder
 
 TRAIN_MODULE = "runners.train_online"
 #: The repository root (the folder holding ``runners/``): subprocesses run there.
@@ -49,7 +53,8 @@ class RunSpec:
 
 @dataclass
 class RunResult:
-    """What happened to one run: ``action`` is ``skipped``, ``started`` or ``resumed``."""
+    """What happened to one run: ``action`` is ``skipped``, ``started``, ``resumed`` or ``busy``
+    (another sweep is running it)."""
 
     name: str
     run_dir: str
@@ -65,51 +70,14 @@ class RunResult:
         return self.returncode == 0 and is_finished(self.run_dir)
 
 
-def read_summary(run_dir: str | Path) -> dict | None:
-    """``summary.json`` of a run as a dict, or None when it is missing or unreadable."""
-    path = Path(run_dir) / "summary.json"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def is_finished(run_dir: str | Path) -> bool:
-    """A run is finished when its ``summary.json`` parses and says the run is complete.
-
-    ``train_online`` writes the summary at the end of a run and also when it is stopped early,
-    then with ``stopped`` set (the reason) and ``steps_done < steps``; either marks it
-    unfinished. Summaries with an explicit ``complete``/``finished`` flag or ``status`` are
-    trusted as they say.
-    """
-    summary = read_summary(run_dir)
-    if summary is None:
-        return False
-    for key in ("complete", "finished", "completed"):
-        if key in summary:
-            return bool(summary[key])
-    if "status" in summary:
-        return str(summary["status"]).lower() in {"complete", "completed", "finished", "done"}
-    if summary.get("stopped"):
-        return False
-    done = summary.get("steps_done", summary.get("step"))
-    total = summary.get("steps", summary.get("total_steps"))
-    if done is not None and total is not None:
-        return int(done) >= int(total)
-    return True
+    """The run's ``summary.json`` says it ran all its steps (``RunFolder.is_finished``)."""
+    return RunFolder(run_dir).is_finished()
 
 
 def run_state(run_dir: str | Path) -> str:
     """``finished``, ``interrupted``, ``stale`` or ``new`` (module docstring)."""
-    run_dir = Path(run_dir)
-    if not run_dir.exists():
-        return "new"
-    if is_finished(run_dir):
-        return "finished"
-    if (run_dir / "checkpoints" / "latest.pt").is_file():
-        return "interrupted"
-    return "stale"
+    return RunFolder(run_dir).state()
 
 
 def _move_aside(run_dir: Path) -> Path:
@@ -141,7 +109,22 @@ def execute(
     its history) or, without ``log_dir``, to this process's output.
     """
     t0 = time.perf_counter()
-    state = run_state(spec.run_dir)
+    folder = RunFolder(spec.run_dir)
+    Path(spec.run_dir).parent.mkdir(parents=True, exist_ok=True)
+    claim = folder.claim()  # held until this run ends: another sweep skips the point
+    if claim is None:
+        return RunResult(spec.name, spec.run_dir, "busy", 0, 0.0)
+    try:
+        return _execute(spec, folder, threads, log_dir, in_process, t0)
+    finally:
+        claim.release()
+
+
+def _execute(
+    spec: RunSpec, folder: RunFolder, threads: int, log_dir: str | None, in_process: bool,
+    t0: float,
+) -> RunResult:
+    state = folder.state()
     if state == "finished":
         return RunResult(spec.name, spec.run_dir, "skipped", 0, 0.0)
     if state == "stale":
@@ -149,7 +132,6 @@ def execute(
         state = "new"
     action = "resumed" if state == "interrupted" else "started"
     argv = command_for(spec, state)
-    Path(spec.run_dir).parent.mkdir(parents=True, exist_ok=True)
     log = ""
     if in_process:
         code = _run_in_process(spec.module, argv, threads)
@@ -214,6 +196,8 @@ def print_progress(result: RunResult, done: int, total: int) -> None:
     status = "ok" if result.ok else f"FAILED (exit {result.returncode})"
     if result.action == "skipped":
         status = "already finished"
+    elif result.action == "busy":
+        status = "running in another process, not started here"
     where = f", log {result.log}" if result.log and not result.ok else ""
     print(
         f"[{done}/{total}] {result.action} {result.name}: {status} ({result.seconds:.0f} s){where}",

@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from runners.cli import CliError, writing
 from runners.studies import stats
+from runners.style import TRACK_COLORS, pyplot
 
 HEADLINE_N = 50
 
@@ -51,24 +53,16 @@ PAPER_LAMBDA = {  # Table 4: (peak, final, sigma at peak)
 
 # -- reading run folders -------------------------------------------------------------------------
 def load_evals(run_dir: str | Path) -> dict[str, np.ndarray]:
-    """The ``eval`` group of ``run.zarr`` as numpy arrays (plain zarr, read only); {} if none."""
-    import zarr
+    """The ``eval`` group of ``run.zarr`` as numpy arrays (read only); {} when the run has no
+    store or no evaluation yet. A damaged store raises ``DamagedStoreError`` (a ``CliError``)
+    naming the damaged file: never an empty or wrong result."""
+    from runners.online.recorder import Recorder
 
-    path = Path(run_dir) / "run.zarr"
-    if not path.exists():
+    if not (Path(run_dir) / "run.zarr").exists():
         return {}
-    try:
-        root = zarr.open_group(str(path), mode="r")
-        group = root["eval"]
-    except (KeyError, FileNotFoundError, ValueError):
-        return {}
-    if "step" not in group:
-        return {}
-    n = int(group["step"].shape[0])
-    out: dict[str, np.ndarray] = {}
-    for key in group.array_keys():
-        out[key] = np.asarray(group[key][:n])
-    out["ns"] = np.asarray(group.attrs.get("ns", []), dtype=np.int64)
+    out = Recorder(run_dir, read_only=True).read_eval()
+    if out:
+        out["ns"] = np.asarray(out["ns"], dtype=np.int64)
     return out
 
 
@@ -175,10 +169,15 @@ def load_run(
     from runners.studies.backends import is_finished
 
     run_dir = Path(run_dir)
+    path = run_dir / "config.json"
     try:
-        config = json.loads((run_dir / "config.json").read_text())
-    except (OSError, ValueError):
+        config = json.loads(path.read_text())
+    except FileNotFoundError:
         return None
+    except ValueError as err:
+        raise CliError(f"{path}: damaged, not valid JSON ({err})") from None
+    if not isinstance(config, dict):
+        raise CliError(f"{path}: damaged, not a JSON object")
     evals = load_evals(run_dir)
     steps = np.asarray(evals.get("step", np.zeros(0)), dtype=np.int64)
     e = steps.shape[0]
@@ -289,19 +288,6 @@ def _f(x: float, digits: int = 4) -> str:
 
 
 # -- figures -------------------------------------------------------------------------------------
-TRACK_COLORS = {"A": "tab:blue", "B": "tab:orange", "C": "tab:green", "D": "tab:purple",
-                "E": "tab:brown"}
-
-
-def _plt():  # type: ignore[no-untyped-def]
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _band(records: Sequence[RunRecord], attr: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(steps, mean, std) over runs on the steps every run evaluated."""
     common = set(records[0].steps.tolist())
@@ -321,7 +307,7 @@ def _band(records: Sequence[RunRecord], attr: str) -> tuple[np.ndarray, np.ndarr
 def fig_trajectories(tracks: Mapping[str, TrackStats], path: Path, attr: str = "d_shift",
                      ylabel: str = "D_shift^50 (shift test)") -> Path:
     """Paper Fig. 3: mean +- std band per track over training, full range and zoomed."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     lows = []
     for track, ts in tracks.items():
@@ -351,14 +337,15 @@ def fig_trajectories(tracks: Mapping[str, TrackStats], path: Path, attr: str = "
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    with writing(path):
+        fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
 
 
 def fig_seed_bars(tracks: Mapping[str, TrackStats], path: Path) -> Path:
     """Paper Fig. 2: one bar per run at its peak; mean +- std as line and whisker per track."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     x = 0
     ticks, labels = [], []
@@ -383,14 +370,15 @@ def fig_seed_bars(tracks: Mapping[str, TrackStats], path: Path) -> Path:
     ax.set_title("per-seed peak D_shift^50 (line, whisker: mean +- std)")
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    with writing(path):
+        fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
 
 
 def fig_runs(records: Sequence[tuple[str, RunRecord]], path: Path, title: str) -> Path:
     """Trajectories of named single runs (ablations, sweeps), each with its peak marked."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for label, r in records:
         if not r.has_evals:
@@ -407,7 +395,8 @@ def fig_runs(records: Sequence[tuple[str, RunRecord]], path: Path, title: str) -
     axes[0].legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    with writing(path):
+        fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
 
@@ -515,7 +504,8 @@ def write_report(out_dir: str | Path, inp: ReportInput, title: str = "Reproducti
         from runners.studies import analysis
 
         lines += analysis.report_section(inp.analyses, figs)
-    (out_dir / "report.md").write_text("\n".join(lines).rstrip() + "\n")
+    with writing(out_dir / "report.md"):
+        (out_dir / "report.md").write_text("\n".join(lines).rstrip() + "\n")
     payload = {
         "runs": [r.row() for r in inp.main],
         "tracks": {t: {"peak": vars(ts.peak), "final": vars(ts.final), "sigma": vars(ts.sigma)}
@@ -526,7 +516,8 @@ def write_report(out_dir: str | Path, inp: ReportInput, title: str = "Reproducti
         "kappas": {k: r.row() for k, r in inp.kappas.items()},
         "analyses": inp.analyses, "meta": meta, "missing": inp.missing,
     }
-    (out_dir / "report.json").write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n")
+    with writing(out_dir / "report.json"):
+        (out_dir / "report.json").write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n")
     return out_dir / "report.md"
 
 

@@ -109,3 +109,63 @@ def test_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.undo()
     assert load_checkpoint(path, learner) == {"v": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["latest.pt"]  # no temp file left
+
+
+@pytest.mark.parametrize("damage", ["half", "random", "empty", "flipped", "no_config"])
+def test_damaged_files_are_errors_never_numbers(tmp_path: Path, damage: str) -> None:
+    """Truncated, random, empty, flipped-byte (checksum) and incomplete files: CheckpointError."""
+    import os
+    import zipfile
+
+    learner = Learner(make_cfg())
+    path = save_checkpoint(tmp_path / "c.pt", learner)
+    data = bytearray(path.read_bytes())
+    if damage == "half":
+        data = data[: len(data) // 2]
+    elif damage == "random":
+        data = bytearray(os.urandom(len(data)))
+    elif damage == "empty":
+        data = bytearray()
+    elif damage == "flipped":  # bytes inside one tensor's data: the zip's CRC-32 catches it
+        with zipfile.ZipFile(path) as z:
+            member = max((i for i in z.infolist() if "/data/" in i.filename),
+                         key=lambda i: i.file_size)
+        at = member.header_offset  # the local header: its name and extra (padding) lengths
+        start = at + 30 + int.from_bytes(data[at + 26 : at + 28], "little") + int.from_bytes(
+            data[at + 28 : at + 30], "little"
+        )
+        data[start + 16 : start + 24] = bytes(255 - b for b in data[start + 16 : start + 24])
+    else:
+        payload = torch.load(path, weights_only=False)
+        del payload["config"]
+        torch.save(payload, path)
+        data = bytearray(path.read_bytes())
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=str(path)):
+        load_checkpoint(path, Learner(make_cfg()))
+    with pytest.raises(CheckpointError, match=str(path)):
+        read_checkpoint_config(path)
+
+
+def test_failed_write_names_the_checkpoint_and_keeps_the_old(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk: OSError naming latest.pt (not the temp file), the previous file intact."""
+    import errno
+
+    learner = Learner(make_cfg())
+    path = save_checkpoint(tmp_path / "latest.pt", learner, extra={"v": 1})
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(OSError, match="No space left") as info:
+        save_checkpoint(path, learner, extra={"v": 2})
+    assert info.value.filename == str(path) and info.value.errno == errno.ENOSPC
+    monkeypatch.undo()
+    assert load_checkpoint(path, learner) == {"v": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["latest.pt"]
+    with pytest.raises(OSError) as info:
+        save_checkpoint("/proc/no/latest.pt", learner)
+    assert info.value.filename == "/proc/no/latest.pt"

@@ -6,15 +6,10 @@ import importlib.util
 import math
 from pathlib import Path
 
-import pytest
-
 SCRIPT = Path(__file__).resolve().parents[2] / "docs" / "agent_quickstart.py"
 
 
 def test_quickstart_tiny(tmp_path: Path) -> None:
-    env_pkg = pytest.importorskip("env")
-    if not hasattr(env_pkg, "MovingMNISTVectorEnv"):
-        pytest.skip("env not available yet")
     spec = importlib.util.spec_from_file_location("agent_quickstart", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
+import zarr
 
 from agent import AgentConfig, DatasetSource, Learner, StreamSource
+from env import MovingMNISTVectorEnv
 
 
 def test_dataset_source_frames_and_determinism(frames: np.ndarray, tiny: AgentConfig) -> None:
@@ -58,10 +59,7 @@ def test_stream_state_round_trip_and_world_tag(fake_env_cls, tiny: AgentConfig) 
 
 
 def test_stream_source_with_the_real_env(tiny: AgentConfig) -> None:
-    env_pkg = pytest.importorskip("env")
-    if not hasattr(env_pkg, "MovingMNISTVectorEnv"):
-        pytest.skip("env.MovingMNISTVectorEnv not available yet")
-    venv = env_pkg.MovingMNISTVectorEnv(tiny.batch_size, max_episode_steps=30)
+    venv = MovingMNISTVectorEnv(tiny.batch_size, max_episode_steps=30)
     src = StreamSource(venv, tiny, seed=0, base_gravity=0.0)
     learner = Learner(tiny)
     fracs = []
@@ -81,7 +79,6 @@ def test_stream_source_with_the_real_env(tiny: AgentConfig) -> None:
 def test_dataset_source_and_evaluation_read_zarr_lazily(
     frames: np.ndarray, tiny: AgentConfig
 ) -> None:
-    zarr = pytest.importorskip("zarr")
     from agent import EvalData, evaluate
 
     z = zarr.create_array(store={}, shape=frames.shape, chunks=(4, 21, 1, 64, 64), dtype="uint8")

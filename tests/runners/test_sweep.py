@@ -15,7 +15,8 @@ import zarr
 
 from runners import sweep
 from runners.cli import CliError
-from runners.studies import backends, grid, report
+from runners.online.rundir import RunFolder
+from runners.studies import backends, grid, launch, report
 
 REPO = Path(__file__).resolve().parents[2]
 # Small evaluation sets keep each tiny run to a few seconds (most of it is imports and figures).
@@ -64,6 +65,55 @@ def test_sweep_refuses_unknown_fields_and_reserved_options(capsys):
         sweep.main(["--grid", "seed=1", "--name", "x", "--dry-run"])
     with pytest.raises(CliError, match="unknown option"):
         sweep.main(["--grid", "seed=1", "--no-such-option", "--dry-run"])
+    with pytest.raises(CliError, match="set by the sweep"):
+        sweep.main(["--grid", "seed=1", "--set", "name=x", "--dry-run"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--grid", "track=Q"], r"run track-Q: --track: expected one of .*got 'Q'"),
+        (["--grid", "lr=1e-3,x"], r"run lr-x: lr: expected a number, got 'x'"),
+        (["--grid", "seed=1", "kappa=-1"], "run seed-1_kappa--1: invalid agent config: kappa"),
+        (["--grid", "seed=1", "--steps", "10", "--switch", "20:0.5"], "outside the run"),
+        (["--grid", "seed=1", "--switch", "5:friction=3"], r"friction must be in \[0, 1\)"),
+        (["--grid", "seed=1,2", "--set", "eval_ns=a"], "run seed-1: eval_ns"),
+    ],
+)
+def test_bad_sweep_grids_never_start(tmp_path, argv, message):
+    """Every point's typed config is built and resolved before anything starts: one line, no
+    folder (not even with --dry-run)."""
+    out = tmp_path / "sweep"
+    for extra in ([], ["--dry-run"]):
+        with pytest.raises(CliError, match=message) as err:
+            sweep.main([*argv, "--out", str(out), *extra])
+        assert "\n" not in str(err.value)
+        assert not out.exists()
+
+
+def test_bad_sweep_grid_cli_exits_2_with_one_line_and_no_folder(tmp_path):
+    out = tmp_path / "sweep"
+    res = subprocess.run(
+        [sys.executable, "-m", "runners.sweep", "--grid", "track=Q", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert res.returncode == 2, res
+    assert res.stderr.strip().splitlines() == [
+        "python -m runners.sweep: error: run track-Q: --track: expected one of "
+        "'A', 'B', 'C', 'D', 'E', got 'Q'"]
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_reproduce_checks_its_runs_before_writing_anything(tmp_path):
+    from runners import reproduce
+
+    out = tmp_path / "repro"
+    with pytest.raises(CliError, match="invalid agent config: kappa"):
+        reproduce.main(["--out", str(out), "--preset", "tiny", "--steps", "20",
+                        "--set", "kappa=-1"])
+    with pytest.raises(CliError, match="lambda_reg: expected a number"):
+        reproduce.main(["--out", str(out), "--preset", "tiny", "--set", "lambda_reg=x"])
+    assert not out.exists()
 
 
 def test_dry_run_lists_points_and_their_arguments(tmp_path, capsys):
@@ -172,9 +222,9 @@ def test_interrupted_run_is_resumed_without_gap(tmp_path):
     out = tmp_path / "sweep"
     args = ["--preset", "tiny", "--steps", "60", "--no-switch", "--eval-every", "20",
             "--checkpoint-every", "20", "--device", "cpu", *FAST_EVAL]
-    (paused,) = sweep.make_specs(grid.expand({"track": ["C"], "seed": ["3"]}), out, args)
+    (paused,) = launch.make_specs(grid.expand({"track": ["C"], "seed": ["3"]}), out, args)
     _start_and_pause(paused)
-    summary = backends.read_summary(paused.run_dir)
+    summary = RunFolder(paused.run_dir).read_summary()
     assert summary is not None and summary["stopped"] and summary["steps_done"] < 60
     assert backends.run_state(paused.run_dir) == "interrupted"
 
@@ -206,7 +256,7 @@ def test_ray_backend_runs_the_same_runs_and_aggregates(tmp_path):
     ray = pytest.importorskip("ray")
     out = tmp_path / "sweep"
     points = grid.expand({"track": ["A", "C"], "seed": ["5"]})
-    specs = sweep.make_specs(points, out, TINY)
+    specs = launch.make_specs(points, out, TINY)
     backend = backends.RayBackend(threads=1, num_cpus=2)
     try:
         results = backend.run(specs, log_dir=str(out / "logs"), progress=None)

@@ -194,6 +194,7 @@ def test_cli_keys_quit_and_resume(tmp_path: Path) -> None:
         app.advance()
     post_key(pygame.K_q)
     app.run()  # Q: stops at once, checkpointed
+    session.release()  # what main does at the end (the process's exit would too)
     assert app.quit and app.step == 10
     root = tmp_path / "k"
     assert (root / "C" / "checkpoints" / "latest.pt").exists()

@@ -1,0 +1,155 @@
+"""The main job around the loop: a held run folder, a progress bar, a clean stop, the ending.
+
+``train(cfg, folder, resume=...)`` is what ``python -m runners.train_online`` runs once it has
+parsed its config: open the loop (``OnlineLoop.open``), iterate it under a tqdm bar that prints
+every switch and evaluation, and finish with the adaptation curve, the figures and the summary,
+or, when stopped (Ctrl-C, SIGTERM, a PAUSE file), with a checkpoint and a summary marked
+``stopped``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from runners.cli import CliError
+from runners.online.config import RunConfig, describe, physics_label
+from runners.online.loop import OnlineLoop, StepResult
+from runners.online.plots import make_figures
+from runners.online.rundir import RunFolder, StopRequest
+from runners.online.summary import build_summary, curve_report, format_table, write_summary
+
+PROG = "train_online"
+
+
+def set_threads(device: torch.device) -> None:
+    """One intra-op thread on CPU unless TORCH_NUM_THREADS says otherwise: the models are small,
+    and on a shared CPU more threads spin against each other (measured 20x slower under load)."""
+    if device.type == "cpu":
+        torch.set_num_threads(int(os.environ.get("TORCH_NUM_THREADS", "1")))
+
+
+def postfix(loop: OnlineLoop, rate: float) -> dict[str, str]:
+    live = loop.live
+    last = live.last
+    return {
+        "loss": f"{last.get('loss/total', float('nan')):.3f}",
+        "pred": f"{last.get('loss/pred', float('nan')):.3f}",
+        "s": f"{last.get('memory/surprisal', float('nan')):.3f}",
+        "events": f"{live.boundaries_before}+{live.boundaries_after}",
+        "buf": f"{int(last.get('memory/buffer_size', 0))}"
+        f"({100 * last.get('memory/shift_share', 0.0):.0f}%shift)",
+        "err": f"{live.rolling_error:.3f}",
+        "g": f"{loop.gravity:g}",
+        "it/s": f"{rate:.1f}",
+    }
+
+
+def iterate(loop: OnlineLoop) -> str | None:
+    """Iterate the loop under a progress bar; returns the stop reason (None when complete)."""
+    cfg = loop.cfg
+    start = loop.step_count
+    bar = tqdm(
+        total=cfg.steps,
+        initial=start,
+        desc="step",
+        unit="step",
+        dynamic_ncols=True,
+        file=sys.stdout,
+        mininterval=0.5 if sys.stdout.isatty() else 15.0,  # a log file: a line per 15 s
+    )
+    t0, n0 = time.perf_counter(), start
+    res: StepResult
+    try:
+        for res in loop.steps():
+            if res.block is not None:
+                bar.update(res.step - bar.n)
+                rate = (res.step - n0) / max(time.perf_counter() - t0, 1e-9)
+                bar.set_postfix(postfix(loop, rate), refresh=False)
+            if res.switched:
+                mode = "weights frozen (memory mode)" if loop.frozen else "weights keep learning"
+                tqdm.write(f"step {res.step - 1}: physics -> {physics_label(res.physics)}; {mode}")
+            if res.evaluation is not None:
+                e = res.evaluation
+                tqdm.write(
+                    f"step {e.step}: D_base {e.d_base:.3f}  D_shift^{cfg.headline_n} "
+                    f"{e.d(cfg.headline_n):.3f}  D_shift^0 {e.d(0):.3f}  sigma_embed "
+                    f"{e.sigma_embed:.3f}"
+                )
+        bar.update(loop.step_count - bar.n)
+    finally:
+        bar.close()
+    return loop.stop.reason if not loop.done else None
+
+
+def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool) -> int:
+    """Run (or continue) the online run in ``folder`` (held by this process) to its end or to a
+    stop request; 0 either way (a stopped run is continued with ``--resume``)."""
+    stop.pause_file = folder.pause
+    try:
+        loop = OnlineLoop.open(cfg, folder, resume=resume, stop=stop, log=print)
+    except CliError:
+        if not resume:
+            remove_empty_run(folder)
+        raise
+    print(f"{PROG}: {describe(cfg)}")
+    print(f"{PROG}: run folder {folder.root} ({loop.device}, {cfg.agent.batch_size} streams)")
+    if resume:
+        if loop.step_count > cfg.steps:
+            raise CliError(f"--steps {cfg.steps} is below the {loop.step_count} steps this run has done")
+        print(f"{PROG}: resuming at step {loop.step_count} of {cfg.steps}")
+    reason = iterate(loop)
+    if reason is None and loop.step_count >= cfg.steps:
+        print(format_table(finish(loop)))
+        print(f"run folder: {folder.root}")
+        return 0
+    # Stopped early: the checkpoint holds everything; the metrics match it exactly.
+    loop.checkpoint()
+    summarise(loop, final_curve=None, stopped=reason)
+    print(
+        f"{PROG}: stopped by {reason} at step {loop.step_count} of {cfg.steps} "
+        f"(checkpoint written). Continue with:\n"
+        f"  python -m runners.{PROG} --resume {folder.root}"
+    )
+    return 0
+
+
+def finish(loop: OnlineLoop) -> dict[str, Any]:
+    """The adaptation curve at the end, figures and the summary."""
+    cfg, folder = loop.cfg, loop.folder
+    rep = curve_report(
+        loop.evaluator.curve(loop.learner, cfg.final_ns), step=loop.step_count,
+        checkpoint=str(folder.latest),
+        data=cfg.data or "generated in memory (env.generate_sequences)",
+        horizons=list(cfg.agent.horizons),
+    )  # fmt: skip
+    RunFolder.curve_path(folder.latest).write_text(json.dumps(rep, indent=2) + "\n")
+    return summarise(loop, final_curve=rep["curve"], stopped=None)
+
+
+def summarise(
+    loop: OnlineLoop, *, final_curve: list[dict[str, Any]] | None, stopped: str | None
+) -> dict[str, Any]:
+    """Figures, summary.json and summary.md from the run folder (complete or stopped)."""
+    folder = loop.folder
+    make_figures(folder.root)
+    s = build_summary(
+        folder.root, loop.cfg, wall_time=loop.wall_time, final_curve=final_curve,
+        best=(loop.best, loop.best_step), stopped=stopped,
+    )  # fmt: skip
+    write_summary(folder.root, s)
+    return s
+
+
+def remove_empty_run(folder: RunFolder) -> None:
+    """A run that failed before its first checkpoint leaves no folder behind."""
+    if folder.root.exists() and not folder.latest.exists():
+        folder.release()
+        shutil.rmtree(folder.root, ignore_errors=True)

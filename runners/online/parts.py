@@ -1,0 +1,223 @@
+"""Small factories: the parts of one online run, built from its resolved ``RunConfig``.
+
+``build_parts(cfg, folder)`` is the one construction path, for a fresh start and for a resume
+alike (a resume then loads the checkpoint into the parts it built). Each part is built by its
+own factory so a caller (the visualizer, a test, a benchmark) can build or replace one alone:
+
+- ``resolve_device``: auto -> cuda when available, else cpu;
+- ``make_learner``: ``agent.Learner`` of the run's ``AgentConfig``;
+- ``make_world``: the world the learner lives in and its source of batches, ``StreamWorld``
+  (a live ``env.MovingMNISTVectorEnv`` whose physics switch mid-stream) or ``DatasetWorld``
+  (i.i.d. sequences of a ``make_dataset`` store's base or shift split);
+- ``make_eval_data`` / ``Evaluator``: the evaluation splits, from the store or generated;
+- ``Recorder``: the run's ``run.zarr`` (``runners.online.recorder``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import env
+from agent import Batch, DatasetSource, EvalData, Learner, StreamSource
+from runners.cli import CliError
+from runners.online.config import RunConfig
+from runners.online.evaluation import Evaluator
+from runners.online.recorder import Recorder
+from runners.online.rundir import RunFolder
+
+
+def resolve_device(name: str) -> torch.device:
+    """auto -> cuda when available else cpu; cuda without a GPU -> CliError."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise CliError("--device cuda: no CUDA GPU is available here (use --device cpu or auto)")
+    return torch.device(name)
+
+
+def make_learner(cfg: RunConfig, device: torch.device) -> Learner:
+    return Learner(cfg.agent, device=device)
+
+
+# -- the dataset store -------------------------------------------------------------------------
+def open_store(path: str) -> env.PaperDataset:
+    """``env.open_dataset`` with every failure turned into one line."""
+    if not Path(path).exists():
+        raise CliError(f"--data {path}: no such file or folder")
+    try:
+        return env.open_dataset(path)
+    except Exception as err:  # the reader's own message names what is wrong
+        raise CliError(f"--data {path}: cannot read it as a make_dataset store ({err})") from None
+
+
+def split_view(store: env.PaperDataset, world: str, split: str, path: str) -> Any:
+    """``store.split(world, split)``, a missing split as one line."""
+    try:
+        return store.split(world, split)
+    except Exception as err:
+        raise CliError(f"--data {path}: the store has no usable {world}/{split} split ({err})") from None
+
+
+def split_frames(
+    store: env.PaperDataset, world: str, split: str, path: str, limit: int | None = None
+) -> Any:
+    """``(N, 21, 1, 64, 64)`` frames of one split (lazy zarr array unless ``limit``)."""
+    frames = split_view(store, world, split, path).frames
+    if limit is not None:
+        return np.asarray(frames[: min(limit, frames.shape[0])])
+    return frames
+
+
+# -- the world ---------------------------------------------------------------------------------
+class StreamWorld:
+    """B parallel streams of a live vector env; ``enter`` switches their physics mid-stream."""
+
+    def __init__(self, vec_env: env.MovingMNISTVectorEnv, source: StreamSource) -> None:
+        self.vec_env = vec_env
+        self.source = source
+
+    def enter(self, physics: env.PhysicsParams, world: int) -> None:
+        """Every stream's physics from the next frame on; samples tagged ``world``."""
+        self.vec_env.set_physics(**physics.as_dict())
+        self.source.set_world(world)
+
+    def next(self) -> Batch:
+        return self.source.next()
+
+
+class DatasetWorld:
+    """I.i.d. sequences of a store's base (world 0) or shift (world 1) train split."""
+
+    def __init__(self, cfg: RunConfig, store: env.PaperDataset, device: torch.device) -> None:
+        self.cfg, self.store, self.device = cfg, store, device
+        self.vec_env = None
+        self.source = self._source(0)
+
+    def _source(self, world: int) -> DatasetSource:
+        cfg = self.cfg
+        frames = split_frames(self.store, "shift" if world else "base", "train", str(cfg.data))
+        return DatasetSource(frames, cfg.agent, self.device, world=world, seed=cfg.seed + world)
+
+    def enter(self, physics: env.PhysicsParams, world: int) -> None:
+        """The split of ``world`` (the store holds two gravities; checked by ``check_store``)."""
+        if world != self.source.world:
+            self.source = self._source(world)
+
+    def next(self) -> Batch:
+        return self.source.next()
+
+
+World = StreamWorld | DatasetWorld
+
+
+def make_vec_env(cfg: RunConfig, n_streams: int) -> env.MovingMNISTVectorEnv:
+    """The B parallel streams of the base world (long episodes, staggered phases)."""
+    return env.MovingMNISTVectorEnv(
+        n_streams, gravity=cfg.gravity_at(0), max_episode_steps=cfg.episode_length
+    )
+
+
+def stagger(vec_env: env.MovingMNISTVectorEnv, episode_length: int) -> None:
+    """Spread the streams' episode phases evenly over ``episode_length`` so their resets (and
+    the windows a reset masks) do not all fall on the same steps. Stream i's first episode is
+    shortened by ``i * L / B`` steps (through the env's documented state dict)."""
+    state = vec_env.get_state()
+    n = vec_env.num_envs
+    offset = (np.arange(n) * episode_length) // n
+    elapsed = np.asarray(state["elapsed"], np.int64)
+    state["elapsed"] = np.minimum(elapsed + offset, episode_length - 1)
+    vec_env.set_state(state)
+
+
+def make_world(
+    cfg: RunConfig, device: torch.device, store: env.PaperDataset | None = None
+) -> World:
+    """The run's world in its base physics: live streams, or the store's base split."""
+    if cfg.source == "dataset":
+        if store is None:
+            raise CliError("--source dataset needs --data PATH.zarr (written by runners.make_dataset)")
+        check_store(cfg, store)
+        return DatasetWorld(cfg, store, device)
+    vec_env = make_vec_env(cfg, cfg.agent.batch_size)
+    source = StreamSource(vec_env, cfg.agent, device, seed=cfg.seed)
+    source.start()
+    if cfg.stagger and cfg.episode_length:
+        stagger(vec_env, cfg.episode_length)
+    return StreamWorld(vec_env, source)
+
+
+def check_store(cfg: RunConfig, store: env.PaperDataset) -> None:
+    """The dataset source can only switch between the store's two gravities."""
+    path = str(cfg.data)
+    g_shift = split_view(store, "shift", "train", path).gravity
+    g_base = split_view(store, "base", "train", path).gravity
+    if g_base != cfg.base_gravity:
+        raise CliError(
+            f"--source dataset: the store's base world has gravity {g_base:g}, "
+            f"the run's base gravity is {cfg.base_gravity:g}"
+        )
+    for g in (cfg.gravity_at(sw.step) for sw in cfg.switches or ()):
+        if g not in (g_base, g_shift):
+            raise CliError(
+                f"--source dataset: the store holds gravity {g_base:g} and {g_shift:g}; "
+                f"a switch to {g:g} needs the stream source"
+            )
+
+
+# -- evaluation --------------------------------------------------------------------------------
+def make_eval_data(cfg: RunConfig, store: env.PaperDataset | None = None) -> EvalData:
+    """Evaluation splits: from ``--data`` when given, else generated in memory, deterministically
+    with ``env.generate_sequences`` (the generator of ``make_dataset``): shift train/test in the
+    first switch's physics, base test in the base physics; test splits show unseen digits."""
+    if store is not None:
+        path = str(cfg.data)
+        return EvalData(
+            shift_train=split_frames(store, "shift", "train", path, cfg.eval_shift_train),
+            shift_test=split_frames(store, "shift", "test", path, cfg.eval_shift_test),
+            base_test=split_frames(store, "base", "test", path, cfg.eval_base_test),
+        )
+    seed = cfg.seed + cfg.eval_seed_offset
+    shift, base = cfg.shift_physics, cfg.base_physics
+
+    def gen(n: int, s: int, physics: env.PhysicsParams, split: str) -> np.ndarray:
+        return env.generate_sequences(n, seed=s, split=split, **physics.as_dict())["frames"]
+
+    return EvalData(
+        shift_train=gen(cfg.eval_shift_train, seed, shift, "train"),
+        shift_test=gen(cfg.eval_shift_test, seed + 1, shift, "test"),
+        base_test=gen(cfg.eval_base_test, seed + 2, base, "test"),
+    )
+
+
+def make_evaluator(cfg: RunConfig, store: env.PaperDataset | None = None) -> Evaluator:
+    return Evaluator(make_eval_data(cfg, store), cfg.eval_ns, list(cfg.agent.horizons))
+
+
+# -- all of them ---------------------------------------------------------------------------------
+@dataclass
+class RunParts:
+    """What an ``OnlineLoop`` is assembled from."""
+
+    device: torch.device
+    learner: Learner
+    world: World
+    recorder: Recorder
+    evaluator: Evaluator
+
+
+def build_parts(cfg: RunConfig, folder: RunFolder) -> RunParts:
+    """Every part of the run in ``folder``, in its initial state (a resume loads into them)."""
+    device = resolve_device(cfg.device)
+    store = open_store(cfg.data) if cfg.data else None
+    return RunParts(
+        device=device,
+        learner=make_learner(cfg, device),
+        world=make_world(cfg, device, store),
+        recorder=Recorder(folder),
+        evaluator=make_evaluator(cfg, store),
+    )

@@ -1,0 +1,153 @@
+"""Launching the runs of a study: backend options, the runs' validated arguments, execution.
+
+Shared by ``python -m runners.sweep`` and ``python -m runners.reproduce`` (a command never imports
+another command): ``add_backend_arguments`` / ``make_backend`` (local processes or Ray),
+``check_passthrough`` (options meant for ``train_online``), ``check_specs`` (every run's typed
+config built and resolved before anything starts), ``make_specs`` (one ``RunSpec`` per grid
+point), ``run_specs`` (run or skip them) and ``report_failures``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runners.cli import CliError
+from runners.studies import backends, grid
+
+if TYPE_CHECKING:
+    from runners.online.config import RunConfig
+
+#: train_online options a sweep sets itself (per run), so a user may not pass them through.
+RESERVED = ("out", "name", "resume")
+
+
+def add_backend_arguments(p: argparse.ArgumentParser) -> None:
+    """Options shared by ``sweep`` and ``reproduce``."""
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="local worker processes (default) or Ray tasks")
+    p.add_argument("--address", default=None,
+                   help="Ray address (auto, ray://HOST:10001); default: start a local Ray")
+    p.add_argument("--workers", type=int, default=None,
+                   help="concurrent runs (local default: cores; ray: cluster decides)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads per run (default: cores // workers)")
+    p.add_argument("--in-process", action="store_true",
+                   help="local: call train_online in a worker process instead of a subprocess")
+    p.add_argument("--ray-working-dir", default=None,
+                   help="ship this folder (the repository) to Ray workers as their working_dir")
+
+
+def make_backend(args: argparse.Namespace) -> backends.LocalBackend | backends.RayBackend:
+    """The backend the options ask for (``CliError`` on nonsense)."""
+    if args.workers is not None and args.workers < 1:
+        raise CliError(f"--workers must be at least 1, got {args.workers}")
+    if args.threads is not None and args.threads < 1:
+        raise CliError(f"--threads must be at least 1, got {args.threads}")
+    if args.backend == "local":
+        if args.address:
+            raise CliError("--address is for --backend ray")
+        return backends.LocalBackend(args.workers, args.threads, in_process=args.in_process)
+    workers = args.workers or backends.default_workers()
+    threads = args.threads or (1 if args.address else backends.threads_per_worker(workers))
+    return backends.RayBackend(
+        address=args.address, threads=threads,
+        num_cpus=None if args.address else backends.default_workers(),
+        working_dir=args.ray_working_dir,
+    )
+
+
+def check_passthrough(extra: Sequence[str]) -> list[str]:
+    """Validate the options meant for ``train_online`` with its own (generated) parser; return
+    them. ``CliError`` (one line) on a bad option or one the sweep sets itself."""
+    from runners.online import config as runconfig
+
+    extra = list(extra)
+    for token in extra:
+        opt = token.split("=", 1)[0]
+        if opt in {f"--{o}" for o in RESERVED}:
+            raise CliError(f"{opt} is set by the sweep for each run; use the sweep's --out")
+    runconfig.parse_command(extra, prog="runners.train_online (passed through)")
+    return extra
+
+
+def check_specs(specs: Sequence[backends.RunSpec]) -> list[RunConfig]:
+    """Build and resolve the typed ``RunConfig`` of every run from the exact command line it
+    will get (the grid point's fields, the pass-through options, its --out/--name), touching
+    no folder: a bad value anywhere fails here, as one line naming the run, before any run
+    starts."""
+    from runners.online import config as runconfig
+
+    configs = []
+    for spec in specs:
+        try:
+            cfg = runconfig.build_config(backends.command_for(spec, "new"))
+        except CliError as err:
+            raise CliError(f"run {spec.name}: {err}") from None
+        if cfg.name is None or Path(cfg.out) / cfg.name != Path(spec.run_dir):
+            raise CliError(
+                f"run {spec.name}: --out and --name are set by the sweep (not by --set)"
+            )
+        configs.append(cfg)
+    return configs
+
+
+def check_fields(fields: Sequence[str]) -> None:
+    """Every grid field must be a ``RunConfig`` or ``AgentConfig`` field."""
+    from runners.online import config as runconfig
+
+    try:
+        import dataclasses
+
+        from agent.config import AgentConfig
+
+        known = set(runconfig.RUN_FIELDS) | {f.name for f in dataclasses.fields(AgentConfig)}
+    except ImportError:  # pragma: no cover - the agent is part of the project
+        known = set(runconfig.RUN_FIELDS)
+    bad = [f for f in fields if f not in known]
+    if bad:
+        raise CliError(f"unknown --grid field(s): {', '.join(bad)} (not a run or agent field)")
+
+
+def make_specs(
+    points: Sequence[grid.Point], out: str | Path, common: Sequence[str] = ()
+) -> list[backends.RunSpec]:
+    """One ``RunSpec`` per point: folder ``out/<name>``, arguments = point's + ``common``."""
+    out = Path(out).resolve()
+    return [
+        backends.RunSpec(name=p.name, run_dir=str(out / p.name),
+                         args=tuple([*p.train_args(), *common]))
+        for p in points
+    ]
+
+
+def run_specs(
+    backend: backends.LocalBackend | backends.RayBackend,
+    specs: Sequence[backends.RunSpec],
+    log_dir: str | Path,
+) -> list[backends.RunResult]:
+    """Run (or skip) every spec on ``backend``, printing one line per run; shut Ray down after."""
+    todo = {s: backends.run_state(s.run_dir) for s in specs}
+    counts = {k: sum(v == k for v in todo.values()) for k in ("finished", "interrupted", "stale", "new")}
+    print(
+        f"{len(specs)} run(s): {counts['finished']} finished, {counts['interrupted']} to resume, "
+        f"{counts['new'] + counts['stale']} to start; {backend.describe()}",
+        flush=True,
+    )
+    try:
+        return backend.run(specs, log_dir=str(log_dir))
+    finally:
+        if isinstance(backend, backends.RayBackend):
+            backend.shutdown()
+
+
+def report_failures(failed: Sequence[backends.RunResult]) -> int:
+    """One line listing the failed runs (with their logs) and how to retry; the exit code."""
+    if not failed:
+        return 0
+    print(f"{len(failed)} run(s) failed: " + ", ".join(
+        f"{r.name} (exit {r.returncode}, log {r.log})" for r in failed))
+    print("rerun the same command to retry them (finished runs are skipped)")
+    return 1

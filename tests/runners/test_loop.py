@@ -1,0 +1,170 @@
+"""The online loop in process (tiny preset): parts passed in, schedules, an exact cut-and-resume;
+the run folder's lock (one writer, released on SIGKILL) and a sweep's claim on a point."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runners.cli import CliError
+from runners.online.config import RunConfig, resolve
+from runners.online.loop import Every, OnlineLoop, Schedule
+from runners.online.parts import build_parts
+from runners.online.recorder import Recorder
+from runners.online.rundir import RunFolder, StopRequest
+from runners.studies import backends
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tiny_config(**over: object) -> RunConfig:
+    cfg = RunConfig(
+        preset="tiny", steps=60, switches=((30, 0.5),), eval_every=20, checkpoint_every=20,
+        log_every=5, eval_shift_train=32, eval_shift_test=16, eval_base_test=16, device="cpu",
+    )
+    for k, v in over.items():
+        setattr(cfg, k, v)
+    return resolve(cfg)
+
+
+def open_loop(root: Path, cfg: RunConfig, *, resume: bool = False) -> OnlineLoop:
+    folder = RunFolder(root).hold()
+    folder.make()
+    return OnlineLoop.open(cfg, folder, resume=resume, stop=StopRequest(folder.pause), log=lambda _: None)
+
+
+def store_arrays(root: Path) -> dict[str, np.ndarray]:
+    rec = Recorder(root, read_only=True)
+    ev = rec.read_eval()
+    return {**{f"m:{k}": v for k, v in rec.read_metrics().items()}, **{f"e:{k}": v for k, v in ev.items()}}
+
+
+def test_schedule_decides_periodic_work() -> None:
+    cfg = tiny_config()
+    sch = Schedule.from_config(cfg)
+    assert sch.evaluate == Every(20, frozenset({30, 60}))
+    assert sch.checkpoint == Every(20, frozenset({60}))
+    d = sch.due(30)  # the switch: evaluate before it applies, flush first
+    assert (d.flush, d.evaluate, d.checkpoint) == (True, True, False)
+    d = sch.due(7)
+    assert (d.flush, d.evaluate, d.checkpoint) == (False, False, False)
+    d = sch.due(40)
+    assert (d.flush, d.evaluate, d.checkpoint) == (True, True, True)
+
+
+def test_cut_and_resume_equals_one_go(tmp_path: Path) -> None:
+    """A run stopped at step 25 and resumed (through the same factories) records exactly the
+    metrics and evaluations of the same run done in one go."""
+    cfg = tiny_config()
+    whole = open_loop(tmp_path / "whole", cfg)
+    for _ in whole.steps():
+        pass
+    whole.close()
+
+    cut = open_loop(tmp_path / "cut", tiny_config())
+    for res in cut.steps():
+        if res.step == 25:
+            cut.stop.request("test")
+    assert cut.step_count == 25
+    cut.checkpoint()  # what train_online does on a stop
+    cut.folder.release()
+    again = open_loop(tmp_path / "cut", tiny_config(), resume=True)
+    assert again.step_count == 25 and again.gravity == 0.0
+    for _ in again.steps():
+        pass
+    again.close()
+    assert again.learner.weights_frozen  # memory mode after the switch at 30
+
+    a, b = store_arrays(tmp_path / "whole"), store_arrays(tmp_path / "cut")
+    assert sorted(a) == sorted(b)
+    assert len(a["m:step"]) == 60 and np.array_equal(a["m:step"], np.arange(60))
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    # The world's physics are recorded per step.
+    assert a["m:world/gravity"][29] == 0.0 and a["m:world/gravity"][30] == 0.5
+    assert set(np.unique(a["m:world/gravity_direction"])) == {90.0}
+
+
+def test_parts_are_passed_in(tmp_path: Path) -> None:
+    """The loop drives the parts it is given (here one built by hand, with a spy world)."""
+    cfg = tiny_config(steps=10, switches=(), eval_every=100, checkpoint_every=100)
+    folder = RunFolder(tmp_path / "r").hold()
+    folder.make()
+    parts = build_parts(cfg, folder)
+    calls = []
+    inner = parts.world.next
+    parts.world.next = lambda: calls.append(1) or inner()  # type: ignore[method-assign]
+    loop = OnlineLoop(cfg, folder, parts, log=lambda _: None)
+    results = [loop.step() for _ in range(3)]
+    assert len(calls) == 3 and [r.step for r in results] == [1, 2, 3]
+    assert loop.learner is parts.learner and loop.recorder is parts.recorder
+
+
+# -- one writer per run folder -----------------------------------------------------------------
+
+
+def _cli(*args: str, **kw: object) -> subprocess.Popen[str]:
+    env = {**os.environ, "TORCH_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "runners.train_online", *args], cwd=ROOT, env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw,  # type: ignore[arg-type]
+    )
+
+
+def _listing(root: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*")) if p.is_file() and p.name != RunFolder.LOCK
+    }
+
+
+def test_second_process_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path / "run")
+    folder.make()
+    folder.config.write_text("{}")
+    folder.latest.write_bytes(b"not read")
+    folder.hold()  # this process writes the folder
+    before = _listing(folder.root)
+    proc = _cli("--resume", str(folder.root))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and str(folder.root) in lines[0] and "in use" in lines[0]
+    assert _listing(folder.root) == before
+    with pytest.raises(CliError, match="in use"):
+        RunFolder(folder.root).hold()  # a second holder in this process is refused too
+    folder.release()
+    RunFolder(folder.root).hold().release()
+
+
+def test_lock_is_released_when_the_holder_is_killed(tmp_path: Path) -> None:
+    proc = _cli("--preset", "tiny", "--steps", "100000", "--no-switch", "--out", str(tmp_path),
+                "--name", "run", "--eval-every", "100000")
+    root = tmp_path / "run"
+    deadline = time.monotonic() + 120
+    while not (root / RunFolder.CONFIG).exists():  # config.json: the folder is held by now
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    with pytest.raises(CliError, match="in use"):
+        RunFolder(root).hold()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    RunFolder(root).hold().release()  # the OS released the lock with the process
+
+
+def test_a_claimed_point_is_not_run_twice(tmp_path: Path) -> None:
+    """Two sweeps on one output folder: the point another sweep holds is reported busy."""
+    spec = backends.RunSpec(name="p", run_dir=str(tmp_path / "p"), args=("--preset", "tiny"))
+    claim = RunFolder(spec.run_dir).claim()
+    assert claim is not None
+    res = backends.execute(spec)
+    assert res.action == "busy" and not (tmp_path / "p").exists()
+    claim.release()
