@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runners.cli import CliError, ensure_output_dir, run_main
-from runners.online.config import RunConfig, config_from_dict, resolve
+from runners.online.command import config_from_dict
+from runners.online.config import RunConfig, resolve
 from runners.online.job import set_threads
 from runners.online.parts import make_eval_data, open_store, resolve_device
 from runners.online.rundir import RunFolder

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 
 from runners.cli import ensure_output_dir, run_main
-from runners.online.config import (
+from runners.online.command import (
     TrainCommand,
     apply_resume,
     build_config,

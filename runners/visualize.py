@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from runners.cli import CliError, ensure_output_dir, run_main
-from runners.online.config import PRESETS, SWITCH_SYNTAX, TRACKS, RunConfig, Switch
+from runners.online.config import PRESETS, TRACKS, RunConfig
 from runners.online.rundir import RunFolder, existing_run_folder
+from runners.online.switch import SWITCH_SYNTAX, Switch
 
 PROG = "visualize"
 SESSION_FILE = "viz.json"
@@ -114,7 +115,8 @@ def switch_arg(text: str) -> Switch:
 def track_config(args: argparse.Namespace, track: str, from_dir: Path | None) -> RunConfig:
     """The ``RunConfig`` of one track: train_online's layers with the visualizer's values (the
     --from run's config.json, then the visualizer's options, then --set), resolved."""
-    from runners.online.config import apply_json, apply_sets, resolve
+    from runners.online.command import apply_json, apply_sets
+    from runners.online.config import resolve
 
     base = RunConfig()
     if from_dir is not None:  # the run's own config, its preset included (unless --preset)
@@ -256,7 +258,7 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
         ensure_output_dir(Path(args.screenshot).parent, "the folder of --screenshot")
     if args.video:
         ensure_output_dir(args.video, "--video")
-    from runners.online.config import apply_resume, config_from_dict
+    from runners.online.command import apply_resume, config_from_dict
     from runners.online.job import set_threads
     from runners.online.loop import OnlineLoop
     from runners.online.parts import resolve_device

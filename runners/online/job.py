@@ -20,11 +20,12 @@ import torch
 from tqdm import tqdm
 
 from runners.cli import CliError
-from runners.online.config import RunConfig, describe, physics_label
+from runners.online.config import RunConfig, describe
 from runners.online.loop import OnlineLoop, StepResult
 from runners.online.plots import make_figures
 from runners.online.rundir import RunFolder, StopRequest
 from runners.online.summary import build_summary, curve_report, format_table, write_summary
+from runners.online.switch import physics_label
 
 PROG = "train_online"
 

@@ -20,9 +20,10 @@ import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
 from runners.cli import writing  # noqa: E402
-from runners.online.config import RunConfig, Switch, physics_label, switches_from_json  # noqa: E402
+from runners.online.config import RunConfig  # noqa: E402
 from runners.online.recorder import Recorder  # noqa: E402
 from runners.online.rundir import RunFolder  # noqa: E402
+from runners.online.switch import Switch, physics_label, switches_from_json  # noqa: E402
 
 DPI = 90
 PHASE_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")

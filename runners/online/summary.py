@@ -10,9 +10,10 @@ from typing import Any
 import numpy as np
 
 from runners.cli import writing
-from runners.online.config import RunConfig, switches_from_json
+from runners.online.config import RunConfig
 from runners.online.recorder import Recorder
 from runners.online.rundir import RunFolder
+from runners.online.switch import switches_from_json
 
 
 def _f(x: Any) -> float | None:

@@ -62,14 +62,14 @@ def make_backend(args: argparse.Namespace) -> backends.LocalBackend | backends.R
 def check_passthrough(extra: Sequence[str]) -> list[str]:
     """Validate the options meant for ``train_online`` with its own (generated) parser; return
     them. ``CliError`` (one line) on a bad option or one the sweep sets itself."""
-    from runners.online import config as runconfig
+    from runners.online import command
 
     extra = list(extra)
     for token in extra:
         opt = token.split("=", 1)[0]
         if opt in {f"--{o}" for o in RESERVED}:
             raise CliError(f"{opt} is set by the sweep for each run; use the sweep's --out")
-    runconfig.parse_command(extra, prog="runners.train_online (passed through)")
+    command.parse_command(extra, prog="runners.train_online (passed through)")
     return extra
 
 
@@ -78,12 +78,12 @@ def check_specs(specs: Sequence[backends.RunSpec]) -> list[RunConfig]:
     will get (the grid point's fields, the pass-through options, its --out/--name), touching
     no folder: a bad value anywhere fails here, as one line naming the run, before any run
     starts."""
-    from runners.online import config as runconfig
+    from runners.online import command
 
     configs = []
     for spec in specs:
         try:
-            cfg = runconfig.build_config(backends.command_for(spec, "new"))
+            cfg = command.build_config(backends.command_for(spec, "new"))
         except CliError as err:
             raise CliError(f"run {spec.name}: {err}") from None
         if cfg.name is None or Path(cfg.out) / cfg.name != Path(spec.run_dir):

@@ -15,20 +15,16 @@ import zarr
 
 import env
 from runners.cli import CliError
-from runners.online.config import (
-    PHYSICS_NAMES,
-    RUN_FIELDS,
-    RunConfig,
-    Switch,
+from runners.online.command import (
     apply_resume,
     apply_sets,
     build_config,
     config_from_dict,
     parse_command,
-    parse_switch,
-    resolve,
     resume_changes,
 )
+from runners.online.config import RUN_FIELDS, RunConfig, resolve
+from runners.online.switch import PHYSICS_NAMES, Switch, parse_switch
 
 ROOT = Path(__file__).resolve().parents[2]
 

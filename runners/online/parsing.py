@@ -1,0 +1,218 @@
+"""Typed values from text and JSON, with tyro: ``typed_cli`` (``tyro.cli`` whose multi-line
+error box becomes one ``CliError`` line) and the typing of ``--config`` / ``--set`` values and of
+``AgentConfig`` overrides, by the same parser as the command-line options."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import io
+import json
+import os
+import re
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import field
+from typing import TYPE_CHECKING, Any, get_args
+
+import tyro
+
+from runners.cli import CliError
+
+if TYPE_CHECKING:  # env is imported on first use: it pulls in gymnasium
+    pass
+
+
+def agent_module() -> Any:
+    """``agent.config`` (the module that defines ``AgentConfig``), imported on first use."""
+    try:
+        import agent.config
+    except ImportError as err:  # pragma: no cover - the agent package is part of the project
+        raise CliError(f"cannot import the agent package: {err}") from None
+    return agent.config
+
+
+
+
+_REWRITES = (
+    (re.compile(r"^Error parsing (--[\w.-]+): (.*\1\b)"), r"\2"),  # the message names it
+    (re.compile(r"^Error parsing (--[\w.-]+): "), r"\1: "),
+    (re.compile(r"invalid literal for int\(\) with base 10: (.*)$"), r"expected an integer, got \1"),
+    (re.compile(r"could not convert string to float: (.*)$"), r"expected a number, got \1"),
+    (
+        re.compile(r"^invalid choice (.*) for argument '(--[\w.-]+)'\. Expected one of \((.*)\)\.?$"),
+        r"\2: expected one of \3, got \1",
+    ),
+    (re.compile(r"^Unrecognized options?: "), "unknown option(s): "),
+    (re.compile(r"^Missing value for argument '(--[\w.-]+)'\..*$"), r"\1 needs a value"),
+)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _one_line(text: str) -> str:
+    """The message of tyro's error box as one line: the lines between the box's top (a
+    ``╭─ title ─╮`` line, or the title's ``-----`` rule where stdout is not UTF-8) and its first
+    inner rule; a plain ``error:`` line as it is."""
+    lines = [_ANSI.sub("", raw).strip() for raw in text.splitlines()]
+
+    def rule(s: str) -> bool:
+        return bool(s) and set(s) <= {"─", "-"}
+
+    top = next((i for i, s in enumerate(lines) if s.startswith("╭") or rule(s)), None)
+    body: list[str] = []
+    if top is not None:
+        for s in lines[top + 1 :]:
+            s = s.strip("│").strip()
+            if not s or rule(s) or s.startswith("╰"):
+                break
+            body.append(s)
+    if not body:
+        body = [s.split("error: ", 1)[1] for s in lines if "error: " in s][-1:]
+    msg = " ".join(body) or "bad command line"
+    for pattern, repl in _REWRITES:
+        msg = pattern.sub(repl, msg)
+    return msg
+
+
+def typed_cli(
+    cls: Any, argv: list[str], default: Any, *, prog: str | None = None, flags_off: bool = False
+) -> Any:
+    """``tyro.cli`` with its error box turned into one ``CliError`` line."""
+    helping = any(a in ("-h", "--help") for a in argv)
+    buf = io.StringIO()
+    columns = os.environ.get("COLUMNS")
+    try:
+        if not helping:  # no line wrapping inside the error box
+            os.environ["COLUMNS"] = "1000"
+        with contextlib.redirect_stderr(buf):
+            return tyro.cli(
+                cls,
+                args=argv,
+                default=default,
+                prog=prog,
+                config=(tyro.conf.FlagConversionOff,) if flags_off else None,
+            )
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            raise
+        raise CliError(_one_line(buf.getvalue())) from None
+    finally:
+        if not helping:
+            if columns is None:
+                os.environ.pop("COLUMNS", None)
+            else:
+                os.environ["COLUMNS"] = columns
+
+
+# -- typing values from --config (JSON) and --set (text) -------------------------------------
+@functools.cache
+def field_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def value_kind(hint: Any) -> tuple[str, bool]:
+    """("seq" | "bool" | "str" | "other", optional) of a field's type."""
+    args = get_args(hint)
+    optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args
+    if optional:
+        hint = next(a for a in args if a is not type(None))
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        return "seq", optional
+    if hint is bool:
+        return "bool", optional
+    if hint is str:
+        return "str", optional
+    return "other", optional
+
+
+def text_tokens(text: str, hint: Any) -> list[str]:
+    """``--set`` text -> the option's tokens (``0,10,50`` -> ``0 10 50``; none -> None)."""
+    kind, optional = value_kind(hint)
+    low = text.strip().lower()
+    if optional and (low in ("none", "null") or (kind == "str" and not low)):
+        return ["None"]
+    if kind == "seq":
+        return text.replace(",", " ").split()
+    if kind == "bool":
+        return [{"true": "True", "1": "True", "yes": "True", "false": "False", "0": "False",
+                 "no": "False"}.get(low, text)]
+    return [text]
+
+
+def json_tokens(value: Any, hint: Any) -> list[str]:
+    """A JSON value -> the option's tokens (exact: floats as repr)."""
+    if isinstance(value, str):
+        return text_tokens(value, hint)
+    if value is None:
+        return ["None"]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in json_tokens(v, Any)]
+    if isinstance(value, bool):
+        return [str(value)]
+    if isinstance(value, float):
+        return [repr(value)]
+    if isinstance(value, int):
+        return [str(value)]
+    return [json.dumps(value)]
+
+
+def typed(cls: type, default: Any, items: Mapping[str, list[str]], where: str) -> Any:
+    """``default`` with ``items`` (field -> option tokens) parsed by tyro from ``cls``'s fields."""
+
+    def args(names: Iterable[str]) -> list[str]:
+        out: list[str] = []
+        for name in names:
+            out += [f"--{name.replace('_', '-')}", *items[name]]
+        return out
+
+    try:
+        return typed_cli(cls, args(items), default, flags_off=True)
+    except CliError as err:
+        for name in items:  # name the field at fault
+            try:
+                typed_cli(cls, args([name]), default, flags_off=True)
+            except CliError as one:
+                detail = re.sub(r"^--[\w.-]+:? ", "", str(one))
+                raise CliError(f"{name}: {detail} (in {where})") from None
+        raise CliError(f"{err} (in {where})") from None
+
+
+@functools.cache
+def agent_fields() -> type:
+    """AgentConfig's fields as a plain dataclass (same types and defaults, no validation): tyro
+    types the agent overrides with it; ``AgentConfig`` validates them when the agent is built."""
+    cls = agent_module().AgentConfig
+    hints = typing.get_type_hints(cls)
+    return dataclasses.make_dataclass(
+        "AgentFields",
+        [(f.name, hints[f.name], field(default=f.default)) for f in dataclasses.fields(cls)],
+    )
+
+
+def agent_field_names() -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(agent_module().AgentConfig))
+
+
+def typed_agent(items: Mapping[str, list[str]], where: str) -> dict[str, Any]:
+    if not items:
+        return {}
+    cls = agent_fields()
+    parsed = typed(cls, cls(), items, where)
+    return {k: getattr(parsed, k) for k in items}
+
+
+def agent_values(values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """AgentConfig field values from JSON or text (``"1e-3"``, ``[5, 10]``, ``"5,10"``), typed."""
+    fields = agent_field_names()
+    for k in values:
+        if k not in fields:
+            raise CliError(f"unknown field {k!r} in {where} (not an AgentConfig field)")
+    hints = field_hints(agent_fields())
+    return typed_agent({k: json_tokens(v, hints[k]) for k, v in values.items()}, where)
+
+
