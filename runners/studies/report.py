@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from runners.cli import CliError, writing
+from runners.online.rundir import RunFolder
 from runners.studies import stats
 from runners.style import TRACK_COLORS, pyplot
 
@@ -58,7 +59,7 @@ def load_evals(run_dir: str | Path) -> dict[str, np.ndarray]:
     naming the damaged file: never an empty or wrong result."""
     from runners.online.recorder import Recorder
 
-    if not (Path(run_dir) / "run.zarr").exists():
+    if not RunFolder(run_dir).store.exists():
         return {}
     out = Recorder(run_dir, read_only=True).read_eval()
     if out:
@@ -166,18 +167,14 @@ def load_run(
 ) -> RunRecord | None:
     """Read one run folder; None when it has no ``config.json`` (never started).
     ``min_sigma``: the peak's collapse guard (see ``RunRecord.min_sigma``)."""
-    from runners.studies.backends import is_finished
-
     run_dir = Path(run_dir)
-    path = run_dir / "config.json"
-    try:
-        config = json.loads(path.read_text())
-    except FileNotFoundError:
+    folder = RunFolder(run_dir)
+    if not folder.config.exists():
         return None
-    except ValueError as err:
-        raise CliError(f"{path}: damaged, not valid JSON ({err})") from None
-    if not isinstance(config, dict):
-        raise CliError(f"{path}: damaged, not a JSON object")
+    try:
+        config = folder.read_config()
+    except CliError as err:
+        raise CliError(f"damaged: {err}") from None
     evals = load_evals(run_dir)
     steps = np.asarray(evals.get("step", np.zeros(0)), dtype=np.int64)
     e = steps.shape[0]
@@ -194,7 +191,7 @@ def load_run(
         d_shift=headline_column(evals, n) if e else nan,
         sigma=np.asarray(evals.get("sigma_embed", nan), dtype=np.float64),
         d_base=np.asarray(evals.get("d_base", nan), dtype=np.float64),
-        finished=is_finished(run_dir),
+        finished=folder.is_finished(),
         min_sigma=min_sigma,
     )
 
