@@ -257,6 +257,7 @@ class Recorder:
         return out
 
     # -- evaluations -------------------------------------------------------------------------
+    @_writes
     def append_eval(
         self,
         step: int,
@@ -270,22 +271,6 @@ class Recorder:
         horizons: Sequence[int],
     ) -> None:
         """One row per evaluation; ``d_shift[i]`` is D_shift^{ns[i]}."""
-        self._append_eval(step, ns, d_shift, d_shift_per_h, d_base, d_base_per_h, sigma_embed,
-                          excluded, horizons)
-
-    @_writes
-    def _append_eval(
-        self,
-        step: int,
-        ns: Sequence[int],
-        d_shift: Sequence[float],
-        d_shift_per_h: Sequence[Sequence[float]],
-        d_base: float,
-        d_base_per_h: Sequence[float],
-        sigma_embed: float,
-        excluded: int,
-        horizons: Sequence[int],
-    ) -> None:
         ns = [int(n) for n in ns]
         k = len(horizons)
         if "step" not in self.eval:
