@@ -11,23 +11,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-TINY = ["--preset", "tiny", "--eval-every", "20", "--checkpoint-every", "20",
-        "--set", "eval_shift_train=32", "eval_shift_test=16", "eval_base_test=16"]
-
-
-def cli(module: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "MPLBACKEND": "Agg", "TORCH_NUM_THREADS": "1",
-           "SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy"}
-    return subprocess.run(
-        [sys.executable, "-m", f"runners.{module}", *args], cwd=ROOT, env=env,
-        capture_output=True, text=True, timeout=timeout,
-    )
+from cli_helpers import TINY, cli
 
 
 @pytest.fixture(scope="module")

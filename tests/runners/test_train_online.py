@@ -14,19 +14,11 @@ import numpy as np
 import pytest
 import torch
 import zarr
+from cli_helpers import ROOT, TINY, cli
 
-ROOT = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
-TINY = ["--preset", "tiny", "--eval-every", "20", "--checkpoint-every", "20",
-        "--set", "eval_shift_train=32", "eval_shift_test=16", "eval_base_test=16"]
 
 
-def cli(module: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "MPLBACKEND": "Agg", "TORCH_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", f"runners.{module}", *args], cwd=ROOT, env=env,
-        capture_output=True, text=True, timeout=timeout,
-    )
 
 
 def train(out: Path, *args: str) -> subprocess.CompletedProcess[str]:

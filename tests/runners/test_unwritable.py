@@ -4,8 +4,6 @@ traceback; a disk that fills mid-run leaves the last good checkpoint intact and 
 from __future__ import annotations
 
 import errno
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,22 +11,11 @@ import numpy as np
 import pytest
 import torch
 import zarr
+from cli_helpers import TINY, cli
 
 from runners.cli import CliError, ensure_output_dir, run_main
 
-ROOT = Path(__file__).resolve().parents[2]
 NOWHERE = "/proc/epm-jepa-test"  # not writable, even as root
-TINY = ["--preset", "tiny", "--eval-every", "20", "--checkpoint-every", "20",
-        "--set", "eval_shift_train=32", "eval_shift_test=16", "eval_base_test=16"]
-
-
-def cli(module: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "MPLBACKEND": "Agg", "TORCH_NUM_THREADS": "1",
-           "SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy"}
-    return subprocess.run(
-        [sys.executable, "-m", f"runners.{module}", *args], cwd=ROOT, env=env,
-        capture_output=True, text=True, timeout=timeout,
-    )
 
 
 def test_ensure_output_dir(tmp_path: Path) -> None:
