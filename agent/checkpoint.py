@@ -153,7 +153,22 @@ def load_checkpoint(
     The learner keeps its own config (so freeze fields may be changed on resume) but must be of
     the checkpoint's track and shapes.
     """
-    payload = _read(path, map_location)
+    return apply_checkpoint(read_checkpoint(path, map_location), path, learner, source)
+
+
+def read_checkpoint(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
+    """The checkpoint at ``path`` as read and checked, not yet applied (``apply_checkpoint``);
+    ``CheckpointError`` naming the file when it is missing, damaged or of another format."""
+    return _read(path, map_location)
+
+
+def apply_checkpoint(
+    payload: dict[str, Any],
+    path: str | os.PathLike,
+    learner: Learner | None = None,
+    source: Any = None,
+) -> dict[str, Any]:
+    """``load_checkpoint`` on a payload already read from ``path`` (named in the errors)."""
     saved = payload["config"]
     if learner is not None:
         if saved.get("track") != learner.cfg.track:

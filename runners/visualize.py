@@ -23,6 +23,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -307,12 +308,20 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
             configs.append((cfg, folder))
     set_threads(resolve_device(configs[0][0].device))
     loops = []
-    for cfg, folder in configs:
-        loop = OnlineLoop.open(cfg, folder, resume=bool(args.resume), log=log)
-        if cfg.track in starts:
-            start_from(loop, starts[cfg.track], args.fresh_memory, log)
-        loops.append(loop)
-    return Session(make_app(args, loops, root, shift_gravity, world_state, log), root, loops)
+    try:
+        for cfg, folder in configs:
+            loop = OnlineLoop.open(cfg, folder, resume=bool(args.resume), log=log)
+            if cfg.track in starts:
+                start_from(loop, starts[cfg.track], args.fresh_memory, log)
+            loops.append(loop)
+        app = make_app(args, loops, root, shift_gravity, world_state, log)
+    except CliError:
+        if not args.resume:  # a new session that could not start leaves nothing behind
+            for _, folder in configs:
+                folder.release()
+            shutil.rmtree(root, ignore_errors=True)
+        raise
+    return Session(app, root, loops)
 
 
 def make_app(

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from runners.cli import CliError
+from runners.cli import CliError, os_error_message
 from runners.online.config import RunConfig, describe
 from runners.online.loop import OnlineLoop, StepResult
 from runners.online.plots import make_figures
@@ -106,7 +106,16 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
         if loop.step_count > cfg.steps:
             raise CliError(f"--steps {cfg.steps} is below the {loop.step_count} steps this run has done")
         print(f"{PROG}: resuming at step {loop.step_count} of {cfg.steps}")
-    reason = iterate(loop)
+    try:
+        reason = iterate(loop)
+    except OSError as err:  # a full or vanished disk mid-run: say what survived
+        kept = (
+            f"{folder.latest} (step {loop.saved_step}) is intact: free space and continue with "
+            f"python -m runners.{PROG} --resume {folder.root}"
+            if loop.saved_step is not None
+            else "no checkpoint was written yet: free space and start again"
+        )
+        raise CliError(f"{os_error_message(err)}; {kept}") from None
     if reason is None and loop.step_count >= cfg.steps:
         print(format_table(finish(loop)))
         print(f"run folder: {folder.root}")

@@ -35,7 +35,12 @@ import numpy as np
 
 import env
 from agent import Batch, Learner, StepMetrics
-from agent.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from agent.checkpoint import (
+    CheckpointError,
+    apply_checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+)
 from agent.metrics import stack
 from runners.cli import CliError
 from runners.online.config import RunConfig
@@ -182,6 +187,7 @@ class OnlineLoop:
         self.best = math.inf
         self.best_step = -1
         self.elapsed = 0.0  # wall seconds of earlier sessions (resume)
+        self.saved_step: int | None = None  # the step latest.pt holds (None: none written yet)
         self.evals: list[EvalRecord] = []
         self._t0 = time.perf_counter()
 
@@ -327,6 +333,7 @@ class OnlineLoop:
         """Flush metrics, then write latest.pt atomically (metrics never lag the checkpoint)."""
         self.flush()
         self._save(self.folder.latest)
+        self.saved_step = self.step_count
 
     def _save(self, path: Any) -> None:
         extra = {
@@ -347,12 +354,12 @@ class OnlineLoop:
         try:
             # The dataset world's split must match the checkpoint's step before its source
             # state is loaded (a switch at s applies when step s runs).
-            s = int(load_checkpoint(latest, map_location="cpu").get("run_step", 0))
+            payload = read_checkpoint(latest, map_location=self.device)
+            saved = payload.get("extra")
+            s = int(saved.get("run_step", 0)) if isinstance(saved, dict) else 0
             if s:
                 self.enter(self.physics_at(s - 1))
-            extra = load_checkpoint(
-                latest, learner=self.learner, source=self.source, map_location=self.device
-            )
+            extra = apply_checkpoint(payload, latest, learner=self.learner, source=self.source)
         except CheckpointError as err:
             raise CliError(f"cannot resume: {err}") from None
         s = self.step_count
@@ -363,6 +370,7 @@ class OnlineLoop:
         self.best = float(extra.get("best", math.inf))
         self.best_step = int(extra.get("best_step", -1))
         self.elapsed = float(extra.get("elapsed", 0.0))
+        self.saved_step = s
         if self.vec_env is not None:  # the env's restored state holds its physics (a
             self.physics = self.vec_env.physics(0)  # visualizer may have changed them)
         if self.frozen:

@@ -101,6 +101,7 @@ def test_visualize_from(run: Path, tmp_path: Path, kind: str) -> None:
     res = cli("visualize", "--headless", "--from", str(run), "--steps", "3",
               "--out", str(tmp_path / "viz"))
     assert_one_line(res, bad)
+    assert list((tmp_path / "viz").iterdir()) == []  # no half-made session folder left
 
 
 @pytest.mark.parametrize("kind", [
@@ -122,12 +123,12 @@ def test_report(made_run: Path, tmp_path: Path, kind: str) -> None:
 
 def test_report_reads_a_missing_store_as_no_evaluations(made_run: Path, tmp_path: Path) -> None:
     """A run without run.zarr (it never recorded) has no evaluations: not an error."""
-    from runners.studies import report
+    from runners.studies import runs
 
     run = Path(shutil.copytree(made_run, tmp_path / "run"))
-    assert report.load_run(run).has_evals
+    assert runs.load_run(run).has_evals
     shutil.rmtree(run / "run.zarr")
-    rec = report.load_run(run)
+    rec = runs.load_run(run)
     assert rec is not None and not rec.has_evals
 
 

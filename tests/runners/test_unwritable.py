@@ -114,8 +114,9 @@ def test_full_disk_at_a_checkpoint(tmp_path, monkeypatch, capsys, saves) -> None
     code, err = train(monkeypatch, capsys, *TINY, "--steps", "40", "--switch", "30:0.5",
                       "--out", str(tmp_path), "--name", "run")
     assert code == 2
-    one_line(err, str(tmp_path / "run" / "checkpoints"))
+    line = one_line(err, str(tmp_path / "run" / "checkpoints"))
     assert latest_step(tmp_path / "run") == 20  # the last good checkpoint, intact
+    assert "latest.pt (step 20) is intact" in line and "--resume" in line, line
     assert not list((tmp_path / "run" / "checkpoints").glob("*.tmp"))
 
 
