@@ -30,6 +30,7 @@ from pathlib import Path
 
 from runners.cli import CliError, ensure_output_dir, run_main, writing
 from runners.studies import backends, grid, launch, report
+from runners.studies.runs import RunRecord, load_run
 
 PROG = "python -m runners.reproduce"
 
@@ -182,10 +183,10 @@ def ensure_data(args: argparse.Namespace) -> Path:
 
 def _load(
     pairs: Sequence[tuple[grid.Point, backends.RunSpec]], min_sigma: float = 0.0
-) -> list[report.RunRecord]:
+) -> list[RunRecord]:
     out = []
     for point, spec in pairs:
-        rec = report.load_run(spec.run_dir, point.params, min_sigma=min_sigma)
+        rec = load_run(spec.run_dir, point.params, min_sigma=min_sigma)
         if rec is not None:
             out.append(rec)
     return out
@@ -193,10 +194,10 @@ def _load(
 
 def _load_map(
     group: dict[str, tuple[grid.Point, backends.RunSpec]], min_sigma: float = 0.0
-) -> dict[str, report.RunRecord]:
+) -> dict[str, RunRecord]:
     out = {}
     for label, (point, spec) in group.items():
-        rec = report.load_run(spec.run_dir, point.params, min_sigma=min_sigma)
+        rec = load_run(spec.run_dir, point.params, min_sigma=min_sigma)
         if rec is not None and rec.has_evals:
             out[label] = rec
     return out

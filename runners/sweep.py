@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runners.cli import ensure_output_dir, run_main, writing
-from runners.studies import backends, grid, launch, report
+from runners.studies import aggregate, backends, grid, launch, report, runs
 
 if TYPE_CHECKING:
     pass
@@ -75,9 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     keys = [k for k in specs_grid if k != "seed"]
     records = [
         r for p, s in zip(points, specs, strict=True)
-        if (r := report.load_run(s.run_dir, p.params)) is not None
+        if (r := runs.load_run(s.run_dir, p.params)) is not None
     ]
-    rows = report.group_table(records, keys)
+    rows = aggregate.group_table(records, keys)
     table = report.group_table_markdown(rows, keys)
     with writing(out / "sweep.md"):
         (out / "sweep.md").write_text(f"# Sweep {out}\n\n{table}")

@@ -228,7 +228,7 @@ def analyse_run(run_dir: str | Path, frames: Callable[[], Mapping[str, np.ndarra
 
 
 def analyse_runs(records: Sequence[Any], data: str | Path, cache: str | Path) -> dict[str, Any]:
-    """Analyses of every run (``report.RunRecord``), keyed by run name, with track and seed.
+    """Analyses of every run (``runs.RunRecord``), keyed by run name, with track and seed.
 
     The evaluation frames are read once, and only when some checkpoint is not cached yet.
     """

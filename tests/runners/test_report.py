@@ -10,7 +10,7 @@ import pytest
 
 from runners import reproduce
 from runners.online.recorder import Recorder
-from runners.studies import analysis, report, stats
+from runners.studies import aggregate, analysis, report, runs, stats
 
 # Peak D_shift^50 per (track, seed): the paper's per-seed numbers where it gives them.
 PEAKS = {
@@ -40,7 +40,7 @@ def make_run(root: Path, track: str, seed: int, peak: float, peak_at: int = 2,
 
 
 def test_load_run_finds_peak_final_and_sigma(tmp_path):
-    r = report.load_run(make_run(tmp_path / "r", "C", 42, 0.7776), {"track": "C", "seed": "42"})
+    r = runs.load_run(make_run(tmp_path / "r", "C", 42, 0.7776), {"track": "C", "seed": "42"})
     assert r is not None and r.finished
     assert r.peak == pytest.approx(0.7776, abs=1e-6)
     assert r.peak_step == 30
@@ -48,19 +48,19 @@ def test_load_run_finds_peak_final_and_sigma(tmp_path):
     assert r.final == pytest.approx(0.7876, abs=1e-6)  # one step after the peak
     assert r.final_step == 40
     assert r.settling == pytest.approx(0.01, abs=1e-6)
-    assert report.load_run(tmp_path / "missing") is None
+    assert runs.load_run(tmp_path / "missing") is None
 
 
 def test_by_track_reproduces_the_papers_table_from_its_own_seeds(tmp_path):
-    recs = [report.load_run(make_run(tmp_path / f"{t}{s}", t, s, p))
+    recs = [runs.load_run(make_run(tmp_path / f"{t}{s}", t, s, p))
             for t, seeds in PEAKS.items() for s, p in seeds.items()]
-    tracks = report.by_track(recs)
+    tracks = aggregate.by_track(recs)
     assert list(tracks) == ["A", "B", "C"]
     c = tracks["C"].peak
     assert (round(c.mean, 4), round(c.std, 4)) == (0.7848, 0.0078)
     assert (c.ci_low, c.ci_high) == pytest.approx((0.7776, 0.7931), abs=1e-6)
     assert round(tracks["A"].peak.mean, 4) == 0.8089
-    d, oc = report.pre_registered(tracks)
+    d, oc = aggregate.pre_registered(tracks)
     assert d == pytest.approx(stats.delta(tracks["B"].peak.mean, c.mean))
     assert oc == "C"
 
@@ -70,8 +70,8 @@ def test_group_table_pools_seeds(tmp_path):
     for lam, base in (("0.05", 0.78), ("0.1", 0.81)):
         for s in (1, 2):
             run = make_run(tmp_path / f"l{lam}s{s}", "C", s, base + 0.002 * s)
-            recs.append(report.load_run(run, {"track": "C", "seed": str(s), "lambda_reg": lam}))
-    rows = report.group_table(recs, ["lambda_reg"])
+            recs.append(runs.load_run(run, {"track": "C", "seed": str(s), "lambda_reg": lam}))
+    rows = aggregate.group_table(recs, ["lambda_reg"])
     assert [r["lambda_reg"] for r in rows] == ["0.05", "0.1"]
     assert rows[0]["runs"] == 2 and rows[0]["peak"].n == 2
     assert rows[0]["peak"].mean == pytest.approx(0.783, abs=1e-6)
@@ -196,14 +196,14 @@ def test_collapse_guard_skips_low_sigma_evaluations_for_the_peak(tmp_path):
     run = make_run(tmp_path / "r", "C", 42, peak=0.80, peak_at=2)
     # sigma_embed at the four evaluations is 0.40, 0.41, 0.42, 0.43; guard 0.415 leaves out
     # the first two, so the lowest eligible D (index 2, the V's bottom) is still the peak ...
-    rec = report.load_run(run, min_sigma=0.415)
+    rec = runs.load_run(run, min_sigma=0.415)
     assert (rec.peak_step, rec.excluded_by_guard) == (30, 2)
     # ... and a guard above every sigma falls back to all evaluations.
-    assert report.load_run(run, min_sigma=0.9).peak_step == 30
+    assert runs.load_run(run, min_sigma=0.9).peak_step == 30
     # Move the bottom of the V into the guarded region: the peak moves to the best eligible.
     run2 = make_run(tmp_path / "r2", "C", 42, peak=0.80, peak_at=0)
-    plain = report.load_run(run2)
-    guarded = report.load_run(run2, min_sigma=0.415)
+    plain = runs.load_run(run2)
+    guarded = runs.load_run(run2, min_sigma=0.415)
     assert (plain.peak_step, plain.peak) == (10, pytest.approx(0.80))
     assert (guarded.peak_step, guarded.peak) == (30, pytest.approx(0.82))
     assert guarded.excluded_by_guard == 2 and plain.excluded_by_guard == 0

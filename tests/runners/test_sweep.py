@@ -16,7 +16,7 @@ import zarr
 from runners import sweep
 from runners.cli import CliError
 from runners.online.rundir import RunFolder
-from runners.studies import backends, grid, launch, report
+from runners.studies import aggregate, backends, grid, launch, runs
 
 REPO = Path(__file__).resolve().parents[2]
 # Small evaluation sets keep each tiny run to a few seconds (most of it is imports and figures).
@@ -234,7 +234,7 @@ def test_interrupted_run_is_resumed_without_gap(tmp_path):
     assert res.command[-2:] == ["--resume", paused.run_dir]
     assert backends.is_finished(paused.run_dir)
     assert (_metrics_steps(paused.run_dir) == np.arange(60)).all()  # no gap, no duplicate
-    rec = report.load_run(paused.run_dir)
+    rec = runs.load_run(paused.run_dir)
     assert rec is not None and rec.final_step == 60 and rec.has_evals
 
 
@@ -268,7 +268,7 @@ def test_ray_backend_runs_the_same_runs_and_aggregates(tmp_path):
     finally:
         backend.shutdown()
     assert not ray.is_initialized()
-    recs = [report.load_run(s.run_dir, p.params) for p, s in zip(points, specs, strict=True)]
-    rows = report.group_table(recs, ["track"])
+    recs = [runs.load_run(s.run_dir, p.params) for p, s in zip(points, specs, strict=True)]
+    rows = aggregate.group_table(recs, ["track"])
     assert [(r["track"], r["runs"], r["finished"]) for r in rows] == [("A", 1, 1), ("C", 1, 1)]
     assert all(np.isfinite(r["peak"].mean) for r in rows)

@@ -1,0 +1,167 @@
+"""Reading finished runs: one run folder's evaluation history, its peak and its end.
+
+A run folder (``runners.train_online``) holds ``config.json`` and ``run.zarr``, whose ``eval``
+group has one row per periodic evaluation (``eval/step``; ``eval/d_shift`` is ``(E, len(ns))``
+with the memory sizes in the attribute ``ns``; ``eval/sigma_embed``, ``eval/d_base``). From it:
+
+- peak: the lowest periodic D_shift^{50} (the paper's "peak"), its step, sigma_embed there;
+- final: the last evaluation (the end of the run), and the settling delta = final - peak.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from runners.cli import CliError
+from runners.online.rundir import RunFolder
+
+HEADLINE_N = 50
+
+
+def load_evals(run_dir: str | Path) -> dict[str, np.ndarray]:
+    """The ``eval`` group of ``run.zarr`` as numpy arrays (read only); {} when the run has no
+    store or no evaluation yet. A damaged store raises ``DamagedStoreError`` (a ``CliError``)
+    naming the damaged file: never an empty or wrong result."""
+    from runners.online.recorder import Recorder
+
+    if not RunFolder(run_dir).store.exists():
+        return {}
+    out = Recorder(run_dir, read_only=True).read_eval()
+    if out:
+        out["ns"] = np.asarray(out["ns"], dtype=np.int64)
+    return out
+
+
+def headline_column(evals: Mapping[str, np.ndarray], n: int = HEADLINE_N) -> np.ndarray:
+    """D_shift^{n} per evaluation (E,), NaN where the run did not evaluate that n."""
+    d = np.asarray(evals.get("d_shift", np.zeros((0, 0))), dtype=np.float64)
+    ns = list(np.asarray(evals.get("ns", [])).tolist())
+    if d.ndim == 1:  # a single-n store
+        return d
+    if n not in ns:
+        return np.full(d.shape[0], np.nan)
+    return d[:, ns.index(n)]
+
+
+@dataclass
+class RunRecord:
+    """One run's evaluation history and where its peak is."""
+
+    name: str
+    run_dir: str
+    config: dict[str, Any]
+    params: dict[str, str]
+    steps: np.ndarray  # (E,) learner steps at each evaluation
+    d_shift: np.ndarray  # (E,) D_shift^{50}
+    sigma: np.ndarray  # (E,) sigma_embed
+    d_base: np.ndarray  # (E,)
+    finished: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+    # Collapse guard: evaluations with sigma_embed below this are not candidates for the peak
+    # (in a collapsed phase all predictions are alike and D reads low for a degenerate reason).
+    # 0 = the paper's plain "lowest periodic evaluation"; if no evaluation passes, all count.
+    min_sigma: float = 0.0
+
+    @property
+    def track(self) -> str:
+        return str(self.params.get("track", self.config.get("track", "?")))
+
+    @property
+    def seed(self) -> str:
+        return str(self.params.get("seed", self.config.get("seed", "?")))
+
+    @property
+    def has_evals(self) -> bool:
+        return bool(np.isfinite(self.d_shift).any())
+
+    @property
+    def peak_index(self) -> int:
+        ok = np.isfinite(self.d_shift) & (self.sigma >= self.min_sigma)
+        if not ok.any():
+            return int(np.nanargmin(self.d_shift))
+        return int(np.flatnonzero(ok)[np.argmin(self.d_shift[ok])])
+
+    @property
+    def excluded_by_guard(self) -> int:
+        """Evaluations left out of the peak search by the sigma_embed guard."""
+        return int((np.isfinite(self.d_shift) & (self.sigma < self.min_sigma)).sum())
+
+    @property
+    def peak(self) -> float:
+        return float(self.d_shift[self.peak_index]) if self.has_evals else math.nan
+
+    @property
+    def peak_step(self) -> int:
+        return int(self.steps[self.peak_index]) if self.has_evals else -1
+
+    @property
+    def sigma_at_peak(self) -> float:
+        return float(self.sigma[self.peak_index]) if self.has_evals else math.nan
+
+    @property
+    def final(self) -> float:
+        return float(self.d_shift[-1]) if self.has_evals else math.nan
+
+    @property
+    def final_step(self) -> int:
+        return int(self.steps[-1]) if self.steps.size else -1
+
+    @property
+    def final_sigma(self) -> float:
+        return float(self.sigma[-1]) if self.sigma.size else math.nan
+
+    @property
+    def settling(self) -> float:
+        """Final - peak (the paper's Table 3 "settling delta")."""
+        return self.final - self.peak
+
+    def row(self) -> dict[str, Any]:
+        """Plain numbers for JSON."""
+        return {
+            "name": self.name, "track": self.track, "seed": self.seed, "params": self.params,
+            "peak": self.peak, "peak_step": self.peak_step, "sigma_at_peak": self.sigma_at_peak,
+            "final": self.final, "final_step": self.final_step, "final_sigma": self.final_sigma,
+            "settling": self.settling, "finished": self.finished,
+            "min_sigma": self.min_sigma, "excluded_by_guard": self.excluded_by_guard,
+        }
+
+
+def load_run(
+    run_dir: str | Path, params: Mapping[str, str] | None = None, n: int = HEADLINE_N,
+    min_sigma: float = 0.0,
+) -> RunRecord | None:
+    """Read one run folder; None when it has no ``config.json`` (never started).
+    ``min_sigma``: the peak's collapse guard (see ``RunRecord.min_sigma``)."""
+    run_dir = Path(run_dir)
+    folder = RunFolder(run_dir)
+    if not folder.config.exists():
+        return None
+    try:
+        config = folder.read_config()
+    except CliError as err:
+        raise CliError(f"damaged: {err}") from None
+    evals = load_evals(run_dir)
+    steps = np.asarray(evals.get("step", np.zeros(0)), dtype=np.int64)
+    e = steps.shape[0]
+    nan = np.full(e, np.nan)
+    params = {k: str(v) for k, v in (params or {}).items()}
+    for key in ("track", "seed"):
+        params.setdefault(key, str(config.get(key, "?")))
+    return RunRecord(
+        name=run_dir.name,
+        run_dir=str(run_dir),
+        config=config,
+        params=params,
+        steps=steps,
+        d_shift=headline_column(evals, n) if e else nan,
+        sigma=np.asarray(evals.get("sigma_embed", nan), dtype=np.float64),
+        d_base=np.asarray(evals.get("d_base", nan), dtype=np.float64),
+        finished=folder.is_finished(),
+        min_sigma=min_sigma,
+    )
