@@ -28,6 +28,7 @@ from typing import Any
 TRACKS = ("A", "B", "C", "D", "E")
 PRESETS = ("paper", "tiny")
 PRECISIONS = ("fp32", "bf16")
+PUSH_PAIRS = ("newest", "input")
 
 
 def preferred_precision(device: Any = "cpu") -> str:
@@ -112,6 +113,10 @@ class AgentConfig:
     freeze_buffer_at: int | None = None  # no buffer writes from this step on
     freeze_ema_at: int | None = None  # EMA target fixed from this step on
     freeze_weights_at: int | None = None  # no weight updates from this step on (memory mode)
+    # Beyond the paper (docs/agent.md, "Beyond the paper"); the defaults are the paper's.
+    context_frames: int = 1  # predictor input: the latents of the last C frames (1: the paper)
+    per_horizon: bool = False  # one predicted latent per horizon (False: the paper's single one)
+    push_pair: str = "newest"  # memory pair: "newest" frames (paper) or "input" (the input's own)
 
     # ----------------------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -134,6 +139,10 @@ class AgentConfig:
             bad("track", f"unknown track, expected one of {', '.join(TRACKS)}")
         if self.precision not in PRECISIONS:
             bad("precision", f"expected one of {', '.join(PRECISIONS)}")
+        if self.push_pair not in PUSH_PAIRS:
+            bad("push_pair", f"expected one of {', '.join(PUSH_PAIRS)}")
+        if not isinstance(self.per_horizon, bool):
+            bad("per_horizon", "must be true or false")
         positive_ints = (
             "latent_dim",
             "hidden_dim",
@@ -146,6 +155,7 @@ class AgentConfig:
             "lora_rank",
             "hyper_dim",
             "eval_batch_size",
+            "context_frames",
         )
         for name in positive_ints:
             if not is_int(getattr(self, name)) or getattr(self, name) < 1:
@@ -215,18 +225,43 @@ class AgentConfig:
         return len(self.horizons)
 
     @property
+    def past_frames(self) -> int:
+        """P, the frames a sample reads at or before its input frame: the C context frames, and
+        the input's predecessor when the memory pair is the input's own (1 in the paper)."""
+        return max(self.context_frames, 2 if self.push_pair == "input" else 1)
+
+    @property
+    def input_position(self) -> int:
+        """Position of the sample's input frame in its window (0 = the oldest frame): P - 1."""
+        return self.past_frames - 1
+
+    @property
     def window(self) -> int:
-        """Frames a sample spans: max(horizons) + 1 (21 in the paper)."""
-        return self.horizons[-1] + 1
+        """Frames a sample spans, oldest to newest: P - 1 + max(horizons) + 1 (21 in the paper)."""
+        return self.input_position + self.horizons[-1] + 1
 
     @property
     def frame_offsets(self) -> tuple[int, ...]:
-        """Offsets of a Batch's K+2 frames from the sample's input frame.
+        """Positions in the sample's window (0 = its oldest frame) of a Batch's frames.
 
-        ``(0, *horizons, max(horizons) - 1)``: input, the K targets (the newest last), and the
-        frame just before the newest, so (frames K+1, K) is the newest latent pair.
+        The P past frames (oldest first; the last is the input frame), the K targets at the
+        horizons after the input (the newest last), then, with ``push_pair == "newest"``, the
+        frame just before the newest (the paper's pair). The paper: (0, 5, 10, 20, 19).
         """
-        return (0, *self.horizons, self.horizons[-1] - 1)
+        i = self.input_position
+        past = tuple(range(self.past_frames))
+        targets = tuple(i + h for h in self.horizons)
+        newest = (i + self.horizons[-1] - 1,) if self.push_pair == "newest" else ()
+        return past + targets + newest
+
+    @property
+    def pair_offsets(self) -> tuple[int, int]:
+        """Window positions of the memory pair (z_prev, z_new): the newest two frames (paper),
+        or the input frame's predecessor and the input frame (no frame after the input)."""
+        if self.push_pair == "newest":
+            h = self.input_position + self.horizons[-1]
+            return (h - 1, h)
+        return (self.input_position - 1, self.input_position)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

@@ -59,18 +59,20 @@ def _chunks(n: int, size: int) -> list[slice]:
 
 @torch.no_grad()
 def _encode_set(learner: Learner, frames: Any, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """z (N, D) online latents of frame 0 and targets (N, K, D) EMA latents at the horizons."""
+    """z (N, C, D) online latents of the context frames (the last one the input frame) and
+    targets (N, K, D) EMA latents at the horizons: frames 0..C-1 of each sequence, and C-1+k
+    (the paper: frame 0, and 5, 10, 20)."""
     cfg, nets = learner.cfg, learner.nets
-    k = cfg.n_horizons
-    cols = np.asarray((0, *cfg.horizons))
+    k, c = cfg.n_horizons, cfg.context_frames
+    cols = np.asarray((*range(c), *(c - 1 + h for h in cfg.horizons)))
     zs, ts = [], []
-    per = max(1, chunk // (k + 1))  # sequences per chunk so a chunk holds ~chunk frames
+    per = max(1, chunk // (k + c))  # sequences per chunk so a chunk holds ~chunk frames
     for sl in _chunks(frames.shape[0], per):
         x = learner.encoder_input(torch.from_numpy(_take(frames, sl, cols)))
         b = x.shape[0]
         with learner.autocast():
-            zs.append(nets.encoder(x[:, 0]).float())
-            ts.append(nets.target(x[:, 1:].flatten(0, 1)).float().view(b, k, -1))
+            zs.append(nets.encoder(x[:, :c].flatten(0, 1)).float().view(b, c, -1))
+            ts.append(nets.target(x[:, c:].flatten(0, 1)).float().view(b, k, -1))
     return torch.cat(zs), torch.cat(ts)
 
 
@@ -86,11 +88,15 @@ def _take(frames: Any, rows: slice | np.ndarray, cols: np.ndarray) -> np.ndarray
 
 @torch.no_grad()
 def shift_transitions(learner: Learner, shift_train: Any, n: int, seed: int = 0) -> torch.Tensor:
-    """(n, 2, D): n batch-mean newest-pair latents, each from ``cfg.batch_size`` shift train
-    sequences drawn with ``np.random.default_rng(seed)`` (prefix-stable in n)."""
+    """(n, 2, D): n batch-mean memory-pair latents, each from ``cfg.batch_size`` shift train
+    sequences drawn with ``np.random.default_rng(seed)`` (prefix-stable in n). The pair's frames
+    are those training pushes, in the evaluation window (input frame C-1): the newest two (the
+    paper: 19, 20), or the input frame and its predecessor (its first two frames when C = 1)."""
     cfg = learner.cfg
-    h = cfg.horizons[-1]
-    cols = np.asarray((h - 1, h))
+    c, h = cfg.context_frames, cfg.horizons[-1]
+    cols = np.asarray((c + h - 2, c + h - 1) if cfg.push_pair == "newest" else (0, 1))
+    if cfg.push_pair == "input" and c >= 2:
+        cols = np.asarray((c - 2, c - 1))
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, shift_train.shape[0], size=(n, cfg.batch_size))
     per = max(1, cfg.eval_batch_size // (2 * cfg.batch_size))  # transitions per chunk
@@ -111,12 +117,14 @@ def _score(
     """Normalised-error sums and prediction sums/sq-sums of the memory-conditioned predictor."""
     cfg = learner.cfg
     sums = None
-    s1 = torch.zeros(cfg.latent_dim, dtype=torch.float64, device=learner.device)
+    width = (cfg.n_horizons if cfg.per_horizon else 1) * cfg.latent_dim
+    s1 = torch.zeros(width, dtype=torch.float64, device=learner.device)
     s2 = torch.zeros_like(s1)
     for sl in _chunks(z.shape[0], chunk):
         with learner.autocast():
             pred = learner.predict(z[sl], buffer)[0].pred.float()
-        part = norm_error_sums(pred, z[sl], targets[sl], cfg.norm_eps)
+        part = norm_error_sums(pred, z[sl, -1], targets[sl], cfg.norm_eps)
+        pred = pred.flatten(1)
         sums = (
             part
             if sums is None

@@ -87,13 +87,13 @@ class Learner(FreezeControls):
     def predict(
         self, z: torch.Tensor, buffer: ExperienceBuffer
     ) -> tuple[Modulated, Aggregate | None]:
-        """The modulated prediction for z (B, latent) given ``buffer``
-        (``agent.step.modulated_prediction``, the step's own)."""
+        """The modulated prediction for the context latents z (B, C, latent), or (B, latent),
+        given ``buffer`` (``agent.step.modulated_prediction``, the step's own)."""
         return modulated_prediction(self.nets, z, MemoryView.of(buffer), self.spec)
 
     # ---------------------------------------------------------------- the step
     def update(self, batch: Batch) -> StepMetrics:
-        """One training step on ``batch`` (frames (B, K+2, 1, 64, 64) uint8, valid / world (B,)
+        """One training step on ``batch`` (frames (B, F, 1, 64, 64) uint8, valid / world (B,)
         on the device). Returns StepMetrics of 0-dim device tensors; no host sync."""
         cfg = self.cfg
         frozen = self.weights_frozen
@@ -103,7 +103,7 @@ class Learner(FreezeControls):
         # 1.-2. Forward and loss (agent.step.forward_step: also the memory / metric reductions).
         out = forward_step(
             self.nets,
-            self.encoder_input(batch.frames),  # (B, K+2, 1, 64, 64)
+            self.encoder_input(batch.frames),  # (B, F, 1, 64, 64)
             batch.valid.float(),  # (B,)
             batch.world,
             MemoryView.of(self.buffer),

@@ -62,6 +62,12 @@ def stack(records: list[StepMetrics]) -> dict[str, np.ndarray]:
     return {name: table[:, i] for i, name in enumerate(StepMetrics.NAMES)}
 
 
+def per_horizon(pred: torch.Tensor) -> torch.Tensor:
+    """A prediction as (B, K, D): per-horizon outputs as they are, the paper's single (B, D)
+    output as (B, 1, D), which broadcasts against the K targets."""
+    return pred if pred.dim() == 3 else pred.unsqueeze(1)
+
+
 class NormErrorSums(NamedTuple):
     """Sufficient statistics of the normalised error, summable over batches."""
 
@@ -79,11 +85,11 @@ def norm_error_sums(
 ) -> NormErrorSums:
     """Per-horizon sums of ``||zbar_k - zhat|| / ||zbar_k - z||`` (DESIGN.md's D).
 
-    pred, z (B, D); targets (B, K, D); valid (B,) bool or None. Denominators below ``eps``
+    pred (B, D) or (B, K, D) (per horizon); z (B, D); targets (B, K, D); valid (B,) bool or None. Denominators below ``eps``
     are excluded and counted.
     """
     pred, z, targets = pred.float(), z.float(), targets.float()
-    num = torch.linalg.vector_norm(targets - pred.unsqueeze(1), dim=-1)  # (B, K)
+    num = torch.linalg.vector_norm(targets - per_horizon(pred), dim=-1)  # (B, K)
     den = torch.linalg.vector_norm(targets - z.unsqueeze(1), dim=-1)  # (B, K)
     ok = den >= eps
     if valid is not None:

@@ -57,31 +57,45 @@ class Encoder(nn.Module):
 
 
 class Predictor(nn.Module):
-    """Latent -> predicted future latent: fc1, GELU, fc2, LayerNorm (listing 2).
+    """Latent(s) -> predicted future latent(s): fc1, GELU, fc2, LayerNorm (listing 2).
 
-    ``hidden`` and ``readout`` split the forward at the hidden state so the modulators can
-    act there; ``forward`` is exactly the listing's ``norm(fc2(act(fc1(z))))``.
+    The paper's predictor reads one latent and gives one (``in_dim = out_dim = latent``).
+    Beyond the paper it may read the C context latents concatenated (``in_dim = C * latent``)
+    and give one latent per horizon (``heads = K``: fc2 is K latents wide and the LayerNorm acts
+    on each). ``hidden`` and ``readout`` split the forward at the hidden state so the
+    modulators can act there; ``finish`` is the LayerNorm after fc2. ``forward`` is exactly the
+    listing's ``norm(fc2(act(fc1(z))))`` in the paper's shapes.
     """
 
-    def __init__(self, latent_dim: int, hidden_dim: int) -> None:
+    def __init__(self, latent_dim: int, hidden_dim: int, context: int = 1, heads: int = 1) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(latent_dim, hidden_dim)
+        self.latent_dim, self.heads = latent_dim, heads
+        self.in_dim, self.out_dim = context * latent_dim, heads * latent_dim
+        self.fc1 = nn.Linear(self.in_dim, hidden_dim)
         self.act = nn.GELU()
-        self.fc2 = nn.Linear(hidden_dim, latent_dim)
+        self.fc2 = nn.Linear(hidden_dim, self.out_dim)
         self.norm = nn.LayerNorm(latent_dim)
 
     @classmethod
     def from_config(cls, cfg: AgentConfig) -> Predictor:
-        return cls(cfg.latent_dim, cfg.hidden_dim)
+        heads = cfg.n_horizons if cfg.per_horizon else 1
+        return cls(cfg.latent_dim, cfg.hidden_dim, cfg.context_frames, heads)
 
     def hidden(self, z: torch.Tensor) -> torch.Tensor:
-        """(B, latent) -> (B, hidden): act(fc1(z))."""
+        """(B, in_dim) -> (B, hidden): act(fc1(z))."""
         return self.act(self.fc1(z))
 
+    def finish(self, y: torch.Tensor) -> torch.Tensor:
+        """fc2's output (B, out_dim) -> the prediction: norm(y), (B, latent); per horizon
+        (B, K, latent), each normalised."""
+        if self.heads == 1:
+            return self.norm(y)
+        return self.norm(y.unflatten(-1, (self.heads, self.latent_dim)))
+
     def readout(self, h: torch.Tensor) -> torch.Tensor:
-        """(B, hidden) -> (B, latent): norm(fc2(h))."""
-        return self.norm(self.fc2(h))
+        """(B, hidden) -> the prediction: finish(fc2(h))."""
+        return self.finish(self.fc2(h))
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        """(B, latent) -> (B, latent), the base (unmodulated) prediction."""
-        return self.norm(self.fc2(self.act(self.fc1(z))))
+        """(B, in_dim) -> (B, latent) (or (B, K, latent)), the base (unmodulated) prediction."""
+        return self.finish(self.fc2(self.act(self.fc1(z))))

@@ -11,6 +11,8 @@ from typing import NamedTuple
 
 import torch
 
+from agent.metrics import per_horizon
+
 
 class Loss(NamedTuple):
     total: torch.Tensor  # 0-dim: pred + lambda * reg
@@ -23,9 +25,10 @@ def pred_loss(
 ) -> torch.Tensor:
     """Mean over horizons of the MSE between pred and the stop-gradient targets.
 
-    pred (B, D); targets (B, K, D), detached here; weight (B,) 0/1 float or None (all valid).
+    pred (B, D) (the paper's one output for every horizon) or (B, K, D) (one per horizon);
+    targets (B, K, D), detached here; weight (B,) 0/1 float or None (all valid).
     """
-    sq = (pred.unsqueeze(1) - targets.detach()).pow(2)  # (B, K, D)
+    sq = (per_horizon(pred) - targets.detach()).pow(2)  # (B, K, D)
     if weight is None:
         return sq.mean()
     b, k, d = sq.shape
@@ -36,8 +39,10 @@ def pred_loss(
 def reg_loss(pred: torch.Tensor, gamma: float, weight: torch.Tensor | None = None) -> torch.Tensor:
     """VICReg variance term: mean_d max(0, gamma - std_b(pred[:, d])), std unbiased.
 
-    pred (B, D); weight (B,) 0/1 float or None.
+    pred (B, D), or (B, K, D) per horizon (each horizon's dimensions count apart); weight (B,)
+    0/1 float or None.
     """
+    pred = pred.flatten(1)
     if weight is None:
         std = pred.std(dim=0)
     else:

@@ -1,8 +1,10 @@
 """Sources turn uint8 frames into training ``Batch``es: a live vector env or a stored dataset.
 
-Both give ``Batch.frames`` (B, K+2, 1, 64, 64) uint8 with the frames at offsets
-``cfg.frame_offsets`` = (0, *horizons, max(horizons) - 1) from the sample's input frame:
-index 0 the predictor input, 1..K the targets, K+1 the frame before the newest (index K).
+Both give ``Batch.frames`` (B, F, 1, 64, 64) uint8: the frames at the window positions
+``cfg.frame_offsets`` (0 = the window's oldest frame). In the paper's layout (0, 5, 10, 20, 19):
+index 0 the predictor input, 1..K the targets, K+1 the frame before the newest (index K). With
+context frames or the input's own memory pair, the P past frames come first (the last of them
+the input), then the K targets (``AgentConfig.frame_offsets``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from agent.config import AgentConfig
 class Batch:
     """One update's samples."""
 
-    frames: torch.Tensor  # (B, K+2, 1, 64, 64) uint8
+    frames: torch.Tensor  # (B, F, 1, 64, 64) uint8 at ``cfg.frame_offsets``
     valid: torch.Tensor  # (B,) bool; False: the stream's window spans an episode reset
     world: torch.Tensor  # (B,) int64; 0 base world, 1 shifted world
 
@@ -30,10 +32,11 @@ class Batch:
 
 class DatasetSource:
     """I.i.d. batches of stored sequences (the paper's protocol): one sample per sequence,
-    input frame 0, targets at the horizons (5, 10, 20), pair (19, 20).
+    the window at the sequence's start (the paper: input frame 0, targets at the horizons (5, 10,
+    20), pair (19, 20)).
 
     frames: (N, T, 1, 64, 64) uint8, a numpy array or anything with zarr's ``oindex`` (read
-    lazily, only the K+2 needed frames of the drawn sequences). Sampling with replacement from
+    lazily, only the needed frames of the drawn sequences). Sampling with replacement from
     ``np.random.default_rng(seed)``.
     """
 
@@ -49,8 +52,8 @@ class DatasetSource:
             raise ValueError(f"frames: expected (N, T, 1, 64, 64), got {tuple(frames.shape)}")
         if frames.shape[1] < cfg.window:
             raise ValueError(
-                f"frames: sequences of {frames.shape[1]} frames are shorter than "
-                f"max(horizons) + 1 = {cfg.window}"
+                f"frames: sequences of {frames.shape[1]} frames are shorter than a sample's "
+                f"window of {cfg.window} (context, input and max(horizons))"
             )
         self.frames = frames
         self.batch_size = cfg.batch_size
@@ -63,7 +66,7 @@ class DatasetSource:
         """Draw one batch of B sequences."""
         idx = self.rng.integers(0, self.frames.shape[0], size=self.batch_size)
         if isinstance(self.frames, np.ndarray):
-            x = self.frames[idx[:, None], self.offsets[None, :]]  # (B, K+2, 1, 64, 64)
+            x = self.frames[idx[:, None], self.offsets[None, :]]  # (B, F, 1, 64, 64)
         else:  # zarr: one orthogonal read of the unique sequences, then re-expand
             uniq, inverse = np.unique(idx, return_inverse=True)
             x = np.asarray(self.frames.oindex[uniq, self.offsets])[inverse]
@@ -85,9 +88,12 @@ class DatasetSource:
 class StreamSource:
     """Live frames from a vector env (NEXT_STEP autoreset), one env step per ``next()``.
 
-    Keeps the last W = max(horizons) + 1 frames of each of the env's streams with the episode
-    each came from. At step t a stream's sample is input t-20, targets t-15, t-10, t and the
-    pair (t-1, t); it is valid only if the whole window lies in one episode. Under NEXT_STEP
+    Keeps the last W = ``cfg.window`` frames of each of the env's streams with the episode each
+    came from. At step t a stream's sample has its targets at t-15, t-10, t and its input at
+    t-20 (its context frames and memory pair before that); it is valid only if the whole window
+    lies in one episode. The memory pair must be the input's own (``cfg.push_pair ==
+    "input"``): the paper's newest pair (t-1, t) is made of the sample's own targets, frames
+    after its input, and would leak the future into later predictions. Under NEXT_STEP
     autoreset the step after a ``terminated | truncated`` returns the new episode's first frame,
     so that step starts a new episode id.
 
@@ -105,6 +111,11 @@ class StreamSource:
         seed: int | None = None,
         base_gravity: float | None = None,
     ) -> None:
+        if cfg.push_pair != "input":
+            raise ValueError(
+                "push_pair: a stream source needs the input's own memory pair (push_pair "
+                "'input'); the paper's 'newest' pair holds frames after the sample's input"
+            )
         self.env = vec_env
         self.num_envs = int(vec_env.num_envs)
         self.window = cfg.window
@@ -167,7 +178,7 @@ class StreamSource:
             self.start()
         self._step()
         order = (self.head + self.offsets) % self.window  # oldest slot is head
-        x = self.frames[:, order]  # (B, K+2, 1, 64, 64)
+        x = self.frames[:, order]  # (B, F, 1, 64, 64)
         ep = self.episode  # (B, W)
         valid = (ep == ep[:, :1]).all(axis=1) & (ep[:, 0] >= 0)
         return Batch(

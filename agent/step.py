@@ -27,7 +27,7 @@ import torch
 from agent.build import Networks
 from agent.config import AgentConfig
 from agent.memory import Aggregate, BoundaryDetector, ExperienceBuffer
-from agent.metrics import StepMetrics, normalised_error
+from agent.metrics import StepMetrics, normalised_error, per_horizon
 from agent.modulators import Modulated
 from agent.networks import Encoder
 from agent.objective import compute_loss
@@ -51,6 +51,9 @@ class StepSpec:
     bf16: bool  # forward under bf16 autocast (``cfg.precision == "bf16"``)
     device_type: str  # "cpu" / "cuda": the autocast device
     channels_last: bool = True
+    past: int = 1  # P: frames at or before the input in a batch (``cfg.past_frames``)
+    context: int = 1  # C: latents the predictor reads (``cfg.context_frames``)
+    push_pair: str = "newest"  # ``cfg.push_pair``
 
     @classmethod
     def from_config(
@@ -63,6 +66,9 @@ class StepSpec:
             bf16=cfg.precision == "bf16",
             device_type=torch.device(device).type,
             channels_last=channels_last,
+            past=cfg.past_frames,
+            context=cfg.context_frames,
+            push_pair=cfg.push_pair,
         )
 
     def autocast(self) -> contextlib.AbstractContextManager:
@@ -127,11 +133,14 @@ def aggregate(
 def modulated_prediction(
     nets: Networks, z: torch.Tensor, memory: MemoryView, spec: StepSpec
 ) -> tuple[Modulated, Aggregate | None]:
-    """The modulated prediction for z (B, latent) given ``memory``: (Modulated(pred (B, latent),
-    scales (B, n) | None), Aggregate(e_agg (B, exp_dim), attn (B, cap)) | None)."""
-    agg = aggregate(nets, z, memory, spec)
+    """The modulated prediction for the context latents z (B, C, latent) - or (B, latent) when
+    C = 1 - given ``memory``: (Modulated(pred, scales (B, n) | None), Aggregate(e_agg (B,
+    exp_dim), attn (B, cap)) | None). pred is (B, latent), or (B, K, latent) per horizon. The
+    aggregator's query is the input frame's latent (the newest of the context)."""
+    query = z[:, -1] if z.dim() == 3 else z
+    agg = aggregate(nets, query, memory, spec)
     e_agg = agg.e_agg if agg is not None else z.new_zeros(z.shape[0], spec.exp_dim)
-    return nets.modulator(nets.predictor, z, e_agg), agg
+    return nets.modulator(nets.predictor, z.flatten(1), e_agg), agg
 
 
 # ---------------------------------------------------------------------------- the step
@@ -150,29 +159,42 @@ def forward_step(
     """Sections 1 (forward) and 2 (loss) of a training step, and the reductions the memory
     update and the metrics need. Pure: reads ``nets`` and ``memory``, writes nothing.
 
-    x (B, K+2, 1, 64, 64) float32 encoder input: index 0 the input frame, 1..K the targets (K
-    the newest frame), K+1 the frame before the newest (the pair is (x[:, K+1], x[:, K]));
+    x (B, F, 1, 64, 64) float32 encoder input at the window positions ``cfg.frame_offsets``:
+    0..P-1 the past frames (P-1 the input frame), P..P+K-1 the targets (the newest last), and,
+    with the paper's pair, P+K the frame before the newest (the pair is (x[:, P+K],
+    x[:, P+K-1])); in the paper (P = 1) index 0 the input, 1..K the targets, K+1 the pair's;
     w (B,) 0/1 float32 validity weights; world (B,) int64; memory: MemoryView (cap, 2, D) /
     (cap,); gamma, lambda_reg: floats (or 0-dim tensors, per-run values under vmap); grad:
     whether the loss is differentiable (False when the weights are frozen).
     """
-    k = spec.n_horizons
+    k, p, c = spec.n_horizons, spec.past, spec.context
     b = x.shape[0]
     n_valid = w.sum()
 
-    # 1. Forward. Each frame is encoded once: the input with gradients, the newest pair
-    #    (memory only) and the K targets (EMA encoder) without.
+    # 1. Forward. Each frame is encoded once: the C context frames with gradients, the K
+    #    targets (EMA encoder) without, and the memory pair's frames that are not context
+    #    frames (online encoder, no gradient).
     with spec.autocast():
         with torch.no_grad():
-            pair = encode(nets.encoder, x[:, k:].flatten(0, 1), spec).view(b, 2, -1).flip(1)
-            targets = encode(nets.target.target, x[:, 1 : k + 1].flatten(0, 1), spec)  # EMA
+            targets = encode(nets.target.target, x[:, p : p + k].flatten(0, 1), spec)  # EMA
             targets = targets.view(b, k, -1)  # (B, K, D)
+            if spec.push_pair == "newest":  # the paper: frames (P+K, P+K-1) = (prev, newest)
+                pair = encode(nets.encoder, x[:, p + k - 1 :].flatten(0, 1), spec)
+                pair = pair.view(b, 2, -1).flip(1)
+            elif c == 1:  # the input frame's predecessor (the input itself is the context)
+                prev = encode(nets.encoder, x[:, p - 2], spec)
         with torch.set_grad_enabled(grad):
-            z = encode(nets.encoder, x[:, 0], spec)  # (B, D)
+            if c == 1:
+                z = encode(nets.encoder, x[:, p - 1], spec)  # (B, D)
+            else:
+                z = encode(nets.encoder, x[:, p - c : p].flatten(0, 1), spec).view(b, c, -1)
             mod, agg = modulated_prediction(nets, z, memory, spec)
+        if spec.push_pair == "input":  # (z_{input-1}, z_input): no frame after the input
+            pair = torch.stack([prev, z.detach()], 1) if c == 1 else z[:, -2:].detach()
         # The BASE predictor (no modulation) for the surprisal: no circular coupling with memory.
         with torch.no_grad():
-            base = nets.predictor(z.detach()) if nets.modulator.uses_memory else mod.pred
+            base = nets.predictor(z.detach().flatten(1)) if nets.modulator.uses_memory else mod.pred
+        z = z[:, -1] if c > 1 else z  # the input frame's latent ("no change" in D)
     pred, targets, base = mod.pred.float(), targets.float(), base.detach().float()
 
     # 2. Loss (invalid samples weigh 0).
@@ -180,7 +202,7 @@ def forward_step(
 
     # Reductions for the memory update and the metrics (valid-sample means).
     with torch.no_grad():
-        err = torch.linalg.vector_norm(targets - base.unsqueeze(1), dim=-1).mean(1)  # (B,)
+        err = torch.linalg.vector_norm(targets - per_horizon(base), dim=-1).mean(1)  # (B,)
         denom = n_valid.clamp(min=1.0)
         surprisal = (err * w).sum() / denom
         pair_mean = (pair.float() * w.view(b, 1, 1)).sum(0) / denom  # (2, D)

@@ -66,9 +66,12 @@ def train_resume_evaluate(
     data: EvalData,
     ckpt_dir: Path,
 ) -> dict:
+    # A stream pushes the input's own pair to memory (the paper's newest pair would be the
+    # samples' own targets); the paper's dataset protocol keeps its pair.
     cfg = AgentConfig.from_preset(
-        args.preset, track=track, total_steps=args.steps, precision=args.precision
-    )
+        args.preset, track=track, total_steps=args.steps, precision=args.precision,
+        push_pair="input" if kind == "stream" else "newest",
+    )  # fmt: skip
     learner, source = Learner(cfg), make_source(kind, cfg, base_train, args.seed)
     half = args.steps // 2
     t0 = time.perf_counter()

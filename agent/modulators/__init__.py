@@ -17,12 +17,14 @@ def build_modulator(cfg: AgentConfig) -> Modulator:
         return NoModulator(cfg.exp_dim, cfg.hidden_dim)
     if cfg.track == "B":
         return ResidualModulator(cfg.exp_dim, cfg.hidden_dim)
+    c_in = cfg.context_frames * cfg.latent_dim  # the predictor's input and output widths
+    c_out = (cfg.n_horizons if cfg.per_horizon else 1) * cfg.latent_dim
     if cfg.track == "C":
-        return LoRAModulator(cfg.latent_dim, cfg.hidden_dim, cfg.exp_dim, cfg.lora_rank)
+        return LoRAModulator(c_in, cfg.hidden_dim, cfg.exp_dim, cfg.lora_rank, c_out)
     if cfg.track == "D":
         return FiLMModulator(cfg.exp_dim, cfg.hidden_dim)
     if cfg.track == "E":
-        return HyperModulator(cfg.latent_dim, cfg.hidden_dim, cfg.exp_dim, cfg.hyper_dim)
+        return HyperModulator(c_in, cfg.hidden_dim, cfg.exp_dim, cfg.hyper_dim)
     raise ValueError(f"track: unknown track {cfg.track!r}")
 
 

@@ -19,15 +19,15 @@ class HyperModulator(Modulator):
     base predictor exactly.
     """
 
-    def __init__(self, latent_dim: int, hidden_dim: int, exp_dim: int, hyper_dim: int) -> None:
+    def __init__(self, in_dim: int, hidden_dim: int, exp_dim: int, hyper_dim: int) -> None:
         super().__init__()
         self.code = nn.Linear(exp_dim, hyper_dim, bias=False)
-        self.bases = nn.Parameter(torch.empty(hyper_dim * latent_dim, hidden_dim))
+        self.bases = nn.Parameter(torch.empty(hyper_dim * in_dim, hidden_dim))
         nn.init.normal_(self.bases, std=0.02)
 
     def forward(self, predictor: Predictor, z: torch.Tensor, e_agg: torch.Tensor) -> Modulated:
-        """z (B, latent), e_agg (B, exp_dim) -> pred (B, latent), scales (B, m)."""
+        """z (B, in), e_agg (B, exp_dim) -> pred (``Predictor.readout``), scales (B, m)."""
         c = self.code(e_agg)  # (B, m)
-        outer = (c.unsqueeze(2) * z.unsqueeze(1)).flatten(1)  # (B, m * latent)
+        outer = (c.unsqueeze(2) * z.unsqueeze(1)).flatten(1)  # (B, m * in)
         h1 = predictor.act(predictor.fc1(z) + outer @ self.bases)  # (B, hidden)
         return Modulated(predictor.readout(h1), c)

@@ -109,7 +109,7 @@ class LoopDriver:
         n = int(buf.size)
         if n == 0 or not hasattr(src, "frames"):
             return None
-        inp = (src.head + int(src.offsets[0])) % src.window  # the predictor input of the last step
+        inp = (src.head + learner.cfg.input_position) % src.window  # the last step's input
         x = torch.from_numpy(np.ascontiguousarray(src.frames[:ATTN_STREAMS, inp]))
         z = learner.encode(x)  # (S, D), the learner's own input scaling and precision
         agg = learner.aggregate(z, buf)

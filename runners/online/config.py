@@ -282,6 +282,13 @@ def make_agent_config(cfg: RunConfig) -> Any:
     typed.setdefault("total_steps", schedule_horizon(cfg))
     typed["seed"] = cfg.seed
     typed["precision"] = cfg.precision
+    if cfg.source == "stream":  # the paper's newest pair would be the samples' own targets
+        if typed.get("push_pair", "input") != "input":
+            raise CliError(
+                "push_pair=newest leaks the future in stream mode (the newest pair is the "
+                "sample's own targets); the stream source pushes the input's own pair"
+            )
+        typed["push_pair"] = "input"
     try:
         return agent.AgentConfig.from_preset(agent_preset, track=cfg.track, **typed)
     except (ValueError, TypeError) as err:

@@ -66,7 +66,7 @@ def split_view(store: env.PaperDataset, world: str, split: str, path: str) -> An
 def split_frames(
     store: env.PaperDataset, world: str, split: str, path: str, limit: int | None = None
 ) -> Any:
-    """``(N, 21, 1, 64, 64)`` frames of one split (lazy zarr array unless ``limit``)."""
+    """``(N, T, 1, 64, 64)`` frames of one split (lazy zarr array unless ``limit``)."""
     frames = split_view(store, world, split, path).frames
     if limit is not None:
         return np.asarray(frames[: min(limit, frames.shape[0])])
@@ -156,6 +156,13 @@ def check_store(cfg: RunConfig, store: env.PaperDataset) -> None:
     path = str(cfg.data)
     g_shift = split_view(store, "shift", "train", path).gravity
     g_base = split_view(store, "base", "train", path).gravity
+    seq_len = int(split_frames(store, "base", "train", path).shape[1])
+    if seq_len < cfg.agent.window:
+        raise CliError(
+            f"--data {path}: sequences of {seq_len} frames are shorter than a sample's window of "
+            f"{cfg.agent.window} (context_frames {cfg.agent.context_frames}, push_pair "
+            f"{cfg.agent.push_pair}); use the stream source"
+        )
     if g_base != cfg.base_gravity:
         raise CliError(
             f"--source dataset: the store's base world has gravity {g_base:g}, "
@@ -183,9 +190,13 @@ def make_eval_data(cfg: RunConfig, store: env.PaperDataset | None = None) -> Eva
         )
     seed = cfg.seed + cfg.eval_seed_offset
     shift, base = cfg.shift_physics, cfg.base_physics
+    a = cfg.agent  # an evaluation window: the context frames, then the horizons (21 in the paper)
+    seq_len = a.context_frames + a.horizons[-1]
 
     def gen(n: int, s: int, physics: env.PhysicsParams, split: str) -> np.ndarray:
-        return env.generate_sequences(n, seed=s, split=split, **physics.as_dict())["frames"]
+        return env.generate_sequences(
+            n, seed=s, split=split, seq_len=seq_len, **physics.as_dict()
+        )["frames"]
 
     return EvalData(
         shift_train=gen(cfg.eval_shift_train, seed, shift, "train"),

@@ -22,6 +22,12 @@ def tiny() -> AgentConfig:
 
 
 @pytest.fixture
+def stream_tiny(tiny: AgentConfig) -> AgentConfig:
+    """The tiny config as a stream source needs it: the memory pair is the input's own."""
+    return tiny.replace(push_pair="input")
+
+
+@pytest.fixture
 def frames() -> np.ndarray:
     """(24, 21, 1, 64, 64) uint8 random sequences (smooth enough blobs are not needed here)."""
     return np.random.default_rng(0).integers(0, 256, size=(24, 21, 1, 64, 64), dtype=np.uint8)

@@ -38,6 +38,8 @@ def test_resume_is_bit_exact(
     tmp_path: Path, frames: np.ndarray, fake_env_cls, stream: bool
 ) -> None:
     cfg, n = make_cfg(), 6
+    if stream:
+        cfg = cfg.replace(push_pair="input")
 
     def source():
         if stream:

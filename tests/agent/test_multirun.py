@@ -277,3 +277,13 @@ def test_cuda_paths_match_eager(mode: str, frames: np.ndarray) -> None:
         a, b = fast.state_dict_for(i), eager.state_dict_for(i)
         for name, p in b["nets"].items():
             torch.testing.assert_close(a["nets"][name], p, rtol=1e-3, atol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("push_pair", ["newest", "input"])
+def test_stacked_runs_match_with_context_frames_and_per_horizon_outputs(push_pair: str) -> None:
+    long = np.random.default_rng(1).integers(0, 256, size=(24, 24, 1, 64, 64), dtype=np.uint8)
+    cfgs = configs("C", context_frames=3, per_horizon=True, push_pair=push_pair)
+    ml, singles, fired = run_both(cfgs, long, 8)  # every metric of every step to 1e-5
+    assert 0 < fired.sum() < fired.size
+    for i, learner in enumerate(singles):  # weights: float noise of ~3e-7 through AdamW
+        assert_run_matches(ml, i, learner, strict_params=False)

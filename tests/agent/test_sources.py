@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 import zarr
 
@@ -23,29 +24,38 @@ def test_dataset_source_frames_and_determinism(frames: np.ndarray, tiny: AgentCo
     assert torch.equal(src.next().frames, nxt.frames)
 
 
-def test_stream_window_never_mixes_two_episodes(fake_env_cls, tiny: AgentConfig) -> None:
+@pytest.mark.parametrize("context", [1, 3])
+def test_stream_window_never_mixes_two_episodes(
+    fake_env_cls, stream_tiny: AgentConfig, context: int
+) -> None:
+    cfg = stream_tiny.replace(context_frames=context)
     lengths = [23, 30, 40, 200, 21, 25, 60, 100]
     env = fake_env_cls(lengths)
-    src = StreamSource(env, tiny)
+    src = StreamSource(env, cfg)
+    p = cfg.past_frames  # (0, 1, 6, 11, 21) with C = 1; (0, 1, 2, 7, 12, 22) with C = 3
     n_valid = 0
     for _ in range(150):
         b = src.next()
-        ep = b.frames[:, :, 0, 0, 0].numpy()  # (B, K+2) episode of each frame
+        ep = b.frames[:, :, 0, 0, 0].numpy()  # (B, F) episode of each frame
         t = b.frames[:, :, 0, 0, 1].numpy().astype(int)  # step within the episode
+        assert b.frames.shape[1] == p + 3
         for i in range(env.num_envs):
-            same = (ep[i] == ep[i, 0]).all() and (t[i, 1:4] - t[i, 0]).tolist() == [5, 10, 20]
+            same = (ep[i] == ep[i, 0]).all() and (t[i] - t[i, 0]).tolist() == list(
+                cfg.frame_offsets
+            )
             assert bool(b.valid[i]) == bool(same), (i, ep[i], t[i])
-            if b.valid[i]:
-                assert t[i, 4] == t[i, 3] - 1  # the pair is (t-1, t)
+            if b.valid[i]:  # the past frames are consecutive; the targets at the horizons
+                assert (t[i, p:] - t[i, p - 1]).tolist() == [5, 10, 20]
+                assert (np.diff(t[i, :p]) == 1).all()
         n_valid += int(b.valid.sum())
     assert 0 < n_valid < 150 * env.num_envs
     # Stream 3 (length 200) is valid on every step of its first episode.
     assert b.valid[3]
 
 
-def test_stream_state_round_trip_and_world_tag(fake_env_cls, tiny: AgentConfig) -> None:
+def test_stream_state_round_trip_and_world_tag(fake_env_cls, stream_tiny: AgentConfig) -> None:
     env = fake_env_cls([25, 40])
-    src = StreamSource(env, tiny, base_gravity=0.0)
+    src = StreamSource(env, stream_tiny, base_gravity=0.0)
     for _ in range(10):
         src.next()
     state = src.state_dict()
@@ -58,7 +68,8 @@ def test_stream_state_round_trip_and_world_tag(fake_env_cls, tiny: AgentConfig) 
         assert torch.equal(a.frames, b.frames) and torch.equal(a.valid, b.valid)
 
 
-def test_stream_source_with_the_real_env(tiny: AgentConfig) -> None:
+def test_stream_source_with_the_real_env(stream_tiny: AgentConfig) -> None:
+    tiny = stream_tiny
     venv = MovingMNISTVectorEnv(tiny.batch_size, max_episode_steps=30)
     src = StreamSource(venv, tiny, seed=0, base_gravity=0.0)
     learner = Learner(tiny)

@@ -1,0 +1,77 @@
+"""No memory entry a sample reads holds a latent of a frame later than that sample's input.
+
+The frames of ``FakeVectorEnv`` carry their time in a pixel, and every stream runs in step (one
+long episode each), so an encoder that returns that pixel as the latent makes the memory's
+contents readable as frame times. A frozen learner (detector and buffer live) then runs the
+stream: before each step, the newest frame time held in memory must not be after the batch's
+input frames. The paper's newest pair, forced onto a stream, fails the same check (the check can
+fail), which is why a stream source refuses it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from agent import AgentConfig, Learner, StreamSource
+
+
+class ClockEncoder(nn.Module):
+    """Latent = the frame's time pixel (frames[0, 0, 1]) in every dimension."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def encode(self, x: torch.Tensor, channels_last: bool = True) -> torch.Tensor:
+        return x[:, 0, 0, 1:2].expand(-1, self.dim).clone()
+
+    forward = encode
+
+
+def memory_vs_input(learner: Learner, source: StreamSource, input_pos: int, steps: int):
+    """Per step: (newest frame time in memory, earliest input frame time of the batch)."""
+    learner.nets.encoder = ClockEncoder(learner.cfg.latent_dim)
+    learner.freeze_weights()
+    rows = []
+    for _ in range(steps):
+        batch = source.next()
+        t_input = batch.frames[:, input_pos, 0, 0, 1].float()
+        filled = learner.buffer.mask()
+        if bool(filled.any()):
+            rows.append((float(learner.buffer.pairs[filled].max()), float(t_input.min())))
+        learner.update(batch)
+    return rows
+
+
+def stream_cfg(context: int) -> AgentConfig:
+    return AgentConfig.from_preset(
+        "tiny", track="C", push_pair="input", context_frames=context, kappa=0.05,
+        detector_warmup=2,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("context", [1, 2, 3])
+def test_memory_never_holds_a_frame_after_the_input(fake_env_cls, context: int) -> None:
+    cfg = stream_cfg(context)
+    source = StreamSource(fake_env_cls([250] * cfg.batch_size), cfg)
+    rows = memory_vs_input(Learner(cfg), source, cfg.input_position, 80)
+    assert len(rows) > 40  # the memory filled early and was checked on most steps
+    newest, earliest = np.asarray(rows).T
+    assert (newest <= earliest).all()
+    assert (newest == earliest - 1).any()  # the input's own pair: one frame before the next input
+
+
+def test_the_papers_newest_pair_on_a_stream_would_leak(fake_env_cls) -> None:
+    cfg = stream_cfg(1)
+    with pytest.raises(ValueError, match="push_pair"):
+        StreamSource(fake_env_cls([250] * cfg.batch_size), cfg.replace(push_pair="newest"))
+    # Forced past the guard: the paper's frame layout read from the same stream.
+    source = StreamSource(fake_env_cls([250] * cfg.batch_size), cfg)
+    paper = cfg.replace(push_pair="newest")
+    source.offsets = np.asarray(paper.frame_offsets)
+    rows = memory_vs_input(Learner(paper), source, paper.input_position, 80)
+    newest, earliest = np.asarray(rows).T
+    assert (newest > earliest).all()  # every entry is ~20 frames ahead of the next input
