@@ -27,6 +27,7 @@ from env.moving_mnist import MovingMNISTEnv
 from env.physics import PHYSICS_FIELDS, PhysicsParams
 from env.render import render_frames
 from env.vector import MovingMNISTVectorEnv
+from env.worlds import FAMILIES, HELD_OUT, WorldFamily, family
 
 ENV_ID = "MovingMNIST-v0"
 
@@ -40,6 +41,8 @@ if ENV_ID not in _gym.registry:
 
 __all__ = [
     "ENV_ID",
+    "FAMILIES",
+    "HELD_OUT",
     "PHYSICS_FIELDS",
     "DatasetError",
     "Digits",
@@ -50,6 +53,8 @@ __all__ = [
     "PaperDatasetConfig",
     "PhysicsParams",
     "SplitView",
+    "WorldFamily",
+    "family",
     "generate_sequences",
     "generate_split",
     "iter_sequences",

@@ -1,0 +1,51 @@
+"""World families: draws lie in their family, the families are disjoint, draws are seeded."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from env.physics import PhysicsParams
+from env.worlds import FAMILIES, HELD_OUT, WorldFamily, family
+
+
+def test_draws_lie_in_their_family_and_in_no_other() -> None:
+    rng = np.random.default_rng(0)
+    for name, fam in FAMILIES.items():
+        worlds = fam.sample(rng, 2000)
+        assert all(fam.contains(w) for w in worlds), name
+        for other in FAMILIES.values():
+            if other is not fam:
+                assert not any(other.contains(w) for w in worlds), (name, other.name)
+
+
+def test_draws_cover_the_family() -> None:
+    worlds = family("train").sample(np.random.default_rng(1), 4000)
+    g = np.asarray([w.gravity for w in worlds])
+    d = np.asarray([w.gravity_direction for w in worlds])
+    assert 0.1 <= g.min() < 0.12 and 0.48 < g.max() <= 0.5
+    # Four arcs of 60 degrees around the axes: about a quarter of the draws in each.
+    near = np.minimum.reduce([np.abs((d - c + 180) % 360 - 180) for c in (0, 90, 180, 270)])
+    assert near.max() <= 30.0
+    counts = np.bincount(((d + 45) % 360 // 90).astype(int), minlength=4)
+    assert counts.min() > 900
+
+
+def test_seeded_and_prefix_free() -> None:
+    fam = family("interp")
+    a = fam.sample(np.random.default_rng(5), 10)
+    b = fam.sample(np.random.default_rng(5), 10)
+    assert a == b
+    assert all(isinstance(w, PhysicsParams) for w in a)
+
+
+def test_held_out_families_are_named_and_bad_input_is_refused() -> None:
+    assert set(HELD_OUT) < set(FAMILIES)
+    with pytest.raises(ValueError, match="unknown world family 'moon'"):
+        family("moon")
+    with pytest.raises(ValueError, match="empty"):
+        WorldFamily("bad", (0.5, 0.1), ((0.0, 10.0),))
+    with pytest.raises(ValueError, match="arcs"):
+        WorldFamily("bad", (0.1, 0.5), ((10.0, 10.0),))
+    with pytest.raises(ValueError, match="friction"):
+        WorldFamily("bad", (0.1, 0.5), ((0.0, 10.0),), friction=(0.0, 1.5))
