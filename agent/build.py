@@ -9,14 +9,21 @@ from torch import nn
 
 from agent.config import AgentConfig
 from agent.ema import EMATarget
-from agent.memory import AttentionAggregator, BoundaryDetector, ExperienceBuffer, ExperienceEncoder
+from agent.memory import (
+    AttentionAggregator,
+    BoundaryDetector,
+    ExperienceBuffer,
+    ExperienceEncoder,
+    OracleContext,
+)
 from agent.modulators import Modulator, build_modulator
 from agent.networks import Encoder, Predictor
 
 
 class Networks(nn.Module):
     """The learner's modules in one state dict. ``experience`` and ``aggregator`` are None for
-    tracks whose modulator ignores memory (A)."""
+    tracks whose modulator ignores memory (A) and with the oracle, whose ``oracle`` module
+    (None otherwise) feeds the true physics in place of e_agg."""
 
     def __init__(
         self,
@@ -26,6 +33,7 @@ class Networks(nn.Module):
         modulator: Modulator,
         experience: ExperienceEncoder | None,
         aggregator: AttentionAggregator | None,
+        oracle: OracleContext | None = None,
     ) -> None:
         super().__init__()
         self.encoder = encoder
@@ -34,6 +42,7 @@ class Networks(nn.Module):
         self.modulator = modulator
         self.experience = experience
         self.aggregator = aggregator
+        self.oracle = oracle
 
     def trainable(self) -> list[nn.Parameter]:
         """What the optimiser updates (everything but the EMA target and frozen dummies)."""
@@ -62,19 +71,27 @@ def build_networks(cfg: AgentConfig) -> Networks:
         encoder = Encoder.from_config(cfg)
         predictor = Predictor.from_config(cfg)
         modulator = build_modulator(cfg)
-        experience = aggregator = None
-        if modulator.uses_memory:
+        experience = aggregator = oracle = None
+        if modulator.uses_memory and cfg.oracle:
+            oracle = OracleContext.from_config(cfg)
+        elif modulator.uses_memory:
             experience = ExperienceEncoder.from_config(cfg)
             aggregator = AttentionAggregator.from_config(cfg)
-    return Networks(encoder, EMATarget(encoder), predictor, modulator, experience, aggregator)
+    target = EMATarget(encoder)
+    return Networks(encoder, target, predictor, modulator, experience, aggregator, oracle)
 
 
 def build_parts(cfg: AgentConfig, device: torch.device | str = "cpu") -> Parts:
-    """Networks, detector and buffer on ``device``."""
+    """Networks, detector and buffer on ``device`` (one detector statistic and one FIFO per
+    stream with ``memory_scope="per_stream"``: the batch's B samples are B streams)."""
+    streams = cfg.batch_size if cfg.memory_scope == "per_stream" else None
+    detector = BoundaryDetector(
+        cfg.kappa, cfg.detector_momentum, cfg.detector_warmup, device, streams=streams
+    )
     return Parts(
         nets=build_networks(cfg).to(device),
-        detector=BoundaryDetector(cfg.kappa, cfg.detector_momentum, cfg.detector_warmup, device),
-        buffer=ExperienceBuffer(cfg.buffer_capacity, cfg.latent_dim, device),
+        detector=detector,
+        buffer=ExperienceBuffer(cfg.buffer_capacity, cfg.latent_dim, device, streams=streams),
     )
 
 

@@ -29,6 +29,10 @@ TRACKS = ("A", "B", "C", "D", "E")
 PRESETS = ("paper", "tiny")
 PRECISIONS = ("fp32", "bf16")
 PUSH_PAIRS = ("newest", "input")
+MEMORY_SCOPES = ("global", "per_stream")
+# The oracle's input: the true physics of a sample's world, (gravity_x, gravity_y, restitution,
+# friction) as ``env.PHYSICS_FEATURES`` (a test keeps the two in step; agent never imports env).
+PHYSICS_DIM = 4
 
 
 def preferred_precision(device: Any = "cpu") -> str:
@@ -117,6 +121,9 @@ class AgentConfig:
     context_frames: int = 1  # predictor input: the latents of the last C frames (1: the paper)
     per_horizon: bool = False  # one predicted latent per horizon (False: the paper's single one)
     push_pair: str = "newest"  # memory pair: "newest" frames (paper) or "input" (the input's own)
+    memory_scope: str = "global"  # "global" one FIFO of batch means (paper), "per_stream" its own
+    vary_memory: bool = False  # training: each sample sees only its newest k entries, k ~ U{0..n}
+    oracle: bool = False  # feed the true physics (Batch.physics) in place of e_agg: the ceiling
 
     # ----------------------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -141,8 +148,15 @@ class AgentConfig:
             bad("precision", f"expected one of {', '.join(PRECISIONS)}")
         if self.push_pair not in PUSH_PAIRS:
             bad("push_pair", f"expected one of {', '.join(PUSH_PAIRS)}")
-        if not isinstance(self.per_horizon, bool):
-            bad("per_horizon", "must be true or false")
+        if self.memory_scope not in MEMORY_SCOPES:
+            bad("memory_scope", f"expected one of {', '.join(MEMORY_SCOPES)}")
+        for name in ("per_horizon", "vary_memory", "oracle"):
+            if not isinstance(getattr(self, name), bool):
+                bad(name, "must be true or false")
+        if self.oracle and self.track == "A":
+            bad("oracle", "track A has no pathway to feed (the oracle needs a track B-E)")
+        if self.memory_scope == "per_stream" and self.push_pair != "input":
+            bad("memory_scope", "per_stream memory keeps each stream's own pairs: push_pair 'input'")
         positive_ints = (
             "latent_dim",
             "hidden_dim",

@@ -61,6 +61,9 @@ class Learner(FreezeControls):
         self.optimizer = build_optimizer(cfg, self.nets)
         self.step = 0
         self._manual_freeze = False
+        # Draws of how much memory each training sample sees (cfg.vary_memory), on the device.
+        self.memory_rng = torch.Generator(self.device)
+        self.memory_rng.manual_seed(cfg.seed)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """bf16 autocast when ``precision == "bf16"``, else nothing (fp32 stays exact)."""
@@ -85,11 +88,24 @@ class Learner(FreezeControls):
         return aggregate(self.nets, z, MemoryView.of(buffer), self.spec)
 
     def predict(
-        self, z: torch.Tensor, buffer: ExperienceBuffer
+        self,
+        z: torch.Tensor,
+        buffer: ExperienceBuffer,
+        physics: torch.Tensor | None = None,
     ) -> tuple[Modulated, Aggregate | None]:
         """The modulated prediction for the context latents z (B, C, latent), or (B, latent),
-        given ``buffer`` (``agent.step.modulated_prediction``, the step's own)."""
-        return modulated_prediction(self.nets, z, MemoryView.of(buffer), self.spec)
+        given ``buffer`` (``agent.step.modulated_prediction``, the step's own); ``physics``
+        (B, PHYSICS_DIM) the true worlds, read instead of the memory by the oracle."""
+        return modulated_prediction(self.nets, z, MemoryView.of(buffer), self.spec, physics)
+
+    def memory_view(self, training: bool) -> MemoryView:
+        """What this step's samples read of the buffer: all of it, or while training with
+        ``cfg.vary_memory`` each sample its newest k entries, k uniform over 0..size."""
+        if not (training and self.cfg.vary_memory):
+            return MemoryView.of(self.buffer)
+        b = self.cfg.batch_size
+        u = torch.rand(b, generator=self.memory_rng, device=self.device)
+        return MemoryView.visible(self.buffer, u)
 
     # ---------------------------------------------------------------- the step
     def update(self, batch: Batch) -> StepMetrics:
@@ -106,11 +122,12 @@ class Learner(FreezeControls):
             self.encoder_input(batch.frames),  # (B, F, 1, 64, 64)
             batch.valid.float(),  # (B,)
             batch.world,
-            MemoryView.of(self.buffer),
+            self.memory_view(training=not frozen),
             gamma=cfg.gamma,
             lambda_reg=cfg.lambda_reg,
             grad=not frozen,
             spec=self.spec,
+            physics=batch.physics,
         )
 
         # 3. Backward and step.
@@ -126,11 +143,20 @@ class Learner(FreezeControls):
             self.nets.target.update(self.nets.encoder, tau)
 
         # 5. Memory update: the detector on the BASE predictor's surprisal, and a push of the
-        #    batch-mean newest pair on a boundary - all tensor ops.
+        #    batch-mean memory pair on a boundary - all tensor ops. Per stream: a stream whose
+        #    window spans an episode start (a new world) empties its memory; each valid stream
+        #    feeds its own detector and pushes its own pair when that fires.
         with torch.no_grad():
-            fired = self.detector.update(out.surprisal, out.n_valid > 0)
+            if cfg.memory_scope == "per_stream":
+                valid = batch.valid
+                self.buffer.clear(~valid)
+                fired = self.detector.update(out.sample_surprisal, valid)
+                pair, world = out.pairs, batch.world
+            else:
+                fired = self.detector.update(out.surprisal, out.n_valid > 0)
+                pair, world = out.pair, out.world
             if not self._frozen_at(cfg.freeze_buffer_at):
-                self.buffer.push(out.pair, out.world, self.step, fired)
+                self.buffer.push(pair, world, self.step, fired)
             # Metrics (device tensors; read in blocks by agent.metrics.stack).
             metrics = step_metrics(
                 out,
@@ -153,6 +179,7 @@ class Learner(FreezeControls):
             "optimizer": self.optimizer.state_dict(),
             "detector": self.detector.state_dict(),
             "buffer": self.buffer.state_dict(),
+            "memory_rng": self.memory_rng.get_state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -162,3 +189,5 @@ class Learner(FreezeControls):
         self.buffer.load_state_dict(state["buffer"])
         self.step = int(state["step"])
         self._manual_freeze = bool(state["manual_freeze"])
+        if "memory_rng" in state:  # absent in checkpoints written before vary_memory existed
+            self.memory_rng.set_state(state["memory_rng"].cpu())

@@ -66,6 +66,12 @@ def check_stackable(configs: Sequence[AgentConfig]) -> None:
     if not configs:
         raise ValueError("configs: need at least one run")
     first = configs[0].to_dict()
+    for name, plain in (("memory_scope", "global"), ("vary_memory", False), ("oracle", False)):
+        if first[name] != plain:
+            raise ValueError(
+                f"{name}: stacked runs support only {name}={plain!r} (got {first[name]!r}); "
+                f"train such runs one at a time with Learner"
+            )
     for i, cfg in enumerate(configs[1:], start=1):
         for name, value in cfg.to_dict().items():
             if name not in VARYING_FIELDS and value != first[name]:

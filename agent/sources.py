@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agent.config import AgentConfig
+from agent.config import PHYSICS_DIM, AgentConfig
 
 
 @dataclass
@@ -25,9 +25,13 @@ class Batch:
     frames: torch.Tensor  # (B, F, 1, 64, 64) uint8 at ``cfg.frame_offsets``
     valid: torch.Tensor  # (B,) bool; False: the stream's window spans an episode reset
     world: torch.Tensor  # (B,) int64; 0 base world, 1 shifted world
+    # (B, PHYSICS_DIM) float32: the true physics of each sample's world (gravity_x, gravity_y,
+    # restitution, friction; the oracle's input), None where the source does not know it.
+    physics: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> Batch:
-        return Batch(self.frames.to(device), self.valid.to(device), self.world.to(device))
+        physics = None if self.physics is None else self.physics.to(device)
+        return Batch(self.frames.to(device), self.valid.to(device), self.world.to(device), physics)
 
 
 class DatasetSource:
@@ -37,7 +41,8 @@ class DatasetSource:
 
     frames: (N, T, 1, 64, 64) uint8, a numpy array or anything with zarr's ``oindex`` (read
     lazily, only the needed frames of the drawn sequences). Sampling with replacement from
-    ``np.random.default_rng(seed)``.
+    ``np.random.default_rng(seed)``. ``physics``: the store's world as PHYSICS_DIM numbers
+    (``env.physics_features``), given to every sample as ``Batch.physics`` (None: unknown).
     """
 
     def __init__(
@@ -47,6 +52,7 @@ class DatasetSource:
         device: torch.device | str = "cpu",
         world: int = 0,
         seed: int = 0,
+        physics: Any = None,
     ) -> None:
         if frames.ndim != 5 or tuple(frames.shape[2:]) != (1, 64, 64):
             raise ValueError(f"frames: expected (N, T, 1, 64, 64), got {tuple(frames.shape)}")
@@ -61,6 +67,9 @@ class DatasetSource:
         self.device = torch.device(device)
         self.world = int(world)
         self.rng = np.random.default_rng(seed)
+        self.physics = None
+        if physics is not None:
+            self.physics = torch.as_tensor(physics, dtype=torch.float32).reshape(PHYSICS_DIM)
 
     def next(self) -> Batch:
         """Draw one batch of B sequences."""
@@ -75,6 +84,7 @@ class DatasetSource:
             torch.from_numpy(np.ascontiguousarray(x)).to(self.device),
             torch.ones(b, dtype=torch.bool, device=self.device),
             torch.full((b,), self.world, dtype=torch.long, device=self.device),
+            None if self.physics is None else self.physics.to(self.device).expand(b, -1),
         )
 
     def state_dict(self) -> dict[str, Any]:
@@ -132,6 +142,7 @@ class StreamSource:
         self.episode_id = np.zeros(n, np.int64)
         self.done = np.zeros(n, bool)  # last step ended the episode: next frame starts anew
         self.world = np.zeros(n, np.int64)
+        self.physics = np.zeros((n, PHYSICS_DIM), np.float32)  # infos["physics"] of the newest
         self.started = False
         self.t = 0  # env steps taken
 
@@ -150,6 +161,8 @@ class StreamSource:
     def _tag(self, infos: Any) -> None:
         if not isinstance(infos, dict):
             return
+        if "physics" in infos:
+            self.physics = np.asarray(infos["physics"], np.float32).copy()
         if "world" in infos:
             self.world = np.asarray(infos["world"], np.int64).copy()
         elif self.base_gravity is not None and "gravity" in infos:
@@ -185,6 +198,7 @@ class StreamSource:
             torch.from_numpy(x).to(self.device),
             torch.from_numpy(valid).to(self.device),
             torch.from_numpy(self.world.copy()).to(self.device),
+            torch.from_numpy(self.physics.copy()).to(self.device),
         )
 
     def state_dict(self) -> dict[str, Any]:
@@ -196,6 +210,7 @@ class StreamSource:
             "episode_id": self.episode_id.copy(),
             "done": self.done.copy(),
             "world": self.world.copy(),
+            "physics": self.physics.copy(),
             "started": self.started,
             "t": self.t,
             "env": self.env.get_state(),
@@ -208,6 +223,8 @@ class StreamSource:
         self.episode_id = np.array(state["episode_id"], np.int64)
         self.done = np.array(state["done"], bool)
         self.world = np.array(state["world"], np.int64)
+        if "physics" in state:  # absent in checkpoints written before the oracle existed
+            self.physics = np.array(state["physics"], np.float32)
         self.started = bool(state["started"])
         self.t = int(state["t"])
         self.env.set_state(state["env"])

@@ -79,15 +79,29 @@ class StepSpec:
 
 
 class MemoryView(NamedTuple):
-    """What the forward reads of the experience buffer (nothing is written through it)."""
+    """What the forward reads of the experience buffer (nothing is written through it).
 
-    pairs: torch.Tensor  # (cap, 2, D) float32
-    mask: torch.Tensor  # (cap,) bool, True for filled slots
+    One memory for every sample (the paper's global FIFO): pairs (cap, 2, D); or one per sample
+    (``memory_scope="per_stream"``: sample b is stream b): pairs (B, cap, 2, D). ``mask`` is
+    (cap,) or (B, cap) - (B, cap) also over shared pairs when each sample sees a different part
+    (``visible``)."""
+
+    pairs: torch.Tensor  # (cap, 2, D) or (B, cap, 2, D) float32
+    mask: torch.Tensor  # (cap,) or (B, cap) bool, True for the slots a sample attends to
 
     @classmethod
     def of(cls, buffer: ExperienceBuffer | StackedBuffer) -> MemoryView:
         """The buffer's pairs and filled-slot mask (stacked buffer: (R, cap, 2, D), (R, cap))."""
         return cls(buffer.pairs, buffer.mask())
+
+    @classmethod
+    def visible(cls, buffer: ExperienceBuffer, u: torch.Tensor) -> MemoryView:
+        """Each sample sees only the newest k entries of its memory, k = floor(u * (size + 1))
+        for u (B,) uniform in [0, 1): so k is uniform over 0..size, empty memory included
+        (``cfg.vary_memory``, training only). mask (B, cap)."""
+        k = (u * (buffer.size + 1).float()).long().clamp(max=buffer.size)  # (B,)
+        age = buffer.age()  # (cap,) or (B, cap)
+        return cls(buffer.pairs, age < k.unsqueeze(-1))
 
 
 class StepOutput(NamedTuple):
@@ -105,8 +119,10 @@ class StepOutput(NamedTuple):
     delta_abs: torch.Tensor  # 0-dim float32: valid-mean |modulation scale| (NaN: none)
     attn_entropy: torch.Tensor  # 0-dim float32: valid-mean attention entropy (NaN: no memory)
     norm_error: torch.Tensor  # 0-dim float32: D of the modulated prediction on the batch
-    pair: torch.Tensor  # (2, D) float32: valid-mean newest pair (z_{t-1}, z_t), for the buffer
+    pair: torch.Tensor  # (2, D) float32: valid-mean memory pair (z_prev, z_new), global buffer
     world: torch.Tensor  # 0-dim int64: the valid samples' majority world (ties: 0)
+    pairs: torch.Tensor  # (B, 2, D) float32: each sample's memory pair (per-stream memory)
+    sample_surprisal: torch.Tensor  # (B,) float32: each sample's surprisal (per-stream detector)
 
 
 # ---------------------------------------------------------------------------- the step's pieces
@@ -119,24 +135,38 @@ def encode(encoder: Encoder, x: torch.Tensor, spec: StepSpec) -> torch.Tensor:
 def aggregate(
     nets: Networks, z: torch.Tensor, memory: MemoryView, spec: StepSpec
 ) -> Aggregate | None:
-    """e_agg and attention for each z (B, latent) from ``memory`` (the buffer is encoded once:
-    the e_i are shared by all samples); None for tracks without a memory pathway."""
-    if not nets.modulator.uses_memory:
+    """e_agg and attention for each z (B, latent) from ``memory``; None for tracks without a
+    memory pathway (and with the oracle). A shared memory is encoded once (its e_i serve every
+    sample); a per-sample memory (B, cap, 2, D) as B * cap pairs."""
+    if not nets.modulator.uses_memory or nets.aggregator is None:
         return None
     # The memory pathway runs in fp32 even under bf16 autocast: its matmuls are tiny
     # (cap x 64), so bf16 only adds casts (measured ~2 ms slower per step on CPU).
     with torch.autocast(spec.device_type, enabled=False):
-        e = nets.experience(memory.pairs)  # (cap, exp_dim)
+        pairs = memory.pairs
+        e = nets.experience(pairs.flatten(0, -3)).view(*pairs.shape[:-2], -1)  # (.., cap, d)
         return nets.aggregator(z.float(), e, memory.mask)
 
 
 def modulated_prediction(
-    nets: Networks, z: torch.Tensor, memory: MemoryView, spec: StepSpec
+    nets: Networks,
+    z: torch.Tensor,
+    memory: MemoryView,
+    spec: StepSpec,
+    physics: torch.Tensor | None = None,
 ) -> tuple[Modulated, Aggregate | None]:
     """The modulated prediction for the context latents z (B, C, latent) - or (B, latent) when
     C = 1 - given ``memory``: (Modulated(pred, scales (B, n) | None), Aggregate(e_agg (B,
     exp_dim), attn (B, cap)) | None). pred is (B, latent), or (B, K, latent) per horizon. The
-    aggregator's query is the input frame's latent (the newest of the context)."""
+    aggregator's query is the input frame's latent (the newest of the context). With the oracle
+    the context is ``nets.oracle(physics)`` (physics (B, PHYSICS_DIM), required) and memory is
+    not read."""
+    if nets.oracle is not None:
+        if physics is None:
+            raise ValueError("oracle: the batch carries no physics (a source that knows its worlds)")
+        with torch.autocast(spec.device_type, enabled=False):
+            e_agg = nets.oracle(physics.float())
+        return nets.modulator(nets.predictor, z.flatten(1), e_agg), None
     query = z[:, -1] if z.dim() == 3 else z
     agg = aggregate(nets, query, memory, spec)
     e_agg = agg.e_agg if agg is not None else z.new_zeros(z.shape[0], spec.exp_dim)
@@ -155,6 +185,7 @@ def forward_step(
     lambda_reg: float | torch.Tensor,
     grad: bool,
     spec: StepSpec,
+    physics: torch.Tensor | None = None,
 ) -> StepOutput:
     """Sections 1 (forward) and 2 (loss) of a training step, and the reductions the memory
     update and the metrics need. Pure: reads ``nets`` and ``memory``, writes nothing.
@@ -165,7 +196,8 @@ def forward_step(
     x[:, P+K-1])); in the paper (P = 1) index 0 the input, 1..K the targets, K+1 the pair's;
     w (B,) 0/1 float32 validity weights; world (B,) int64; memory: MemoryView (cap, 2, D) /
     (cap,); gamma, lambda_reg: floats (or 0-dim tensors, per-run values under vmap); grad:
-    whether the loss is differentiable (False when the weights are frozen).
+    whether the loss is differentiable (False when the weights are frozen); physics (B,
+    PHYSICS_DIM) the samples' true worlds (the oracle's input; None without the oracle).
     """
     k, p, c = spec.n_horizons, spec.past, spec.context
     b = x.shape[0]
@@ -188,7 +220,7 @@ def forward_step(
                 z = encode(nets.encoder, x[:, p - 1], spec)  # (B, D)
             else:
                 z = encode(nets.encoder, x[:, p - c : p].flatten(0, 1), spec).view(b, c, -1)
-            mod, agg = modulated_prediction(nets, z, memory, spec)
+            mod, agg = modulated_prediction(nets, z, memory, spec, physics)
         if spec.push_pair == "input":  # (z_{input-1}, z_input): no frame after the input
             pair = torch.stack([prev, z.detach()], 1) if c == 1 else z[:, -2:].detach()
         # The BASE predictor (no modulation) for the surprisal: no circular coupling with memory.
@@ -205,7 +237,8 @@ def forward_step(
         err = torch.linalg.vector_norm(targets - per_horizon(base), dim=-1).mean(1)  # (B,)
         denom = n_valid.clamp(min=1.0)
         surprisal = (err * w).sum() / denom
-        pair_mean = (pair.float() * w.view(b, 1, 1)).sum(0) / denom  # (2, D)
+        pairs = pair.float()  # (B, 2, D)
+        pair_mean = (pairs * w.view(b, 1, 1)).sum(0) / denom  # (2, D)
         majority = ((world.float() * w).sum() * 2 > n_valid).long()
         nan = torch.full((), math.nan, device=x.device)
         if mod.scales is not None:
@@ -230,6 +263,8 @@ def forward_step(
         norm_error=norm_err.float(),
         pair=pair_mean,
         world=majority,
+        pairs=pairs,
+        sample_surprisal=err,
     )
 
 
@@ -244,15 +279,22 @@ def step_metrics(
     """The step's ``StepMetrics`` from its forward and the memory state after this step's
     update (detector threshold, buffer size and world share). Every field has the shape of
     ``out.surprisal``: () for one learner, (R,) for stacked runs; lr, tau float32 of that shape.
+    Per-stream memory: threshold and buffer size are means over the streams, boundary the share
+    of streams whose detector fired.
     """
+
+    def scalar(t: torch.Tensor) -> torch.Tensor:
+        t = t.float()
+        return t.mean() if t.dim() > out.surprisal.dim() else t
+
     return StepMetrics(
         loss_total=out.loss_total.detach(),
         loss_pred=out.loss_pred,
         loss_reg=out.loss_reg,
         surprisal=out.surprisal,
-        threshold=detector.threshold.float(),
-        boundary=fired.float(),
-        buffer_size=buffer.size.float(),
+        threshold=scalar(detector.threshold),
+        boundary=scalar(fired),
+        buffer_size=scalar(buffer.size),
         shift_share=buffer.shift_share(),
         lr=lr,
         tau=tau,

@@ -24,10 +24,10 @@ from env.dataset import (
 )
 from env.digits import Digits, DigitsError, load_digits
 from env.moving_mnist import MovingMNISTEnv
-from env.physics import PHYSICS_FIELDS, PhysicsParams
+from env.physics import PHYSICS_FEATURES, PHYSICS_FIELDS, PhysicsParams, physics_features
 from env.render import render_frames
-from env.vector import MovingMNISTVectorEnv
-from env.worlds import FAMILIES, HELD_OUT, WorldFamily, family
+from env.vector import NO_EPISODE_LIMIT, MovingMNISTVectorEnv
+from env.worlds import FAMILIES, HELD_OUT, WorldFamily, WorldSchedule, family
 
 ENV_ID = "MovingMNIST-v0"
 
@@ -43,6 +43,8 @@ __all__ = [
     "ENV_ID",
     "FAMILIES",
     "HELD_OUT",
+    "NO_EPISODE_LIMIT",
+    "PHYSICS_FEATURES",
     "PHYSICS_FIELDS",
     "DatasetError",
     "Digits",
@@ -54,11 +56,13 @@ __all__ = [
     "PhysicsParams",
     "SplitView",
     "WorldFamily",
+    "WorldSchedule",
     "family",
     "generate_sequences",
     "generate_split",
     "iter_sequences",
     "load_digits",
+    "physics_features",
     "open_dataset",
     "render_frames",
     "split_sizes",

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 PHYSICS_FIELDS: tuple[str, ...] = ("gravity", "gravity_direction", "restitution", "friction")
+PHYSICS_FEATURES: tuple[str, ...] = ("gravity_x", "gravity_y", "restitution", "friction")
+"""The columns of :func:`physics_features`: a world as a vector with no angle wrap-around."""
 
 
 def _as_float(name: str, value: Any) -> float:
@@ -74,6 +77,13 @@ class PhysicsParams:
         return self.gravity * ux, self.gravity * uy
 
 
+def physics_features(params: PhysicsParams) -> np.ndarray:
+    """(4,) float64 ``(ax, ay, restitution, friction)`` of one world (see ``PHYSICS_FEATURES``),
+    where (ax, ay) is its gravity vector in px/frame^2 (:attr:`PhysicsParams.acceleration`)."""
+    ax, ay = params.acceleration
+    return np.array([ax, ay, params.restitution, params.friction], dtype=np.float64)
+
+
 def check_physics_names(params: dict[str, Any]) -> None:
     """Raise ``ValueError`` for any key of ``params`` that is not a physics parameter."""
     for name, value in params.items():
@@ -111,6 +121,9 @@ class PhysicsArrays:
             ux, uy = direction_vector(float(deg))
             self.acceleration[sel, 0] = self.gravity[sel] * ux
             self.acceleration[sel, 1] = self.gravity[sel] * uy
+        self._refresh_flags()
+
+    def _refresh_flags(self) -> None:
         self.any_gravity = bool(np.any(self.acceleration != 0.0))
         self.any_friction = bool(np.any(self.friction != 0.0))
         self.all_elastic = bool(np.all(self.restitution == 1.0))
@@ -124,6 +137,12 @@ class PhysicsArrays:
             friction=float(self.friction[i]),
         )
 
+    def features(self) -> np.ndarray:
+        """(N, 4) float64 :func:`physics_features` of every world, in order."""
+        return np.column_stack(
+            [self.acceleration[:, 0], self.acceleration[:, 1], self.restitution, self.friction]
+        )
+
     def update(self, mask: np.ndarray, **params: Any) -> None:
         """Set ``params`` on the worlds where ``mask`` (bool, (N,)) is True, after validation.
 
@@ -135,6 +154,17 @@ class PhysicsArrays:
         for name, value in params.items():
             getattr(self, name)[mask] = float(value)
         self._refresh()
+
+    def assign(self, indices: np.ndarray, worlds: Sequence[PhysicsParams]) -> None:
+        """Set world ``indices[k]`` (K,) to ``worlds[k]`` (K ``PhysicsParams``, valid by
+        construction); one update of the derived values, whatever K."""
+        if len(indices) != len(worlds):
+            raise ValueError(f"worlds must hold {len(indices)} PhysicsParams, got {len(worlds)}")
+        for i, world in zip(indices, worlds, strict=True):
+            for name in PHYSICS_FIELDS:
+                getattr(self, name)[i] = getattr(world, name)
+            self.acceleration[i] = world.acceleration  # what _refresh computes, bit for bit
+        self._refresh_flags()
 
     def state(self) -> dict[str, np.ndarray]:
         """Copies of the four per-world arrays."""

@@ -4,7 +4,8 @@
 exactly like a :class:`~env.moving_mnist.MovingMNISTEnv` reset with seed ``seed + i`` (each has its
 own generator, drawn from in the same order), and autoreset follows Gymnasium's ``NEXT_STEP``
 mode: the step after a sub-env is truncated resets it and returns the reset observation and info
-with reward 0 and ``terminated = truncated = False``.
+with reward 0 and ``terminated = truncated = False``. Each sub-env has its own episode limit
+(:meth:`MovingMNISTVectorEnv.set_episode_limits`), ``max_episode_steps`` for all by default.
 """
 
 from __future__ import annotations
@@ -31,7 +32,41 @@ from env.moving_mnist import (
 )
 from env.physics import PhysicsParams
 
-INFO_KEYS: tuple[str, ...] = ("positions", "velocities", "gravity", "digit_ids")
+INFO_KEYS: tuple[str, ...] = ("positions", "velocities", "gravity", "digit_ids", "physics")
+NO_EPISODE_LIMIT: int = int(np.iinfo(np.int64).max)
+"""The episode limit of an endless sub-env: ``elapsed >= limit`` never holds."""
+
+
+def check_mask(mask: Any, num_envs: int) -> np.ndarray:
+    """A validated (N,) bool mask; None selects every sub-env."""
+    if mask is None:
+        return np.ones(num_envs, dtype=bool)
+    arr = np.asarray(mask)
+    if arr.dtype != np.bool_ or arr.shape != (num_envs,):
+        raise ValueError(
+            f"mask must be a boolean array of length {num_envs}, got "
+            f"{arr.dtype} array of shape {arr.shape}: {mask!r}"
+        )
+    return arr
+
+
+def check_episode_limits(limits: Any, num_envs: int) -> np.ndarray:
+    """(N,) int64 episode limits from an int >= 1, an (N,) integer array of them, or None
+    (endless: :data:`NO_EPISODE_LIMIT`); anything else raises ``ValueError``."""
+    if limits is None:
+        return np.full(num_envs, NO_EPISODE_LIMIT, dtype=np.int64)
+    arr = np.asarray(limits)
+    if (
+        arr.dtype == np.bool_
+        or not np.issubdtype(arr.dtype, np.integer)
+        or arr.shape not in ((), (num_envs,))
+        or np.any(arr < 1)
+    ):
+        raise ValueError(
+            f"limits must be None, an integer >= 1 or an integer array of {num_envs} of them, "
+            f"got {limits!r}"
+        )
+    return np.broadcast_to(arr.astype(np.int64), (num_envs,)).copy()
 
 
 class MovingMNISTVectorEnv(VectorEnv):
@@ -42,7 +77,11 @@ class MovingMNISTVectorEnv(VectorEnv):
     truncations (N,) bool and ``infos`` with the Gymnasium 1.x vector layout: for each key an
     array with leading dimension N plus a boolean ``_key`` mask (always all True here):
     ``positions``/``velocities`` (N, n_digits, 2) float64, ``gravity`` (N,) float64,
-    ``digit_ids`` (N, n_digits) int64.
+    ``digit_ids`` (N, n_digits) int64, ``physics`` (N, 4) float64 (each sub-env's world as
+    :data:`~env.physics.PHYSICS_FEATURES`: gravity x, gravity y, restitution, friction).
+
+    Sub-env ``i`` is truncated when its steps since reset reach its episode limit
+    (``episode_limits[i]``, ``max_episode_steps`` until :meth:`set_episode_limits` changes it).
 
     ``reset(seed=s)`` seeds sub-env ``i`` with ``s + i`` (or ``seed`` may be a list of N seeds);
     ``options`` may hold physics parameters and a boolean ``reset_mask`` (reset only those envs).
@@ -86,6 +125,7 @@ class MovingMNISTVectorEnv(VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self._rngs: list[np.random.Generator | None] = [None] * self.num_envs
         self._elapsed = np.zeros(self.num_envs, dtype=np.int64)
+        self._limits = check_episode_limits(self.max_episode_steps, self.num_envs)  # (N,) int64
         self._autoreset = np.zeros(self.num_envs, dtype=bool)
         self._has_reset = False
         self._window: PygameWindow | None = None
@@ -109,6 +149,12 @@ class MovingMNISTVectorEnv(VectorEnv):
     def elapsed_steps(self) -> np.ndarray:
         """(N,) int64 steps since each sub-env's last reset (a copy)."""
         return self._elapsed.copy()
+
+    @property
+    def episode_limits(self) -> np.ndarray:
+        """(N,) int64 steps after which each sub-env is truncated (a copy);
+        :data:`NO_EPISODE_LIMIT` for an endless one."""
+        return self._limits.copy()
 
     def physics(self, i: int) -> PhysicsParams:
         """The current physics of sub-env ``i``."""
@@ -163,10 +209,7 @@ class MovingMNISTVectorEnv(VectorEnv):
             self._world.reset_worlds(pending, [self._rngs[i] for i in pending])
             self._elapsed[pending] = 0
         obs = self._world.render()  # (N, 1, 64, 64)
-        if self.max_episode_steps is None:
-            truncations = np.zeros(self.num_envs, dtype=bool)
-        else:
-            truncations = self._elapsed >= self.max_episode_steps
+        truncations = self._elapsed >= self._limits
         terminations = np.zeros(self.num_envs, dtype=bool)
         rewards = np.zeros(self.num_envs, dtype=np.float64)
         self._autoreset = truncations.copy()
@@ -174,10 +217,34 @@ class MovingMNISTVectorEnv(VectorEnv):
             self.render()
         return obs, rewards, terminations, truncations, self._infos()
 
+    def set_episode_limits(self, limits: int | np.ndarray | None, mask: Any = None) -> None:
+        """Set the episode limit of all sub-envs or those where ``mask`` (bool, (N,)) is True.
+
+        ``limits`` is an int >= 1, an (N,) integer array of them (entry ``i`` for sub-env ``i``)
+        or None (endless). It applies to the current episodes from the next step: a sub-env
+        whose steps since reset then reach its limit is truncated. Bad limits or masks raise
+        ``ValueError`` and change nothing.
+        """
+        mask = self._mask(mask)
+        self._limits = np.where(mask, check_episode_limits(limits, self.num_envs), self._limits)
+
     def set_gravity(self, gravity: float, mask: Any = None) -> None:
         """Set gravity (px/frame^2) on all sub-envs or those where ``mask`` (bool, (N,)) is True,
         effective from the next step."""
         self.set_physics(mask=mask, gravity=gravity)
+
+    def set_worlds(self, worlds: Sequence[PhysicsParams], mask: Any = None) -> None:
+        """Put the sub-envs where ``mask`` (bool, (N,); None = all) is True, in index order, in
+        ``worlds`` (one ``PhysicsParams`` each), effective from the next step. A wrong count,
+        a non-``PhysicsParams`` or a bad mask raises ``ValueError`` and changes nothing."""
+        indices = np.flatnonzero(self._mask(mask))
+        worlds = list(worlds)
+        if len(worlds) != indices.size or not all(isinstance(w, PhysicsParams) for w in worlds):
+            raise ValueError(
+                f"worlds must be {indices.size} PhysicsParams (one per selected sub-env), "
+                f"got {worlds!r}"
+            )
+        self._world.physics.assign(indices, worlds)
 
     def set_physics(self, mask: Any = None, **params: Any) -> None:
         """Set any of ``gravity``, ``gravity_direction``, ``restitution``, ``friction`` on all
@@ -211,7 +278,8 @@ class MovingMNISTVectorEnv(VectorEnv):
 
     def get_state(self) -> dict[str, Any]:
         """Everything needed to continue bit-exactly: each sub-env's RNG state, positions,
-        velocities, sprites, digit ids, physics, step counters and pending autoresets.
+        velocities, sprites, digit ids, physics, step counters, episode limits and pending
+        autoresets.
 
         The dict holds numpy arrays, ints and the generators' ``bit_generator.state`` dicts.
         """
@@ -221,17 +289,24 @@ class MovingMNISTVectorEnv(VectorEnv):
             "rngs": [None if g is None else g.bit_generator.state for g in self._rngs],
             "world": self._world.get_state(),
             "elapsed": self._elapsed.copy(),
+            "limits": self._limits.copy(),
             "autoreset": self._autoreset.copy(),
             "has_reset": self._has_reset,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`get_state` dict (from an env built with the same arguments)."""
+        """Restore a :meth:`get_state` dict (from an env built with the same arguments).
+
+        A state without ``limits`` (saved before per-env limits existed) gives every sub-env
+        this env's ``max_episode_steps``.
+        """
         if int(state["num_envs"]) != self.num_envs:
             raise ValueError(f"state is for {state['num_envs']} envs, this env has {self.num_envs}")
+        limits = check_episode_limits(state.get("limits", self.max_episode_steps), self.num_envs)
         self._world.set_state(state["world"])
         self._rngs = [None if s is None else rng_from_state(s) for s in state["rngs"]]
         self._elapsed = np.asarray(state["elapsed"], dtype=np.int64).copy()
+        self._limits = limits
         self._autoreset = np.asarray(state["autoreset"], dtype=bool).copy()
         self._has_reset = bool(state["has_reset"])
 
@@ -239,15 +314,7 @@ class MovingMNISTVectorEnv(VectorEnv):
 
     def _mask(self, mask: Any) -> np.ndarray:
         """A validated (N,) bool mask; None selects every sub-env."""
-        if mask is None:
-            return np.ones(self.num_envs, dtype=bool)
-        arr = np.asarray(mask)
-        if arr.dtype != np.bool_ or arr.shape != (self.num_envs,):
-            raise ValueError(
-                f"mask must be a boolean array of length {self.num_envs}, got "
-                f"{arr.dtype} array of shape {arr.shape}: {mask!r}"
-            )
-        return arr
+        return check_mask(mask, self.num_envs)
 
     def _infos(self) -> dict[str, Any]:
         w = self._world
@@ -261,4 +328,6 @@ class MovingMNISTVectorEnv(VectorEnv):
             "_gravity": present,
             "digit_ids": w.digit_ids.copy(),
             "_digit_ids": present,
+            "physics": w.physics.features(),
+            "_physics": present,
         }

@@ -4,6 +4,7 @@ from agent.memory.aggregator import Aggregate, AttentionAggregator
 from agent.memory.buffer import ExperienceBuffer
 from agent.memory.detector import BoundaryDetector
 from agent.memory.experience import ExperienceEncoder
+from agent.memory.oracle import OracleContext
 
 __all__ = [
     "Aggregate",
@@ -11,4 +12,5 @@ __all__ = [
     "BoundaryDetector",
     "ExperienceBuffer",
     "ExperienceEncoder",
+    "OracleContext",
 ]

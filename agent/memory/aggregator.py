@@ -33,9 +33,15 @@ class AttentionAggregator(nn.Module):
         return cls(cfg.latent_dim, cfg.exp_dim)
 
     def forward(self, z: torch.Tensor, e: torch.Tensor, mask: torch.Tensor) -> Aggregate:
-        """z (B, latent), e (cap, d), mask (cap,) bool -> Aggregate(e_agg (B, d), attn (B, cap))."""
-        scores = self.w_q(z) @ self.w_k(e).T * self.scale  # (B, cap)
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        """z (B, latent), e (cap, d) shared by all samples or (B, cap, d) one memory per sample,
+        mask (cap,) or (B, cap) bool -> Aggregate(e_agg (B, d), attn (B, cap))."""
+        q = self.w_q(z)  # (B, d)
+        if e.dim() == 2:
+            scores = q @ self.w_k(e).T  # (B, cap)
+        else:
+            scores = torch.einsum("bd,bcd->bc", q, self.w_k(e))
+        scores = (scores * self.scale).masked_fill(~mask, torch.finfo(scores.dtype).min)
         # All slots empty: softmax is uniform over garbage; the mask product zeroes it.
         attn = torch.softmax(scores, dim=-1) * mask
-        return Aggregate(self.w_e(attn @ e), attn)
+        pooled = attn @ e if e.dim() == 2 else torch.einsum("bc,bcd->bd", attn, e)
+        return Aggregate(self.w_e(pooled), attn)

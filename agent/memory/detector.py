@@ -16,6 +16,9 @@ class BoundaryDetector:
     ``var`` (var uses the old mu), counts the update, and may fire only once the count has
     reached ``warmup`` (so updates 1 .. warmup-1 never fire). Statistics are float64, like the
     listing's Python floats.
+
+    ``streams=S``: S independent detectors (statistics (S,)) updated elementwise by one call,
+    one per stream (``memory_scope="per_stream"``).
     """
 
     def __init__(
@@ -24,19 +27,21 @@ class BoundaryDetector:
         momentum: float = 0.99,
         warmup: int = 10,
         device: torch.device | str = "cpu",
+        streams: int | None = None,
     ) -> None:
         self.kappa = float(kappa)
         self.momentum = float(momentum)
         self.warmup = int(warmup)
         self.device = torch.device(device)
+        self.shape: tuple[int, ...] = () if streams is None else (int(streams),)
         self.reset()
 
     def reset(self) -> None:
         """Fresh statistics (mu 0, var 1, count 0)."""
         kw = {"device": self.device, "dtype": torch.float64}
-        self.mu = torch.zeros((), **kw)
-        self.var = torch.ones((), **kw)
-        self.count = torch.zeros((), device=self.device, dtype=torch.long)
+        self.mu = torch.zeros(self.shape, **kw)
+        self.var = torch.ones(self.shape, **kw)
+        self.count = torch.zeros(self.shape, device=self.device, dtype=torch.long)
         self.threshold = self.mu + self.kappa * self.var.clamp(min=1e-8).sqrt()
 
     @torch.no_grad()
@@ -44,7 +49,8 @@ class BoundaryDetector:
         """Feed one surprisal value; return the boundary decision.
 
         s: 0-dim float tensor. active: 0-dim bool (False: this step had no valid sample, the
-        statistics stay as they are and nothing fires). Returns a 0-dim bool tensor.
+        statistics stay as they are and nothing fires). Returns a 0-dim bool tensor. Per
+        stream: s, active and the result (S,).
         """
         s = s.detach().to(torch.float64)
         m = self.momentum
@@ -71,6 +77,9 @@ class BoundaryDetector:
         }
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        shape = getattr(self, "shape", None)  # StackedDetector has its own (R,) statistics
+        if shape is not None and tuple(state["mu"].shape) != shape:
+            raise ValueError(f"detector statistics of shape {tuple(state['mu'].shape)} != {shape}")
         for name in ("mu", "var", "count", "threshold"):
             setattr(self, name, state[name].to(self.device).clone())
 

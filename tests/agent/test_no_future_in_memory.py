@@ -46,16 +46,18 @@ def memory_vs_input(learner: Learner, source: StreamSource, input_pos: int, step
     return rows
 
 
-def stream_cfg(context: int) -> AgentConfig:
+def stream_cfg(context: int, scope: str = "global") -> AgentConfig:
     return AgentConfig.from_preset(
         "tiny", track="C", push_pair="input", context_frames=context, kappa=0.05,
-        detector_warmup=2,
+        detector_warmup=2, memory_scope=scope,
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("context", [1, 2, 3])
-def test_memory_never_holds_a_frame_after_the_input(fake_env_cls, context: int) -> None:
-    cfg = stream_cfg(context)
+@pytest.mark.parametrize(
+    "context,scope", [(1, "global"), (2, "global"), (3, "global"), (2, "per_stream")]
+)
+def test_memory_never_holds_a_frame_after_the_input(fake_env_cls, context: int, scope: str) -> None:
+    cfg = stream_cfg(context, scope)
     source = StreamSource(fake_env_cls([250] * cfg.batch_size), cfg)
     rows = memory_vs_input(Learner(cfg), source, cfg.input_position, 80)
     assert len(rows) > 40  # the memory filled early and was checked on most steps

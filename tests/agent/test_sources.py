@@ -99,3 +99,27 @@ def test_dataset_source_and_evaluation_read_zarr_lazily(
     learner = Learner(tiny)
     res_z = evaluate(learner, EvalData(z, z, z), n=3)
     assert res_z == evaluate(learner, EvalData(frames, frames, frames), n=3)
+
+
+def test_a_stream_across_scheduled_worlds_tags_each_valid_window_with_its_world() -> None:
+    import env
+
+    cfg = AgentConfig.from_preset(
+        "tiny", track="C", push_pair="input", context_frames=2, horizons=(1, 2), batch_size=3
+    )
+    vec = env.MovingMNISTVectorEnv(3, max_episode_steps=None)
+    schedule = env.WorldSchedule(vec, "train", episode_steps=(4, 7), seed=0)
+    source = StreamSource(schedule, cfg, seed=0)
+    history = []  # Batch.physics of each step: a valid window's frames all share one world
+    for _ in range(40):
+        batch = source.next()
+        assert batch.physics is not None and batch.physics.shape == (3, 4)
+        history.append(batch.physics.clone())
+        if len(history) >= cfg.window:
+            oldest = history[-cfg.window]
+            v = batch.valid
+            assert torch.equal(oldest[v], batch.physics[v])
+        g = torch.linalg.vector_norm(batch.physics[:, :2], dim=1)
+        assert ((g >= 0.1 - 1e-6) & (g <= 0.5 + 1e-6)).all()  # the train family's gravity
+    worlds = {tuple(p.tolist()) for h in history for p in h}
+    assert len(worlds) >= 6  # several worlds per stream over 40 steps

@@ -9,7 +9,14 @@ import pytest
 
 import env
 from env.core import WorldBatch
-from env.physics import PhysicsArrays, PhysicsParams, direction_vector, physics_step
+from env.physics import (
+    PHYSICS_FEATURES,
+    PhysicsArrays,
+    PhysicsParams,
+    direction_vector,
+    physics_features,
+    physics_step,
+)
 
 
 def _rollout(world: WorldBatch, steps: int) -> tuple[np.ndarray, np.ndarray]:
@@ -166,3 +173,37 @@ def test_physics_arrays_update_is_all_or_nothing():
 def test_public_names():
     assert env.PhysicsParams is PhysicsParams
     assert env.PHYSICS_FIELDS == ("gravity", "gravity_direction", "restitution", "friction")
+
+
+def test_physics_features():
+    f = physics_features(PhysicsParams(gravity=0.5, restitution=0.8, friction=0.1))
+    assert f.dtype == np.float64 and f.shape == (4,)
+    np.testing.assert_array_equal(f, [0.0, 0.5, 0.8, 0.1])
+    np.testing.assert_array_equal(physics_features(PhysicsParams(0.2, 270.0)), [0.0, -0.2, 1, 0])
+    f = physics_features(PhysicsParams(gravity=0.4, gravity_direction=30.0))
+    assert (f[0], f[1]) == pytest.approx((0.4 * math.sqrt(3) / 2, 0.2))
+    worlds = [PhysicsParams(0.3, d, 0.9, 0.05) for d in (0.0, 45.0, 200.0)] + [PhysicsParams()]
+    arrays = PhysicsArrays(4, PhysicsParams())
+    for i, w in enumerate(worlds):
+        arrays.update(np.arange(4) == i, **w.as_dict())
+    feats = arrays.features()
+    assert feats.dtype == np.float64 and feats.shape == (4, 4)
+    for i, w in enumerate(worlds):
+        np.testing.assert_array_equal(feats[i], physics_features(w))  # bit-exact
+    assert PHYSICS_FEATURES == ("gravity_x", "gravity_y", "restitution", "friction")
+    assert env.PHYSICS_FEATURES is PHYSICS_FEATURES and env.physics_features is physics_features
+
+
+def test_physics_arrays_assign_equals_update():
+    worlds = [PhysicsParams(0.3, d, 0.9, 0.05) for d in (10.0, 135.0, 270.0)]
+    assigned = PhysicsArrays(5, PhysicsParams())
+    assigned.assign(np.array([4, 0, 2]), worlds)
+    updated = PhysicsArrays(5, PhysicsParams())
+    for i, w in zip((4, 0, 2), worlds, strict=True):
+        updated.update(np.arange(5) == i, **w.as_dict())
+    for name in ("gravity", "gravity_direction", "restitution", "friction", "acceleration"):
+        np.testing.assert_array_equal(getattr(assigned, name), getattr(updated, name))
+    assert assigned.any_gravity and assigned.any_friction and not assigned.all_elastic
+    assert assigned.get(1) == PhysicsParams() and assigned.get(0) == worlds[1]
+    with pytest.raises(ValueError, match="worlds must hold 2"):
+        assigned.assign(np.array([0, 1]), worlds)

@@ -8,7 +8,8 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 import env
-from env import MovingMNISTEnv, MovingMNISTVectorEnv
+from env import NO_EPISODE_LIMIT, MovingMNISTEnv, MovingMNISTVectorEnv
+from env.vector import INFO_KEYS
 
 
 def _run_vector(v: MovingMNISTVectorEnv, steps: int) -> list[tuple]:
@@ -194,3 +195,147 @@ def test_render_rgb_and_human(monkeypatch):
     h.step(None)
     h.close()
     assert h.closed
+
+
+def test_per_env_limits_truncate_and_autoreset_like_single_envs():
+    limits = [2, 3, 5]
+    v = MovingMNISTVectorEnv(3, gravity=0.5, max_episode_steps=None)
+    np.testing.assert_array_equal(v.episode_limits, [NO_EPISODE_LIMIT] * 3)
+    v.set_episode_limits(np.array(limits))
+    singles = [MovingMNISTEnv(gravity=0.5, max_episode_steps=n) for n in limits]
+    obs, _ = v.reset(seed=4)
+    for i, e in enumerate(singles):
+        np.testing.assert_array_equal(obs[i], e.reset(seed=4 + i)[0])
+    pending = [False] * 3
+    for t in range(1, 31):
+        obs, _, _, truncs, infos = v.step(None)
+        for i, e in enumerate(singles):
+            if pending[i]:
+                o, info = e.reset()
+                trunc = False
+            else:
+                o, _, _, trunc, info = e.step(0)
+            pending[i] = trunc
+            np.testing.assert_array_equal(obs[i], o)
+            np.testing.assert_array_equal(infos["positions"][i], info["positions"])
+            assert truncs[i] == trunc
+        # sub-env i truncates every limit + 1 steps (limit steps, then the reset step)
+        np.testing.assert_array_equal(truncs, [t % (n + 1) == n for n in limits])
+    np.testing.assert_array_equal(v.episode_limits, limits)
+
+
+def test_set_episode_limits_mask_none_and_mid_episode():
+    v = MovingMNISTVectorEnv(3, max_episode_steps=10)
+    np.testing.assert_array_equal(v.episode_limits, [10, 10, 10])
+    v.set_episode_limits(4, mask=np.array([True, False, True]))
+    np.testing.assert_array_equal(v.episode_limits, [4, 10, 4])
+    v.set_episode_limits(None, mask=np.array([False, False, True]))
+    np.testing.assert_array_equal(v.episode_limits, [4, 10, NO_EPISODE_LIMIT])
+    v.set_episode_limits(np.array([7, 8, 9]), mask=np.array([False, True, False]))
+    np.testing.assert_array_equal(v.episode_limits, [4, 8, NO_EPISODE_LIMIT])
+    v.reset(seed=0)
+    truncs = [v.step(None)[3] for _ in range(6)]
+    np.testing.assert_array_equal(truncs[3], [True, False, False])
+    # lowering a limit below the steps taken truncates at the next step
+    np.testing.assert_array_equal(v.elapsed_steps, [1, 6, 6])
+    v.set_episode_limits(np.array([3, 3, 3]))
+    np.testing.assert_array_equal(v.step(None)[3], [False, True, True])
+    assert v.max_episode_steps == 10  # the constructor's default is untouched
+
+
+@pytest.mark.parametrize(
+    ("limits", "mask"),
+    [
+        (0, None),
+        (-1, None),
+        (2.5, None),
+        (True, None),
+        ("5", None),
+        ([1, 2], None),
+        (np.array([1, 0, 2]), None),
+        (np.array([1.0, 2.0, 3.0]), None),
+        ([1, None, 2], None),
+        (4, np.ones(2, bool)),
+        (4, [1, 0, 1]),
+    ],
+)
+def test_bad_episode_limits_change_nothing(limits, mask):
+    v = MovingMNISTVectorEnv(3, max_episode_steps=6)
+    v.set_episode_limits(np.array([2, 3, 4]))
+    with pytest.raises(ValueError, match="limits" if mask is None else "mask"):
+        v.set_episode_limits(limits, mask=mask)
+    np.testing.assert_array_equal(v.episode_limits, [2, 3, 4])
+
+
+def test_state_round_trip_with_limits_and_old_states():
+    v = MovingMNISTVectorEnv(4, max_episode_steps=6)
+    v.reset(seed=2)
+    v.set_episode_limits(np.array([2, 3, 5, 7]))
+    _run_vector(v, 4)
+    state = v.get_state()
+    np.testing.assert_array_equal(state["limits"], [2, 3, 5, 7])
+    ref = _run_vector(v, 20)
+    other = MovingMNISTVectorEnv(4, max_episode_steps=6)
+    other.set_state(state)
+    np.testing.assert_array_equal(other.episode_limits, [2, 3, 5, 7])
+    for r, g in zip(ref, _run_vector(other, 20), strict=True):
+        np.testing.assert_array_equal(r[0], g[0])
+        np.testing.assert_array_equal(r[3], g[3])
+        np.testing.assert_array_equal(r[4]["physics"], g[4]["physics"])
+    # a state saved before per-env limits existed: every sub-env gets max_episode_steps
+    old = {k: val for k, val in state.items() if k != "limits"}
+    other.set_state(old)
+    np.testing.assert_array_equal(other.episode_limits, [6] * 4)
+    endless = MovingMNISTVectorEnv(4, max_episode_steps=None)
+    endless.set_state(old)
+    np.testing.assert_array_equal(endless.episode_limits, [NO_EPISODE_LIMIT] * 4)
+    bad = {**state, "limits": np.array([2, 0, 5, 7])}
+    before = other.get_state()
+    with pytest.raises(ValueError, match="limits"):
+        other.set_state(bad)
+    positions = other.get_state()["world"]["positions"]
+    np.testing.assert_array_equal(positions, before["world"]["positions"])
+    np.testing.assert_array_equal(other.episode_limits, [6] * 4)
+
+
+def test_physics_infos_are_the_features_of_each_world():
+    v = MovingMNISTVectorEnv(4, gravity=0.5, max_episode_steps=3)
+    _, infos = v.reset(seed=0)
+    assert set(k for k in infos if not k.startswith("_")) == set(INFO_KEYS)
+    assert all(infos["_" + k].all() for k in INFO_KEYS)
+    np.testing.assert_array_equal(infos["physics"], [[0.0, 0.5, 1.0, 0.0]] * 4)
+    v.set_physics(mask=np.array([False, True, False, False]), gravity=0.3, gravity_direction=180.0)
+    v.set_physics(mask=np.array([False, False, True, False]), gravity=0.2, gravity_direction=30.0)
+    v.set_physics(mask=np.array([False, False, False, True]), restitution=0.7, friction=0.1)
+    for _ in range(5):
+        *_, infos = v.step(None)
+        assert infos["physics"].shape == (4, 4) and infos["physics"].dtype == np.float64
+        for i in range(4):
+            np.testing.assert_array_equal(infos["physics"][i], env.physics_features(v.physics(i)))
+    np.testing.assert_array_equal(infos["physics"][1], [-0.3, 0.0, 1.0, 0.0])
+    np.testing.assert_array_equal(infos["physics"][3], [0.0, 0.5, 0.7, 0.1])
+
+
+def test_set_worlds_per_sub_env():
+    v = MovingMNISTVectorEnv(4, max_episode_steps=None)
+    ref = MovingMNISTVectorEnv(4, max_episode_steps=None)
+    v.reset(seed=1)
+    ref.reset(seed=1)
+    worlds = [env.PhysicsParams(0.2, 30.0), env.PhysicsParams(0.4, 200.0, 0.8, 0.1)]
+    mask = np.array([False, True, False, True])
+    v.set_worlds(worlds, mask=mask)
+    ref.set_physics(mask=np.arange(4) == 1, **worlds[0].as_dict())
+    ref.set_physics(mask=np.arange(4) == 3, **worlds[1].as_dict())
+    assert [v.physics(i) for i in range(4)] == [
+        env.PhysicsParams(),
+        *worlds[:1],
+        env.PhysicsParams(),
+        worlds[1],
+    ]
+    for r, g in zip(_run_vector(ref, 10), _run_vector(v, 10), strict=True):
+        np.testing.assert_array_equal(r[0], g[0])
+        np.testing.assert_array_equal(r[4]["physics"], g[4]["physics"])
+    for bad, m in [(worlds, None), (worlds[:1], mask), ([0.5, 0.5], mask), (worlds, mask[:3])]:
+        with pytest.raises(ValueError, match="worlds|mask"):
+            v.set_worlds(bad, mask=m)
+    assert v.physics(0) == env.PhysicsParams() and v.physics(3) == worlds[1]

@@ -1,0 +1,179 @@
+"""Adaptation on held-out worlds: D^n from an empty memory plus n transitions, per world.
+
+The question of the protocol beyond the paper (docs/agent.md): does the frozen learner predict a
+world it never trained on better once its memory holds n transitions of that world? For each
+held-out world, test sequences are long enough to hold a history before the input frame:
+
+    frame:  0 ... i-n-1, i-n, ..., i-1, i (input; C context frames end here), ..., i+h_max
+            |---- the n memory pairs ----|
+
+Sample b's memory holds n pairs (z_{j-1}, z_j), j = i-n .. i-1 (online encoder, the pair a
+stream pushes at step j: no frame at or after the input), taken from one of three sources:
+
+- ``own``: its own sequence (its stream's history: same world, same digits);
+- ``same``: another sequence of the same world (same world, other digits);
+- ``wrong``: a sequence of another held-out world (the control: memory of the wrong world).
+
+``same`` vs ``wrong`` isolates what the memory says about the *world*; ``own`` is what a stream
+has after a switch. The oracle learner (``cfg.oracle``) reads the world's true physics instead,
+and track A nothing: their D does not depend on n or the memory (the ceiling and the floor).
+D is the paper's normalised error (``agent.metrics``) against the EMA targets at i+h.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from agent.learner import Learner
+from agent.metrics import NormErrorSums, norm_error, norm_error_sums
+from agent.step import MemoryView, modulated_prediction
+
+MEMORIES = ("own", "same", "wrong")
+WORLD_NS = (0, 1, 5, 10, 25, 50)
+
+
+@dataclass
+class WorldSet:
+    """Test sequences of one world: frames (N, L, 1, 64, 64) uint8 with L >=
+    ``sequence_length(cfg, max(ns))``; physics (PHYSICS_DIM,) its true parameters."""
+
+    name: str
+    family: str
+    physics: np.ndarray
+    frames: Any
+
+
+@dataclass
+class WorldCurve:
+    """D over n for one world and one memory source (``MEMORIES``)."""
+
+    world: str
+    family: str
+    memory: str
+    ns: list[int]
+    d: list[float]
+    d_per_h: list[list[float]] = field(default_factory=list)
+
+
+def input_index(cfg: Any, n_max: int) -> int:
+    """Index i of the input frame in a world's test sequences: room for n_max pairs and the
+    C context frames before it."""
+    return max(n_max + 1, cfg.context_frames - 1)
+
+
+def sequence_length(cfg: Any, n_max: int) -> int:
+    """Frames a world's test sequences need for memories of up to ``n_max`` pairs."""
+    return input_index(cfg, n_max) + cfg.horizons[-1] + 1
+
+
+@torch.no_grad()
+def _encode(learner: Learner, frames: Any, n_max: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Online latents (N, i+1, D) of frames 0..i and EMA targets (N, K, D) at i+h."""
+    cfg = learner.cfg
+    i = input_index(cfg, n_max)
+    past = np.arange(i + 1)
+    future = np.asarray([i + h for h in cfg.horizons])
+    arr = np.asarray(frames[:, : i + cfg.horizons[-1] + 1])
+    per = max(1, cfg.eval_batch_size // (i + 1 + len(future)))
+    zs, ts = [], []
+    for start in range(0, arr.shape[0], per):
+        chunk = torch.from_numpy(np.ascontiguousarray(arr[start : start + per]))
+        zs.append(learner.encode(chunk[:, past].flatten(0, 1)).view(chunk.shape[0], i + 1, -1))
+        ts.append(
+            learner.encode(chunk[:, future].flatten(0, 1), target=True).view(
+                chunk.shape[0], len(future), -1
+            )
+        )
+    return torch.cat(zs), torch.cat(ts)
+
+
+def _memory(z_src: torch.Tensor, i: int, n: int) -> MemoryView:
+    """The n pairs (z_{j-1}, z_j), j = i-n .. i-1, of each source sequence: (B, max(n,1), 2, D)
+    (an empty memory is one masked slot: e_agg = 0 exactly)."""
+    b, _, d = z_src.shape
+    if n == 0:
+        return MemoryView(z_src.new_zeros(b, 1, 2, d), torch.zeros(b, 1, dtype=torch.bool))
+    j = torch.arange(i - n, i)
+    pairs = torch.stack([z_src[:, j - 1], z_src[:, j]], dim=2)  # (B, n, 2, D)
+    return MemoryView(pairs, torch.ones(b, n, dtype=torch.bool))
+
+
+def _score(
+    learner: Learner,
+    z: torch.Tensor,
+    targets: torch.Tensor,
+    memory: MemoryView,
+    physics: torch.Tensor,
+) -> NormErrorSums:
+    cfg = learner.cfg
+    c = cfg.context_frames
+    sums = None
+    chunk = max(1, cfg.eval_batch_size // max(1, memory.pairs.shape[1]))
+    for s in range(0, z.shape[0], chunk):
+        sl = slice(s, s + chunk)
+        ctx = z[sl, -c:] if c > 1 else z[sl, -1]
+        view = MemoryView(memory.pairs[sl].to(learner.device), memory.mask[sl].to(learner.device))
+        with learner.autocast():
+            mod = modulated_prediction(learner.nets, ctx, view, learner.spec, physics[sl])[0]
+        part = norm_error_sums(mod.pred.float(), z[sl, -1], targets[sl], cfg.norm_eps)
+        sums = part if sums is None else NormErrorSums(*(a + b for a, b in zip(sums, part, strict=True)))
+    assert sums is not None
+    return sums
+
+
+@torch.no_grad()
+def world_curves(
+    learner: Learner,
+    worlds: list[WorldSet],
+    ns: tuple[int, ...] = WORLD_NS,
+    memories: tuple[str, ...] = MEMORIES,
+) -> list[WorldCurve]:
+    """D^n of the frozen learner on every world for every memory source (see the module doc).
+
+    ``same`` pairs sample b with sequence b+1 of its world, ``wrong`` with sequence b of the
+    next world in ``worlds`` (cyclically; needs two worlds). The learner is not changed.
+    """
+    unknown = sorted(set(memories) - set(MEMORIES))
+    if unknown:
+        raise ValueError(f"memories: unknown source {unknown[0]!r}, expected {MEMORIES}")
+    if "wrong" in memories and len(worlds) < 2:
+        raise ValueError("memories: the 'wrong' control needs at least two worlds")
+    n_max = max(ns, default=0)
+    i = input_index(learner.cfg, n_max)
+    encoded = [_encode(learner, w.frames, n_max) for w in worlds]
+    out = []
+    for wi, world in enumerate(worlds):
+        z, targets = encoded[wi]
+        z_in = z[:, : i + 1]
+        physics = torch.as_tensor(world.physics, dtype=torch.float32, device=learner.device)
+        physics = physics.expand(z.shape[0], -1)
+        for source in memories:
+            if source == "own":
+                z_src = z
+            elif source == "same":
+                z_src = z.roll(-1, dims=0)
+            else:
+                other = encoded[(wi + 1) % len(worlds)][0]
+                z_src = other[torch.arange(z.shape[0]) % other.shape[0]]
+            ds, dh = [], []
+            for n in ns:
+                d, d_h = norm_error(_score(learner, z_in, targets, _memory(z_src, i, n), physics))
+                ds.append(float(d))
+                dh.append(d_h.tolist())
+            out.append(WorldCurve(world.name, world.family, source, list(ns), ds, dh))
+    return out
+
+
+def family_means(curves: list[WorldCurve]) -> dict[str, dict[str, list[float]]]:
+    """{family: {memory: D over n averaged over the family's worlds}}."""
+    groups: dict[tuple[str, str], list[list[float]]] = {}
+    for c in curves:
+        groups.setdefault((c.family, c.memory), []).append(c.d)
+    out: dict[str, dict[str, list[float]]] = {}
+    for (fam, mem), rows in groups.items():
+        out.setdefault(fam, {})[mem] = np.mean(np.asarray(rows), axis=0).tolist()
+    return out

@@ -1,0 +1,77 @@
+"""agent.adaptation: D^n per held-out world, own / same-world / wrong-world memories."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agent import AgentConfig, Learner
+from agent.adaptation import WorldSet, family_means, input_index, sequence_length, world_curves
+
+NS = (0, 1, 3)
+
+
+def worlds(cfg: AgentConfig, n: int = 5) -> list[WorldSet]:
+    rng = np.random.default_rng(0)
+    length = sequence_length(cfg, max(NS))
+    out = []
+    for k, fam in enumerate(("interp", "interp", "extrap")):
+        frames = rng.integers(0, 256, (n, length, 1, 64, 64), dtype=np.uint8)
+        physics = np.asarray([0.1 * k, 0.2, 1.0, 0.0])
+        out.append(WorldSet(f"{fam}-{k}", fam, physics, frames))
+    return out
+
+
+def cfg_of(track: str = "C", **kw) -> AgentConfig:
+    base = {"push_pair": "input", "context_frames": 2, "per_horizon": True, "batch_size": 4}
+    if track != "A":
+        base["memory_scope"] = "per_stream"
+    return AgentConfig.from_preset("tiny", track=track, **{**base, **kw})
+
+
+def test_sequence_layout() -> None:
+    cfg = cfg_of()
+    assert input_index(cfg, 50) == 51  # pairs (j-1, j), j = 1 .. 50, before input frame 51
+    assert sequence_length(cfg, 50) == 51 + 20 + 1
+    assert input_index(cfg.replace(context_frames=4), 1) == 3
+
+
+def test_memory_curves_start_together_and_differ_after() -> None:
+    cfg = cfg_of()
+    learner = Learner(cfg)
+    ws = worlds(cfg)
+    curves = world_curves(learner, ws, NS)
+    assert len(curves) == 3 * 3
+    by = {(c.world, c.memory): c for c in curves}
+    for w in ws:
+        d0 = {by[(w.name, m)].d[0] for m in ("own", "same", "wrong")}
+        assert len(d0) == 1  # n = 0: an empty memory whatever its source
+        assert by[(w.name, "own")].d[1:] != by[(w.name, "wrong")].d[1:]
+        assert len(by[(w.name, "own")].d_per_h[0]) == cfg.n_horizons
+    assert world_curves(learner, ws, NS) == curves  # deterministic, learner untouched
+    means = family_means(curves)
+    assert set(means) == {"interp", "extrap"}
+    assert means["extrap"]["own"] == by[("extrap-2", "own")].d
+    interp = np.mean([by[("interp-0", "own")].d, by[("interp-1", "own")].d], axis=0)
+    assert np.allclose(means["interp"]["own"], interp)
+
+
+@pytest.mark.parametrize("track,oracle", [("A", False), ("C", True)])
+def test_floor_and_ceiling_do_not_read_memory(track: str, oracle: bool) -> None:
+    cfg = cfg_of(track, oracle=oracle)
+    curves = world_curves(Learner(cfg), worlds(cfg), NS)
+    for c in curves:
+        assert len(set(c.d)) == 1  # the same D at every n and for every memory source
+    if oracle:  # but the oracle's D depends on the world it is told
+        ws = worlds(cfg)
+        ws[0].physics = ws[0].physics + 1.0
+        moved = world_curves(Learner(cfg), ws, NS, ("own",))
+        assert moved[0].d != curves[0].d and moved[1].d == curves[3].d
+
+
+def test_bad_requests() -> None:
+    cfg = cfg_of()
+    with pytest.raises(ValueError, match="unknown source"):
+        world_curves(Learner(cfg), worlds(cfg), NS, ("elsewhere",))
+    with pytest.raises(ValueError, match="two worlds"):
+        world_curves(Learner(cfg), worlds(cfg)[:1], NS)
