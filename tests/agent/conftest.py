@@ -9,6 +9,7 @@ import pytest
 import torch
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
+from torch import nn
 
 from agent import AgentConfig
 
@@ -96,3 +97,22 @@ class FakeVectorEnv:
 @pytest.fixture
 def fake_env_cls() -> type[FakeVectorEnv]:
     return FakeVectorEnv
+
+
+class PixelEncoder(nn.Module):
+    """Latent = one pixel of the frame (frames[0, 0, pixel]) in every dimension: a stand-in
+    encoder that makes the memory's contents readable (a frame's time, its stream)."""
+
+    def __init__(self, dim: int, pixel: int) -> None:
+        super().__init__()
+        self.dim, self.pixel = dim, pixel
+
+    def encode(self, x: torch.Tensor, channels_last: bool = True) -> torch.Tensor:
+        return x[:, 0, 0, self.pixel : self.pixel + 1].expand(-1, self.dim).clone()
+
+    forward = encode
+
+
+@pytest.fixture
+def pixel_encoder() -> type[PixelEncoder]:
+    return PixelEncoder

@@ -12,28 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-from torch import nn
 
 from agent import AgentConfig, Learner, StreamSource
 
 
-class ClockEncoder(nn.Module):
-    """Latent = the frame's time pixel (frames[0, 0, 1]) in every dimension."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.dim = dim
-
-    def encode(self, x: torch.Tensor, channels_last: bool = True) -> torch.Tensor:
-        return x[:, 0, 0, 1:2].expand(-1, self.dim).clone()
-
-    forward = encode
-
-
-def memory_vs_input(learner: Learner, source: StreamSource, input_pos: int, steps: int):
+def memory_vs_input(
+    learner: Learner, source: StreamSource, input_pos: int, steps: int, encoder_cls
+):
     """Per step: (newest frame time in memory, earliest input frame time of the batch)."""
-    learner.nets.encoder = ClockEncoder(learner.cfg.latent_dim)
+    learner.nets.encoder = encoder_cls(learner.cfg.latent_dim, pixel=1)  # the frame's time
     learner.freeze_weights()
     rows = []
     for _ in range(steps):
@@ -56,17 +43,19 @@ def stream_cfg(context: int, scope: str = "global") -> AgentConfig:
 @pytest.mark.parametrize(
     "context,scope", [(1, "global"), (2, "global"), (3, "global"), (2, "per_stream")]
 )
-def test_memory_never_holds_a_frame_after_the_input(fake_env_cls, context: int, scope: str) -> None:
+def test_memory_never_holds_a_frame_after_the_input(
+    fake_env_cls, pixel_encoder, context: int, scope: str
+) -> None:
     cfg = stream_cfg(context, scope)
     source = StreamSource(fake_env_cls([250] * cfg.batch_size), cfg)
-    rows = memory_vs_input(Learner(cfg), source, cfg.input_position, 80)
+    rows = memory_vs_input(Learner(cfg), source, cfg.input_position, 80, pixel_encoder)
     assert len(rows) > 40  # the memory filled early and was checked on most steps
     newest, earliest = np.asarray(rows).T
     assert (newest <= earliest).all()
     assert (newest == earliest - 1).any()  # the input's own pair: one frame before the next input
 
 
-def test_the_papers_newest_pair_on_a_stream_would_leak(fake_env_cls) -> None:
+def test_the_papers_newest_pair_on_a_stream_would_leak(fake_env_cls, pixel_encoder) -> None:
     cfg = stream_cfg(1)
     with pytest.raises(ValueError, match="push_pair"):
         StreamSource(fake_env_cls([250] * cfg.batch_size), cfg.replace(push_pair="newest"))
@@ -74,6 +63,6 @@ def test_the_papers_newest_pair_on_a_stream_would_leak(fake_env_cls) -> None:
     source = StreamSource(fake_env_cls([250] * cfg.batch_size), cfg)
     paper = cfg.replace(push_pair="newest")
     source.offsets = np.asarray(paper.frame_offsets)
-    rows = memory_vs_input(Learner(paper), source, paper.input_position, 80)
+    rows = memory_vs_input(Learner(paper), source, paper.input_position, 80, pixel_encoder)
     newest, earliest = np.asarray(rows).T
     assert (newest > earliest).all()  # every entry is ~20 frames ahead of the next input

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from agent import AgentConfig, Learner
 from agent.memory import BoundaryDetector, ExperienceBuffer
@@ -27,19 +26,6 @@ def batch_of(cfg: AgentConfig, value: torch.Tensor, valid=None, physics=None) ->
     frames[:, :, 0, 0, 2] = value.view(b, 1).to(torch.uint8)
     valid = torch.ones(b, dtype=torch.bool) if valid is None else valid
     return Batch(frames, valid, torch.zeros(b, dtype=torch.long), physics)
-
-
-class StreamEncoder(nn.Module):
-    """Latent = the frame's stream pixel (frames[0, 0, 2]) in every dimension."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.dim = dim
-
-    def encode(self, x: torch.Tensor, channels_last: bool = True) -> torch.Tensor:
-        return x[:, 0, 0, 2:3].expand(-1, self.dim).clone()
-
-    forward = encode
 
 
 # ---------------------------------------------------------------------------- buffer, detector
@@ -118,10 +104,12 @@ def test_a_streams_prediction_never_reads_another_streams_entries() -> None:
     assert not torch.allclose(before[1], after[1])
 
 
-def test_each_stream_pushes_its_own_pairs_and_a_new_episode_empties_its_memory() -> None:
+def test_each_stream_pushes_its_own_pairs_and_a_new_episode_empties_its_memory(
+    pixel_encoder,
+) -> None:
     cfg = per_stream(kappa=1e-6, detector_warmup=0)
     learner = Learner(cfg)
-    learner.nets.encoder = StreamEncoder(cfg.latent_dim)
+    learner.nets.encoder = pixel_encoder(cfg.latent_dim, pixel=2)  # the stream's id
     learner.freeze_weights()
     ids = torch.arange(1, cfg.batch_size + 1)
     for _ in range(6):
