@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from agent.learner import Learner
-from agent.metrics import NormErrorSums, norm_error, norm_error_sums
+from agent.metrics import NormErrorSums, norm_error, norm_error_sums, sigma_embed
 from agent.step import MemoryView, modulated_prediction
 
 MEMORIES = ("own", "same", "wrong")
@@ -57,6 +57,8 @@ class WorldCurve:
     ns: list[int]
     d: list[float]
     d_per_h: list[list[float]] = field(default_factory=list)
+    sigma_embed: list[float] = field(default_factory=list)  # of the predictions, per n
+    excluded: list[int] = field(default_factory=list)  # (sample, horizon) pairs, per n
 
 
 def input_index(cfg: Any, n_max: int) -> int:
@@ -108,21 +110,29 @@ def _score(
     targets: torch.Tensor,
     memory: MemoryView,
     physics: torch.Tensor,
-) -> NormErrorSums:
+) -> tuple[NormErrorSums, float]:
+    """The normalised-error sums and sigma_embed of the predictions through ``memory``."""
     cfg = learner.cfg
     c = cfg.context_frames
     sums = None
-    chunk = max(1, cfg.eval_batch_size // max(1, memory.pairs.shape[1]))
+    s1 = s2 = None
+    # eval_batch_size bounds the frames encoded at once; the memory entries of a chunk are
+    # latents already, far cheaper: up to 64 per frame of that bound.
+    chunk = max(1, 64 * cfg.eval_batch_size // max(1, memory.pairs.shape[1]))
     for s in range(0, z.shape[0], chunk):
         sl = slice(s, s + chunk)
         ctx = z[sl, -c:] if c > 1 else z[sl, -1]
         view = MemoryView(memory.pairs[sl].to(learner.device), memory.mask[sl].to(learner.device))
         with learner.autocast():
             mod = modulated_prediction(learner.nets, ctx, view, learner.spec, physics[sl])[0]
-        part = norm_error_sums(mod.pred.float(), z[sl, -1], targets[sl], cfg.norm_eps)
+        pred = mod.pred.float()
+        part = norm_error_sums(pred, z[sl, -1], targets[sl], cfg.norm_eps)
         sums = part if sums is None else NormErrorSums(*(a + b for a, b in zip(sums, part, strict=True)))
-    assert sums is not None
-    return sums
+        flat = pred.flatten(1).double()
+        s1 = flat.sum(0) if s1 is None else s1 + flat.sum(0)
+        s2 = flat.pow(2).sum(0) if s2 is None else s2 + flat.pow(2).sum(0)
+    assert sums is not None and s1 is not None and s2 is not None
+    return sums, float(sigma_embed(s1, s2, z.shape[0]))
 
 
 @torch.no_grad()
@@ -159,12 +169,15 @@ def world_curves(
             else:
                 other = encoded[(wi + 1) % len(worlds)][0]
                 z_src = other[torch.arange(z.shape[0]) % other.shape[0]]
-            ds, dh = [], []
+            curve = WorldCurve(world.name, world.family, source, list(ns), [])
             for n in ns:
-                d, d_h = norm_error(_score(learner, z_in, targets, _memory(z_src, i, n), physics))
-                ds.append(float(d))
-                dh.append(d_h.tolist())
-            out.append(WorldCurve(world.name, world.family, source, list(ns), ds, dh))
+                sums, sigma = _score(learner, z_in, targets, _memory(z_src, i, n), physics)
+                d, d_h = norm_error(sums)
+                curve.d.append(float(d))
+                curve.d_per_h.append(d_h.tolist())
+                curve.sigma_embed.append(sigma)
+                curve.excluded.append(int(sums.excluded))
+            out.append(curve)
     return out
 
 

@@ -29,6 +29,7 @@ TRACKS = ("A", "B", "C", "D", "E")
 PRESETS = ("paper", "tiny")
 PRECISIONS = ("fp32", "bf16")
 PUSH_PAIRS = ("newest", "input")
+MEMORY_WRITES = ("boundary", "every")
 MEMORY_SCOPES = ("global", "per_stream")
 # The oracle's input: the true physics of a sample's world, (gravity_x, gravity_y, restitution,
 # friction) as ``env.PHYSICS_FEATURES`` (a test keeps the two in step; agent never imports env).
@@ -123,6 +124,7 @@ class AgentConfig:
     push_pair: str = "newest"  # memory pair: "newest" frames (paper) or "input" (the input's own)
     memory_scope: str = "global"  # "global" one FIFO of batch means (paper), "per_stream" its own
     vary_memory: bool = False  # training: each sample sees only its newest k entries, k ~ U{0..n}
+    memory_write: str = "boundary"  # push on a detector "boundary" (paper) or at "every" valid step
     oracle: bool = False  # feed the true physics (Batch.physics) in place of e_agg: the ceiling
 
     # ----------------------------------------------------------------------------------
@@ -150,6 +152,8 @@ class AgentConfig:
             bad("push_pair", f"expected one of {', '.join(PUSH_PAIRS)}")
         if self.memory_scope not in MEMORY_SCOPES:
             bad("memory_scope", f"expected one of {', '.join(MEMORY_SCOPES)}")
+        if self.memory_write not in MEMORY_WRITES:
+            bad("memory_write", f"expected one of {', '.join(MEMORY_WRITES)}")
         for name in ("per_horizon", "vary_memory", "oracle"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "must be true or false")

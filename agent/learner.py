@@ -145,7 +145,8 @@ class Learner(FreezeControls):
         # 5. Memory update: the detector on the BASE predictor's surprisal, and a push of the
         #    batch-mean memory pair on a boundary - all tensor ops. Per stream: a stream whose
         #    window spans an episode start (a new world) empties its memory; each valid stream
-        #    feeds its own detector and pushes its own pair when that fires.
+        #    feeds its own detector and pushes its own pair when that fires. With
+        #    memory_write "every", every valid step pushes (the detector still runs).
         with torch.no_grad():
             if cfg.memory_scope == "per_stream":
                 valid = batch.valid
@@ -153,10 +154,12 @@ class Learner(FreezeControls):
                 fired = self.detector.update(out.sample_surprisal, valid)
                 pair, world = out.pairs, batch.world
             else:
-                fired = self.detector.update(out.surprisal, out.n_valid > 0)
+                valid = out.n_valid > 0
+                fired = self.detector.update(out.surprisal, valid)
                 pair, world = out.pair, out.world
+            write = valid if cfg.memory_write == "every" else fired
             if not self._frozen_at(cfg.freeze_buffer_at):
-                self.buffer.push(pair, world, self.step, fired)
+                self.buffer.push(pair, world, self.step, write)
             # Metrics (device tensors; read in blocks by agent.metrics.stack).
             metrics = step_metrics(
                 out,

@@ -66,7 +66,11 @@ def check_stackable(configs: Sequence[AgentConfig]) -> None:
     if not configs:
         raise ValueError("configs: need at least one run")
     first = configs[0].to_dict()
-    for name, plain in (("memory_scope", "global"), ("vary_memory", False), ("oracle", False)):
+    plain_values = (
+        ("memory_scope", "global"), ("vary_memory", False), ("oracle", False),
+        ("memory_write", "boundary"),
+    )  # fmt: skip
+    for name, plain in plain_values:
         if first[name] != plain:
             raise ValueError(
                 f"{name}: stacked runs support only {name}={plain!r} (got {first[name]!r}); "

@@ -39,6 +39,7 @@ NEVER = 10**9  # a step the benchmark never reaches (no evaluation / checkpoint 
 
 def make_loop(tmp_path, bench: BenchSettings, preset: str, precision: str, track: str = "C"):
     cfg = RunConfig(
+        protocol="paper",  # the learner-only rate below drives the same single-world stream
         steps=NEVER,
         switches=(),
         preset=preset,

@@ -12,6 +12,11 @@ written as JSON next to the checkpoint (``checkpoints/latest.eval.json``).
 Without ``--data`` the evaluation splits are generated in memory, deterministically, with
 ``env.generate_sequences`` (the generator of ``make_dataset``) and the sizes and seed of the run's
 config; with ``--data`` the store's shift train/test and base test splits are used whole.
+
+A run of the worlds protocol (``train_online``'s default) is evaluated as it evaluates itself:
+D_shift^n on the switch world with each sequence's own n transitions as memory, D_base^n on
+training-family worlds, and the held-out worlds' curves (own, same-world and wrong-world memory)
+in the JSON's ``held_out``; memory sizes default to 0 1 5 10 25 50.
 """
 
 from __future__ import annotations
@@ -25,12 +30,13 @@ from runners.cli import CliError, ensure_output_dir, run_main
 from runners.online.command import config_from_dict
 from runners.online.config import RunConfig, resolve
 from runners.online.job import set_threads
-from runners.online.parts import make_eval_data, open_store, resolve_device
+from runners.online.parts import make_evaluator, open_store, resolve_device
 from runners.online.rundir import RunFolder
 from runners.online.summary import curve_report, format_curve
 
 PROG = "evaluate"
 CURVE = (0, 10, 25, 50, 100, 256)
+WORLDS_CURVE = (0, 1, 5, 10, 25, 50)
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -43,8 +49,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--checkpoint", choices=("latest", "best"), default="latest",
                    help="which checkpoint of a run folder (default latest)")
     p.add_argument("--data", metavar="PATH.zarr", help="evaluate on a make_dataset store")
-    p.add_argument("--n", type=int, nargs="+", default=list(CURVE), metavar="N",
-                   help=f"memory sizes (default {' '.join(map(str, CURVE))})")
+    p.add_argument("--n", type=int, nargs="+", default=None, metavar="N",
+                   help=f"memory sizes (default {' '.join(map(str, CURVE))}; a worlds-protocol "
+                   f"run: {' '.join(map(str, WORLDS_CURVE))})")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--out", metavar="FILE.json", help="where to write the JSON "
                    "(default: <checkpoint>.eval.json next to the checkpoint)")
@@ -70,22 +77,15 @@ def locate(path: str, which: str) -> tuple[Path, RunFolder | None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
-    if any(n < 0 for n in args.n):
+    if args.n is not None and any(n < 0 for n in args.n):
         raise CliError("--n: memory sizes must be >= 0")
-    ns = tuple(sorted(set(args.n)))
     ckpt, folder = locate(args.path, args.checkpoint)
     out = Path(args.out) if args.out else RunFolder.curve_path(ckpt)
     ensure_output_dir(out.parent, "the folder of --out" if args.out else "the checkpoint's folder")
     device = resolve_device(args.device)
     set_threads(device)
 
-    from agent import (
-        CheckpointError,
-        Learner,
-        adaptation_curve,
-        load_checkpoint,
-        read_checkpoint_config,
-    )
+    from agent import CheckpointError, Learner, load_checkpoint, read_checkpoint_config
 
     try:
         agent_cfg = read_checkpoint_config(ckpt)
@@ -93,28 +93,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise CliError(str(err)) from None
     if folder is not None:
         cfg = config_from_dict(folder.read_config())
-    else:  # a checkpoint on its own: the default evaluation sizes, the checkpoint's seed
-        cfg = RunConfig(track=agent_cfg.track, seed=agent_cfg.seed, switches=())
+    else:  # a checkpoint on its own: the default evaluation sizes, the checkpoint's seed; a
+        # per-stream memory says the worlds protocol
+        protocol = "worlds" if agent_cfg.memory_scope == "per_stream" else "paper"
+        cfg = RunConfig(protocol=protocol, track=agent_cfg.track, seed=agent_cfg.seed, switches=())
         cfg = resolve(cfg, build_agent=False)
     cfg.agent = agent_cfg
+    ns = tuple(sorted(set(args.n if args.n is not None else
+                          WORLDS_CURVE if cfg.worlds else CURVE)))  # fmt: skip
     store = None
     if args.data:
+        if cfg.worlds:
+            raise CliError("--data: a worlds-protocol run is evaluated on generated worlds only")
         store = open_store(args.data)
         cfg.data = args.data
         cfg.eval_shift_train = cfg.eval_shift_test = cfg.eval_base_test = 10**9  # whole splits
-    data = make_eval_data(cfg, store)
+    if cfg.worlds:
+        cfg.final_ns = ns  # the world sets are long enough for the largest n
+    evaluator = make_evaluator(cfg, store)
 
     learner = Learner(agent_cfg, device=device)
     try:
         extra = load_checkpoint(ckpt, learner=learner, map_location=device)
     except CheckpointError as err:
         raise CliError(str(err)) from None
-    results = adaptation_curve(learner, data, ns=ns)
     rep = curve_report(
-        list(results), step=int(learner.step), checkpoint=str(ckpt),
+        evaluator.curve(learner, ns), step=int(learner.step), checkpoint=str(ckpt),
         data=args.data or "generated in memory (env.generate_sequences)",
         horizons=list(agent_cfg.horizons),
     )
+    if cfg.worlds:
+        rep["held_out"] = evaluator.report(learner, ns)
     rep["run_step"] = extra.get("run_step", learner.step) if isinstance(extra, dict) else None
     print(f"{ckpt} (track {agent_cfg.track}, step {learner.step}); data: {rep['data']}")
     print(format_curve(rep))

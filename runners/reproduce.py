@@ -107,7 +107,8 @@ def _fmt(x: float) -> str:
 def make_plan(args: argparse.Namespace, data: str, passthrough: Sequence[str]) -> Plan:
     """Run folders and arguments of every run the options ask for."""
     runs = Path(args.out) / "runs"
-    common = ["--source", "dataset", "--data", str(data), "--no-switch", "--preset", args.preset,
+    common = ["--protocol", "paper", "--source", "dataset", "--data", str(data), "--no-switch",
+              "--preset", args.preset,
               "--eval-every", str(args.eval_every), *passthrough]
 
     def specs_for(points: list[grid.Point], steps: int) -> list[tuple[grid.Point, backends.RunSpec]]:
@@ -246,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.steps < 1 or args.ablation_steps < 1 or args.eval_every < 1:
         raise CliError("--steps, --ablation-steps and --eval-every must be at least 1")
     passthrough = launch.check_passthrough(extra)
-    for opt in ("--source", "--switch", "--steps", "--preset", "--track", "--seed"):
+    for opt in ("--protocol", "--source", "--switch", "--steps", "--preset", "--track", "--seed"):
         if opt in passthrough:
             raise CliError(f"{opt} is fixed by the reproduction protocol; use reproduce's options")
     if not args.report_only:  # every run's typed config is valid before anything is written

@@ -119,9 +119,15 @@ def track_config(args: argparse.Namespace, track: str, from_dir: Path | None) ->
     from runners.online.command import apply_json, apply_sets
     from runners.online.config import resolve
 
-    base = RunConfig()
+    # The live view drives the paper protocol's world (one physics for every stream, changed by
+    # the G key); the worlds protocol's view (each stream's own world) is not built yet.
+    base = RunConfig(protocol="paper")
     if from_dir is not None:  # the run's own config, its preset included (unless --preset)
-        base = apply_json(base, RunFolder(from_dir).read_config(), f"--from {from_dir}")
+        saved = RunFolder(from_dir).read_config()
+        if saved.get("protocol", "paper") != "paper":
+            raise CliError(f"--from {from_dir}: a {saved['protocol']}-protocol run; the live view "
+                           f"shows paper-protocol runs only (train_online --protocol paper)")
+        base = apply_json(base, saved, f"--from {from_dir}")
     steps = args.steps or DEFAULT_STEPS
     changes: dict[str, Any] = {
         "track": track,

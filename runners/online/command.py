@@ -50,15 +50,19 @@ from runners.online.switch import Switch, SwitchArg, switches_from_json
 # -- the command line ------------------------------------------------------------------------
 @dataclass
 class TrainCommand:
-    """Online EPM-JEPA training with mid-stream physics switches (defaults: track C, stream
-    source, gravity 0 -> 0.5 at 2/3 of the run, memory mode). Order of resolution (later wins):
-    defaults, --config, the options, --set."""
+    """Online EPM-JEPA training with a mid-stream physics switch (defaults: the worlds protocol,
+    track C: each stream in its own training world, redrawn every episode; at 2/3 of the run
+    every stream moves to a held-out world and the weights freeze; --protocol paper: the paper's
+    gravity 0 -> 0.5). Order of resolution (later wins): defaults, --config, the options, --set."""
 
     run: Annotated[RunConfig, tyro.conf.arg(name="")] = field(default_factory=RunConfig)
     switch: Annotated[
         tuple[SwitchArg, ...],
         tyro.conf.UseAppendAction,
-        tyro.conf.arg(help_behavior_hint="(default: gravity -> 0.5 at 2/3 of the steps)"),
+        tyro.conf.arg(
+            help_behavior_hint="(default at 2/3 of the steps: worlds gravity=0.3,direction=45; "
+            "paper gravity -> 0.5)"
+        ),
     ] = ()
     """Switch the physics before STEP; repeatable. STEP:GRAVITY (3000:0.5) or STEP:NAME=VALUE,... with names gravity, direction (degrees, 90 = down), restitution, friction."""
     no_switch: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
@@ -217,8 +221,9 @@ def config_from_dict(data: dict[str, Any]) -> RunConfig:
         d["switches"] = switches_from_json(d.get("switches", ()))
     except (ValueError, TypeError) as err:
         raise CliError(f"config.json: switches: {err}") from None
-    for k in ("eval_ns", "final_ns"):
-        if k in d:
+    d.setdefault("protocol", "paper")  # written before the worlds protocol existed
+    for k in ("eval_ns", "final_ns", "episode_steps"):
+        if d.get(k) is not None:
             d[k] = tuple(d[k])
     cfg = RunConfig(**d)
     cfg.agent_overrides = agent_values(overrides, "config.json (agent_overrides)")

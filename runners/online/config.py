@@ -33,6 +33,11 @@ DEFAULT_SWITCH = (3000, 0.5)  # = (2/3 of the steps, 0.5): the default when --sw
 DEFAULT_SHIFT_GRAVITY = 0.5
 DEFAULT_EVAL_EVERY = 250
 DEFAULT_CHECKPOINT_EVERY = 500
+# The worlds protocol's default switch: a held-out world between the training worlds (family
+# "interp": gravity pointing along a diagonal, which no training world does).
+DEFAULT_WORLD_SWITCH = (("gravity", 0.3), ("gravity_direction", 45.0))
+PAPER_FINAL_NS = (0, 10, 25, 50, 100, 256)
+WORLDS_FINAL_NS = (0, 1, 5, 10, 25, 50)  # = agent.adaptation.WORLD_NS
 
 Track = Literal["A", "B", "C", "D", "E"]
 AfterSwitch = Literal["memory", "continual"]
@@ -40,12 +45,14 @@ Source = Literal["stream", "dataset"]
 Preset = Literal["cpu", "tiny", "paper"]
 Device = Literal["auto", "cpu", "cuda"]
 Precision = Literal["fp32", "bf16"]
+Protocol = Literal["worlds", "paper"]
 TRACKS: tuple[str, ...] = get_args(Track)
 AFTER_SWITCH: tuple[str, ...] = get_args(AfterSwitch)
 SOURCES: tuple[str, ...] = get_args(Source)
 PRESETS: tuple[str, ...] = get_args(Preset)
 DEVICES: tuple[str, ...] = get_args(Device)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
+PROTOCOLS: tuple[str, ...] = get_args(Protocol)
 # Runner presets on top of the agent's: name -> (agent preset, agent overrides). "cpu" is the
 # default run's learner: the tiny networks with 64 streams, a lower LR and a stronger variance
 # hinge, measured to beat "no change" within minutes on a 2-core CPU without collapsing
@@ -54,6 +61,21 @@ RUN_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "cpu": ("tiny", {"batch_size": 64, "lr": 1e-3, "lambda_reg": 0.2, "buffer_capacity": 64}),
     "tiny": ("tiny", {}),
     "paper": ("paper", {}),
+}
+
+# The worlds protocol's learner on top of the preset (docs/train_online.md): the last two frames
+# in (velocity visible, acceleration, and so the world, not), one prediction per horizon at
+# horizons short enough to learn in minutes, each stream's own memory of its every transition,
+# emptied at every new world, and a varied amount of it in training (so it works from its first
+# entry); frames scaled to 0..1 (the paper feeds raw 0..255).
+WORLDS_AGENT: dict[str, Any] = {
+    "context_frames": 2,
+    "per_horizon": True,
+    "horizons": (2, 4, 8),
+    "memory_scope": "per_stream",
+    "memory_write": "every",
+    "vary_memory": True,
+    "input_scale": 1.0 / 255.0,
 }
 
 # RunConfig fields that are also AgentConfig fields: the run's value is passed down.
@@ -65,6 +87,8 @@ SHARED_WITH_AGENT = ("track", "seed", "precision")
 class RunConfig:
     """One online run. ``agent`` is the learner's resolved ``AgentConfig`` (set by ``resolve``)."""
 
+    protocol: Protocol = "worlds"
+    """worlds: train across worlds drawn from --train-family (each stream its own, redrawn every episode), then switch every stream to a held-out world; paper: the paper's one base world and its gravity switch."""
     track: Track = "C"
     """Modulator: A none, B residual, C LoRA, D FiLM, E hypernetwork."""
     seed: int = 0
@@ -72,11 +96,19 @@ class RunConfig:
     steps: int = DEFAULT_STEPS
     """Online steps (one learner update each)."""
     switches: tyro.conf.Suppress[tuple[Switch, ...] | None] = None
-    """Physics switches (set by --switch); None: one switch to gravity 0.5 at 2/3 of the run."""
+    """Physics switches (set by --switch); None: one switch at 2/3 of the run (worlds: to gravity 0.3 towards 45 degrees, a held-out world; paper: to gravity 0.5)."""
     after_switch: AfterSwitch = "memory"
     """memory: weights frozen from the first switch on (detector and buffer stay live); continual: keep learning."""
     base_gravity: float = 0.0
-    """Gravity of the base world (px/frame^2) before any switch."""
+    """Paper protocol: gravity of the base world (px/frame^2) before any switch."""
+    train_family: Literal["train"] = "train"
+    """Worlds protocol: the family (env.FAMILIES) each stream's episodes are drawn from before the switch."""
+    episode_steps: tuple[int, int] = (100, 400)
+    """Worlds protocol: each episode (one world) lasts a number of steps drawn uniformly from this range."""
+    eval_worlds: int = 3
+    """Worlds protocol: worlds per family (training, interp, extrap) in the evaluation."""
+    eval_world_seqs: int = 48
+    """Worlds protocol: test sequences per evaluation world."""
     source: Source = "stream"
     """stream: the live vector env; dataset: i.i.d. sequences of a make_dataset store (--data)."""
     data: Annotated[str | None, tyro.conf.arg(metavar="PATH.zarr")] = None
@@ -91,22 +123,22 @@ class RunConfig:
     """Steps between evaluations (there is also one at every switch, before it applies, and at the end)."""
     eval_ns: tuple[int, ...] = (0, 10, 50)
     """Memory sizes n of D_shift^n at the periodic evaluations."""
-    final_ns: tuple[int, ...] = (0, 10, 25, 50, 100, 256)
-    """Memory sizes n of the adaptation curve at the end of the run."""
+    final_ns: tuple[int, ...] | None = None
+    """Memory sizes n of the adaptation curve at the end of the run (None: worlds 0 1 5 10 25 50, paper 0 10 25 50 100 256)."""
     headline_n: int = 50
     """The n of the headline D_shift^n (best.pt keeps its lowest value)."""
     eval_shift_train: int = 512
-    """Shift-world train sequences (memory pushes) for evaluation."""
+    """Paper protocol: shift-world train sequences (memory pushes) for evaluation."""
     eval_shift_test: int = 128
     """Shift-world test sequences for D_shift."""
     eval_base_test: int = 128
-    """Base-world test sequences for D_base."""
+    """Paper protocol: base-world test sequences for D_base."""
     eval_seed_offset: int = 10_000
     """Generated evaluation splits use seed + this offset."""
     episode_length: int | None = 400
-    """Stream episode length in steps (None: endless)."""
+    """Paper protocol: stream episode length in steps (None: endless)."""
     stagger: bool = True
-    """Start the parallel streams at staggered phases of their episodes."""
+    """Paper protocol: start the parallel streams at staggered phases of their episodes."""
     record_frames: Annotated[int, tyro.conf.arg(metavar="N")] = 0
     """Keep every N-th frame batch (the newest frame of every stream) and its ground truth in run.zarr (0: none)."""
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
@@ -128,6 +160,19 @@ class RunConfig:
     @property
     def first_switch(self) -> int | None:
         return self.switches[0].step if self.switches else None
+
+    @property
+    def worlds(self) -> bool:
+        return self.protocol == "worlds"
+
+    def phase_label(self, step: int) -> str:
+        """What the streams live in during ``step`` (for plots): a physics label, or the
+        training worlds before the worlds protocol's first switch."""
+        from runners.online.switch import physics_label
+
+        if self.worlds and (self.first_switch is None or step < self.first_switch):
+            return f"{self.train_family} worlds"
+        return physics_label(self.physics_at(step))
 
     @property
     def base_physics(self) -> PhysicsParams:
@@ -167,7 +212,8 @@ class RunConfig:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["switches"] = [Switch.from_json(s).to_json() for s in self.switches or ()]
         d["eval_ns"] = list(self.eval_ns)
-        d["final_ns"] = list(self.final_ns)
+        d["final_ns"] = list(self.final_ns) if self.final_ns is not None else None
+        d["episode_steps"] = list(self.episode_steps)
         d["agent"] = self.agent.to_dict() if self.agent is not None else None
         d["agent_overrides"] = dict(self.agent_overrides)
         return d
@@ -197,6 +243,7 @@ def resolve(cfg: RunConfig, *, build_agent: bool = True) -> RunConfig:
     if cfg.track not in TRACKS:
         raise CliError(f"track must be one of {', '.join(TRACKS)}, got {cfg.track!r}")
     for name, allowed in (
+        ("protocol", PROTOCOLS),
         ("after_switch", AFTER_SWITCH),
         ("source", SOURCES),
         ("preset", PRESETS),
@@ -220,8 +267,13 @@ def resolve(cfg: RunConfig, *, build_agent: bool = True) -> RunConfig:
             f"episode_length must be at least 21 frames (one training window) or none, "
             f"got {cfg.episode_length}"
         )
+    if cfg.final_ns is None:
+        cfg.final_ns = WORLDS_FINAL_NS if cfg.worlds else PAPER_FINAL_NS
+    cfg.final_ns = tuple(cfg.final_ns)
     if any(n < 0 for n in cfg.eval_ns + cfg.final_ns):
         raise CliError("eval_ns and final_ns must be non-negative memory sizes")
+    if cfg.worlds:
+        _check_worlds(cfg)
     if cfg.headline_n not in cfg.eval_ns:
         cfg.eval_ns = tuple(sorted(set(cfg.eval_ns) | {cfg.headline_n}))
     try:
@@ -230,7 +282,8 @@ def resolve(cfg: RunConfig, *, build_agent: bool = True) -> RunConfig:
         raise CliError(f"base_gravity: {err}") from None
     if cfg.switches is None:
         steps = cfg.steps * 2 // 3
-        cfg.switches = (Switch(steps, (("gravity", DEFAULT_SHIFT_GRAVITY),)),) if cfg.steps >= 3 else ()
+        physics = DEFAULT_WORLD_SWITCH if cfg.worlds else (("gravity", DEFAULT_SHIFT_GRAVITY),)
+        cfg.switches = (Switch(steps, physics),) if cfg.steps >= 3 else ()
     try:
         switches = switches_from_json(cfg.switches)
     except (ValueError, TypeError) as err:
@@ -261,6 +314,23 @@ def resolve(cfg: RunConfig, *, build_agent: bool = True) -> RunConfig:
     return cfg
 
 
+def _check_worlds(cfg: RunConfig) -> None:
+    """The worlds protocol's own constraints (``CliError`` naming the field)."""
+    if cfg.source != "stream":
+        raise CliError("--protocol worlds needs the stream source (the store holds two worlds; "
+                       "use --protocol paper with --source dataset)")
+    if cfg.base_gravity != 0.0:
+        raise CliError("base_gravity belongs to the paper protocol: the worlds protocol draws "
+                       "each stream's world from --train-family (use --protocol paper)")
+    lo, hi = cfg.episode_steps
+    if not 21 <= lo <= hi:
+        raise CliError(f"episode_steps must be (low, high) with 21 <= low <= high, got {lo} {hi}")
+    for name in ("eval_worlds", "eval_world_seqs"):
+        if getattr(cfg, name) < (2 if name == "eval_world_seqs" else 1):
+            raise CliError(f"{name} must be at least {2 if name == 'eval_world_seqs' else 1}, "
+                           f"got {getattr(cfg, name)}")
+
+
 def schedule_horizon(cfg: RunConfig) -> int:
     """Steps of the LR / EMA-tau schedule: in memory mode the weights stop at the first switch."""
     if cfg.after_switch == "memory" and cfg.first_switch is not None:
@@ -278,7 +348,7 @@ def make_agent_config(cfg: RunConfig) -> Any:
     over.update(agent_values({k: v for k, v in over.items() if isinstance(v, (str, list))},
                              "agent_overrides"))
     agent_preset, preset_over = RUN_PRESETS[cfg.preset]
-    typed = {**preset_over, **over}
+    typed = {**preset_over, **(WORLDS_AGENT if cfg.worlds else {}), **over}
     typed.setdefault("total_steps", schedule_horizon(cfg))
     typed["seed"] = cfg.seed
     typed["precision"] = cfg.precision
@@ -299,6 +369,8 @@ def make_agent_config(cfg: RunConfig) -> Any:
 def describe(cfg: RunConfig) -> str:
     sw = ", ".join(f"{s.label('=')} at step {s.step}" for s in cfg.switches or ()) or "no switch"
     return (
-        f"track {cfg.track}, preset {cfg.preset}, {cfg.source} source, {cfg.steps} steps, "
+        f"{cfg.protocol} protocol, track {cfg.track}, preset {cfg.preset}, {cfg.source} source, "
+        f"{cfg.steps} steps, "
+        f"{'training worlds: ' + cfg.train_family + ', ' if cfg.worlds else ''}"
         f"{sw}, after switch: {cfg.after_switch}, seed {cfg.seed}"
     )

@@ -26,6 +26,7 @@ from runners.online.plots import make_figures
 from runners.online.rundir import RunFolder, StopRequest
 from runners.online.summary import build_summary, curve_report, format_table, write_summary
 from runners.online.switch import physics_label
+from runners.online.worlds import WorldsEvaluator
 
 PROG = "train_online"
 
@@ -140,19 +141,25 @@ def finish(loop: OnlineLoop) -> dict[str, Any]:
         data=cfg.data or "generated in memory (env.generate_sequences)",
         horizons=list(cfg.agent.horizons),
     )  # fmt: skip
+    if isinstance(loop.evaluator, WorldsEvaluator):  # the held-out worlds' D^n per memory
+        rep["held_out"] = loop.evaluator.report(loop.learner, cfg.final_ns)
     RunFolder.curve_path(folder.latest).write_text(json.dumps(rep, indent=2) + "\n")
-    return summarise(loop, final_curve=rep["curve"], stopped=None)
+    return summarise(loop, final_curve=rep["curve"], stopped=None, held_out=rep.get("held_out"))
 
 
 def summarise(
-    loop: OnlineLoop, *, final_curve: list[dict[str, Any]] | None, stopped: str | None
+    loop: OnlineLoop,
+    *,
+    final_curve: list[dict[str, Any]] | None,
+    stopped: str | None,
+    held_out: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Figures, summary.json and summary.md from the run folder (complete or stopped)."""
     folder = loop.folder
     make_figures(folder.root)
     s = build_summary(
         folder.root, loop.cfg, wall_time=loop.wall_time, final_curve=final_curve,
-        best=(loop.best, loop.best_step), stopped=stopped,
+        best=(loop.best, loop.best_step), stopped=stopped, held_out=held_out,
     )  # fmt: skip
     write_summary(folder.root, s)
     return s

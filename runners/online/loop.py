@@ -48,6 +48,7 @@ from runners.online.evaluation import EvalRecord, Evaluator
 from runners.online.parts import RunParts, build_parts
 from runners.online.recorder import Recorder, RecorderError
 from runners.online.rundir import RunFolder, StopRequest
+from runners.online.worlds import WorldsEvaluator
 
 # -- schedules ---------------------------------------------------------------------------------
 
@@ -174,7 +175,7 @@ class OnlineLoop:
         self.learner: Learner = parts.learner
         self.world = parts.world
         self.recorder: Recorder = parts.recorder
-        self.evaluator: Evaluator = parts.evaluator
+        self.evaluator: Evaluator | WorldsEvaluator = parts.evaluator
         self.stop = stop or StopRequest(folder.pause)
         self.log = log
         self.schedule = Schedule.from_config(cfg)
@@ -296,9 +297,12 @@ class OnlineLoop:
         n = len(self.pending)
         first = self.step_count - n
         steps = np.arange(first, first + n, dtype=np.int64)
+        # Before the worlds protocol's switch each stream has its own world: NaN (no one world).
+        fs = self.cfg.first_switch
+        many = self.cfg.worlds & (steps < (fs if fs is not None else np.iinfo(np.int64).max))
         for name in env.PhysicsParams().as_dict():
-            values = [getattr(p, name) for p in self.pending_physics]
-            block[f"world/{name}"] = np.asarray(values, np.float32)
+            values = np.asarray([getattr(p, name) for p in self.pending_physics], np.float32)
+            block[f"world/{name}"] = np.where(many, np.float32(np.nan), values)
         self.recorder.append_metrics(steps, block)
         self.live.update(steps, block, self.phase_starts)
         self.pending.clear()
@@ -371,8 +375,8 @@ class OnlineLoop:
         self.best_step = int(extra.get("best_step", -1))
         self.elapsed = float(extra.get("elapsed", 0.0))
         self.saved_step = s
-        if self.vec_env is not None:  # the env's restored state holds its physics (a
-            self.physics = self.vec_env.physics(0)  # visualizer may have changed them)
+        if self.vec_env is not None and not self.cfg.worlds:  # the env's restored state holds
+            self.physics = self.vec_env.physics(0)  # its physics (a visualizer may change them)
         if self.frozen:
             self.learner.freeze_weights()
         if s:

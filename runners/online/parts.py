@@ -6,10 +6,13 @@ own factory so a caller (the visualizer, a test, a benchmark) can build or repla
 
 - ``resolve_device``: auto -> cuda when available, else cpu;
 - ``make_learner``: ``agent.Learner`` of the run's ``AgentConfig``;
-- ``make_world``: the world the learner lives in and its source of batches, ``StreamWorld``
-  (a live ``env.MovingMNISTVectorEnv`` whose physics switch mid-stream) or ``DatasetWorld``
-  (i.i.d. sequences of a ``make_dataset`` store's base or shift split);
-- ``make_eval_data`` / ``Evaluator``: the evaluation splits, from the store or generated;
+- ``make_world``: the world the learner lives in and its source of batches: under the worlds
+  protocol a ``ScheduledWorld`` (``runners.online.worlds``: every stream's episodes in worlds
+  drawn from a family); under the paper's, ``StreamWorld`` (a live
+  ``env.MovingMNISTVectorEnv`` whose physics switch mid-stream) or ``DatasetWorld`` (i.i.d.
+  sequences of a ``make_dataset`` store's base or shift split);
+- ``make_evaluator``: the worlds protocol's ``WorldsEvaluator`` (generated world sets), or the
+  paper's ``Evaluator`` on its splits (``make_eval_data``, from the store or generated);
 - ``Recorder``: the run's ``run.zarr`` (``runners.online.recorder``).
 """
 
@@ -29,6 +32,12 @@ from runners.online.config import RunConfig
 from runners.online.evaluation import Evaluator
 from runners.online.recorder import Recorder
 from runners.online.rundir import RunFolder
+from runners.online.worlds import (
+    ScheduledWorld,
+    WorldsEvaluator,
+    make_scheduled_world,
+    make_world_sets,
+)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -112,7 +121,7 @@ class DatasetWorld:
         return self.source.next()
 
 
-World = StreamWorld | DatasetWorld
+World = StreamWorld | DatasetWorld | ScheduledWorld
 
 
 def make_vec_env(cfg: RunConfig, n_streams: int) -> env.MovingMNISTVectorEnv:
@@ -137,7 +146,12 @@ def stagger(vec_env: env.MovingMNISTVectorEnv, episode_length: int) -> None:
 def make_world(
     cfg: RunConfig, device: torch.device, store: env.PaperDataset | None = None
 ) -> World:
-    """The run's world in its base physics: live streams, or the store's base split."""
+    """The run's world before any switch: streams in the training worlds (worlds protocol), or
+    live streams in the base physics, or the store's base split (paper protocol)."""
+    if cfg.worlds:
+        return make_scheduled_world(
+            cfg.agent.batch_size, cfg.train_family, cfg.episode_steps, cfg.agent, device, cfg.seed
+        )
     if cfg.source == "dataset":
         if store is None:
             raise CliError("--source dataset needs --data PATH.zarr (written by runners.make_dataset)")
@@ -205,7 +219,17 @@ def make_eval_data(cfg: RunConfig, store: env.PaperDataset | None = None) -> Eva
     )
 
 
-def make_evaluator(cfg: RunConfig, store: env.PaperDataset | None = None) -> Evaluator:
+def make_evaluator(
+    cfg: RunConfig, store: env.PaperDataset | None = None
+) -> Evaluator | WorldsEvaluator:
+    if cfg.worlds:
+        sets = make_world_sets(
+            cfg.agent, cfg.shift_physics, train_family=cfg.train_family,
+            n_max=max(cfg.eval_ns + tuple(cfg.final_ns or ())), shift_seqs=cfg.eval_shift_test,
+            world_seqs=cfg.eval_world_seqs, worlds_per_family=cfg.eval_worlds,
+            seed=cfg.seed + cfg.eval_seed_offset,
+        )  # fmt: skip
+        return WorldsEvaluator(sets, cfg.eval_ns, list(cfg.agent.horizons))
     return Evaluator(make_eval_data(cfg, store), cfg.eval_ns, list(cfg.agent.horizons))
 
 
@@ -218,7 +242,7 @@ class RunParts:
     learner: Learner
     world: World
     recorder: Recorder
-    evaluator: Evaluator
+    evaluator: Evaluator | WorldsEvaluator
 
 
 def build_parts(cfg: RunConfig, folder: RunFolder) -> RunParts:

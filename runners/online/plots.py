@@ -23,7 +23,7 @@ from runners.cli import writing  # noqa: E402
 from runners.online.config import RunConfig  # noqa: E402
 from runners.online.recorder import Recorder  # noqa: E402
 from runners.online.rundir import RunFolder  # noqa: E402
-from runners.online.switch import Switch, physics_label, switches_from_json  # noqa: E402
+from runners.online.switch import Switch, switches_from_json  # noqa: E402
 
 DPI = 90
 PHASE_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")
@@ -125,16 +125,19 @@ def plot_stream_error(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -
     roll = rolling_by_phase(e, w, starts)
     ax.plot(step, e, lw=0.4, color="0.75", label="per step")
     bounds = [0, *[s for s in starts if 0 < s < len(step)], len(step)]
-    run = RunConfig(base_gravity=cfg.get("base_gravity", 0.0), switches=cfg.get("switches") or ())
+    run = RunConfig(
+        protocol=cfg.get("protocol", "paper"), base_gravity=cfg.get("base_gravity", 0.0),
+        train_family=cfg.get("train_family", "train"), switches=cfg.get("switches") or (),
+    )  # fmt: skip
     for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
         ax.plot(step[a:b], roll[a:b], lw=1.6, color=PHASE_COLORS[i % len(PHASE_COLORS)],
-                label=f"rolling mean ({w} steps), {physics_label(run.physics_at(a))}")
+                label=f"rolling mean ({w} steps), {run.phase_label(a)}")
     ax.axhline(1.0, color="k", lw=0.8, ls=":", label='1.0 = "no change"')
     ax.set_xlabel("step")
     ax.set_ylabel("normalised error on the stream")
     ax.set_title("Rolling stream error per phase (lower is better)", pad=14)
     # Ignore the first window of the run (random init) when choosing the y range.
-    tail = roll[min(w, len(roll) // 4):]
+    tail = roll[min(2 * w, len(roll) // 4):]  # the window that still holds the first steps too
     top = np.nanmax(tail) if np.isfinite(tail).any() else 1.5
     ax.set_ylim(0, max(1.2, float(top) * 1.15))
     _switch_lines(ax, cfg.get("switches") or [], cfg.get("after_switch", ""), True)
@@ -149,14 +152,44 @@ def plot_d_curves(ax: Axes, ev: dict[str, np.ndarray], cfg: dict[str, Any]) -> N
     head = int(cfg.get("headline_n", 50))
     for j, n in enumerate(ev["ns"]):
         lw, alpha = (2.0, 1.0) if int(n) == head else (1.0, 0.6)
+        what = (f"switch world, {int(n)} own memories" if cfg.get("protocol") == "worlds"
+                else f"shift test, n={int(n)} memories")
         ax.plot(step, ev["d_shift"][:, j], "o-", ms=3, lw=lw, alpha=alpha,
-                label=f"D_shift^{int(n)} (shift test, n={int(n)} memories)")
-    ax.plot(step, ev["d_base"], "s-", ms=3, color="k", lw=1.5, label="D_base (base test)")
+                label=f"D_shift^{int(n)} ({what})")
+    worlds = cfg.get("protocol") == "worlds"
+    ax.plot(step, ev["d_base"], "s-", ms=3, color="k", lw=1.5,
+            label="D_base (training worlds, no memory)" if worlds else "D_base (base test)")
     ax.axhline(1.0, color="k", lw=0.8, ls=":", label='1.0 = "no change"')
     ax.set_xlabel("step")
     ax.set_ylabel("normalised prediction error D")
     ax.set_title("D_shift and D_base over training (lower is better)", pad=14)
     _switch_lines(ax, cfg.get("switches") or [], cfg.get("after_switch", ""), True)
+    ax.legend(loc="best", fontsize=7)
+
+
+MEMORY_STYLES = {"own": ("-", "o"), "same": ("--", "s"), "wrong": (":", "x")}
+FAMILY_COLORS = {"switch": "k", "interp": "#1f77b4", "extrap": "#d62728"}
+
+
+def plot_world_curves(ax: Axes, rep: dict[str, Any], cfg: dict[str, Any]) -> None:
+    """D^n over n at the end: the switch world (own memory) and each held-out family's mean per
+    memory source (own, same world, wrong world)."""
+    curve = rep.get("curve") or []
+    if curve:
+        ax.plot([r["n"] for r in curve], [r["d_shift"] for r in curve], "o-", color="k", lw=2.0,
+                label="switch world, own memory")
+    held = rep.get("held_out") or {}
+    ns = held.get("ns", [])
+    for fam, mems in (held.get("families") or {}).items():
+        for mem, d in mems.items():
+            ls, mk = MEMORY_STYLES.get(mem, ("-", "."))
+            ax.plot(ns, d, ls=ls, marker=mk, ms=4, lw=1.2, color=FAMILY_COLORS.get(fam, "0.4"),
+                    label=f"{fam} worlds, {mem} memory")
+    ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_xlabel("n = transitions of the world in memory (symlog)")
+    ax.set_ylabel("normalised prediction error D^n")
+    ax.set_title(f"Track {cfg.get('track')}, weights frozen: D^n over memory size (lower is better)",
+                 pad=14)
     ax.legend(loc="best", fontsize=7)
 
 
@@ -235,6 +268,11 @@ def make_figures(run_dir: str | Path) -> list[Path]:
         fn(ax, data, cfg)
         written.append(_finish(fig, out / name))
 
+    curve_file = RunFolder.curve_path(RunFolder(run_dir).latest)
+    rep = RunFolder(run_dir).read_json(curve_file) if curve_file.exists() else None
+    worlds_rep = rep if rep and cfg.get("protocol") == "worlds" else None
+    if worlds_rep:
+        single("adaptation.png", plot_world_curves, worlds_rep)
     single("surprisal.png", plot_surprisal, m)
     single("stream_error.png", plot_stream_error, m)
     single("d_shift.png", plot_d_curves, ev)
@@ -250,10 +288,15 @@ def make_figures(run_dir: str | Path) -> list[Path]:
     plot_stream_error(axes[0, 0], m, cfg)
     plot_d_curves(axes[0, 1], ev, cfg)
     plot_surprisal(axes[1, 0], m, cfg)
-    plot_buffer(axes[1, 1], m, cfg)
+    if worlds_rep:
+        plot_world_curves(axes[1, 1], worlds_rep, cfg)
+    else:
+        plot_buffer(axes[1, 1], m, cfg)
     sw = ", ".join(f"{s.label()} at step {s.step}" for s in cfg.get("switches") or []) or "no switch"
+    where = (f"{cfg.get('train_family', 'train')} worlds, then " if cfg.get("protocol") == "worlds"
+             else f"{cfg.get('source')} source: ")
     fig.suptitle(
-        f"Track {cfg.get('track')} ({cfg.get('preset')} preset, {cfg.get('source')} source): "
+        f"Track {cfg.get('track')} ({cfg.get('preset')} preset, {where}"
         f"{sw}, {cfg.get('after_switch')} mode after the switch",
         fontsize=11,
     )

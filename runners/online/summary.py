@@ -51,6 +51,7 @@ def build_summary(
     final_curve: list[dict[str, Any]] | None,
     best: tuple[float, int],
     stopped: str | None,
+    held_out: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     rec = Recorder(run_dir, read_only=True)
     m = rec.read_metrics()
@@ -85,12 +86,14 @@ def build_summary(
 
     return {
         "run_dir": str(run_dir),
+        "protocol": cfg.protocol,
         "track": cfg.track,
         "preset": cfg.preset,
         "source": cfg.source,
         "seed": cfg.seed,
         "after_switch": cfg.after_switch,
         "switches": [sw.to_json() for sw in switches_from_json(cfg.switches)],
+        "switch_world_family": _family_of(cfg) if cfg.worlds and fs is not None else None,
         "steps": cfg.steps,
         "steps_done": steps_done,
         "stopped": stopped,
@@ -118,7 +121,14 @@ def build_summary(
         else None,
         "best": {"d_shift": _f(best[0]), "step": best[1]},
         "adaptation_curve": final_curve,
+        "held_out": held_out,
     }
+
+
+def _family_of(cfg: RunConfig) -> str:
+    from runners.online.worlds import family_of
+
+    return family_of(cfg.shift_physics)
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
@@ -133,17 +143,22 @@ def table_rows(s: dict[str, Any]) -> list[tuple[str, str, str]]:
     se = s["stream_error"]
     buf = s["buffer"]
     sw = s["switches"]
+    worlds = s.get("protocol") == "worlds"
+    shift = "switch world" if worlds else "shift test"
+    base = "training worlds, no memory" if worlds else "base test"
+    mem = "own memories" if worlds else "memories"
     rows = [
         ("step", _fmt(a.get("step")), _fmt(e.get("step"))),
-        ("D_base (base test, 1 = no change)", _fmt(a.get("d_base")), _fmt(e.get("d_base"))),
-        (f"D_shift^{n} (shift test, {n} memories)", _fmt(a.get(f"d_shift_{n}")),
+        (f"D_base ({base}, 1 = no change)", _fmt(a.get("d_base")), _fmt(e.get("d_base"))),
+        (f"D_shift^{n} ({shift}, {n} {mem})", _fmt(a.get(f"d_shift_{n}")),
          _fmt(e.get(f"d_shift_{n}"))),
-        ("D_shift^0 (shift test, no memory)", _fmt(a.get("d_shift_0")), _fmt(e.get("d_shift_0"))),
+        (f"D_shift^0 ({shift}, no memory)", _fmt(a.get("d_shift_0")), _fmt(e.get("d_shift_0"))),
         (f"rolling stream error ({se['window']} steps)", _fmt(se.get("end_of_base")),
          _fmt(se.get("end"))),
         ("boundary events (before / after switch)", str(s["boundary_events_before_switch"]),
          str(s["boundary_events_after_switch"]) if sw else "-"),
-        ("buffer at the end (shift / base / capacity)", "",
+        (("memory per stream at the end (switch world / older / capacity)" if worlds else
+          "buffer at the end (shift / base / capacity)"), "",
          f"{buf['shift_world']} / {buf['base_world']} / {buf['capacity']}"),
     ]
     return rows
@@ -158,6 +173,16 @@ def format_table(s: dict[str, Any]) -> str:
     line = f"{'-' * w0}  {'-' * w1}  {'-' * w2}"
     out = [f"{head[0]:<{w0}}  {head[1]:>{w1}}  {head[2]:>{w2}}", line]
     out += [f"{a:<{w0}}  {b:>{w1}}  {c:>{w2}}" for a, b, c in rows]
+    curve = s.get("adaptation_curve")
+    if curve and s.get("protocol") == "worlds":
+        out += ["", "D_shift^n at the end (switch world, n own memories): " + ", ".join(
+            f"n={r['n']} {_fmt(r['d_shift'])}" for r in curve)]
+    held = s.get("held_out")
+    if held:
+        out += ["", "held-out worlds at the end, D^n (n = " + " ".join(map(str, held["ns"])) + "):"]
+        for fam, mems in held["families"].items():
+            for m, d in mems.items():
+                out.append(f"  {fam:<7} {m:<6} " + " ".join(f"{_fmt(x):>6}" for x in d))
     return "\n".join(out)
 
 
@@ -166,8 +191,8 @@ def format_markdown(s: dict[str, Any]) -> str:
         f"{x.label()} at step {x.step}" for x in switches_from_json(s["switches"])
     ) or "no switch"
     lines = [
-        f"# Run summary: track {s['track']} ({s['preset']} preset, {s['source']} source, "
-        f"seed {s['seed']})",
+        f"# Run summary: track {s['track']} ({s.get('protocol', 'paper')} protocol, "
+        f"{s['preset']} preset, {s['source']} source, seed {s['seed']})",
         "",
         f"{s['steps_done']} of {s['steps']} steps in {s['wall_time_s']} s "
         f"({s['steps_per_s']} steps/s); {sw}; after the switch: {s['after_switch']} mode."
@@ -183,6 +208,7 @@ def format_markdown(s: dict[str, Any]) -> str:
                   "| n | " + " | ".join(str(r["n"]) for r in curve) + " |",
                   "|---|" + "---:|" * len(curve),
                   "| D_shift^n | " + " | ".join(_fmt(r["d_shift"]) for r in curve) + " |"]
+    lines += held_out_markdown(s.get("held_out"))
     best = s.get("best") or {}
     if best.get("d_shift") is not None:
         lines += ["", f"Best D_shift^{s['headline_n']}: {best['d_shift']:.3f} at step "
@@ -190,6 +216,22 @@ def format_markdown(s: dict[str, Any]) -> str:
     lines += ["", "Figures: `figures/overview.png`, `figures/stream_error.png`, "
               "`figures/d_shift.png`, `figures/surprisal.png`, `figures/buffer.png`.", ""]
     return "\n".join(lines)
+
+
+def held_out_markdown(held: dict[str, Any] | None) -> list[str]:
+    """The held-out worlds' D^n per family and memory source, as Markdown lines."""
+    if not held:
+        return []
+    ns = held["ns"]
+    lines = ["", "Held-out worlds at the end (D^n, mean over each family's worlds; memory: "
+             "own = the sequence's own n transitions, same = another sequence of the same "
+             "world, wrong = a sequence of another held-out world):", "",
+             "| family | memory | " + " | ".join(f"n={n}" for n in ns) + " |",
+             "|---|---|" + "---:|" * len(ns)]
+    for fam, mems in held["families"].items():
+        for mem, d in mems.items():
+            lines.append(f"| {fam} | {mem} | " + " | ".join(_fmt(x) for x in d) + " |")
+    return lines
 
 
 def write_summary(run_dir: Path, s: dict[str, Any]) -> None:

@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def tiny_config(**over: object) -> RunConfig:
     cfg = RunConfig(
-        preset="tiny", steps=60, switches=((30, 0.5),), eval_every=20, checkpoint_every=20,
+        protocol="paper", preset="tiny", steps=60, switches=((30, 0.5),), eval_every=20,
+        checkpoint_every=20,
         log_every=5, eval_shift_train=32, eval_shift_test=16, eval_base_test=16, device="cpu",
     )
     for k, v in over.items():
@@ -59,23 +60,28 @@ def test_schedule_decides_periodic_work() -> None:
     assert (d.flush, d.evaluate, d.checkpoint) == (True, True, True)
 
 
-def test_cut_and_resume_equals_one_go(tmp_path: Path) -> None:
+@pytest.mark.parametrize("protocol", ["paper", "worlds"])
+def test_cut_and_resume_equals_one_go(tmp_path: Path, protocol: str) -> None:
     """A run stopped at step 25 and resumed (through the same factories) records exactly the
-    metrics and evaluations of the same run done in one go."""
-    cfg = tiny_config()
-    whole = open_loop(tmp_path / "whole", cfg)
+    metrics and evaluations of the same run done in one go (the worlds protocol: its world
+    schedule, per-stream memories and the switch into a held-out world included)."""
+    over: dict[str, object] = {"protocol": protocol}
+    if protocol == "worlds":
+        over.update(switches=((30, {"gravity": 0.3, "direction": 45}),), eval_world_seqs=4,
+                    eval_worlds=2, episode_steps=(21, 40), final_ns=(0, 5))
+    whole = open_loop(tmp_path / "whole", tiny_config(**over))
     for _ in whole.steps():
         pass
     whole.close()
 
-    cut = open_loop(tmp_path / "cut", tiny_config())
+    cut = open_loop(tmp_path / "cut", tiny_config(**over))
     for res in cut.steps():
         if res.step == 25:
             cut.stop.request("test")
     assert cut.step_count == 25
     cut.checkpoint()  # what train_online does on a stop
     cut.folder.release()
-    again = open_loop(tmp_path / "cut", tiny_config(), resume=True)
+    again = open_loop(tmp_path / "cut", tiny_config(**over), resume=True)
     assert again.step_count == 25 and again.gravity == 0.0
     for _ in again.steps():
         pass
@@ -87,9 +93,18 @@ def test_cut_and_resume_equals_one_go(tmp_path: Path) -> None:
     assert len(a["m:step"]) == 60 and np.array_equal(a["m:step"], np.arange(60))
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
-    # The world's physics are recorded per step.
-    assert a["m:world/gravity"][29] == 0.0 and a["m:world/gravity"][30] == 0.5
-    assert set(np.unique(a["m:world/gravity_direction"])) == {90.0}
+    # The world's physics are recorded per step (NaN while the worlds protocol's streams each
+    # live in their own training world).
+    g = a["m:world/gravity"]
+    if protocol == "paper":
+        assert g[29] == 0.0 and g[30] == 0.5
+        assert set(np.unique(a["m:world/gravity_direction"])) == {90.0}
+    else:
+        assert np.isnan(g[:30]).all() and (g[30:] == np.float32(0.3)).all()
+        assert (a["m:world/gravity_direction"][30:] == 45.0).all()
+        world = again.world
+        assert world.schedule.held.all()  # every stream stays in the held-out world
+        assert all(p == again.physics for p in world.stream_physics())
 
 
 def test_parts_are_passed_in(tmp_path: Path) -> None:

@@ -30,7 +30,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def build(*argv: str) -> RunConfig:
-    return build_config(list(argv))
+    """The paper protocol's config (these tests exercise its switches and base gravity; the
+    worlds protocol has its own tests in test_worlds.py) unless ``argv`` names one."""
+    return build_config(list(argv) if "--protocol" in argv else ["--protocol", "paper", *argv])
 
 
 def g(step: int, gravity: float) -> Switch:
@@ -39,9 +41,12 @@ def g(step: int, gravity: float) -> Switch:
 
 # -- layers ----------------------------------------------------------------------------------
 def test_defaults_tell_the_story() -> None:
-    cfg = build()
+    cfg = build_config([])
+    assert cfg.protocol == "worlds"
     assert cfg.track == "C" and cfg.source == "stream" and cfg.after_switch == "memory"
-    assert cfg.switches == (g(3000, 0.5),) and cfg.steps == 4500
+    assert cfg.switches == (Switch(3000, (("gravity", 0.3), ("gravity_direction", 45.0))),)
+    assert cfg.steps == 4500
+    assert build("--protocol", "paper").switches == (g(3000, 0.5),)
     # Memory mode: the LR / tau schedules end at the first switch (weights freeze there).
     assert cfg.agent.total_steps == 3000
     assert cfg.agent.track == "C" and cfg.agent.seed == cfg.seed
@@ -265,7 +270,8 @@ def test_resume_changes_only_what_may_change() -> None:
 
 # -- a real run ------------------------------------------------------------------------------
 def test_multi_physics_switch_run_records_the_physics_per_step(tmp_path: Path) -> None:
-    res = cli("--preset", "tiny", "--steps", "30", "--switch", "20:gravity=0.5,direction=45",
+    res = cli("--protocol", "paper", "--preset", "tiny", "--steps", "30",
+              "--switch", "20:gravity=0.5,direction=45",
               "--out", str(tmp_path), "--name", "run", "--eval-every", "20",
               "--set", "eval_shift_train=16", "eval_shift_test=8", "eval_base_test=8",
               "final_ns=0,10")

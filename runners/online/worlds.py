@@ -1,0 +1,191 @@
+"""The worlds protocol's parts: a scheduled stream world, its evaluation worlds and evaluator.
+
+Under ``--protocol worlds`` (the default; docs/train_online.md) every stream lives one episode at
+a time in a world drawn from the training family (``env.WorldSchedule``), so streams are in
+different worlds at once; at the switch every stream starts its next episode in one held-out
+world and stays there, and the learner's weights freeze. The evaluation asks the question of
+this protocol (``agent.adaptation``): how well does the frozen learner predict a world once its
+memory holds n transitions of it?
+
+- ``ScheduledWorld``: the stream world of the run (``enter`` = hold every stream in a world and
+  end its episode, so its memory starts empty in that world);
+- ``WorldSets`` / ``make_world_sets``: test sequences of the switch world, of training-family
+  worlds (D_base) and of held-out worlds (interpolation and extrapolation), generated
+  deterministically from the run's seed;
+- ``WorldsEvaluator``: the periodic evaluation (D_shift^n = the switch world's own-memory D^n,
+  D_base^n = the training worlds'), with the interface of ``runners.online.evaluation.
+  Evaluator``, and ``report``: the held-out worlds' curves for the summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import env
+from agent import Batch, EvalResult, Learner, StreamSource
+from agent.adaptation import WorldCurve, WorldSet, family_means, sequence_length, world_curves
+from runners.online.evaluation import EvalRecord
+
+HELD_OUT_FAMILIES = env.HELD_OUT
+
+
+class ScheduledWorld:
+    """B parallel streams, each episode in a world drawn from a family (``env.WorldSchedule``).
+
+    ``enter(physics, 1)`` holds every stream in ``physics`` and ends its current episode, so each
+    starts its next one (new digits) in that world with an empty memory (a per-stream memory is
+    emptied at an episode start); ``enter(physics, 0)`` gives the streams back to the schedule.
+    """
+
+    def __init__(self, schedule: env.WorldSchedule, source: StreamSource) -> None:
+        self.schedule = schedule
+        self.vec_env: env.MovingMNISTVectorEnv = schedule.env
+        self.source = source
+
+    def enter(self, physics: env.PhysicsParams, world: int) -> None:
+        if world == 0:
+            self.schedule.release()
+        else:
+            self.schedule.hold(physics)
+            # End every running episode at the next step; one that already ended resets then.
+            running = ~np.asarray(self.source.done, bool)
+            self.vec_env.set_episode_limits(self.vec_env.elapsed_steps + 1, mask=running)
+        self.source.set_world(world)
+
+    def next(self) -> Batch:
+        return self.source.next()
+
+    def stream_physics(self) -> list[env.PhysicsParams]:
+        """Each stream's current world."""
+        return [self.schedule.physics(i) for i in range(self.vec_env.num_envs)]
+
+
+def make_scheduled_world(
+    n_streams: int, family: str, episode_steps: tuple[int, int], source_cfg: Any, device: Any,
+    seed: int,
+) -> ScheduledWorld:  # fmt: skip
+    """The run's streams under a world schedule, started (the first windows full)."""
+    vec_env = env.MovingMNISTVectorEnv(n_streams, max_episode_steps=None)
+    schedule = env.WorldSchedule(vec_env, family, episode_steps=episode_steps, seed=seed)
+    source = StreamSource(schedule, source_cfg, device, seed=seed)
+    source.start()
+    return ScheduledWorld(schedule, source)
+
+
+# -- evaluation worlds -------------------------------------------------------------------------
+@dataclass
+class WorldSets:
+    """The evaluation's worlds: the switch world, training-family worlds, held-out worlds."""
+
+    shift: WorldSet
+    base: list[WorldSet]
+    held_out: list[WorldSet]
+
+
+def family_of(physics: env.PhysicsParams) -> str:
+    """The name of the family ``physics`` lies in (``"none"`` outside every family)."""
+    for name, fam in env.FAMILIES.items():
+        if fam.contains(physics):
+            return name
+    return "none"
+
+
+def world_set(
+    name: str, physics: env.PhysicsParams, n: int, seq_len: int, seed: Sequence[int]
+) -> WorldSet:
+    """``n`` test sequences (unseen digits) of one world."""
+    frames = env.generate_sequences(
+        n, seed=list(seed), split="test", seq_len=seq_len, **physics.as_dict()
+    )["frames"]
+    return WorldSet(name, family_of(physics), env.physics_features(physics), frames)
+
+
+def make_world_sets(
+    agent_cfg: Any,
+    shift: env.PhysicsParams,
+    *,
+    train_family: str,
+    n_max: int,
+    shift_seqs: int,
+    world_seqs: int,
+    worlds_per_family: int,
+    seed: int,
+) -> WorldSets:
+    """Deterministic evaluation worlds for a run: ``shift_seqs`` sequences of the switch world,
+    ``world_seqs`` of each of ``worlds_per_family`` worlds drawn from the training family and
+    from each held-out family (``env.HELD_OUT``), long enough for memories of ``n_max`` pairs."""
+    length = sequence_length(agent_cfg, n_max)
+    rng = np.random.default_rng([seed, 0x3E7A])
+
+    def draw(fam: str, k: int) -> list[WorldSet]:
+        return [
+            world_set(f"{fam}-{i}", p, world_seqs, length, [seed, 0x3E7A, k, i])
+            for i, p in enumerate(env.family(fam).sample(rng, worlds_per_family))
+        ]
+
+    return WorldSets(
+        shift=world_set("switch", shift, shift_seqs, length, [seed, 0x3E7A, 99]),
+        base=draw(train_family, 0),
+        held_out=[w for k, fam in enumerate(HELD_OUT_FAMILIES, 1) for w in draw(fam, k)],
+    )
+
+
+def _mean_rows(curves: list[WorldCurve], attr: str) -> np.ndarray:
+    return np.mean(np.asarray([getattr(c, attr) for c in curves], np.float64), axis=0)
+
+
+class WorldsEvaluator:
+    """The worlds protocol's evaluations of one learner (the interface of ``Evaluator``).
+
+    D_shift^n: the switch world's test sequences, each predicted through a memory of its own n
+    transitions before the input; D_base^n: the same on the training-family worlds (their mean).
+    """
+
+    def __init__(self, sets: WorldSets, ns: Sequence[int], horizons: Sequence[int]) -> None:
+        self.sets = sets
+        self.ns = tuple(sorted(set(int(n) for n in ns)))
+        self.horizons = [int(h) for h in horizons]
+
+    def curve(self, learner: Learner, ns: Sequence[int] | None = None) -> list[EvalResult]:
+        ns = tuple(sorted(set(ns))) if ns is not None else self.ns
+        (shift,) = world_curves(learner, [self.sets.shift], ns, ("own",))
+        base = world_curves(learner, self.sets.base, ns, ("own",))
+        d_base, d_base_h = _mean_rows(base, "d"), _mean_rows(base, "d_per_h")
+        return [
+            EvalResult(
+                n=int(n),
+                d_shift=shift.d[j],
+                d_shift_per_h=list(shift.d_per_h[j]),
+                d_base=float(d_base[j]),
+                d_base_per_h=d_base_h[j].tolist(),
+                sigma_embed=shift.sigma_embed[j],
+                excluded=shift.excluded[j] + sum(c.excluded[j] for c in base),
+            )
+            for j, n in enumerate(ns)
+        ]
+
+    def __call__(self, learner: Learner) -> EvalRecord:
+        return EvalRecord.from_results(learner.step, self.curve(learner), self.horizons)
+
+    def report(self, learner: Learner, ns: Sequence[int]) -> dict[str, Any]:
+        """The held-out worlds' D^n for every memory source (``own``, ``same``, ``wrong``; only
+        ``own`` for a learner without memory: track A, the oracle), per world and per family."""
+        cfg = learner.cfg
+        memories = ("own",) if cfg.track == "A" or cfg.oracle else ("own", "same", "wrong")
+        curves = world_curves(learner, self.sets.held_out, tuple(ns), memories)
+        return {
+            "ns": [int(n) for n in ns],
+            "horizons": self.horizons,
+            "memories": list(memories),
+            "families": family_means(curves),
+            "worlds": [
+                {"world": c.world, "family": c.family, "memory": c.memory,
+                 "physics": [float(x) for x in w.physics], "d": c.d, "d_per_h": c.d_per_h}
+                for c in curves
+                for w in self.sets.held_out if w.name == c.world
+            ],
+        }  # fmt: skip

@@ -1,0 +1,143 @@
+"""The worlds protocol of train_online: its config, the scheduled stream world and its switch,
+the evaluation worlds, and a command-line run whose summary holds the held-out curves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from cli_helpers import cli
+
+import env
+from agent import AgentConfig
+from runners.cli import CliError
+from runners.online.command import build_config, config_from_dict
+from runners.online.config import PAPER_FINAL_NS, WORLDS_AGENT, WORLDS_FINAL_NS
+from runners.online.worlds import family_of, make_scheduled_world, make_world_sets
+
+TINY_WORLDS = ["--preset", "tiny", "--eval-every", "20", "--checkpoint-every", "20",
+               "--set", "eval_shift_test=8", "eval_world_seqs=4", "eval_worlds=2",
+               "episode_steps=21,40"]  # fmt: skip
+
+
+def test_worlds_is_the_default_and_paper_one_flag_away() -> None:
+    w = build_config([])
+    assert w.protocol == "worlds" and w.final_ns == WORLDS_FINAL_NS
+    for k, v in WORLDS_AGENT.items():
+        assert getattr(w.agent, k) == v, k
+    assert family_of(w.shift_physics) == "interp"  # the default switch is held out
+    p = build_config(["--protocol", "paper"])
+    assert p.final_ns == PAPER_FINAL_NS
+    assert p.agent.memory_scope == "global" and p.agent.context_frames == 1
+    assert p.agent.memory_write == "boundary" and p.agent.input_scale == 1.0
+    assert p.agent.push_pair == "input"  # the stream source never leaks the future
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--source", "dataset", "--data", "x.zarr"], "needs the stream source"),
+        (["--base-gravity", "0.2"], "belongs to the paper protocol"),
+        (["--set", "episode_steps=10,40"], "episode_steps"),
+        (["--set", "eval_world_seqs=1"], "eval_world_seqs"),
+        (["--protocol", "other"], "protocol"),
+    ],
+)
+def test_worlds_bad_options(argv: list[str], message: str) -> None:
+    with pytest.raises(CliError, match=message):
+        build_config(argv)
+
+
+def test_old_config_json_reads_as_the_paper_protocol() -> None:
+    saved = build_config(["--protocol", "paper", "--steps", "90"]).to_dict()
+    del saved["protocol"]  # written before the worlds protocol existed
+    for k in ("train_family", "episode_steps", "eval_worlds", "eval_world_seqs"):
+        del saved[k]
+    again = config_from_dict(json.loads(json.dumps(saved)))
+    assert again.protocol == "paper" and again.steps == 90
+
+
+def test_switch_starts_every_stream_anew_in_the_held_world() -> None:
+    cfg = AgentConfig.from_preset("tiny", track="C", **{**WORLDS_AGENT, "push_pair": "input"})
+    world = make_scheduled_world(6, "train", (21, 40), cfg, "cpu", seed=3)
+    for _ in range(5):
+        world.next()
+    before = world.source.episode_id.copy()
+    held = env.PhysicsParams(gravity=0.3, gravity_direction=45.0)
+    world.enter(held, 1)
+    assert (world.source.world == 1).all()
+    b1 = world.next()  # the last frame of the old episode (in the held physics already)
+    b2 = world.next()  # every stream's first frame of a new episode
+    assert b1.valid.any() and not b2.valid.any()  # windows spanning the start: memory emptied
+    np.testing.assert_array_equal(world.source.episode_id, before + 1)
+    assert world.schedule.held.all()
+    assert all(p == held for p in world.stream_physics())
+    np.testing.assert_allclose(b2.physics.numpy(), np.tile(env.physics_features(held), (6, 1)),
+                               rtol=1e-6)  # fmt: skip
+    world.enter(held, 0)  # back to the schedule at each stream's next episode end
+    assert not world.schedule.held.any()
+
+
+def test_world_sets_are_deterministic_and_held_out() -> None:
+    cfg = AgentConfig.from_preset("tiny", track="C", **{**WORLDS_AGENT, "push_pair": "input"})
+    shift = env.PhysicsParams(gravity=0.3, gravity_direction=45.0)
+
+    def sets(seed: int):
+        return make_world_sets(cfg, shift, train_family="train", n_max=5, shift_seqs=3,
+                               world_seqs=2, worlds_per_family=2, seed=seed)  # fmt: skip
+
+    a, b, c = sets(1), sets(1), sets(2)
+    assert [w.family for w in a.base] == ["train"] * 2
+    assert [w.family for w in a.held_out] == ["interp", "interp", "extrap", "extrap"]
+    assert a.shift.family == "interp"
+    length = max(5 + 1, cfg.context_frames - 1) + cfg.horizons[-1] + 1
+    assert a.shift.frames.shape == (3, length, 1, 64, 64)
+    for x, y in zip([a.shift, *a.base, *a.held_out], [b.shift, *b.base, *b.held_out], strict=True):
+        np.testing.assert_array_equal(x.frames, y.frames)
+        np.testing.assert_array_equal(x.physics, y.physics)
+    assert not np.array_equal(a.base[0].physics, c.base[0].physics)
+
+
+def test_memory_write_every_pushes_each_valid_step() -> None:
+    from agent import Learner
+    from agent.sources import Batch
+
+    cfg = AgentConfig.from_preset(
+        "tiny", track="C", push_pair="input", memory_scope="per_stream", memory_write="every",
+        batch_size=3, buffer_capacity=4,
+    )  # fmt: skip
+    learner = Learner(cfg)
+    f = len(cfg.frame_offsets)
+    valid = torch.tensor([True, True, False])
+    for step in range(6):
+        g = torch.Generator().manual_seed(step)
+        frames = torch.randint(0, 256, (3, f, 1, 64, 64), dtype=torch.uint8, generator=g)
+        learner.update(Batch(frames, valid, torch.zeros(3, dtype=torch.long)))
+        # streams 0 and 1 push every step (to the capacity); stream 2 is invalid: emptied
+        assert learner.buffer.size.tolist() == [min(step + 1, 4), min(step + 1, 4), 0]
+
+
+def test_run_writes_held_out_curves(tmp_path: Path) -> None:
+    res = cli("train_online", *TINY_WORLDS, "--out", str(tmp_path), "--name", "w", "--steps", "40",
+              "--switch", "30:gravity=0.6,direction=0")  # an extrapolation world
+    assert res.returncode == 0, res.stderr
+    assert "worlds protocol" in res.stdout and "held-out worlds at the end" in res.stdout
+    s = json.loads((tmp_path / "w" / "summary.json").read_text())
+    assert s["protocol"] == "worlds" and s["switch_world_family"] == "extrap"
+    held = s["held_out"]
+    assert held["ns"] == list(WORLDS_FINAL_NS) and held["memories"] == ["own", "same", "wrong"]
+    assert set(held["families"]) == {"interp", "extrap"}
+    for mems in held["families"].values():
+        assert set(mems) == {"own", "same", "wrong"}
+        # an empty memory is the same whatever its source would have been
+        assert len({round(d[0], 9) for d in mems.values()}) == 1
+    assert [r["n"] for r in s["adaptation_curve"]] == list(WORLDS_FINAL_NS)
+    figures = tmp_path / "w" / "figures"
+    assert (figures / "adaptation.png").read_bytes()[:4] == b"\x89PNG"
+    ev = cli("evaluate", str(tmp_path / "w"), "--n", "0", "3")
+    assert ev.returncode == 0, ev.stderr
+    rep = json.loads((tmp_path / "w" / "checkpoints" / "latest.eval.json").read_text())
+    assert [r["n"] for r in rep["curve"]] == [0, 3] and rep["held_out"]["ns"] == [0, 3]
