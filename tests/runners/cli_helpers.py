@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A tiny run of the paper protocol with evaluations and checkpoints every 20 steps on small
-#: evaluation splits (the worlds protocol has its own in test_worlds.py).
+#: evaluation splits (the worlds protocol has its own in test_worlds_protocol.py).
 TINY = ["--protocol", "paper", "--preset", "tiny", "--eval-every", "20", "--checkpoint-every", "20",
         "--set", "eval_shift_train=32", "eval_shift_test=16", "eval_base_test=16"]
 

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def build(*argv: str) -> RunConfig:
     """The paper protocol's config (these tests exercise its switches and base gravity; the
-    worlds protocol has its own tests in test_worlds.py) unless ``argv`` names one."""
+    worlds protocol has its own tests in test_worlds_protocol.py) unless ``argv`` names one."""
     return build_config(list(argv) if "--protocol" in argv else ["--protocol", "paper", *argv])
 
 
