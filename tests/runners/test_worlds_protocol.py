@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from cli_helpers import cli
+from cli_helpers import TINY_WORLDS, cli
 
 import env
 from agent import AgentConfig
@@ -17,10 +17,6 @@ from runners.cli import CliError
 from runners.online.command import build_config, config_from_dict
 from runners.online.config import PAPER_FINAL_NS, WORLDS_AGENT, WORLDS_FINAL_NS
 from runners.online.worlds import family_of, make_scheduled_world, make_world_sets
-
-TINY_WORLDS = ["--preset", "tiny", "--eval-every", "20", "--checkpoint-every", "20",
-               "--set", "eval_shift_test=8", "eval_world_seqs=4", "eval_worlds=2",
-               "episode_steps=21,40"]  # fmt: skip
 
 
 def test_worlds_is_the_default_and_paper_one_flag_away() -> None:

@@ -1,0 +1,356 @@
+"""The worlds-protocol study's numbers, figure and report (``python -m runners.worlds_study``).
+
+Each finished ``train_online`` run of the worlds protocol leaves, in ``summary.json``, its
+held-out adaptation curves: D^n on worlds of the ``interp`` and ``extrap`` families, from an
+empty memory plus n entries of the world's own stream (``own``), of other sequences in the same
+world (``same``) or of another held-out world (``wrong``). From one run per arm and seed:
+
+- ``D_arm^n(family)``: mean over seeds of the own-memory curve; ``all`` is the mean of the two
+  families (each has the same number of worlds).
+- oracle gain: ``(D_A - D_oracle) / D_A`` at n = 50, what perfect knowledge of the world is
+  worth (the issue's target: at least 25%).
+- memory drop: ``(D^0 - D^50) / D^0`` of a memory track (target: at least 20%).
+- oracle share: ``(D_A - D^50) / (D_A - D_oracle)``, the part of the oracle's gain that memory
+  recovers (target: at least one half). Ratios are of seed means (a per-seed ratio explodes when
+  the oracle's gain is near zero); per-seed values are in ``report.json``.
+- wrong-world gap: ``(D_wrong^50 - D_own^50) / D_own^50`` (positive: memory of the right world
+  helps more than memory of another); likewise the same-world gap.
+- the pre-registered ``delta = (D_B - D_C) / D_B`` on the held-out worlds (``all``) at n = 50,
+  with its outcome class (``stats.outcome``), and per family.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from runners.cli import CliError, writing
+from runners.studies import stats
+from runners.style import TRACK_COLORS, pyplot
+
+#: The families a worlds run reports, and their pooled mean.
+FAMILIES = ("interp", "extrap")
+POOLED = "all"
+#: The memory size of the headline numbers.
+HEADLINE_N = 50
+#: The issue's targets (reported as met or not, never tuned to).
+TARGETS = {"oracle_gain": 0.25, "memory_drop": 0.20, "oracle_share": 0.5}
+#: Below this oracle gain the oracle share is not reported (a ratio of two noises).
+MIN_ORACLE_GAIN = 0.01
+ORACLE = "oracle"
+ORACLE_COLOR = "black"
+
+
+@dataclass(frozen=True)
+class WorldsRun:
+    """One finished worlds run: its arm ("A".."E" or "oracle"), seed and curves."""
+
+    arm: str
+    seed: str
+    ns: tuple[int, ...]
+    #: curves[family][memory] -> D^n over ``ns`` (family includes ``all``)
+    curves: dict[str, dict[str, np.ndarray]]
+    #: D_shift^n on the switch world (own memory), over ``switch_ns``
+    switch_ns: tuple[int, ...] = ()
+    switch_curve: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def at(self, family: str, memory: str = "own", n: int = HEADLINE_N) -> float:
+        """D^n of one family and memory (NaN if not measured)."""
+        curve = self.curves.get(family, {}).get(memory)
+        if curve is None or n not in self.ns:
+            return math.nan
+        return float(curve[self.ns.index(n)])
+
+
+def load_worlds_run(run_dir: str | Path, arm: str, seed: str) -> WorldsRun | None:
+    """The held-out curves of a finished worlds run; None when it has no summary yet.
+
+    A summary of another protocol, or one without held-out curves, is a ``CliError``: the study
+    must never mix protocols silently."""
+    path = Path(run_dir) / "summary.json"
+    if not path.exists():
+        return None
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise CliError(f"cannot read {path}: {err}") from None
+    held = summary.get("held_out")
+    if summary.get("protocol") != "worlds" or not held:
+        raise CliError(f"{path} is not a worlds-protocol run with held-out curves")
+    ns = tuple(int(n) for n in held["ns"])
+    curves: dict[str, dict[str, np.ndarray]] = {}
+    for fam in FAMILIES:
+        curves[fam] = {m: np.asarray(v, dtype=np.float64)
+                       for m, v in held["families"].get(fam, {}).items()}
+    pooled_mems = set.intersection(*(set(curves[f]) for f in FAMILIES))
+    curves[POOLED] = {m: np.mean([curves[f][m] for f in FAMILIES], axis=0)
+                      for m in sorted(pooled_mems)}
+    rows = summary.get("adaptation_curve") or []
+    return WorldsRun(
+        arm=arm, seed=seed, ns=ns, curves=curves,
+        switch_ns=tuple(int(r["n"]) for r in rows),
+        switch_curve=np.asarray([r["d_shift"] for r in rows], dtype=np.float64),
+    )
+
+
+def _mean(values: Sequence[float]) -> float:
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    return float(x.mean()) if x.size else math.nan
+
+
+def _ratio(num: float, den: float) -> float:
+    if not (np.isfinite(num) and np.isfinite(den)) or den == 0.0:
+        return math.nan
+    return num / den
+
+
+def analyse(runs: Sequence[WorldsRun]) -> dict[str, Any]:
+    """Every number of the report, as plain JSON-able data (module docstring for definitions)."""
+    arms: dict[str, list[WorldsRun]] = {}
+    for r in runs:
+        arms.setdefault(r.arm, []).append(r)
+    out: dict[str, Any] = {"arms": {}, "families": [*FAMILIES, POOLED], "n": HEADLINE_N}
+    for arm, rs in arms.items():
+        fams: dict[str, Any] = {}
+        for fam in (*FAMILIES, POOLED):
+            mems = sorted(set.intersection(*(set(r.curves.get(fam, {})) for r in rs)))
+            fams[fam] = {}
+            for mem in mems:
+                arr = np.stack([r.curves[fam][mem] for r in rs])  # (seeds, ns)
+                fams[fam][mem] = {
+                    "mean": arr.mean(axis=0).tolist(),
+                    "std": (arr.std(axis=0, ddof=1) if len(rs) > 1
+                            else np.zeros(arr.shape[1])).tolist(),
+                    "at_n": vars(stats.summarize([r.at(fam, mem) for r in rs])),
+                    "per_seed": {r.seed: r.at(fam, mem) for r in rs},
+                }
+        out["arms"][arm] = {"seeds": [r.seed for r in rs], "ns": list(rs[0].ns), "families": fams}
+
+    def d(arm: str, fam: str, mem: str = "own", n: int = HEADLINE_N) -> float:
+        rs = arms.get(arm, [])
+        return _mean([r.at(fam, mem, n) for r in rs])
+
+    memory_arms = [a for a in arms if a not in ("A", ORACLE)]
+    metrics: dict[str, Any] = {}
+    for fam in (*FAMILIES, POOLED):
+        d_a, d_o = d("A", fam), d(ORACLE, fam)
+        row: dict[str, Any] = {"d_A": d_a, "d_oracle": d_o,
+                               "oracle_gain": _ratio(d_a - d_o, d_a), "tracks": {}}
+        for arm in memory_arms:
+            d0, dn = d(arm, fam, n=0), d(arm, fam)
+            row["tracks"][arm] = {
+                "d0": d0, "d50": dn,
+                "memory_drop": _ratio(d0 - dn, d0),
+                "oracle_share": (_ratio(d_a - dn, d_a - d_o)
+                                 if _ratio(d_a - d_o, d_a) >= MIN_ORACLE_GAIN else math.nan),
+                "wrong_gap_per_seed": {
+                    r.seed: _ratio(r.at(fam, "wrong") - r.at(fam), r.at(fam))
+                    for r in arms[arm]},
+                "wrong_gap": _ratio(d(arm, fam, "wrong") - dn, dn),
+                "same_gap": _ratio(d(arm, fam, "same") - dn, dn),
+            }
+        dl = stats.delta(d("B", fam), d("C", fam)) if {"B", "C"} <= set(arms) else math.nan
+        row["delta"], row["outcome"] = dl, stats.outcome(dl)
+        metrics[fam] = row
+    out["metrics"] = metrics
+    pooled = metrics[POOLED]
+    best = min(pooled["tracks"], key=lambda a: pooled["tracks"][a]["d50"]
+               if np.isfinite(pooled["tracks"][a]["d50"]) else math.inf, default=None)
+    out["best_memory_track"] = best
+    bt = pooled["tracks"].get(best, {}) if best else {}
+    out["targets"] = {
+        "oracle_gain": _target(pooled["oracle_gain"], TARGETS["oracle_gain"]),
+        "memory_drop": _target(bt.get("memory_drop", math.nan), TARGETS["memory_drop"]),
+        "oracle_share": _target(bt.get("oracle_share", math.nan), TARGETS["oracle_share"]),
+        "wrong_worse": {"value": bt.get("wrong_gap", math.nan), "goal": "> 0 in every seed",
+                        "met": bool(bt.get("wrong_gap_per_seed")) and all(
+                            np.isfinite(g) and g > 0 for g in bt["wrong_gap_per_seed"].values())},
+    }
+    return out
+
+
+def _target(value: float, goal: float) -> dict[str, Any]:
+    return {"value": value, "goal": goal, "met": bool(np.isfinite(value) and value >= goal)}
+
+
+def _pct(x: float) -> str:
+    return "-" if not np.isfinite(x) else f"{100 * x:+.2f}%"
+
+
+def _f(x: float) -> str:
+    return "-" if not np.isfinite(x) else f"{x:.4f}"
+
+
+def _ms(block: Mapping[str, Any] | None) -> str:
+    if not block:
+        return "-"
+    s = block["at_n"]
+    return f"{s['mean']:.4f} +- {s['std']:.4f}" if np.isfinite(s["mean"]) else "-"
+
+
+def _arm_label(arm: str) -> str:
+    return "oracle (track C pathway, true physics)" if arm == ORACLE else f"track {arm}"
+
+
+def _arm_order(arms: Mapping[str, Any]) -> list[str]:
+    return sorted(arms, key=lambda a: (a == ORACLE, a))
+
+
+def fig_curves(runs: Sequence[WorldsRun], path: Path) -> Path:
+    """D^n over n per arm (mean +- std over seeds): the switch world, then each held-out family;
+    the memory tracks' wrong-world control dashed."""
+    plt = pyplot()
+    panels = [("switch world (own memory)", None), *((f"held-out {f}", f) for f in FAMILIES)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), sharey=False)
+    arms: dict[str, list[WorldsRun]] = {}
+    for r in runs:
+        arms.setdefault(r.arm, []).append(r)
+    for ax, (title, fam) in zip(axes, panels, strict=True):
+        for arm in _arm_order(arms):
+            rs = arms[arm]
+            color = ORACLE_COLOR if arm == ORACLE else TRACK_COLORS.get(arm)
+            mems = ["own"] if fam is None else ["own", "wrong"]
+            for mem in mems:
+                if fam is None:
+                    ns = np.asarray(rs[0].switch_ns)
+                    if not all(r.switch_ns == rs[0].switch_ns for r in rs) or ns.size == 0:
+                        continue
+                    arr = np.stack([r.switch_curve for r in rs])
+                else:
+                    if any(mem not in r.curves.get(fam, {}) for r in rs):
+                        continue
+                    ns = np.asarray(rs[0].ns)
+                    arr = np.stack([r.curves[fam][mem] for r in rs])
+                mean = arr.mean(axis=0)
+                std = arr.std(axis=0, ddof=1) if len(rs) > 1 else np.zeros_like(mean)
+                x = np.arange(ns.size)
+                label = f"{_arm_label(arm).split(' (')[0]}" + (" wrong world" if mem == "wrong" else "")
+                ax.plot(x, mean, color=color, lw=2 if mem == "own" else 1.2,
+                        ls="-" if mem == "own" else "--", marker="o", ms=3, label=label)
+                if mem == "own":
+                    ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.15)
+                ax.set_xticks(x, [str(n) for n in ns])
+        ax.set_title(title)
+        ax.set_xlabel("memory entries n")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("D^n (1 = no change)")
+    axes[-1].legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with writing(path):
+        fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def report_lines(result: Mapping[str, Any]) -> list[str]:
+    """The Markdown body: curves table, targets, oracle share, controls, pre-registered test."""
+    arms = result["arms"]
+    order = _arm_order(arms)
+    lines = [f"## Held-out worlds: D^{HEADLINE_N} (own memory), mean +- std over seeds", "",
+             "| arm | seeds | interp D^0 | interp D^50 | extrap D^0 | extrap D^50 | all D^50 |",
+             "|---|---|---|---|---|---|---|"]
+    for arm in order:
+        fams = arms[arm]["families"]
+
+        def at(fam: str, n: int, a: str = arm) -> str:
+            block = arms[a]["families"][fam].get("own")
+            if not block:
+                return "-"
+            i = arms[a]["ns"].index(n) if n in arms[a]["ns"] else None
+            if i is None:
+                return "-"
+            return f"{block['mean'][i]:.4f} +- {block['std'][i]:.4f}"
+
+        lines.append(f"| {_arm_label(arm)} | {len(arms[arm]['seeds'])} | {at('interp', 0)} | "
+                     f"{at('interp', HEADLINE_N)} | {at('extrap', 0)} | "
+                     f"{at('extrap', HEADLINE_N)} | {_ms(fams[POOLED].get('own'))} |")
+    lines += ["", "## Memory against the floor (track A) and the ceiling (oracle), n = 50", "",
+              "oracle gain = (D_A - D_oracle) / D_A; memory drop = (D^0 - D^50) / D^0; oracle "
+              "share = (D_A - D^50) / (D_A - D_oracle); wrong / same gap = (D_wrong|same^50 - "
+              "D_own^50) / D_own^50 (positive: own memory is better). Ratios of seed means; the share "
+              f"is left out (-) where the oracle gains less than {MIN_ORACLE_GAIN:.0%}.", ""]
+    for fam in result["families"]:
+        m = result["metrics"][fam]
+        lines += [f"**{fam}**: D_A {_f(m['d_A'])}, D_oracle {_f(m['d_oracle'])}, "
+                  f"oracle gain {_pct(m['oracle_gain'])}", "",
+                  "| track | D^0 | D^50 | memory drop | oracle share | wrong-world gap | "
+                  "same-world gap |", "|---|---|---|---|---|---|---|"]
+        for arm, t in sorted(m["tracks"].items()):
+            share = "-" if not np.isfinite(t["oracle_share"]) else f"{t['oracle_share']:.2f}"
+            lines.append(f"| {arm} | {_f(t['d0'])} | {_f(t['d50'])} | {_pct(t['memory_drop'])} | "
+                         f"{share} | {_pct(t['wrong_gap'])} | {_pct(t['same_gap'])} |")
+        lines.append("")
+    lines += ["## Pre-registered test on held-out worlds: delta = (D_B - D_C) / D_B at n = 50", "",
+              "| worlds | D_B | D_C | delta | outcome |", "|---|---|---|---|---|"]
+    for fam in result["families"]:
+        m = result["metrics"][fam]
+        tb, tc = m["tracks"].get("B", {}), m["tracks"].get("C", {})
+        oc = m["outcome"]
+        lines.append(f"| {fam} | {_f(tb.get('d50', math.nan))} | {_f(tc.get('d50', math.nan))} | "
+                     f"{_pct(m['delta'])} | {oc}: "
+                     f"{stats.OUTCOME_TEXT.get(oc, 'needs B and C')} |")
+    tg = result["targets"]
+    best = result["best_memory_track"]
+    lines += ["", "## The issue's targets (held-out worlds pooled)", "",
+              "| target | goal | measured | met |", "|---|---|---|---|",
+              f"| knowing the world matters: oracle gain | >= 25% | "
+              f"{_pct(tg['oracle_gain']['value'])} | {_yes(tg['oracle_gain']['met'])} |",
+              f"| memory adapts: best memory track ({best}) D^50 below D^0 | >= 20% | "
+              f"{_pct(tg['memory_drop']['value'])} | {_yes(tg['memory_drop']['met'])} |",
+              f"| ... recovering the oracle's gain (share) | >= 0.50 | "
+              f"{_f(tg['oracle_share']['value'])} | {_yes(tg['oracle_share']['met'])} |",
+              f"| wrong-world memory worse than own | > 0, every seed | "
+              f"{_pct(tg['wrong_worse']['value'])} | "
+              f"{_yes(tg['wrong_worse']['met'])} |", ""]
+    return lines
+
+
+def _yes(met: bool) -> str:
+    return "yes" if met else "**no**"
+
+
+def write_report(out_dir: str | Path, runs: Sequence[WorldsRun], meta: Mapping[str, Any],
+                 missing: Sequence[str], title: str) -> Path:
+    """``out_dir/report.md``, ``report.json`` and ``figures/held_out_curves.png``."""
+    out_dir = Path(out_dir)
+    lines = [f"# {title}", "", "## Protocol", ""]
+    for key, value in meta.items():
+        if key != "commands":
+            lines.append(f"- {key}: {value}")
+    for cmd in meta.get("commands", []):
+        lines += ["", "```", cmd, "```"]
+    lines.append("")
+    if missing:
+        lines += [f"**Unfinished or missing runs ({len(missing)}):** "
+                  + ", ".join(f"`{m}`" for m in missing) + ". Rerun the same command to finish "
+                  "them; numbers below use what exists.", ""]
+    result: dict[str, Any] = {}
+    if not runs:
+        lines += ["No run has finished yet.", ""]
+    else:
+        result = analyse(runs)
+        fig_curves(runs, out_dir / "figures" / "held_out_curves.png")
+        lines += ["![D^n over n per arm](figures/held_out_curves.png)", ""]
+        lines += report_lines(result)
+    with writing(out_dir / "report.md"):
+        (out_dir / "report.md").write_text("\n".join(lines).rstrip() + "\n")
+    payload = {"meta": dict(meta), "missing": list(missing), **result}
+    with writing(out_dir / "report.json"):
+        (out_dir / "report.json").write_text(json.dumps(payload, indent=2, default=_nan_safe) + "\n")
+    return out_dir / "report.md"
+
+
+def _nan_safe(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)

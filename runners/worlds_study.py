@@ -1,0 +1,146 @@
+"""The comparison the paper could not make: tracks A-E and the oracle on the worlds protocol.
+
+    python -m runners.worlds_study                      # tracks A-E + oracle x seeds 42 43 44
+    python -m runners.worlds_study --tracks A B C --seeds 0 1 2 --workers 2
+    python -m runners.worlds_study --report-only        # rebuild the report from the run folders
+
+Every arm is one ``python -m runners.train_online`` run of its default worlds protocol (training
+across drawn worlds of the ``train`` family, every stream switched to a held-out world, the
+weights frozen) with one track, and the oracle is track C's pathway fed the true physics
+(``--set oracle=true``). Each run's held-out adaptation curves (D^n on ``interp`` and ``extrap``
+worlds with own, same-world and wrong-world memory) are collected into ``OUT/report.md``: the
+curves over n, each memory track's drop and share of the oracle's gain, the wrong-world control
+and the pre-registered delta = (D_B - D_C) / D_B at n = 50 with its outcome class. The paper's
+protocol has its own report (``python -m runners.reproduce``).
+
+Runs go through the sweep machinery (``runners.sweep``): one resumable folder per arm and seed
+under ``OUT/runs/<preset>-<steps>/``; rerunning the command finishes only what is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from runners.cli import CliError, ensure_output_dir, run_main, writing
+from runners.online.config import PRESETS
+from runners.studies import backends, grid, launch
+from runners.studies import worlds as worlds_report
+
+PROG = "python -m runners.worlds_study"
+TRACKS = ("A", "B", "C", "D", "E")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG, allow_abbrev=False,
+        description="Tracks A-E and the oracle on the worlds protocol (held-out worlds, own / "
+                    "same / wrong memory) through runners.sweep, then OUT/report.md.",
+        epilog="Any other option (e.g. --device cuda, --set context_frames=3) is passed to every "
+               "run of runners.train_online.",
+    )
+    p.add_argument("--tracks", nargs="+", default=list(TRACKS), choices=TRACKS,
+                   help="tracks to run (default: all five)")
+    p.add_argument("--oracle-track", default="C", choices=[*TRACKS[1:], "none"],
+                   help="the pathway the oracle feeds the true physics into (default C; none = "
+                        "no oracle arm)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
+    p.add_argument("--steps", type=int, default=None,
+                   help="training steps per run (default: train_online's; the switch is at 2/3)")
+    p.add_argument("--preset", default="cpu", choices=sorted(PRESETS),
+                   help="agent preset (default %(default)s, the main job's)")
+    p.add_argument("--out", default="worlds-study", help="output folder (default %(default)s/)")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: rebuild the report from the existing run folders")
+    launch.add_backend_arguments(p)
+    return p
+
+
+def make_points(args: argparse.Namespace) -> list[tuple[str, grid.Point]]:
+    """(arm, grid point) of every run, arms in order, seeds inside."""
+    seeds = [str(s) for s in dict.fromkeys(args.seeds)]
+    out = []
+    for track in dict.fromkeys(args.tracks):
+        out += [(track, grid.Point((("track", track), ("seed", s)))) for s in seeds]
+    if args.oracle_track != "none":
+        out += [(worlds_report.ORACLE,
+                 grid.Point((("track", args.oracle_track), ("seed", s), ("oracle", "true"))))
+                for s in seeds]
+    return out
+
+
+def make_specs(args: argparse.Namespace, passthrough: Sequence[str]
+               ) -> list[tuple[str, grid.Point, backends.RunSpec]]:
+    steps = [] if args.steps is None else ["--steps", str(args.steps)]
+    group = Path(args.out) / "runs" / f"{args.preset}-{args.steps or 'default'}"
+    common = ["--protocol", "worlds", "--preset", args.preset, *steps, *passthrough]
+    points = make_points(args)
+    specs = launch.make_specs([p for _, p in points], group, common)
+    return [(arm, p, s) for (arm, p), s in zip(points, specs, strict=True)]
+
+
+def build_report(args: argparse.Namespace, plan: Sequence[tuple[str, grid.Point, backends.RunSpec]],
+                 command: str) -> Path:
+    runs, missing = [], []
+    out = Path(args.out).resolve()
+    for arm, point, spec in plan:
+        finished = backends.is_finished(spec.run_dir)
+        run = worlds_report.load_worlds_run(spec.run_dir, arm, point.params["seed"]) \
+            if finished else None
+        if run is None:
+            missing.append(Path(spec.run_dir).relative_to(out).as_posix())
+        else:
+            runs.append(run)
+    meta = {
+        "protocol": "worlds (train_online's default): training across worlds of the train "
+                    "family, every stream switched to a held-out world, weights frozen",
+        "preset": args.preset,
+        "steps": args.steps or "train_online's default",
+        "seeds": " ".join(str(s) for s in dict.fromkeys(args.seeds)),
+        "arms": " ".join([*dict.fromkeys(args.tracks)]
+                         + ([f"oracle (track {args.oracle_track})"]
+                            if args.oracle_track != "none" else [])),
+        "evaluation": "held-out interp / extrap worlds at the end of the run: D^n from an empty "
+                      "memory plus n own / same-world / wrong-world entries",
+        "commands": [command],
+    }
+    return worlds_report.write_report(args.out, runs, meta, missing,
+                                      title="EPM-JEPA worlds-protocol study")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    if args.steps is not None and args.steps < 1:
+        raise CliError("--steps must be at least 1")
+    passthrough = launch.check_passthrough(extra)
+    for opt in ("--protocol", "--steps", "--preset", "--track", "--seed"):
+        if opt in passthrough:
+            raise CliError(f"{opt} is fixed by the study; use worlds_study's options")
+    if any(tok.startswith("oracle=") for tok in passthrough):
+        raise CliError("the oracle is an arm of the study; use --oracle-track")
+    plan = make_specs(args, passthrough)
+    if not args.report_only:  # every run's typed config is valid before anything is written
+        launch.check_specs([s for _, _, s in plan])
+    command = PROG + " " + shlex.join(list(argv) if argv is not None else sys.argv[1:])
+    t0 = time.perf_counter()
+    ensure_output_dir(args.out, "--out")
+    failed: list[backends.RunResult] = []
+    if not args.report_only:
+        results = launch.run_specs(launch.make_backend(args), [s for _, _, s in plan],
+                                   Path(args.out) / "logs")
+        failed = [r for r in results if not r.ok]
+    with writing(args.out):
+        path = build_report(args, plan, command.strip())
+    print(f"report: {path} ({time.perf_counter() - t0:.0f} s)")
+    return launch.report_failures(failed)
+
+
+if __name__ == "__main__":
+    run_main(main, PROG)

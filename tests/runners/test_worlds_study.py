@@ -1,0 +1,120 @@
+"""The worlds-protocol study: its numbers from known curves, and the command end to end on tiny
+runs (report, resume by skipping finished runs, bad input)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_helpers import TINY_WORLDS, cli
+
+from runners.cli import CliError
+from runners.studies import stats
+from runners.studies import worlds as ws
+
+NS = (0, 1, 5, 10, 25, 50)
+
+
+def _run(arm: str, seed: str, own: list[float], wrong: list[float] | None = None) -> ws.WorldsRun:
+    """A run whose interp and extrap curves are both ``own`` (and ``wrong``, ``same`` = own)."""
+    mems = {"own": np.asarray(own)}
+    if wrong is not None:
+        mems |= {"wrong": np.asarray(wrong), "same": np.asarray(own)}
+    curves = {f: dict(mems) for f in (*ws.FAMILIES, ws.POOLED)}
+    return ws.WorldsRun(arm=arm, seed=seed, ns=NS, curves=curves)
+
+
+def test_analyse_computes_gain_share_gap_and_delta_from_seed_means() -> None:
+    flat = [0.8] * 6
+    runs = [
+        _run("A", "1", flat), _run("A", "2", [0.6] * 6),           # D_A = 0.7
+        _run(ws.ORACLE, "1", [0.5] * 6), _run(ws.ORACLE, "2", [0.3] * 6),  # D_oracle = 0.4
+        _run("B", "1", [0.7] * 6, [0.7] * 6), _run("B", "2", [0.7] * 6, [0.7] * 6),
+        _run("C", "1", [0.7, 0.7, 0.6, 0.6, 0.5, 0.5], [0.6] * 6),
+        _run("C", "2", [0.7, 0.7, 0.6, 0.6, 0.5, 0.5], [0.6] * 6),
+    ]
+    res = ws.analyse(runs)
+    m = res["metrics"]["all"]
+    assert m["d_A"] == pytest.approx(0.7) and m["d_oracle"] == pytest.approx(0.4)
+    assert m["oracle_gain"] == pytest.approx(0.3 / 0.7)
+    c = m["tracks"]["C"]
+    assert c["memory_drop"] == pytest.approx(0.2 / 0.7)
+    assert c["oracle_share"] == pytest.approx(0.2 / 0.3)
+    assert c["wrong_gap"] == pytest.approx(0.1 / 0.5) and c["same_gap"] == pytest.approx(0.0)
+    assert m["delta"] == pytest.approx(0.2 / 0.7) and m["outcome"] == "A"
+    assert res["best_memory_track"] == "C"
+    assert all(t["met"] for t in res["targets"].values())
+    std = res["arms"]["A"]["families"]["interp"]["own"]["std"]
+    assert std == pytest.approx([float(np.std([0.8, 0.6], ddof=1))] * 6)
+
+
+def test_a_negligible_oracle_gain_leaves_the_share_out_and_targets_unmet() -> None:
+    runs = [_run("A", "1", [0.7] * 6), _run(ws.ORACLE, "1", [0.699] * 6),
+            _run("C", "1", [0.7] * 5 + [0.69], [0.68] * 6)]
+    res = ws.analyse(runs)
+    c = res["metrics"]["all"]["tracks"]["C"]
+    assert math.isnan(c["oracle_share"]) and c["wrong_gap"] < 0
+    assert not any(t["met"] for t in res["targets"].values())
+    assert math.isnan(res["metrics"]["all"]["delta"]) and res["metrics"]["all"]["outcome"] == "?"
+
+
+def test_load_refuses_a_paper_protocol_summary(tmp_path: Path) -> None:
+    (tmp_path / "summary.json").write_text(json.dumps({"protocol": "paper"}))
+    with pytest.raises(CliError, match="not a worlds-protocol run"):
+        ws.load_worlds_run(tmp_path, "A", "1")
+    assert ws.load_worlds_run(tmp_path / "nothing", "A", "1") is None
+
+
+def test_study_runs_every_arm_writes_the_report_and_skips_finished_runs(tmp_path: Path) -> None:
+    out = tmp_path / "study"
+    args = ["--tracks", "A", "B", "C", "--seeds", "3", "--preset", "tiny", "--steps", "30",
+            "--out", str(out), "--workers", "2", "--threads", "1", *TINY_WORLDS[2:]]
+    res = cli("worlds_study", *args)
+    assert res.returncode == 0, res.stderr
+    assert "4 run(s): 0 finished" in res.stdout
+    runs = out / "runs" / "tiny-30"
+    names = sorted(p.name for p in runs.iterdir() if p.is_dir())
+    assert names == ["track-A_seed-3", "track-B_seed-3", "track-C_seed-3",
+                     "track-C_seed-3_oracle-true"]
+    cfg = json.loads((runs / "track-C_seed-3_oracle-true" / "config.json").read_text())
+    assert cfg["protocol"] == "worlds" and cfg["agent"]["oracle"] is True
+    report = json.loads((out / "report.json").read_text())
+    assert report["missing"] == []
+
+    def own50(name: str, fam: str) -> float:
+        held = json.loads((runs / name / "summary.json").read_text())["held_out"]
+        return held["families"][fam]["own"][held["ns"].index(50)]
+
+    m = report["metrics"]
+    for fam in ("interp", "extrap"):
+        assert m[fam]["d_A"] == pytest.approx(own50("track-A_seed-3", fam), abs=1e-12)
+        d_b, d_c = own50("track-B_seed-3", fam), own50("track-C_seed-3", fam)
+        assert m[fam]["delta"] == pytest.approx(stats.delta(d_b, d_c), abs=1e-12)
+        assert m[fam]["outcome"] == stats.outcome(m[fam]["delta"])
+    assert m["all"]["d_oracle"] == pytest.approx(
+        np.mean([own50("track-C_seed-3_oracle-true", f) for f in ("interp", "extrap")]), abs=1e-12)
+    md = (out / "report.md").read_text()
+    assert "Pre-registered test on held-out worlds" in md and "oracle gain" in md
+    assert (out / "figures" / "held_out_curves.png").read_bytes()[:4] == b"\x89PNG"
+    again = cli("worlds_study", *args)
+    assert again.returncode == 0, again.stderr
+    assert "4 run(s): 4 finished" in again.stdout
+    assert json.loads((out / "report.json").read_text())["metrics"] == report["metrics"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--protocol", "paper"], "--protocol is fixed by the study"),
+    (["--set", "oracle=true"], "the oracle is an arm of the study"),
+    (["--steps", "0"], "--steps must be at least 1"),
+    (["--set", "episode_steps=5,10"], "run track-A_seed-42"),
+])
+def test_bad_study_options_fail_in_one_line_before_anything_runs(
+    tmp_path: Path, extra: list[str], message: str
+) -> None:
+    res = cli("worlds_study", "--preset", "tiny", "--out", str(tmp_path / "s"), *extra)
+    assert res.returncode != 0
+    assert message in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "s").exists()
