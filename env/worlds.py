@@ -30,7 +30,7 @@ from gymnasium.vector import VectorWrapper
 
 from env.moving_mnist import rng_from_state
 from env.physics import PhysicsParams
-from env.vector import MovingMNISTVectorEnv, check_mask
+from env.vector import NO_EPISODE_LIMIT, MovingMNISTVectorEnv, check_mask
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,8 @@ class WorldSchedule(VectorWrapper):
     two frames share an id only if they are in the same world (-1 before the first reset).
 
     :meth:`hold` puts sub-envs in one given world from the next step, mid-episode, and keeps
-    them there across episode ends (lengths still drawn) until :meth:`release`. Reset
+    them there across episode ends (lengths still drawn, or, ``endless``, one last episode that
+    never ends) until :meth:`release`. Reset
     ``options`` may hold only ``reset_mask``: the schedule owns the physics. Draws come from
     the schedule's own generator, seeded from ``seed`` here or from ``reset(seed=s)``.
 
@@ -191,6 +192,7 @@ class WorldSchedule(VectorWrapper):
         self._world_ids = np.full(n, -1, dtype=np.int64)  # (N,) id of each sub-env's world
         self._next_id = 0
         self._held = np.zeros(n, dtype=bool)  # (N,) sub-envs kept in their world
+        self._endless = np.zeros(n, dtype=bool)  # (N,) held ones whose next episodes never end
         self._has_reset = False
 
     # ------------------------------------------------------------------ properties
@@ -268,21 +270,35 @@ class WorldSchedule(VectorWrapper):
             self._draw(ended)
         return obs, rewards, terminations, truncations, infos
 
-    def hold(self, world: PhysicsParams, mask: Any = None) -> None:
+    def hold(self, world: PhysicsParams, mask: Any = None, *, endless: bool = False) -> None:
         """Put all sub-envs, or those where ``mask`` (bool, (N,)) is True, in ``world`` from the
         next step (mid-episode) and keep them there across episode ends until :meth:`release`.
-        They report one new ``world_id``, assigned now."""
+        They report one new ``world_id``, assigned now. With ``endless`` the episodes they start
+        from their next episode end on never end (until :meth:`release`); the current one keeps
+        its length."""
         if not isinstance(world, PhysicsParams):
             raise ValueError(f"world must be a PhysicsParams, got {world!r}")
         mask = check_mask(mask, self.num_envs)
         self.env.set_physics(mask=mask, **world.as_dict())
         self._world_ids[mask] = self._new_ids(1)[0]
         self._held |= mask
+        if endless:
+            self._endless |= mask
 
     def release(self, mask: Any = None) -> None:
         """Resume drawing worlds for all sub-envs, or those in ``mask``, at their next episode
-        end (the current episode, and one already pending reset, stay in the held world)."""
-        self._held &= ~check_mask(mask, self.num_envs)
+        end (the current episode, and one already pending reset, stay in the held world). An
+        endless held episode gets a drawn length, counted from now."""
+        mask = check_mask(mask, self.num_envs)
+        self._held &= ~mask
+        ending = mask & self._endless
+        self._endless &= ~mask
+        if ending.any():
+            lo, hi = self.episode_steps
+            limits = self.env.episode_limits
+            drawn = self._rng.integers(lo, hi, endpoint=True, size=int(ending.sum()))
+            limits[ending] = self.env.elapsed_steps[ending] + drawn
+            self.env.set_episode_limits(limits, mask=ending)
 
     def set_physics(self, mask: Any = None, **params: Any) -> None:
         """Change the current world of all sub-envs or those in ``mask`` from the next step
@@ -307,6 +323,7 @@ class WorldSchedule(VectorWrapper):
             "world_ids": self._world_ids.copy(),
             "next_world_id": self._next_id,
             "held": self._held.copy(),
+            "endless": self._endless.copy(),
             "has_reset": self._has_reset,
         }
 
@@ -327,6 +344,8 @@ class WorldSchedule(VectorWrapper):
         self._world_ids = np.asarray(state["world_ids"], dtype=np.int64).copy()
         self._next_id = int(state["next_world_id"])
         self._held = np.asarray(state["held"], dtype=bool).copy()
+        # States written before ``endless`` existed had none.
+        self._endless = np.asarray(state.get("endless", np.zeros_like(self._held)), bool).copy()
         self._has_reset = bool(state["has_reset"])
 
     # ------------------------------------------------------------------ helpers
@@ -346,6 +365,7 @@ class WorldSchedule(VectorWrapper):
         lo, hi = self.episode_steps
         lengths = self.env.episode_limits
         lengths[mask] = self._rng.integers(lo, hi, endpoint=True, size=int(mask.sum()))
+        lengths[mask & self._endless] = NO_EPISODE_LIMIT
         self.env.set_episode_limits(lengths, mask=mask)
 
     def _infos(self, infos: dict[str, Any]) -> dict[str, Any]:

@@ -144,6 +144,53 @@ def plot_stream_error(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -
     ax.legend(loc="lower left", fontsize=8)
 
 
+def plot_after_switch(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -> None:
+    """The stream error after the first switch by steps since it (per step, a 25-step rolling
+    mean, the summary's bins), against the error just before it, and the memory per stream."""
+    from runners.online.summary import since_switch
+
+    switches = switches_from_json(cfg.get("switches") or [])
+    e = m.get("stream/norm_error")
+    fs = switches[0].step if switches else None
+    if e is None or fs is None or fs >= len(e):
+        ax.text(0.5, 0.5, "no switch in this run", ha="center", transform=ax.transAxes)
+        return
+    after = e[fs:].astype(np.float64)
+    x = np.arange(len(after))
+    w = int(cfg.get("rolling_window", 100))
+    before = e[max(0, fs - w):fs]
+    before = before[np.isfinite(before)]
+    ax.plot(x, after, lw=0.4, color="0.75", label="per step")
+    ax.plot(x, rolling_by_phase(after, 25, []), lw=1.4, color=PHASE_COLORS[1],
+            label="rolling mean (25 steps)")
+    for i, r in enumerate(since_switch(e, fs)):
+        if r["mean"] is not None:
+            ax.hlines(r["mean"], r["from"], r["to"], color="k", lw=2.2,
+                      label="mean per bin (summary)" if i == 0 else None)
+    if before.size:
+        ax.axhline(float(before.mean()), color=PHASE_COLORS[0], ls="--", lw=1.2,
+                   label=f"before the switch (last {w} steps)")
+    ax.set_xscale("symlog", linthresh=10.0)
+    ax.set_xlabel("steps since the switch (symlog)")
+    ax.set_ylabel("normalised error on the stream")
+    frozen = ", weights frozen" if cfg.get("after_switch") == "memory" else ""
+    ax.set_title(f"After the switch ({switches[0].label()}{frozen})", pad=14)
+    finite = after[np.isfinite(after)]
+    if finite.size:
+        lo, hi = np.quantile(finite, [0.02, 0.98])
+        ax.set_ylim(max(0.0, float(lo) - 0.1), float(hi) + 0.1)
+    size = m.get("memory/buffer_size")
+    handles, labels = ax.get_legend_handles_labels()
+    if size is not None:
+        ax2 = ax.twinx()
+        ax2.plot(x, size[fs:], color="#2ca02c", lw=1.0, alpha=0.8, label="memory per stream")
+        ax2.set_ylabel("memory entries (per stream)", color="#2ca02c")
+        ax2.set_ylim(bottom=0)
+        h2, l2 = ax2.get_legend_handles_labels()
+        handles, labels = handles + h2, labels + l2
+    ax.legend(handles, labels, loc="upper right", fontsize=7)
+
+
 def plot_d_curves(ax: Axes, ev: dict[str, np.ndarray], cfg: dict[str, Any]) -> None:
     if not ev:
         ax.text(0.5, 0.5, "no evaluation yet", ha="center", transform=ax.transAxes)
@@ -275,6 +322,8 @@ def make_figures(run_dir: str | Path) -> list[Path]:
         single("adaptation.png", plot_world_curves, worlds_rep)
     single("surprisal.png", plot_surprisal, m)
     single("stream_error.png", plot_stream_error, m)
+    if cfg.get("switches"):
+        single("after_switch.png", plot_after_switch, m)
     single("d_shift.png", plot_d_curves, ev)
     single("sigma_embed.png", plot_sigma, ev)
     single("buffer.png", plot_buffer, m)
@@ -284,13 +333,19 @@ def make_figures(run_dir: str | Path) -> list[Path]:
         single("lora_delta.png", plot_delta, m)
 
     # One page that tells the story: the figure a README shows.
-    fig, axes = plt.subplots(2, 2, figsize=(12, 7))
-    plot_stream_error(axes[0, 0], m, cfg)
-    plot_d_curves(axes[0, 1], ev, cfg)
-    plot_surprisal(axes[1, 0], m, cfg)
-    if worlds_rep:
+    if worlds_rep:  # the worlds protocol's story: training, the switch, D^n over memory
+        fig, axes = plt.subplots(2, 3, figsize=(18, 7))
+        plot_stream_error(axes[0, 0], m, cfg)
+        plot_after_switch(axes[0, 1], m, cfg)
+        plot_d_curves(axes[0, 2], ev, cfg)
+        plot_surprisal(axes[1, 0], m, cfg)
         plot_world_curves(axes[1, 1], worlds_rep, cfg)
+        plot_buffer(axes[1, 2], m, cfg)
     else:
+        fig, axes = plt.subplots(2, 2, figsize=(12, 7))
+        plot_stream_error(axes[0, 0], m, cfg)
+        plot_d_curves(axes[0, 1], ev, cfg)
+        plot_surprisal(axes[1, 0], m, cfg)
         plot_buffer(axes[1, 1], m, cfg)
     sw = ", ".join(f"{s.label()} at step {s.step}" for s in cfg.get("switches") or []) or "no switch"
     where = (f"{cfg.get('train_family', 'train')} worlds, then " if cfg.get("protocol") == "worlds"

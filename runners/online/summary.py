@@ -115,6 +115,7 @@ def build_summary(
             "just_after_switch": head_mean(err, fs),
             "end": tail_mean(err, steps_done),
             "window": win,
+            "since_switch": since_switch(err, fs),
         },
         "stream_valid_frac": _f(np.nanmean(m["stream/valid_frac"]))
         if "stream/valid_frac" in m and steps_done
@@ -123,6 +124,28 @@ def build_summary(
         "adaptation_curve": final_curve,
         "held_out": held_out,
     }
+
+
+#: Bins of steps since the first switch for the stream error after it (the last one is cut at
+#: the end of the run).
+SINCE_SWITCH_EDGES = (0, 25, 50, 100, 200, 500, 1000, 2000, 5000, 10_000)
+
+
+def since_switch(err: np.ndarray | None, fs: int | None) -> list[dict[str, Any]]:
+    """The stream error after the first switch by steps since it: one row per bin
+    ``[from, to)`` of ``SINCE_SWITCH_EDGES`` the run reached, with the mean error over its
+    steps (NaN steps, where no window was valid yet, skipped) and its valid share of steps."""
+    if err is None or fs is None or fs >= len(err):
+        return []
+    after = np.asarray(err[fs:], dtype=np.float64)
+    edges = [e for e in SINCE_SWITCH_EDGES if e < len(after)] + [len(after)]
+    rows = []
+    for a, b in zip(edges[:-1], edges[1:], strict=True):
+        seg = after[a:b]
+        ok = np.isfinite(seg)
+        rows.append({"from": a, "to": b, "mean": _f(seg[ok].mean()) if ok.any() else None,
+                     "valid_steps": round(float(ok.mean()), 3)})
+    return rows
 
 
 def _family_of(cfg: RunConfig) -> str:
@@ -173,6 +196,9 @@ def format_table(s: dict[str, Any]) -> str:
     line = f"{'-' * w0}  {'-' * w1}  {'-' * w2}"
     out = [f"{head[0]:<{w0}}  {head[1]:>{w1}}  {head[2]:>{w2}}", line]
     out += [f"{a:<{w0}}  {b:>{w1}}  {c:>{w2}}" for a, b, c in rows]
+    since = since_switch_line(s)
+    if since:
+        out += ["", since]
     curve = s.get("adaptation_curve")
     if curve and s.get("protocol") == "worlds":
         out += ["", "D_shift^n at the end (switch world, n own memories): " + ", ".join(
@@ -184,6 +210,18 @@ def format_table(s: dict[str, Any]) -> str:
             for m, d in mems.items():
                 out.append(f"  {fam:<7} {m:<6} " + " ".join(f"{_fmt(x):>6}" for x in d))
     return "\n".join(out)
+
+
+def since_switch_line(s: dict[str, Any]) -> str:
+    """``stream error by steps since the switch (...): 0-25 0.642, 25-50 0.593, ...`` or ""."""
+    rows = s["stream_error"].get("since_switch") or []
+    if not rows:
+        return ""
+    base = s["stream_error"].get("end_of_base")
+    frozen = " (weights frozen)" if s.get("after_switch") == "memory" else ""
+    return (f"stream error by steps since the switch{frozen}, against "
+            f"{_fmt(base)} before it: " + ", ".join(
+                f"{r['from']}-{r['to']} {_fmt(r['mean'])}" for r in rows))
 
 
 def format_markdown(s: dict[str, Any]) -> str:
@@ -202,6 +240,14 @@ def format_markdown(s: dict[str, Any]) -> str:
         "|---|---:|---:|",
     ]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in table_rows(s)]
+    since = s["stream_error"].get("since_switch") or []
+    if since:
+        lines += ["", "Stream error after the switch by steps since it (the end of base "
+                  f"training: {_fmt(s['stream_error'].get('end_of_base'))}):", "",
+                  "| steps since the switch | " + " | ".join(
+                      f"{r['from']}-{r['to']}" for r in since) + " |",
+                  "|---|" + "---:|" * len(since),
+                  "| stream error | " + " | ".join(_fmt(r["mean"]) for r in since) + " |"]
     curve = s.get("adaptation_curve")
     if curve:
         lines += ["", "Adaptation curve at the end (D_shift^n on the shift test split):", "",
@@ -214,6 +260,8 @@ def format_markdown(s: dict[str, Any]) -> str:
         lines += ["", f"Best D_shift^{s['headline_n']}: {best['d_shift']:.3f} at step "
                   f"{best['step']} (checkpoints/best.pt)."]
     lines += ["", "Figures: `figures/overview.png`, `figures/stream_error.png`, "
+              + ("`figures/after_switch.png`, `figures/adaptation.png`, "
+                 if s.get("protocol") == "worlds" else "") +
               "`figures/d_shift.png`, `figures/surprisal.png`, `figures/buffer.png`.", ""]
     return "\n".join(lines)
 

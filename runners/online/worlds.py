@@ -38,7 +38,11 @@ class ScheduledWorld:
 
     ``enter(physics, 1)`` holds every stream in ``physics`` and ends its current episode, so each
     starts its next one (new digits) in that world with an empty memory (a per-stream memory is
-    emptied at an episode start); ``enter(physics, 0)`` gives the streams back to the schedule.
+    emptied at an episode start). That episode never ends (an endless hold): the stream's memory
+    fills with its own world's transitions from the switch on, so the stream error after the
+    switch, by steps since the switch, is the frozen learner's error with a memory of that
+    many entries (up to its capacity). ``enter(physics, 0)`` gives the streams back to the
+    schedule.
     """
 
     def __init__(self, schedule: env.WorldSchedule, source: StreamSource) -> None:
@@ -50,7 +54,7 @@ class ScheduledWorld:
         if world == 0:
             self.schedule.release()
         else:
-            self.schedule.hold(physics)
+            self.schedule.hold(physics, endless=True)
             # End every running episode at the next step; one that already ended resets then.
             running = ~np.asarray(self.source.done, bool)
             self.vec_env.set_episode_limits(self.vec_env.elapsed_steps + 1, mask=running)

@@ -202,6 +202,42 @@ def test_release_resumes_drawing_at_the_next_episode_end():
     assert all(family("train").contains(s.physics(i)) for i in range(N))
 
 
+def test_endless_hold_ends_the_current_episode_only_and_release_draws_a_length():
+    s, ref = _schedule(seed=3), _schedule(seed=3)
+    s.reset(seed=3)
+    ref.reset(seed=3)
+    world = PhysicsParams(gravity=0.3, gravity_direction=45.0)
+    mask = np.array([True, True, False, False])
+    s.hold(world, mask=mask, endless=True)
+    ref.hold(world, mask=mask)
+    ends, ref_ends = np.zeros(N, np.int64), np.zeros(N, np.int64)
+    for _ in range(6 * (STEPS[1] + 1)):
+        ends += s.step(None)[3]
+        ref_ends += ref.step(None)[3]
+    # Each held sub-env ended the episode it was in, then never again (held without
+    # ``endless``, it goes on ending episodes); the others kept drawing worlds.
+    np.testing.assert_array_equal(ends[:2], [1, 1])
+    assert (ref_ends[:2] >= 5).all() and (ends[2:] >= 5).all()
+    assert all(family("train").contains(s.physics(i)) for i in (2, 3))
+    np.testing.assert_array_equal(s.episode_limits[:2], [env.NO_EPISODE_LIMIT] * 2)
+    assert s.elapsed_steps[0] > STEPS[1]
+    state = pickle.loads(pickle.dumps(s.get_state()))
+    np.testing.assert_array_equal(state["endless"], mask)
+    other = _schedule(seed=9)
+    other.reset(seed=9)
+    other.set_state(state)
+    _assert_same_steps(_run(s, 5), _run(other, 5))
+    s.release(mask=np.array([True, False, False, False]))
+    elapsed = s.elapsed_steps[0]
+    assert elapsed < s.episode_limits[0] <= elapsed + STEPS[1]
+    assert s.episode_limits[1] == env.NO_EPISODE_LIMIT
+    for _ in range(STEPS[1]):
+        if s.step(None)[3][0]:
+            break
+    else:
+        pytest.fail("the released sub-env did not end its episode")
+
+
 def test_reset_mask_is_respected():
     s = _schedule()
     s.reset(seed=0)

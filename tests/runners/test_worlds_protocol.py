@@ -16,6 +16,7 @@ from agent import AgentConfig
 from runners.cli import CliError
 from runners.online.command import build_config, config_from_dict
 from runners.online.config import PAPER_FINAL_NS, WORLDS_AGENT, WORLDS_FINAL_NS
+from runners.online.summary import since_switch
 from runners.online.worlds import family_of, make_scheduled_world, make_world_sets
 
 
@@ -56,7 +57,7 @@ def test_old_config_json_reads_as_the_paper_protocol() -> None:
     assert again.protocol == "paper" and again.steps == 90
 
 
-def test_switch_starts_every_stream_anew_in_the_held_world() -> None:
+def test_switch_starts_every_stream_anew_in_the_held_world_for_good() -> None:
     cfg = AgentConfig.from_preset("tiny", track="C", **{**WORLDS_AGENT, "push_pair": "input"})
     world = make_scheduled_world(6, "train", (21, 40), cfg, "cpu", seed=3)
     for _ in range(5):
@@ -73,8 +74,15 @@ def test_switch_starts_every_stream_anew_in_the_held_world() -> None:
     assert all(p == held for p in world.stream_physics())
     np.testing.assert_allclose(b2.physics.numpy(), np.tile(env.physics_features(held), (6, 1)),
                                rtol=1e-6)  # fmt: skip
-    world.enter(held, 0)  # back to the schedule at each stream's next episode end
+    for _ in range(45):  # longer than any drawn episode: the held episodes never end
+        last = world.next()
+        np.testing.assert_array_equal(world.source.episode_id, before + 1)
+    assert last.valid.all()
+    world.enter(held, 0)  # back to the schedule: each stream's episode ends within 40 steps
     assert not world.schedule.held.any()
+    for _ in range(41):
+        world.next()
+    assert (world.source.episode_id == before + 2).all()
 
 
 def test_world_sets_are_deterministic_and_held_out() -> None:
@@ -131,9 +139,24 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
         # an empty memory is the same whatever its source would have been
         assert len({round(d[0], 9) for d in mems.values()}) == 1
     assert [r["n"] for r in s["adaptation_curve"]] == list(WORLDS_FINAL_NS)
+    since = s["stream_error"]["since_switch"]
+    assert [(r["from"], r["to"]) for r in since] == [(0, 10)]
     figures = tmp_path / "w" / "figures"
     assert (figures / "adaptation.png").read_bytes()[:4] == b"\x89PNG"
+    assert (figures / "after_switch.png").read_bytes()[:4] == b"\x89PNG"
+    assert "stream error by steps since the switch (weights frozen)" in res.stdout
     ev = cli("evaluate", str(tmp_path / "w"), "--n", "0", "3")
     assert ev.returncode == 0, ev.stderr
     rep = json.loads((tmp_path / "w" / "checkpoints" / "latest.eval.json").read_text())
     assert [r["n"] for r in rep["curve"]] == [0, 3] and rep["held_out"]["ns"] == [0, 3]
+
+
+def test_stream_error_since_the_switch_is_binned_exactly() -> None:
+    err = np.arange(300, dtype=np.float64)
+    err[100:103] = np.nan  # the first steps after the switch: no valid window yet
+    rows = since_switch(err, 100)
+    assert [(r["from"], r["to"]) for r in rows] == [(0, 25), (25, 50), (50, 100), (100, 200)]
+    assert rows[0]["mean"] == pytest.approx(np.mean(np.arange(103, 125)))
+    assert rows[0]["valid_steps"] == pytest.approx(22 / 25, abs=1e-3)
+    assert rows[3]["mean"] == pytest.approx(np.mean(np.arange(200, 300)))
+    assert since_switch(err, None) == [] and since_switch(err, 300) == []
