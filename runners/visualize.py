@@ -1,15 +1,23 @@
 """Live pygame visualization of shift adaptation: ``python -m runners.visualize``.
 
-Watch the mechanism: the world's gravity switches (scripted, or with the G key), surprisal
-spikes, the boundary detector fires, the buffer fills with the new world's transitions and the
-predictor's stream error comes down, or does not, for several tracks side by side on the same
-stream. Each track is one ``OnlineLoop`` (the loop of ``train_online``) with the same seed, so
-all tracks see identical frames; the app steps them in lockstep and redraws at a steady rate.
+Watch the mechanism for several tracks side by side on the same streams. Each track is one
+``OnlineLoop`` (the loop of ``train_online``) with the same seed, so all tracks see identical
+frames; the app steps them in lockstep and redraws at a steady rate.
+
+The protocol is train_online's (``--protocol``). Under ``worlds`` (the default) each stream lives
+in its own world drawn from the training family (an arrow per stream shows it); G (or a scripted
+``--switch``) holds every stream of every track in one held-out world, where each starts a new
+episode with an empty memory and, in ``memory`` mode, the weights freeze: does a track's stream
+error come down from its memory alone? G again gives the streams back to the training worlds.
+Under ``paper`` one gravity acts on every stream and G switches it: surprisal spikes, the
+boundary detector fires, the buffer fills with the new world's transitions.
 
     python -m runners.visualize                                  # tracks A and C, from scratch
-    python -m runners.visualize --tracks A B C --switch 1500:0.5
+    python -m runners.visualize --tracks A B C --switch 1500:gravity=0.3,direction=45
+    python -m runners.visualize --protocol paper --switch 1500:0.5
     python -m runners.visualize --from runs/<a-run> --tracks C   # start from its best.pt
-    python -m runners.visualize --headless --steps 400 --switch 200:0.5 --screenshot out.png
+    python -m runners.visualize --headless --steps 400 --switch 200:gravity=0.3,direction=45 \
+        --screenshot out.png
     python -m runners.visualize --resume runs/<session>          # continue a session
 
 A session folder ``<out>/<name>/`` holds ``viz.json`` (the options and the world's state at the
@@ -31,7 +39,14 @@ from pathlib import Path
 from typing import Any
 
 from runners.cli import CliError, ensure_output_dir, run_main
-from runners.online.config import PRESETS, TRACKS, RunConfig
+from runners.online.config import (
+    DEFAULT_SHIFT_GRAVITY,
+    DEFAULT_WORLD_SWITCH,
+    PRESETS,
+    PROTOCOLS,
+    TRACKS,
+    RunConfig,
+)
 from runners.online.rundir import RunFolder, existing_run_folder
 from runners.online.switch import SWITCH_SYNTAX, Switch
 
@@ -39,16 +54,40 @@ PROG = "visualize"
 SESSION_FILE = "viz.json"
 DEFAULT_STEPS = 3000
 DEFAULT_TRACKS = ("A", "C")
+DEFAULT_PROTOCOL = "worlds"
+
+KEYS = """keys (worlds protocol):
+  G             hold every stream of every track in the target world (each starts a new
+                episode there, empty memory; memory mode freezes the weights), press again:
+                back to the training worlds (each stream a new episode in a new world)
+  Up / Down     target gravity +/- 0.05 (while held: every stream moves there at once)
+  Left / Right  target direction -/+ 15 degrees (while held: at once)
+keys (--protocol paper):
+  G             gravity on/off: toggles between the base gravity and the shift value
+  Up / Down     shift value +/- 0.05 (applied at once when the shift is on)
+  Left / Right  rotate gravity's direction by -/+ 15 degrees
+both:
+  F freeze/unfreeze the weights   Space pause   S screenshot   R record frames
+  Q, Esc quit (every track is checkpointed; --resume continues)"""
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog=f"python -m runners.{PROG}",
-        description="Live view of EPM-JEPA tracks adapting to gravity switches "
-        "(keys: G gravity, Up/Down strength, Left/Right direction, F freeze, Space pause, "
-        "S screenshot, R record, Q quit).",
+        description="Live view of EPM-JEPA tracks adapting to physics switches: under the\n"
+        "worlds protocol (default) each stream in its own training world until G holds them\n"
+        "all in one held-out world; under --protocol paper one gravity for all, switched by G.",
+        epilog=KEYS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--tracks", nargs="+", choices=TRACKS, help="tracks side by side (default A C)")
+    p.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        help="as in train_online: worlds (default; each stream its own world, G holds them all "
+        "in one) or paper (one gravity for every stream, G switches it); --resume keeps the "
+        "session's",
+    )
     p.add_argument("--seed", type=int, default=None, help="seed of agents and stream (default 0)")
     p.add_argument("--preset", choices=PRESETS, help="learner preset, as in train_online (default cpu)")
     p.add_argument("--steps", type=int, help=f"learner steps of the run (default {DEFAULT_STEPS})")
@@ -65,7 +104,16 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="memory: freeze weights at the first switch (default); continual: keep learning",
     )
     p.add_argument(
-        "--shift-gravity", type=float, help="gravity the G key switches to (default 0.5)"
+        "--shift-gravity",
+        type=float,
+        help="gravity the G key switches to (default: the first --switch's, else worlds 0.3, "
+        "paper 0.5)",
+    )
+    p.add_argument(
+        "--shift-direction",
+        type=float,
+        help="worlds protocol: direction (degrees, 90 = down) of the world G holds the streams "
+        "in (default: the first --switch's, else 45)",
     )
     p.add_argument(
         "--from",
@@ -113,20 +161,24 @@ def switch_arg(text: str) -> Switch:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def track_config(args: argparse.Namespace, track: str, from_dir: Path | None) -> RunConfig:
+def track_config(
+    args: argparse.Namespace, track: str, from_dir: Path | None, protocol: str = DEFAULT_PROTOCOL
+) -> RunConfig:
     """The ``RunConfig`` of one track: train_online's layers with the visualizer's values (the
     --from run's config.json, then the visualizer's options, then --set), resolved."""
     from runners.online.command import apply_json, apply_sets
     from runners.online.config import resolve
 
-    # The live view drives the paper protocol's world (one physics for every stream, changed by
-    # the G key); the worlds protocol's view (each stream's own world) is not built yet.
-    base = RunConfig(protocol="paper")
+    base = RunConfig(protocol=protocol)  # type: ignore[arg-type]
     if from_dir is not None:  # the run's own config, its preset included (unless --preset)
         saved = RunFolder(from_dir).read_config()
-        if saved.get("protocol", "paper") != "paper":
-            raise CliError(f"--from {from_dir}: a {saved['protocol']}-protocol run; the live view "
-                           f"shows paper-protocol runs only (train_online --protocol paper)")
+        theirs = saved.get("protocol", "paper")  # a config.json from before the worlds protocol
+        if theirs != protocol:
+            other = f" (--protocol {theirs} shows it)" if theirs in PROTOCOLS else ""
+            raise CliError(
+                f"--from {from_dir}: a {theirs}-protocol run, the view runs the {protocol} "
+                f"protocol{other}"
+            )
         base = apply_json(base, saved, f"--from {from_dir}")
     steps = args.steps or DEFAULT_STEPS
     changes: dict[str, Any] = {
@@ -226,13 +278,16 @@ class Session:
             loop.folder.release()
 
     def save_state(self, app: Any) -> None:
-        """Write the world's state next to the runs (read back by --resume)."""
+        """Write the world's state next to the runs (read back by --resume; the worlds
+        protocol's streams and whether they are held are in the tracks' checkpoints)."""
         path = self.root / SESSION_FILE
         data = json.loads(path.read_text()) if path.exists() else {}
         data["world"] = {
             "gravity": app.gravity,
             "direction": app.direction,
             "shift_gravity": app.shift_gravity,
+            "shift_direction": app.shift_direction,
+            "held": app.held,
             "switches": [list(s) for s in app.switches],
             "step": app.step,
         }
@@ -282,7 +337,6 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
         meta = read_session(meta_path)
         tracks = list(meta["tracks"])
         world_state = meta.get("world", {})
-        shift_gravity = float(world_state.get("shift_gravity", meta.get("shift_gravity", 0.5)))
         changes = {
             name: getattr(args, name)
             for name in ("steps", "device", "eval_every", "checkpoint_every")
@@ -292,7 +346,21 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
         for t in tracks:
             folder = existing_run_folder(root / t)
             configs.append((apply_resume(config_from_dict(folder.read_config()), changes), folder))
+        protocol = configs[0][0].protocol  # the session's own (each track's config.json)
+        if args.protocol is not None and args.protocol != protocol:
+            raise CliError(
+                f"--resume {root}: a {protocol}-protocol session; it cannot continue under "
+                f"--protocol {args.protocol}"
+            )
+        default_g, default_d = session_target(configs[0][0])
+        shift_gravity = float(
+            world_state.get("shift_gravity", meta.get("shift_gravity", default_g))
+        )
+        shift_direction = float(world_state.get("shift_direction", default_d))
     else:
+        protocol = args.protocol or DEFAULT_PROTOCOL
+        if args.shift_direction is not None and protocol != "worlds":
+            raise CliError("--shift-direction belongs to the worlds protocol (paper: Left/Right)")
         starts = from_dirs(args)
         tracks = list(args.tracks or (starts.keys() if starts else DEFAULT_TRACKS))
         if len(set(tracks)) != len(tracks):
@@ -300,12 +368,19 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
         missing = set(starts) - set(tracks)
         if missing:
             raise CliError(f"--from gives track {', '.join(sorted(missing))}, not in --tracks")
-        cfgs = [track_config(args, t, starts.get(t)) for t in tracks]
-        first = cfgs[0].shift_gravity  # the first scripted switch's gravity, else 0.5
-        shift_gravity = args.shift_gravity if args.shift_gravity is not None else first
+        cfgs = [track_config(args, t, starts.get(t), protocol) for t in tracks]
+        default_g, default_d = session_target(cfgs[0])
+        shift_gravity = args.shift_gravity if args.shift_gravity is not None else default_g
+        shift_direction = args.shift_direction if args.shift_direction is not None else default_d
         set_threads(resolve_device(cfgs[0].device))
         root = new_session_dir(args, tracks)
-        meta = {"tracks": tracks, "seed": cfgs[0].seed, "shift_gravity": shift_gravity}
+        meta = {
+            "tracks": tracks,
+            "seed": cfgs[0].seed,
+            "protocol": protocol,
+            "shift_gravity": shift_gravity,
+            "shift_direction": shift_direction,
+        }
         (root / SESSION_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         configs = []
         for t, cfg in zip(tracks, cfgs, strict=True):
@@ -320,7 +395,7 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
             if cfg.track in starts:
                 start_from(loop, starts[cfg.track], args.fresh_memory, log)
             loops.append(loop)
-        app = make_app(args, loops, root, shift_gravity, world_state, log)
+        app = make_app(args, loops, root, (shift_gravity, shift_direction), world_state, log)
     except CliError:
         if not args.resume:  # a new session that could not start leaves nothing behind
             for _, folder in configs:
@@ -330,11 +405,32 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
     return Session(app, root, loops)
 
 
+def session_target(cfg: RunConfig) -> tuple[float, float]:
+    """The (gravity, direction) G switches to by default: the first scripted switch's world,
+    else the worlds protocol's default switch world (gravity 0.3 towards 45 degrees, held out)
+    or the paper's shift gravity (its direction: down)."""
+    if cfg.first_switch is not None:
+        p = cfg.physics_at(cfg.first_switch)
+        return p.gravity, p.gravity_direction
+    if cfg.worlds:
+        p = cfg.base_physics.replace(**dict(DEFAULT_WORLD_SWITCH))
+        return p.gravity, p.gravity_direction
+    return DEFAULT_SHIFT_GRAVITY, cfg.base_physics.gravity_direction
+
+
+def family_name(gravity: float, direction: float) -> str:
+    """The world family (``env.FAMILIES``) of a gravity and direction, for the view's labels."""
+    import env
+    from runners.online.worlds import family_of
+
+    return family_of(env.PhysicsParams(gravity=gravity, gravity_direction=direction))
+
+
 def make_app(
     args: argparse.Namespace,
     loops: list[Any],
     root: Path,
-    shift_gravity: float,
+    target: tuple[float, float],
     world_state: dict[str, Any],
     log: Any,
 ) -> Any:
@@ -360,9 +456,12 @@ def make_app(
         draw=not args.no_draw,
         max_steps=cfg0.steps,
         hold_at_end=not headless,
+        protocol=cfg0.protocol,
         mode=cfg0.after_switch,
         base_gravity=cfg0.base_gravity,
-        shift_gravity=shift_gravity,
+        shift_gravity=target[0],
+        shift_direction=target[1],
+        family=family_name,
         window=args.window,
         rolling=cfg0.rolling_window,
         screenshot=Path(args.screenshot) if args.screenshot else None,

@@ -6,11 +6,22 @@ next redraw is due, then pumps pygame's events and draws one frame. Redraws happ
 wall clock (or every ``draw_every`` steps, which makes ``--video`` frames reproducible), so a slow
 learner is never starved by drawing and a fast one is never stalled by it.
 
+Two protocols (``AppConfig.protocol``, the tracks' ``RunConfig.protocol``):
+
+- ``worlds``: each stream lives in its own world drawn from the training family (the drivers'
+  ``stream_physics``); G holds every stream of every track in one *target* world (each stream
+  starts a new episode there, with an empty memory), G again gives them back to the training
+  worlds (each stream starts a new episode in a freshly drawn one);
+- ``paper``: one physics for every stream; G toggles its gravity between the base value and the
+  shift value.
+
 Keys (also posted through pygame's event queue in the tests):
 
-    G            gravity on/off: toggles between the base gravity and the shift value
-    Up / Down    shift value +/- 0.05 (applied at once when the shift is on)
-    Left / Right rotate gravity's direction by -/+ 15 degrees
+    G            worlds: hold every stream in the target world / back to the training worlds;
+                 paper: gravity on/off (toggles between the base gravity and the shift value)
+    Up / Down    target (paper: shift) gravity +/- 0.05, applied at once while held (shifted)
+    Left / Right worlds: target direction -/+ 15 degrees, applied at once while held;
+                 paper: rotate gravity's direction by -/+ 15 degrees
     F            freeze / unfreeze the weights of every track (memory vs continual)
     Space        pause / resume learning (the window keeps redrawing)
     S            save a screenshot
@@ -53,6 +64,7 @@ class TrackDriver(Protocol):
     name: str
     capacity: int
     lora: bool  # the track has LoRA deltas to chart (track C)
+    buffer_title: str  # what ``buffer_worlds`` shows: "buffer", or one stream's own memory
 
     @property
     def step_count(self) -> int: ...  # learner steps done
@@ -72,7 +84,15 @@ class TrackDriver(Protocol):
 
     def physics(self) -> tuple[float, float]: ...  # (gravity, direction) the stream has now
 
-    def set_physics(self, gravity: float, direction: float) -> None: ...
+    def set_physics(self, gravity: float, direction: float) -> None: ...  # worlds: hold them
+
+    # worlds protocol (a paper-protocol driver: ``held`` is False, ``stream_physics`` None)
+    @property
+    def held(self) -> bool: ...  # every stream is held in one world (``set_physics``)
+
+    def release(self) -> None: ...  # the streams go back to the training worlds
+
+    def stream_physics(self) -> np.ndarray | None: ...  # (S, 2) gravity, direction per shown stream
 
     def set_frozen(self, frozen: bool) -> None: ...
 
@@ -93,10 +113,16 @@ class AppConfig:
     draw: bool = True  # False: no redraws while running (benchmarks); the final frame still is
     max_steps: int | None = None  # stop after this learner step (absolute), None: until Q
     hold_at_end: bool = False  # at max_steps keep the window open (until Q) instead of returning
+    protocol: str = "worlds"  # worlds (each stream its own world) | paper (one physics)
     mode: str = "memory"  # after the first switch: memory (freeze weights) | continual
     base_gravity: float = 0.0
     shift_gravity: float = 0.5  # what G switches to
-    schedule: list[tuple[int, float]] = field(default_factory=list)  # scripted (step, gravity)
+    shift_direction: float = 45.0  # worlds: the direction of the world G holds the streams in
+    #: worlds: the family name of a world (gravity, direction), e.g. ``runners.online.worlds.
+    #: family_of``; None: not shown
+    family: Callable[[float, float], str] | None = None
+    #: scripted (step, gravity); worlds: hold in (gravity, shift_direction), base gravity releases
+    schedule: list[tuple[int, float]] = field(default_factory=list)
     window: int = 600  # steps visible in the strip charts
     rolling: int = 100  # steps in the rolling stream error
     screenshot: Path | None = None  # write the final frame here
@@ -121,7 +147,11 @@ class App:
         self.histories = {d.name: History(cfg.window, cfg.rolling) for d in self.drivers}
         g, direction = self.drivers[0].physics()
         self.gravity, self.direction = g, direction
+        self.held = self.worlds and bool(self.drivers[0].held)
         self.shift_gravity = cfg.shift_gravity
+        if self.worlds:
+            self.shift_gravity = float(np.clip(cfg.shift_gravity, GRAVITY_STEP, MAX_GRAVITY))
+        self.shift_direction = float(cfg.shift_direction % 360.0)
         self.switches: list[tuple[int, float]] = []
         self.paused = False
         self.recording = False
@@ -144,6 +174,17 @@ class App:
     def done(self) -> bool:
         return self.cfg.max_steps is not None and self.step >= self.cfg.max_steps
 
+    @property
+    def worlds(self) -> bool:
+        return self.cfg.protocol == "worlds"
+
+    def family(self, gravity: float, direction: float) -> str:
+        return self.cfg.family(gravity, direction) if self.cfg.family is not None else ""
+
+    def _world_label(self, gravity: float, direction: float) -> str:
+        fam = self.family(gravity, direction)
+        return f"g {gravity:.2f} @ {direction:.0f} deg" + (f" ({fam})" if fam else "")
+
     # ----------------------------------------------------------------- world control
     def set_physics(self, gravity: float, direction: float, why: str = "") -> None:
         """Apply new physics to every track at the current step boundary."""
@@ -164,20 +205,75 @@ class App:
                         d.set_frozen(True)
         self.message = why or f"g {gravity:.2f} @ {direction:.0f} deg"
 
+    # worlds protocol: hold every stream in one world, or give them back to the training worlds
+    def hold_world(self, gravity: float, direction: float, why: str = "") -> None:
+        """Hold every stream of every track in one world from the next step: each starts a new
+        episode there with an empty memory (as at train_online's switch). Gravity is at least
+        ``GRAVITY_STEP``: a world without gravity is the loop's base world, no world to hold in."""
+        gravity = float(np.clip(gravity, GRAVITY_STEP, MAX_GRAVITY))
+        direction = float(direction % 360.0)
+        if self.held and gravity == self.gravity and direction == self.direction:
+            return
+        for d in self.drivers:
+            d.set_physics(gravity, direction)
+        self.gravity, self.direction = gravity, direction
+        self.held = bool(self.drivers[0].held)
+        self._switched(self.step, gravity)
+        if self.cfg.mode == "memory":  # weights frozen from the first switch on
+            for d in self.drivers:
+                if not d.frozen:
+                    d.set_frozen(True)
+        self.message = why or "every stream in " + self._world_label(gravity, direction)
+
+    def release_world(self, why: str = "") -> None:
+        """Give every stream back to the training worlds: each starts a new episode in a world
+        freshly drawn from the training family (the weights stay as they are)."""
+        if not self.held:
+            return
+        for d in self.drivers:
+            d.release()
+        self.gravity, self.direction = self.drivers[0].physics()
+        self.held = bool(self.drivers[0].held)
+        self._switched(self.step, self.cfg.base_gravity)
+        self.message = why or "back to the training worlds (each stream its own)"
+
+    def _switched(self, step: int, gravity: float) -> None:
+        """Record a worlds-protocol switch before ``step`` (``gravity``: the held world's, the
+        base gravity for the training worlds); the rolling errors restart there."""
+        self.switches.append((step, gravity))
+        for h in self.histories.values():
+            h.restart_rolling(step)
+
     def _observe_physics(self, step: int) -> None:
         """Notice a switch the loop made itself (its scripted schedule) before ``step``."""
         g, direction = self.drivers[0].physics()
-        if abs(g - self.gravity) > 1e-12:
+        if self.worlds:
+            held = bool(self.drivers[0].held)
+            if held != self.held or (held and (g, direction) != (self.gravity, self.direction)):
+                self._switched(step, g if held else self.cfg.base_gravity)
+                self.message = (
+                    f"scripted switch @ {step}: every stream in {self._world_label(g, direction)}"
+                    if held
+                    else f"scripted switch @ {step}: back to the training worlds"
+                )
+            self.held = held
+        elif abs(g - self.gravity) > 1e-12:
             self.switches.append((step, g))
         self.gravity, self.direction = g, direction
 
     def restore_world(
         self, gravity: float, direction: float, switches: list[tuple[int, float]]
     ) -> None:
-        """Put back the world of a resumed session (interactive switches are not in a config)."""
-        for d in self.drivers:
-            d.set_physics(gravity, direction)
-        self.gravity, self.direction = gravity, direction
+        """Put back the world of a resumed session (interactive switches are not in a config).
+        Worlds protocol: the tracks' checkpoints hold each stream's world and whether the streams
+        are held (``OnlineLoop.restore``); only the switch marks come from the session."""
+        if self.worlds:
+            self.gravity, self.direction = self.drivers[0].physics()
+            self.held = bool(self.drivers[0].held)
+        else:
+            for d in self.drivers:
+                d.set_physics(gravity, direction)
+            self.gravity, self.direction = gravity, direction
         self.switches = list(switches)
 
     # ----------------------------------------------------------------- keys
@@ -188,6 +284,11 @@ class App:
             self.key(event.key)
 
     def key(self, key: int) -> None:
+        if self.worlds and key in (
+            pygame.K_g, pygame.K_UP, pygame.K_DOWN, pygame.K_LEFT, pygame.K_RIGHT
+        ):  # fmt: skip
+            self._world_key(key)
+            return
         base = self.cfg.base_gravity
         shifted = abs(self.gravity - base) > 1e-12
         if key == pygame.K_q or key == pygame.K_ESCAPE:
@@ -231,12 +332,39 @@ class App:
             else:
                 self.message = "recording frames" if self.recording else "recording stopped"
 
+    def _world_key(self, key: int) -> None:
+        """G, Up/Down, Left/Right under the worlds protocol: they act on the target world."""
+        if key == pygame.K_g:
+            if self.held:
+                self.release_world()
+            else:
+                self.hold_world(self.shift_gravity, self.shift_direction)
+            return
+        if key in (pygame.K_UP, pygame.K_DOWN):
+            delta = GRAVITY_STEP if key == pygame.K_UP else -GRAVITY_STEP
+            self.shift_gravity = float(
+                np.clip(self.shift_gravity + delta, GRAVITY_STEP, MAX_GRAVITY)
+            )
+        else:
+            delta = -DIRECTION_STEP if key == pygame.K_LEFT else DIRECTION_STEP
+            self.shift_direction = float((self.shift_direction + delta) % 360.0)
+        if self.held:  # applied at once: every stream starts again in the new target
+            self.hold_world(self.shift_gravity, self.shift_direction)
+        else:
+            label = self._world_label(self.shift_gravity, self.shift_direction)
+            self.message = f"target {label} (G applies it)"
+
     # ----------------------------------------------------------------- stepping
     def advance(self) -> None:
         """One learner step of every track, scripted switches applied first."""
         while self._schedule and self._schedule[0][0] <= self.step:
             at, g = self._schedule.pop(0)
-            self.set_physics(g, self.direction, f"scripted switch @ {at}: g {g:.2f}")
+            if not self.worlds:
+                self.set_physics(g, self.direction, f"scripted switch @ {at}: g {g:.2f}")
+            elif abs(g - self.cfg.base_gravity) > 1e-12:
+                self.hold_world(g, self.shift_direction, f"scripted switch @ {at}")
+            else:
+                self.release_world(f"scripted switch @ {at}: back to the training worlds")
         s = self.step
         for d in self.drivers:
             d.step()
@@ -265,6 +393,14 @@ class App:
             base_gravity=self.cfg.base_gravity,
             switches=list(self.switches),
         )
+        if self.worlds:
+            streams = first.stream_physics()
+            world.streams = np.zeros((0, 2)) if streams is None else np.asarray(streams, float)
+            world.stream_families = [self.family(g, d) for g, d in world.streams.tolist()]
+            world.held = self.held
+            world.family = self.family(self.gravity, self.direction) if self.held else ""
+            world.target = (self.shift_gravity, self.shift_direction)
+            world.target_family = self.family(self.shift_gravity, self.shift_direction)
         tracks = [
             TrackView(
                 name=d.name,
@@ -274,6 +410,7 @@ class App:
                 attention=d.attention(),
                 frozen=d.frozen,
                 lora=d.lora,
+                buffer_title=d.buffer_title,
             )
             for d in self.drivers
         ]

@@ -5,12 +5,16 @@ evaluation and checkpoints included), nothing else advances the learner. What th
 beyond the step metrics is read from public attributes, at redraw time only:
 
 - the newest frames: ``loop.source.frames`` (the StreamSource's window ring) at ``head - 1``;
-- the buffer's world tags: ``learner.buffer.ordered()`` (one host sync);
+- the buffer's world tags: ``learner.buffer.ordered()`` (one host sync); a per-stream memory
+  (the worlds protocol): the first stream's own FIFO;
 - the attention of the current query: recomputed with ``learner.aggregate`` on the predictor
   input of the last step (the learner does not keep its last ``Aggregate``), at most
-  ``ATTN_HZ`` times per second and for the first ``ATTN_STREAMS`` streams;
-- interactive physics changes: ``vec_env.set_physics``, ``source.set_world`` and
-  ``loop.gravity`` (the loop's own switches cover only the scripted schedule).
+  ``ATTN_HZ`` times per second and for the first ``ATTN_STREAMS`` streams (per-stream memory:
+  the first stream's query over its own memory);
+- each shown stream's world (worlds protocol): ``loop.world.stream_physics()``;
+- interactive physics changes: ``loop.enter`` (paper: ``vec_env.set_physics`` and
+  ``source.set_world``; worlds: ``ScheduledWorld.enter``, which holds every stream in the world
+  and ends its episode), the loop's own switches covering only the scripted schedule.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import numpy as np
 import torch
 
 from agent import StepMetrics
+from agent.step import MemoryView, aggregate
 from runners.live.model import NORM_ERROR
 from runners.online.loop import OnlineLoop
 
@@ -41,6 +46,9 @@ class LoopDriver:
         self.name = str(self.cfg.track)
         self.capacity = int(self.learner.buffer.capacity)
         self.lora = self.name == "C"
+        self.worlds = bool(self.cfg.worlds)
+        self.per_stream = self.learner.buffer.streams is not None
+        self.buffer_title = "stream 1's memory" if self.per_stream else "buffer"
         self._pending: list[StepMetrics] = []
         self._first = self.step_count  # step of the first pending record
         self._attn: np.ndarray | None = None
@@ -88,7 +96,11 @@ class LoopDriver:
         return np.asarray(src.frames[:SHOWN_STREAMS, newest, 0])
 
     def buffer_worlds(self) -> np.ndarray:
-        _, world, _ = self.learner.buffer.ordered()  # host sync
+        buf = self.learner.buffer
+        if self.per_stream:  # the first stream's own FIFO, oldest first (host sync)
+            idx = _oldest_first(int(buf.size[0]), int(buf.ptr[0]), buf.capacity, buf.device)
+            return buf.world[0, idx].cpu().numpy().astype(np.int8)
+        _, world, _ = buf.ordered()  # host sync
         return world.cpu().numpy().astype(np.int8)
 
     def attention(self) -> np.ndarray | None:
@@ -106,18 +118,25 @@ class LoopDriver:
     def _compute_attention(self) -> np.ndarray | None:
         src, learner = self.loop.source, self.learner
         buf = learner.buffer
-        n = int(buf.size)
+        n = int(buf.size[0]) if self.per_stream else int(buf.size)
         if n == 0 or not hasattr(src, "frames"):
             return None
         inp = (src.head + learner.cfg.input_position) % src.window  # the last step's input
+        if self.per_stream:  # the first stream's query over its own memory
+            x = torch.from_numpy(np.ascontiguousarray(src.frames[:1, inp]))
+            memory = MemoryView(buf.pairs[:1], buf.mask()[:1])
+            agg = aggregate(learner.nets, learner.encode(x), memory, learner.spec)
+            if agg is None:
+                return None
+            idx = _oldest_first(n, int(buf.ptr[0]), buf.capacity, buf.device)
+            return agg.attn[0].float()[idx].cpu().numpy()
         x = torch.from_numpy(np.ascontiguousarray(src.frames[:ATTN_STREAMS, inp]))
         z = learner.encode(x)  # (S, D), the learner's own input scaling and precision
         agg = learner.aggregate(z, buf)
         if agg is None:
             return None
         attn = agg.attn.float().mean(0)  # (cap,) slot order
-        start = int(buf.ptr) if n == buf.capacity else 0
-        idx = (torch.arange(n, device=attn.device) + start) % buf.capacity
+        idx = _oldest_first(n, int(buf.ptr), buf.capacity, attn.device)
         return attn[idx].cpu().numpy()
 
     # ----------------------------------------------------------------- control
@@ -126,8 +145,36 @@ class LoopDriver:
         return float(p.gravity), float(p.gravity_direction)
 
     def set_physics(self, gravity: float, direction: float) -> None:
-        """Interactive switch, effective from the next step (the loop's own ``enter``)."""
+        """Interactive switch, effective from the next step (the loop's own ``enter``; worlds
+        protocol: every stream held in that world, each starting a new episode there)."""
         self.loop.enter(self.loop.physics.replace(gravity=gravity, gravity_direction=direction))
+
+    @property
+    def held(self) -> bool:
+        """Worlds protocol: the streams are held in one world (paper protocol: False)."""
+        return self.worlds and bool(self.loop.world.schedule.held.any())
+
+    def release(self) -> None:
+        """Worlds protocol: give the streams back to the training worlds, each from a new
+        episode in a freshly drawn world. ``loop.enter`` of the base physics releases the
+        schedule (``ScheduledWorld.enter(physics, 0)``), which alone would keep every stream in
+        the held world until its episode ends; so every episode ends at the next step (one about
+        to reset: after its first frame) and the schedule draws each stream's next world."""
+        if not self.worlds:
+            return
+        loop = self.loop
+        loop.enter(loop.cfg.base_physics)
+        vec_env = loop.vec_env
+        pending = np.asarray(loop.source.done, bool)  # their next episode starts at the next step
+        vec_env.set_episode_limits(np.where(pending, 1, vec_env.elapsed_steps + 1))
+
+    def stream_physics(self) -> np.ndarray | None:
+        """(S, 2): gravity and direction of each of the first ``SHOWN_STREAMS`` streams' world
+        (worlds protocol; None under the paper's, where every stream has ``physics()``)."""
+        if not self.worlds:
+            return None
+        worlds = self.loop.world.stream_physics()[:SHOWN_STREAMS]
+        return np.asarray([[p.gravity, p.gravity_direction] for p in worlds], np.float64)
 
     def set_frozen(self, frozen: bool) -> None:
         if frozen:
@@ -148,3 +195,9 @@ class LoopDriver:
 
     def close(self) -> None:
         self.loop.close()
+
+
+def _oldest_first(n: int, ptr: int, capacity: int, device: torch.device) -> torch.Tensor:
+    """Slot indices of a FIFO's ``n`` filled entries, oldest first (``ptr``: the next slot)."""
+    start = ptr if n == capacity else 0
+    return (torch.arange(n, device=device) + start) % capacity

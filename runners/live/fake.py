@@ -3,8 +3,10 @@
 ``FakeDriver`` imitates what the paper predicts a track does around a gravity switch: surprisal
 spikes and decays, the detector fires and fills the buffer with shift-world entries, the rolling
 error jumps and comes back down, faster with memory (tracks B, C) than without (A). Its frames
-are two bouncing squares under the same gravity. Nothing here is a model of the learner; it only
-produces plausible shapes so that every panel has something to draw.
+are two bouncing squares under the same gravity (``FakeWorld(worlds=True)``: each stream in its
+own world, redrawn every episode, until ``hold`` puts every stream in one, as the worlds
+protocol's ``ScheduledWorld`` does). Nothing here is a model of the learner; it only produces
+plausible shapes so that every panel has something to draw.
 """
 
 from __future__ import annotations
@@ -24,21 +26,71 @@ from runners.live.model import (
     THRESHOLD,
 )
 
+#: The fake training worlds (``worlds=True``): gravity in this range, pointing within
+#: ``FAKE_SPREAD`` degrees of an axis, for an episode of ``FAKE_EPISODE`` steps (low, high).
+FAKE_GRAVITY = (0.1, 0.5)
+FAKE_SPREAD = 30.0
+FAKE_EPISODE = (40, 120)
+
 
 class FakeWorld:
-    """Two 12x12 squares bouncing in a 64x64 canvas, per stream, under one gravity."""
+    """Two 12x12 squares bouncing in a 64x64 canvas, per stream, under one gravity; with
+    ``worlds=True`` each stream under its own (``streams``: (S, 2) gravity, direction), drawn
+    afresh every episode, until ``hold`` puts every stream in one world (``release`` ends it)."""
 
-    def __init__(self, n_streams: int = 4, seed: int = 0) -> None:
-        rng = np.random.default_rng(seed)
-        self.pos = rng.uniform(0, 52, size=(n_streams, 2, 2))
-        self.vel = rng.uniform(-3, 3, size=(n_streams, 2, 2))
+    def __init__(self, n_streams: int = 4, seed: int = 0, worlds: bool = False) -> None:
+        self._rng = np.random.default_rng(seed)
+        self.pos = self._rng.uniform(0, 52, size=(n_streams, 2, 2))
+        self.vel = self._rng.uniform(-3, 3, size=(n_streams, 2, 2))
         self.gravity = 0.0
         self.direction = 90.0
         self.owner: str | None = None
+        self.worlds = worlds
+        self.held = False
+        self.streams = np.zeros((n_streams, 2))  # (S, 2) gravity, direction of each stream
+        self.left = np.zeros(n_streams, np.int64)  # steps left in each stream's episode
+        if worlds:
+            self._draw(np.ones(n_streams, bool))
+
+    def _draw(self, mask: np.ndarray) -> None:
+        """New episodes for the streams in ``mask``: new squares, a length and (unless held) a
+        training world each."""
+        k = int(mask.sum())
+        self.pos[mask] = self._rng.uniform(0, 52, size=(k, 2, 2))
+        self.vel[mask] = self._rng.uniform(-3, 3, size=(k, 2, 2))
+        self.left[mask] = self._rng.integers(*FAKE_EPISODE, size=k)
+        if not self.held:
+            axes = 90.0 * self._rng.integers(0, 4, size=k)
+            spread = self._rng.uniform(-FAKE_SPREAD, FAKE_SPREAD, size=k)
+            self.streams[mask, 0] = self._rng.uniform(*FAKE_GRAVITY, size=k)
+            self.streams[mask, 1] = (axes + spread) % 360.0
+
+    def hold(self, gravity: float, direction: float) -> None:
+        """Every stream in one world from a new episode (``worlds=True``)."""
+        if self.held and (gravity, direction) == (self.gravity, self.direction):
+            return
+        self.held, self.gravity, self.direction = True, gravity, direction
+        self.streams[:] = (gravity, direction)
+        self._draw(np.ones(len(self.pos), bool))
+
+    def release(self) -> None:
+        """Every stream back in a training world of its own, from a new episode."""
+        if not self.held:
+            return
+        self.held, self.gravity, self.direction = False, 0.0, 90.0
+        self._draw(np.ones(len(self.pos), bool))
 
     def step(self) -> None:
-        a = math.radians(self.direction)
-        self.vel += self.gravity * np.array([math.cos(a), math.sin(a)])
+        if self.worlds:
+            a = np.radians(self.streams[:, 1])
+            acc = self.streams[:, :1] * np.stack([np.cos(a), np.sin(a)], axis=1)  # (S, 2)
+            self.vel += acc[:, None, :]
+            self.left -= 1
+            if (self.left <= 0).any():
+                self._draw(self.left <= 0)
+        else:
+            a = math.radians(self.direction)
+            self.vel += self.gravity * np.array([math.cos(a), math.sin(a)])
         self.pos += self.vel
         low, high = self.pos < 0, self.pos > 52
         self.pos = np.where(low, -self.pos, np.where(high, 104 - self.pos, self.pos))
@@ -60,6 +112,7 @@ class FakeDriver:
         self.world = world
         self.capacity = capacity
         self.lora = track == "C"
+        self.buffer_title = "buffer"
         self.frozen = False
         self.step_count = 0
         self._rng = np.random.default_rng(seed + ord(track))
@@ -133,10 +186,23 @@ class FakeDriver:
 
     def set_physics(self, gravity: float, direction: float) -> None:
         # every fake track shares the FakeWorld; setting it twice is harmless
-        self.world.gravity, self.world.direction = gravity, direction
+        if self.world.worlds:
+            self.world.hold(gravity, direction)
+        else:
+            self.world.gravity, self.world.direction = gravity, direction
 
     def physics(self) -> tuple[float, float]:
         return self.world.gravity, self.world.direction
+
+    @property
+    def held(self) -> bool:
+        return self.world.held
+
+    def release(self) -> None:
+        self.world.release()
+
+    def stream_physics(self) -> np.ndarray | None:
+        return self.world.streams.copy() if self.world.worlds else None
 
     def set_frozen(self, frozen: bool) -> None:
         self.frozen = frozen

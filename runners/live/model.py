@@ -57,6 +57,7 @@ class History:
         self._n = 0  # steps appended so far
         self._err_sum = 0.0
         self._err_queue: list[float] = []
+        self._restarts: list[int] = []  # steps at which the rolling error starts afresh
 
     def __len__(self) -> int:
         return min(self._n, self.window)
@@ -65,7 +66,16 @@ class History:
     def last_step(self) -> int | None:
         return int(self._steps[(self._n - 1) % self.window]) if self._n else None
 
+    def restart_rolling(self, step: int) -> None:
+        """From ``step`` on, the rolling error forgets the steps before it (a new phase: its
+        error is not averaged with the last one's)."""
+        self._restarts = sorted([*self._restarts, int(step)])
+
     def append(self, step: int, metrics: Mapping[str, float]) -> None:
+        while self._restarts and step >= self._restarts[0]:
+            self._restarts.pop(0)
+            self._err_queue.clear()
+            self._err_sum = 0.0
         i = self._n % self.window
         self._steps[i] = step
         for key, col in self._cols.items():
@@ -113,11 +123,19 @@ class TrackView:
     #: the track has LoRA deltas (track C): its ``mod/delta_abs`` chart is drawn.
     lora: bool = False
     note: str = ""
+    #: what ``buffer_worlds`` is: the one buffer (paper), or one stream's own memory (worlds)
+    buffer_title: str = "buffer"
 
 
 @dataclass
 class WorldView:
-    """The shared stream: a few frames and the physics every track sees."""
+    """The shared stream: a few frames and the physics every track sees.
+
+    Paper protocol: one physics for every stream (``gravity``, ``direction``). Worlds protocol
+    (``streams`` is set): each shown stream has its own world until the streams are held in one
+    (``held``: every stream in ``gravity``, ``direction``); ``target`` is the world G holds them
+    in. A switch back to the training worlds is recorded with ``base_gravity``.
+    """
 
     frames: np.ndarray  # (S, 64, 64) uint8, the newest frame of the first S streams
     gravity: float = 0.0
@@ -125,13 +143,31 @@ class WorldView:
     base_gravity: float = 0.0
     #: (step, gravity) of every physics switch so far (scripted or by key), oldest first
     switches: list[tuple[int, float]] = field(default_factory=list)
+    #: worlds protocol: (S, 2) gravity and direction of each shown stream's own world; None:
+    #: one physics for every stream (paper protocol)
+    streams: np.ndarray | None = None
+    #: worlds protocol: the family of each shown stream's world ("" unknown)
+    stream_families: list[str] = field(default_factory=list)
+    #: worlds protocol: every stream is held in (gravity, direction)
+    held: bool = False
+    family: str = ""  # worlds protocol: the family of the held world
+    target: tuple[float, float] | None = None  # worlds protocol: (gravity, direction) G holds
+    target_family: str = ""
+
+    @property
+    def worlds(self) -> bool:
+        return self.streams is not None
 
     @property
     def shifted(self) -> bool:
+        if self.worlds:
+            return self.held
         return abs(self.gravity - self.base_gravity) > 1e-9
 
     @property
     def phase(self) -> str:
+        if self.worlds:
+            return f"held in one world ({self.family or '?'})" if self.held else "training worlds"
         return "shifted" if self.shifted else "base"
 
 

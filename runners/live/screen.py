@@ -5,6 +5,8 @@
 | header: step, steps/s, phase, gravity, mode, PAUSED / REC                                  |
 +----------------------+---------------------------------------------------------------------+
 | stream tiles (2x2)   | track A            | track C            | ...  (one column per track) |
+| (worlds: an arrow    |                    |                    |                             |
+|  per stream)         |                    |                    |                             |
 | gravity arrow        |  surprisal + thr.  |  surprisal + thr.  |                             |
 | switch marker        |  rolling error     |  rolling error     |                             |
 | error, all tracks    |  buffer fill/shift |  buffer fill/shift |                             |
@@ -15,6 +17,9 @@
 +--------------------------------------------------------------------------------------------+
 ```
 All tracks share the x axis (the last ``History.window`` steps), so their curves line up.
+Under the worlds protocol (``WorldView.streams`` set) each stream tile carries its own world's
+arrow (direction and length from its gravity, blue for a training-family world, orange for any
+other) and the panel below shows the target world that G holds every stream in.
 """
 
 from __future__ import annotations
@@ -51,6 +56,18 @@ KEYS_HELP = (
     "G gravity on/off   Up/Down strength   Left/Right direction   F freeze/unfreeze weights   "
     "Space pause   S screenshot   R record frames   Q quit (checkpoint)"
 )
+WORLDS_KEYS_HELP = (
+    "G hold all streams in the target world / back to training worlds   Up/Down Left/Right "
+    "target strength, direction   F freeze/unfreeze   Space pause   S screenshot   R record   "
+    "Q quit"
+)
+#: a stream tile's own arrow (worlds protocol): the radius of its disc, and the gravity drawn
+#: at the disc's full length (the strongest held-out worlds, family extrap, reach 0.8)
+STREAM_ARROW_RADIUS = 22
+STREAM_ARROW_FULL_G = 0.8
+#: the length of the panel's big arrow: this many px plus ``BIG_ARROW_PER_G`` per unit of gravity
+BIG_ARROW_MIN = 20
+BIG_ARROW_PER_G = 60
 
 
 class Screen:
@@ -72,7 +89,8 @@ class Screen:
         self._world(left, snap)
         tracks = pygame.Rect(left.right + GAP, body.top, body.right - left.right - GAP, body.height)
         self._tracks(tracks, snap)
-        self.fonts.blit(s, KEYS_HELP, (GAP, h - FOOTER_H // 2), 16, draw.DIM, "midleft")
+        keys = WORLDS_KEYS_HELP if snap.world.worlds else KEYS_HELP
+        self.fonts.blit(s, keys, (GAP, h - FOOTER_H // 2), 16, draw.DIM, "midleft")
 
     # ----------------------------------------------------------------- header
     def _header(self, rect: pygame.Rect, snap: Snapshot) -> None:
@@ -87,9 +105,16 @@ class Screen:
             (f"step {snap.step:,}", draw.TEXT),
             (f"{snap.steps_per_s:6.1f} steps/s", draw.TEXT),
             (f"phase: {wv.phase}", phase_color),
-            (f"g = {wv.gravity:.2f} @ {wv.direction:.0f}deg", phase_color),
-            (f"mode: {snap.mode}", draw.TEXT),
         ]
+        if not wv.worlds:
+            items.append((f"g = {wv.gravity:.2f} @ {wv.direction:.0f}deg", phase_color))
+        elif wv.held:
+            items.append((f"g = {wv.gravity:.2f} @ {wv.direction:.0f}deg", phase_color))
+        elif wv.target is not None:
+            fam = f" ({wv.target_family})" if wv.target_family else ""
+            g, d = wv.target
+            items.append((f"G -> g {g:.2f} @ {d:.0f}deg{fam}", draw.SHIFT))
+        items.append((f"mode: {snap.mode}", draw.TEXT))
         frozen = [t.name for t in snap.tracks if t.frozen]
         items.append(
             (f"weights frozen: {' '.join(frozen)}" if frozen else "weights learning", draw.DIM)
@@ -113,7 +138,12 @@ class Screen:
         s, f = self.surface, self.fonts
         wv = snap.world
         pygame.draw.rect(s, draw.PANEL, rect)
-        f.blit(s, "stream (identical for all tracks)", (rect.left + 6, rect.top + 4), 16, draw.DIM)
+        if wv.worlds:
+            title = "streams, all in one world" if wv.held else "streams, each in its own world"
+            title += " (all tracks)"
+        else:
+            title = "stream (identical for all tracks)"
+        f.blit(s, title, (rect.left + 6, rect.top + 4), 16, draw.DIM)
         n = min(len(wv.frames), 4)
         tile = (rect.width - 12 - 4) // 2
         top = rect.top + 22
@@ -124,19 +154,38 @@ class Screen:
             r, c = divmod(i, 2)
             tr = pygame.Rect(rect.left + 6 + c * (tile + 4), top + r * (tile + 4), tile, tile)
             s.blit(draw.frame_surface(wv.frames[i], tile), tr)
-            if wv.gravity > 0:
+            if wv.worlds:
+                if i < len(wv.streams):
+                    fam = wv.stream_families[i] if i < len(wv.stream_families) else ""
+                    self._stream_arrow(tr, *wv.streams[i], fam)
+            elif wv.gravity > 0:
                 draw.draw_arrow(s, (tr.right - 16, tr.top + 16), 22, wv.direction, draw.SHIFT, 2)
             if just:
                 pygame.draw.rect(s, draw.SWITCH, tr, 3)
-        y = top + 2 * (tile + 4) + 4
-        # gravity arrow and the switch marker
-        gr = pygame.Rect(rect.left + 6, y, rect.width - 12, 92)
+        # gravity arrow (worlds: the held or target world) and the switch marker
+        gr = pygame.Rect(rect.left + 6, top + 2 * (tile + 4) + 4, rect.width - 12, 92)
+        if wv.worlds:
+            self._world_target(gr, snap, last_switch, just)
+        else:
+            self._gravity(gr, snap, last_switch, just)
+        self._error_chart(rect, gr, snap)
+
+    def _gravity(
+        self,
+        gr: pygame.Rect,
+        snap: Snapshot,
+        last_switch: tuple[int, float] | None,
+        just: bool,
+    ) -> None:
+        """Paper protocol: the one gravity of every stream, the last switch, the marker."""
+        s, f = self.surface, self.fonts
+        wv = snap.world
         pygame.draw.rect(s, draw.BG, gr)
         center = (gr.left + 46, gr.centery)
         pygame.draw.circle(s, draw.GRID, center, 40, 1)
         color = draw.SHIFT if wv.shifted else draw.BASE
         if wv.gravity > 1e-9:
-            length = 20 + 60 * min(wv.gravity, 1.0)
+            length = BIG_ARROW_MIN + BIG_ARROW_PER_G * min(wv.gravity, 1.0)
             draw.draw_arrow(s, center, length, wv.direction, color, 4)
         else:
             pygame.draw.circle(s, color, center, 5)
@@ -148,25 +197,91 @@ class Screen:
             f.blit(s, label, (tx, gr.top + 48), 16, draw.SWITCH if just else draw.DIM)
         if just:
             f.blit(s, "PHYSICS JUST SWITCHED", (tx, gr.top + 68), 20, draw.SWITCH)
-        # all tracks' rolling error on one chart: the comparison the experiment is about
+
+    def _error_chart(self, rect: pygame.Rect, above: pygame.Rect, snap: Snapshot) -> None:
+        """All tracks' rolling error on one chart: the comparison the experiment is about (worlds
+        protocol: each track's current value in the legend; the rolling restarts at a switch)."""
         cr = pygame.Rect(
-            rect.left + 6, gr.bottom + 6, rect.width - 12, rect.bottom - gr.bottom - 12
+            rect.left + 6, above.bottom + 6, rect.width - 12, rect.bottom - above.bottom - 12
         )
-        x_range = self._x_range(snap)
+        worlds = snap.world.worlds
         series = []
-        for t in snap.tracks:
+        n = len(snap.tracks)
+        for i, t in enumerate(snap.tracks):
             st, v = t.history.view(ROLLING_ERROR)
-            series.append(Series(st, v, draw.track_color(t.name), f"{t.name}"))
+            if worlds:  # earlier tracks drawn wider: equal errors still show every track's line
+                label = f"{t.name} {_fmt2(t.history.last(ROLLING_ERROR))}"
+                width = 2 + 2 * (n - 1 - i)
+            else:
+                label, width = t.name, 2
+            series.append(Series(st, v, draw.track_color(t.name), label, width))
         chart = Chart(
-            "rolling stream error, all tracks",
+            "rolling stream error, all tracks" + (" (from each switch)" if worlds else ""),
             series,
-            x_range,
+            self._x_range(snap),
             y_floor=0.0,
             y_cap=ERROR_CAP,
             ref_lines=[(1.0, draw.GRID)],
             events=self._events(snap),
         )
-        draw.draw_chart(s, cr, chart, f)
+        draw.draw_chart(self.surface, cr, chart, self.fonts)
+
+    def _stream_arrow(self, tile: pygame.Rect, gravity: float, direction: float, fam: str) -> None:
+        """One stream's own world on its tile (worlds protocol): an arrow on a dark disc in the
+        top-right corner, its length growing with gravity, and the world's numbers below."""
+        s, f = self.surface, self.fonts
+        r = STREAM_ARROW_RADIUS
+        center = (tile.right - r - 3, tile.top + r + 3)
+        pygame.draw.circle(s, draw.BG, center, r)
+        color = draw.BASE if fam == "train" else draw.SHIFT if fam else draw.TEXT
+        pygame.draw.circle(s, color, center, r, 1)
+        if gravity > 1e-9:
+            length = 14 + (2 * r - 18) * min(gravity / STREAM_ARROW_FULL_G, 1.0)
+            draw.draw_arrow(s, center, length, direction, color, 3)
+        else:
+            pygame.draw.circle(s, color, center, 3)
+        label = f.render(f"g {gravity:.2f} @ {direction:.0f} deg", 14, color)
+        box = label.get_rect(bottomleft=(tile.left + 3, tile.bottom - 2)).inflate(4, 2)
+        pygame.draw.rect(s, draw.BG, box)
+        s.blit(label, label.get_rect(center=box.center))
+
+    def _world_target(
+        self,
+        gr: pygame.Rect,
+        snap: Snapshot,
+        last_switch: tuple[int, float] | None,
+        just: bool,
+    ) -> None:
+        """Worlds protocol: the held world (or the target G holds the streams in), the last
+        switch and the switch marker."""
+        s, f = self.surface, self.fonts
+        wv = snap.world
+        pygame.draw.rect(s, draw.BG, gr)
+        center = (gr.left + 46, gr.centery)
+        pygame.draw.circle(s, draw.GRID, center, 40, 1)
+        tx = gr.left + 98
+        if wv.held:
+            g, d, color, width = wv.gravity, wv.direction, draw.SHIFT, 4
+            f.blit(s, f"held: g {g:.2f} @ {d:.0f} deg", (tx, gr.top + 6), 20, color)
+            f.blit(s, f"family {wv.family or '?'}; G: back", (tx, gr.top + 28), 16, draw.DIM)
+        else:
+            g, d = wv.target if wv.target is not None else (0.0, 0.0)
+            color, width = draw.DIM, 2
+            f.blit(s, "training worlds", (tx, gr.top + 6), 20, draw.BASE)
+            fam = f" ({wv.target_family})" if wv.target_family else ""
+            f.blit(s, f"G -> {g:.2f} @ {d:.0f} deg{fam}", (tx, gr.top + 28), 16, draw.SHIFT)
+        if g > 1e-9:  # the paper protocol's arrow scale
+            length = BIG_ARROW_MIN + BIG_ARROW_PER_G * min(g, 1.0)
+            draw.draw_arrow(s, center, length, d, color, width)
+        else:
+            pygame.draw.circle(s, color, center, 5)
+        if last_switch is not None:
+            step, to = last_switch
+            back = abs(to - wv.base_gravity) <= 1e-9
+            label = f"switch @ {step:,} -> " + ("training" if back else f"g {to:.2f}")
+            f.blit(s, label, (tx, gr.top + 48), 16, draw.SWITCH if just else draw.DIM)
+        if just:
+            f.blit(s, "PHYSICS JUST SWITCHED", (tx, gr.top + 68), 20, draw.SWITCH)
 
     # ----------------------------------------------------------------- track columns
     @staticmethod
@@ -226,6 +341,14 @@ class Screen:
         _, share = h.view(SHIFT_SHARE)
         ticks = st[np.nan_to_num(boundary) > 0.5]
         n_events = int(np.nansum(boundary > 0.5)) if len(boundary) else 0
+        worlds = snap.world.worlds
+        fill_title = (
+            "memory fill (mean of streams), switch-world share"
+            if worlds
+            else "buffer fill, shift-world share"
+        )
+        # world tags: 0 the base world (worlds protocol: the training worlds), 1 the other
+        names = ("train", "switch") if worlds else ("base", "shift")
         charts = [
             Chart(
                 "surprisal, mu + k*sigma, boundaries",
@@ -248,15 +371,16 @@ class Screen:
                 value_text=f"{h.last(ROLLING_ERROR):.3f}",
             ),
             Chart(
-                "buffer fill, shift-world share",
+                fill_title,
                 [
                     Series(st, size / max(t.capacity, 1), draw.BASE, "fill"),
-                    Series(st, share, draw.SHIFT, "shift"),
+                    Series(st, share, draw.SHIFT, names[1]),
                 ],
                 x_range,
                 y_range=(-0.05, 1.05),
                 events=events,
-                value_text=f"{_int(h.last(BUFFER_SIZE))}/{t.capacity}  shift {_pct(h.last(SHIFT_SHARE))}",
+                value_text=f"{_int(h.last(BUFFER_SIZE))}/{t.capacity}  {names[1]} "
+                f"{_pct(h.last(SHIFT_SHARE))}",
             ),
         ]
         if n_charts == 4:
@@ -280,9 +404,12 @@ class Screen:
         pygame.draw.rect(s, draw.PANEL, br)
         n = len(t.buffer_worlds)
         shift = int(np.sum(t.buffer_worlds > 0)) if n else 0
-        f.blit(s, f"buffer {n}/{t.capacity}", (br.left + 4, br.top + 2), 14, draw.DIM)
-        f.blit(s, f"base {n - shift}", (br.left + 100, br.top + 2), 14, draw.BASE)
-        f.blit(s, f"shift {shift}", (br.left + 160, br.top + 2), 14, draw.SHIFT)
+        r = f.blit(s, f"{t.buffer_title} {n}/{t.capacity}", (br.left + 4, br.top + 2), 14, draw.DIM)
+        left = max(br.left + 100, r.right + 10)
+        r = f.blit(s, f"{names[0]} {n - shift}", (left, br.top + 2), 14, draw.BASE)
+        f.blit(
+            s, f"{names[1]} {shift}", (max(br.left + 160, r.right + 10), br.top + 2), 14, draw.SHIFT
+        )
         if t.attention is not None and len(t.attention):
             p = np.clip(np.asarray(t.attention, np.float64), 1e-12, None)
             ent = float(-(p * np.log(p)).sum())
@@ -299,3 +426,7 @@ def _int(v: float) -> str:
 
 def _pct(v: float) -> str:
     return f"{100 * v:.0f}%" if math.isfinite(v) else "-"
+
+
+def _fmt2(v: float) -> str:
+    return f"{v:.2f}" if math.isfinite(v) else "-"

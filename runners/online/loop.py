@@ -377,6 +377,14 @@ class OnlineLoop:
         self.saved_step = s
         if self.vec_env is not None and not self.cfg.worlds:  # the env's restored state holds
             self.physics = self.vec_env.physics(0)  # its physics (a visualizer may change them)
+        elif self.cfg.worlds and isinstance(extra.get("physics"), dict):
+            # The world the streams were held in (the schedule's restored state holds them
+            # there), or the base physics while they live in the training worlds: the switches'
+            # own after a scheduled switch, a visualizer's after an interactive one.
+            try:
+                self.physics = env.PhysicsParams(**extra["physics"])
+            except (TypeError, ValueError) as err:
+                raise CliError(f"cannot resume: {latest}: damaged physics ({err})") from None
         if self.frozen:
             self.learner.freeze_weights()
         if s:

@@ -98,8 +98,8 @@ def test_evaluate(run: Path, kind: str) -> None:
 @pytest.mark.parametrize("kind", ["best:half", "best:random", "best:other_track"])
 def test_visualize_from(run: Path, tmp_path: Path, kind: str) -> None:
     bad = damage(run, kind)
-    res = cli("visualize", "--headless", "--from", str(run), "--steps", "3",
-              "--out", str(tmp_path / "viz"))
+    res = cli("visualize", "--protocol", "paper", "--headless", "--from", str(run),
+              "--steps", "3", "--out", str(tmp_path / "viz"))
     assert_one_line(res, bad)
     assert list((tmp_path / "viz").iterdir()) == []  # no half-made session folder left
 

@@ -1,11 +1,13 @@
 """The live visualizer, headless (SDL dummy driver, set in tests/conftest.py).
 
 The view and the keys are tested against the fake metrics feed (fast); the command line against
-the real ``OnlineLoop`` with the tiny preset.
+the real ``OnlineLoop`` (the paper protocol's tests with the cpu preset for a few steps, the
+worlds protocol's, the default, with the tiny preset).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -31,10 +33,12 @@ def surface() -> pygame.Surface:
     pygame.display.quit()
 
 
-def fake_app(surface: pygame.Surface, tracks: str = "AC", **kw: object) -> App:
-    world = FakeWorld()
+def fake_app(
+    surface: pygame.Surface, tracks: str = "AC", protocol: str = "paper", **kw: object
+) -> App:
+    world = FakeWorld(worlds=protocol == "worlds")
     drivers = [FakeDriver(t, world) for t in tracks]
-    return App(drivers, AppConfig(**kw), surface)  # type: ignore[arg-type]
+    return App(drivers, AppConfig(protocol=protocol, **kw), surface)  # type: ignore[arg-type]
 
 
 def test_history_rolls_and_keeps_window() -> None:
@@ -45,6 +49,15 @@ def test_history_rolls_and_keeps_window() -> None:
     assert steps.tolist() == [3, 4, 5, 6, 7]
     assert err.tolist() == [2.5, 3.5, 4.5, 5.5, 6.5]
     assert np.isnan(h.view("memory/surprisal")[1]).all()
+
+
+def test_history_rolling_restarts_at_a_switch() -> None:
+    h = History(window=10, rolling=4)
+    h.restart_rolling(3)  # marked before its step arrives (the app marks it at the switch)
+    for i in range(6):
+        h.append(i, {"stream/norm_error": float(i)})
+    _, err = h.view("stream/norm_error_rolling")
+    assert err.tolist() == [0.0, 0.5, 1.0, 3.0, 3.5, 4.0]  # from step 3 on: steps 3.. only
 
 
 def test_fake_run_draws_switch_into_charts(surface: pygame.Surface, tmp_path: Path) -> None:
@@ -108,6 +121,7 @@ def count_color(img: np.ndarray, color: tuple[int, int, int]) -> int:
 
 # -- the command line on the real OnlineLoop (tiny preset) -----------------------------------
 
+PAPER = ["--protocol", "paper"]
 SMALL_EVAL = ["--set", "eval_shift_train=16", "eval_shift_test=8", "eval_base_test=8"]
 
 
@@ -116,6 +130,7 @@ def test_cli_switch_screenshot_and_video(tmp_path: Path) -> None:
 
     shot, video = tmp_path / "final.png", tmp_path / "video"
     argv = [
+        *PAPER,
         "--headless",
         "--tracks",
         "A",
@@ -162,6 +177,7 @@ def test_cli_keys_quit_and_resume(tmp_path: Path) -> None:
     from runners import visualize
 
     argv = [
+        *PAPER,
         "--headless",
         "--tracks",
         "C",
@@ -210,3 +226,181 @@ def test_cli_keys_quit_and_resume(tmp_path: Path) -> None:
     steps = zarr.open_group(str(root / "C" / "run.zarr"))["metrics/step"][:]
     assert steps.tolist() == list(range(14))  # no gap, no duplicate
     pygame.display.quit()
+
+
+# -- the worlds protocol (the default) --------------------------------------------------------
+
+#: The tiny worlds run of tests/runners/cli_helpers.py's TINY_WORLDS: short episodes, few and
+#: small evaluation worlds.
+TINY_WORLDS = ["--preset", "tiny", "--set", "eval_shift_test=8", "eval_world_seqs=4",
+               "eval_worlds=2", "episode_steps=21,40"]  # fmt: skip
+SWITCH_WORLD = (0.3, 45.0)  # the default switch world (family interp, held out)
+
+
+def distinct(streams: np.ndarray) -> int:
+    return len({tuple(np.round(row, 6)) for row in np.asarray(streams).tolist()})
+
+
+def test_fake_worlds_g_holds_every_stream_then_gives_them_back(surface: pygame.Surface) -> None:
+    from runners.visualize import family_name
+
+    app = fake_app(
+        surface, protocol="worlds", shift_gravity=0.3, shift_direction=45.0, family=family_name
+    )
+    for _ in range(20):
+        app.advance()
+    snap = app.snapshot()
+    before = snap.world.streams
+    assert before.shape == (4, 2) and distinct(before) == 4  # each stream its own world
+    assert not snap.world.held and snap.world.target == SWITCH_WORLD
+    assert snap.world.target_family == "interp"
+    app.screen.draw(snap)
+    app.key(pygame.K_g)
+    assert app.held and app.switches == [(20, 0.3)]
+    assert all(d.frozen for d in app.drivers)  # memory mode: frozen at the switch
+    held = app.snapshot().world
+    assert held.held and held.family == "interp" and held.phase == "held in one world (interp)"
+    assert np.allclose(held.streams, SWITCH_WORLD)  # every stream in the switch world
+    app.advance()
+    app.key(pygame.K_RIGHT)  # while held the new target applies at once
+    assert np.allclose(app.snapshot().world.streams, (0.3, 60.0))
+    assert app.switches == [(20, 0.3), (21, 0.3)]
+    app.key(pygame.K_g)  # again: back to the training worlds
+    app.advance()
+    back = app.snapshot().world
+    assert not back.held and back.phase == "training worlds" and distinct(back.streams) == 4
+    assert app.switches[-1] == (21, 0.0) and all(d.frozen for d in app.drivers)
+    app.screen.draw(app.snapshot())
+
+
+def test_cli_worlds_scripted_switch_holds_every_stream(tmp_path: Path) -> None:
+    from runners import visualize
+
+    shot = tmp_path / "final.png"
+    argv = [
+        "--headless", "--tracks", "A", "C", "--steps", "40",
+        "--switch", "20:gravity=0.3,direction=45", "--draw-every", "5", "--window", "40",
+        "--out", str(tmp_path), "--name", "w", "--screenshot", str(shot), *TINY_WORLDS,
+    ]  # fmt: skip
+    session = visualize.setup(argv, log=lambda _: None)
+    app = session.app
+    assert app.worlds and all(lp.cfg.protocol == "worlds" for lp in session.loops)
+    for _ in range(10):
+        app.advance()
+    snap = app.snapshot()
+    assert not snap.world.held and distinct(snap.world.streams) > 1  # arrows differ
+    assert {visualize.family_name(g, d) for g, d in snap.world.streams} == {"train"}
+    a, c = session.loops  # lockstep: the same worlds in both tracks
+    assert a.world.stream_physics() == c.world.stream_physics()
+    session.run()
+    assert app.step == 40 and app.switches == [(20, 0.3)] and app.held
+    assert np.allclose(app.snapshot().world.streams, SWITCH_WORLD)
+    for loop in session.loops:  # every stream, not only the shown ones
+        worlds = {(p.gravity, p.gravity_direction) for p in loop.world.stream_physics()}
+        assert worlds == {SWITCH_WORLD} and loop.learner.weights_frozen
+    img = pygame.surfarray.array3d(pygame.image.load(str(shot)))
+    assert img.std() > 10
+    session.release()
+    pygame.display.quit()
+
+    # --from a worlds session (both its tracks) starts a new worlds session from its best.pt
+    more = visualize.setup(["--headless", "--from", str(tmp_path / "w"), "--steps", "30",
+                            "--out", str(tmp_path), "--name", "more"], log=lambda _: None)  # fmt: skip
+    assert more.app.worlds and not more.app.held and more.app.step == 0
+    for loop in more.loops:
+        assert loop.cfg.protocol == "worlds" and not loop.learner.weights_frozen
+    more.release()
+    pygame.display.quit()
+
+
+def test_cli_worlds_key_g_and_resume_in_the_held_world(tmp_path: Path) -> None:
+    import zarr
+
+    from runners import visualize
+
+    argv = ["--headless", "--tracks", "A", "C", "--steps", "200", "--out", str(tmp_path),
+            "--name", "k", *TINY_WORLDS]  # fmt: skip
+    session = visualize.setup(argv, log=lambda _: None)
+    session.app.cfg.on_checkpoint = session.save_state
+    app = session.app
+    loops = session.loops
+
+    def stream_worlds(loop: object) -> set[tuple[float, float]]:
+        return {(p.gravity, p.gravity_direction) for p in loop.world.stream_physics()}  # type: ignore[attr-defined]
+
+    for _ in range(6):
+        app.advance()
+    assert len(stream_worlds(loops[0])) > 1 and not any(lp.learner.weights_frozen for lp in loops)
+    app.key(pygame.K_g)  # every stream of every track in the switch world
+    assert app.held and app.switches == [(6, 0.3)]
+    for loop in loops:
+        assert stream_worlds(loop) == {SWITCH_WORLD} and loop.learner.weights_frozen
+        assert (loop.source.world == 1).all()  # the new transitions are tagged as its world
+    for _ in range(2):
+        app.advance()
+    app.key(pygame.K_g)  # again: back to the training worlds (the weights stay frozen)
+    for _ in range(2):
+        app.advance()
+    assert not app.held and app.switches[-1] == (8, 0.0)
+    for loop in loops:
+        assert {visualize.family_name(*w) for w in stream_worlds(loop)} == {"train"}
+        assert (loop.source.world == 0).all() and loop.learner.weights_frozen
+    app.key(pygame.K_g)  # and into it again, then quit
+    for _ in range(2):
+        app.advance()
+    post_key(pygame.K_q)
+    app.run()
+    session.release()
+    assert app.step == 12 and app.switches == [(6, 0.3), (8, 0.0), (10, 0.3)]
+    pygame.display.quit()
+
+    root = tmp_path / "k"
+    assert json.loads((root / "viz.json").read_text())["protocol"] == "worlds"
+    again = visualize.setup(
+        ["--headless", "--resume", str(root), "--steps", "16", "--draw-every", "2"],
+        log=lambda _: None,
+    )
+    app = again.app
+    assert app.worlds and app.step == 12 and app.held
+    assert app.switches == [(6, 0.3), (8, 0.0), (10, 0.3)]
+    assert app.snapshot().world.target == SWITCH_WORLD
+    for loop in again.loops:  # the checkpoint's world: every stream still held in it
+        assert stream_worlds(loop) == {SWITCH_WORLD} and loop.learner.weights_frozen
+        assert (loop.physics.gravity, loop.physics.gravity_direction) == SWITCH_WORLD
+    again.run()
+    assert app.held and app.switches[-1] == (10, 0.3)  # no switch at the resume
+    for loop in again.loops:
+        assert stream_worlds(loop) == {SWITCH_WORLD}
+        steps = zarr.open_group(str(loop.folder.root / "run.zarr"))["metrics/step"][:]
+        assert steps.tolist() == list(range(16))  # no gap, no duplicate
+    pygame.display.quit()
+
+
+@pytest.mark.parametrize("run_protocol, view", [("paper", []), ("worlds", PAPER)])
+def test_from_a_run_of_the_other_protocol_is_refused(
+    tmp_path: Path, run_protocol: str, view: list[str]
+) -> None:
+    from runners import visualize
+    from runners.cli import CliError
+    from runners.online.config import RunConfig, resolve
+
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = resolve(RunConfig(protocol=run_protocol, preset="tiny", steps=30))  # type: ignore[arg-type]
+    cfg.save(run / "config.json")
+    argv = [*view, "--headless", "--from", str(run), "--out", str(tmp_path), "--name", "s"]
+    with pytest.raises(CliError) as err:
+        visualize.setup(argv, log=lambda _: None)
+    message = str(err.value)
+    assert "\n" not in message and "paper" in message and "worlds" in message
+    assert f"--protocol {run_protocol}" in message  # how to show it
+    assert not (tmp_path / "s").exists()
+
+
+def test_help_lists_the_protocols_and_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    from runners import visualize
+
+    with pytest.raises(SystemExit):
+        visualize.parse(["--help"])
+    out = capsys.readouterr().out
+    assert "--protocol {worlds,paper}" in out and "back to the training worlds" in out
