@@ -59,6 +59,9 @@ class WorldsRun:
     #: D_shift^n on the switch world (own memory), over ``switch_ns``
     switch_ns: tuple[int, ...] = ()
     switch_curve: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: the horizons, and D^50 per horizon with own memory over every held-out world
+    horizons: tuple[int, ...] = ()
+    per_h: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def at(self, family: str, memory: str = "own", n: int = HEADLINE_N) -> float:
         """D^n of one family and memory (NaN if not measured)."""
@@ -92,10 +95,14 @@ def load_worlds_run(run_dir: str | Path, arm: str, seed: str) -> WorldsRun | Non
     curves[POOLED] = {m: np.mean([curves[f][m] for f in FAMILIES], axis=0)
                       for m in sorted(pooled_mems)}
     rows = summary.get("adaptation_curve") or []
+    own = [w["d_per_h"][ns.index(HEADLINE_N)] for w in held.get("worlds", [])
+           if w.get("memory") == "own" and HEADLINE_N in ns]
     return WorldsRun(
         arm=arm, seed=seed, ns=ns, curves=curves,
         switch_ns=tuple(int(r["n"]) for r in rows),
         switch_curve=np.asarray([r["d_shift"] for r in rows], dtype=np.float64),
+        horizons=tuple(int(h) for h in held.get("horizons", ())),
+        per_h=np.asarray(own, dtype=np.float64).mean(axis=0) if own else np.zeros(0),
     )
 
 
@@ -131,7 +138,12 @@ def analyse(runs: Sequence[WorldsRun]) -> dict[str, Any]:
                     "at_n": vars(stats.summarize([r.at(fam, mem) for r in rs])),
                     "per_seed": {r.seed: r.at(fam, mem) for r in rs},
                 }
-        out["arms"][arm] = {"seeds": [r.seed for r in rs], "ns": list(rs[0].ns), "families": fams}
+        per_h = [r.per_h for r in rs if r.per_h.size and r.horizons == rs[0].horizons]
+        out["arms"][arm] = {
+            "seeds": [r.seed for r in rs], "ns": list(rs[0].ns), "families": fams,
+            "horizons": list(rs[0].horizons),
+            "d50_per_horizon": np.mean(per_h, axis=0).tolist() if per_h else [],
+        }
 
     def d(arm: str, fam: str, mem: str = "own", n: int = HEADLINE_N) -> float:
         rs = arms.get(arm, [])
@@ -272,11 +284,23 @@ def report_lines(result: Mapping[str, Any]) -> list[str]:
         lines.append(f"| {_arm_label(arm)} | {len(arms[arm]['seeds'])} | {at('interp', 0)} | "
                      f"{at('interp', HEADLINE_N)} | {at('extrap', 0)} | "
                      f"{at('extrap', HEADLINE_N)} | {_ms(fams[POOLED].get('own'))} |")
+    hs = next((arms[a]["horizons"] for a in order if arms[a]["d50_per_horizon"]), [])
+    if hs:
+        lines += ["", "Per horizon (held-out worlds pooled, own memory, n = 50, mean over seeds):",
+                  "", "| arm | " + " | ".join(f"h = {h}" for h in hs) + " |",
+                  "|---|" + "---|" * len(hs)]
+        for arm in order:
+            d = arms[arm]["d50_per_horizon"]
+            if d and arms[arm]["horizons"] == hs:
+                lines.append(f"| {_arm_label(arm)} | " + " | ".join(f"{x:.4f}" for x in d) + " |")
     lines += ["", "## Memory against the floor (track A) and the ceiling (oracle), n = 50", "",
               "oracle gain = (D_A - D_oracle) / D_A; memory drop = (D^0 - D^50) / D^0; oracle "
               "share = (D_A - D^50) / (D_A - D_oracle); wrong / same gap = (D_wrong|same^50 - "
               "D_own^50) / D_own^50 (positive: own memory is better). Ratios of seed means; the share "
-              f"is left out (-) where the oracle gains less than {MIN_ORACLE_GAIN:.0%}.", ""]
+              f"is left out (-) where the oracle gains less than {MIN_ORACLE_GAIN:.0%}. A share "
+              "above 1 means memory lowers the error more than the true physics does: it "
+              "carries more than the world's parameters (a large same-world gap says what: the "
+              "sequence's own history).", ""]
     for fam in result["families"]:
         m = result["metrics"][fam]
         lines += [f"**{fam}**: D_A {_f(m['d_A'])}, D_oracle {_f(m['d_oracle'])}, "
