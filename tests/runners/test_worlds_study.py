@@ -103,6 +103,10 @@ def test_study_runs_every_arm_writes_the_report_and_skips_finished_runs(tmp_path
     assert again.returncode == 0, again.stderr
     assert "4 run(s): 4 finished" in again.stdout
     assert json.loads((out / "report.json").read_text())["metrics"] == report["metrics"]
+    rebuilt = cli("worlds_study", *args, "--report-only")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    meta = json.loads((out / "report.json").read_text())["meta"]
+    assert len(meta["commands"]) == 2 and meta["commands"][1].endswith("--report-only")
 
 
 @pytest.mark.parametrize("extra, message", [
