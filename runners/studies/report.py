@@ -174,11 +174,12 @@ def write_report(out_dir: str | Path, inp: ReportInput, title: str = "Reproducti
         "analyses": inp.analyses, "meta": meta, "missing": inp.missing,
     }
     with writing(out_dir / "report.json"):
-        (out_dir / "report.json").write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n")
+        (out_dir / "report.json").write_text(json.dumps(payload, indent=2, default=jsonable) + "\n")
     return out_dir / "report.md"
 
 
-def _jsonable(o: Any) -> Any:
+def jsonable(o: Any) -> Any:
+    """``json.dumps`` default for numpy values (anything else as text)."""
     if isinstance(o, np.ndarray):
         return o.tolist()
     if isinstance(o, np.generic):

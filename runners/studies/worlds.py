@@ -32,6 +32,7 @@ import numpy as np
 
 from runners.cli import CliError, writing
 from runners.studies import stats
+from runners.studies.report import jsonable
 from runners.style import TRACK_COLORS, pyplot
 
 #: The families a worlds run reports, and their pooled mean.
@@ -368,13 +369,5 @@ def write_report(out_dir: str | Path, runs: Sequence[WorldsRun], meta: Mapping[s
         (out_dir / "report.md").write_text("\n".join(lines).rstrip() + "\n")
     payload = {"meta": dict(meta), "missing": list(missing), **result}
     with writing(out_dir / "report.json"):
-        (out_dir / "report.json").write_text(json.dumps(payload, indent=2, default=_nan_safe) + "\n")
+        (out_dir / "report.json").write_text(json.dumps(payload, indent=2, default=jsonable) + "\n")
     return out_dir / "report.md"
-
-
-def _nan_safe(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    return str(o)
