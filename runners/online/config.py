@@ -38,6 +38,9 @@ DEFAULT_CHECKPOINT_EVERY = 500
 DEFAULT_WORLD_SWITCH = (("gravity", 0.3), ("gravity_direction", 45.0))
 PAPER_FINAL_NS = (0, 10, 25, 50, 100, 256)
 WORLDS_FINAL_NS = (0, 1, 5, 10, 25, 50)  # = agent.adaptation.WORLD_NS
+#: The worlds protocol's collapse guard of best.pt: a learner whose predictions have collapsed
+#: (sigma_embed below it, as early in every run) reads deceptively well and is no candidate.
+WORLDS_BEST_MIN_SIGMA = 0.2
 
 Track = Literal["A", "B", "C", "D", "E"]
 AfterSwitch = Literal["memory", "continual"]
@@ -127,6 +130,8 @@ class RunConfig:
     """Memory sizes n of the adaptation curve at the end of the run (None: worlds 0 1 5 10 25 50, paper 0 10 25 50 100 256)."""
     headline_n: int = 50
     """The n of the headline D_shift^n (best.pt keeps its lowest value)."""
+    best_min_sigma: float | None = None
+    """Collapse guard of best.pt: an evaluation whose sigma_embed is below this is no candidate (None: worlds 0.2, as runners.reproduce's --min-sigma; paper 0, the plain lowest)."""
     eval_shift_train: int = 512
     """Paper protocol: shift-world train sequences (memory pushes) for evaluation."""
     eval_shift_test: int = 128
@@ -267,6 +272,10 @@ def resolve(cfg: RunConfig, *, build_agent: bool = True) -> RunConfig:
             f"episode_length must be at least 21 frames (one training window) or none, "
             f"got {cfg.episode_length}"
         )
+    if cfg.best_min_sigma is None:
+        cfg.best_min_sigma = WORLDS_BEST_MIN_SIGMA if cfg.worlds else 0.0
+    if not cfg.best_min_sigma >= 0.0:
+        raise CliError(f"best_min_sigma must be >= 0, got {cfg.best_min_sigma}")
     if cfg.final_ns is None:
         cfg.final_ns = WORLDS_FINAL_NS if cfg.worlds else PAPER_FINAL_NS
     cfg.final_ns = tuple(cfg.final_ns)

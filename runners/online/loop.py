@@ -320,7 +320,8 @@ class OnlineLoop:
 
     def evaluate(self) -> EvalRecord:
         """The periodic evaluation (D_shift^n for n in eval_ns, D_base, sigma_embed), recorded
-        in run.zarr; a new lowest D_shift^{headline_n} is saved as best.pt."""
+        in run.zarr; a new lowest D_shift^{headline_n} (sigma_embed at least best_min_sigma) is
+        saved as best.pt."""
         rec = self.evaluator(self.learner)
         self.recorder.append_eval(
             rec.step, rec.ns, rec.d_shift, rec.d_shift_per_h, rec.d_base, rec.d_base_per_h,
@@ -328,7 +329,9 @@ class OnlineLoop:
         )  # fmt: skip
         self.evals.append(rec)
         head = rec.d(self.cfg.headline_n)
-        if math.isfinite(head) and head < self.best:
+        guard = self.cfg.best_min_sigma or 0.0  # the collapse guard (resolved by the config)
+        eligible = guard <= 0.0 or rec.sigma_embed >= guard
+        if math.isfinite(head) and head < self.best and eligible:
             self.best, self.best_step = head, rec.step
             self._save(self.folder.best)
         return rec

@@ -120,7 +120,9 @@ def build_summary(
         "stream_valid_frac": _f(np.nanmean(m["stream/valid_frac"]))
         if "stream/valid_frac" in m and steps_done
         else None,
-        "best": {"d_shift": _f(best[0]), "step": best[1]},
+        "best": {"d_shift": _f(best[0]) if math.isfinite(best[0]) else None,
+                 "step": best[1] if math.isfinite(best[0]) else None,
+                 "min_sigma": cfg.best_min_sigma},
         "adaptation_curve": final_curve,
         "held_out": held_out,
     }
@@ -257,8 +259,10 @@ def format_markdown(s: dict[str, Any]) -> str:
     lines += held_out_markdown(s.get("held_out"))
     best = s.get("best") or {}
     if best.get("d_shift") is not None:
+        guard = best.get("min_sigma") or 0.0
         lines += ["", f"Best D_shift^{s['headline_n']}: {best['d_shift']:.3f} at step "
-                  f"{best['step']} (checkpoints/best.pt)."]
+                  f"{best['step']} (checkpoints/best.pt"
+                  + (f"; evaluations with sigma_embed < {guard} not counted)." if guard else ").")]
     lines += ["", "Figures: `figures/overview.png`, `figures/stream_error.png`, "
               + ("`figures/after_switch.png`, `figures/adaptation.png`, "
                  if s.get("protocol") == "worlds" else "") +

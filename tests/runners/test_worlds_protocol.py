@@ -23,11 +23,12 @@ from runners.online.worlds import family_of, make_scheduled_world, make_world_se
 def test_worlds_is_the_default_and_paper_one_flag_away() -> None:
     w = build_config([])
     assert w.protocol == "worlds" and w.final_ns == WORLDS_FINAL_NS
+    assert w.best_min_sigma == 0.2  # the collapse guard of best.pt
     for k, v in WORLDS_AGENT.items():
         assert getattr(w.agent, k) == v, k
     assert family_of(w.shift_physics) == "interp"  # the default switch is held out
     p = build_config(["--protocol", "paper"])
-    assert p.final_ns == PAPER_FINAL_NS
+    assert p.final_ns == PAPER_FINAL_NS and p.best_min_sigma == 0.0
     assert p.agent.memory_scope == "global" and p.agent.context_frames == 1
     assert p.agent.memory_write == "boundary" and p.agent.input_scale == 1.0
     assert p.agent.push_pair == "input"  # the stream source never leaks the future
@@ -40,6 +41,7 @@ def test_worlds_is_the_default_and_paper_one_flag_away() -> None:
         (["--base-gravity", "0.2"], "belongs to the paper protocol"),
         (["--set", "episode_steps=10,40"], "episode_steps"),
         (["--set", "eval_world_seqs=1"], "eval_world_seqs"),
+        (["--set", "best_min_sigma=-1"], "best_min_sigma must be >= 0"),
         (["--protocol", "other"], "protocol"),
     ],
 )
@@ -125,8 +127,8 @@ def test_memory_write_every_pushes_each_valid_step() -> None:
 
 
 def test_run_writes_held_out_curves(tmp_path: Path) -> None:
-    res = cli("train_online", *TINY_WORLDS, "--out", str(tmp_path), "--name", "w", "--steps", "40",
-              "--switch", "30:gravity=0.6,direction=0")  # an extrapolation world
+    res = cli("train_online", *TINY_WORLDS, "best_min_sigma=1e6", "--out", str(tmp_path), "--name",
+              "w", "--steps", "40", "--switch", "30:gravity=0.6,direction=0")  # an extrap world
     assert res.returncode == 0, res.stderr
     assert "worlds protocol" in res.stdout and "held-out worlds at the end" in res.stdout
     s = json.loads((tmp_path / "w" / "summary.json").read_text())
@@ -139,6 +141,9 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
         # an empty memory is the same whatever its source would have been
         assert len({round(d[0], 9) for d in mems.values()}) == 1
     assert [r["n"] for r in s["adaptation_curve"]] == list(WORLDS_FINAL_NS)
+    # The collapse guard admitted no evaluation: no best.pt, and the summary says so.
+    assert s["best"] == {"d_shift": None, "step": None, "min_sigma": 1e6}
+    assert not (tmp_path / "w" / "checkpoints" / "best.pt").exists()
     since = s["stream_error"]["since_switch"]
     assert [(r["from"], r["to"]) for r in since] == [(0, 10)]
     figures = tmp_path / "w" / "figures"
