@@ -178,7 +178,7 @@ def plot_after_switch(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -
     finite = after[np.isfinite(after)]
     if finite.size:
         lo, hi = np.quantile(finite, [0.02, 0.98])
-        ax.set_ylim(max(0.0, float(lo) - 0.1), float(hi) + 0.1)
+        ax.set_ylim(max(0.0, float(lo) - 0.25), float(hi) + 0.05)  # room for the legend below
     size = m.get("memory/buffer_size")
     handles, labels = ax.get_legend_handles_labels()
     if size is not None:
@@ -188,7 +188,7 @@ def plot_after_switch(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -
         ax2.set_ylim(bottom=0)
         h2, l2 = ax2.get_legend_handles_labels()
         handles, labels = handles + h2, labels + l2
-    ax.legend(handles, labels, loc="upper right", fontsize=7)
+    ax.legend(handles, labels, loc="lower right", fontsize=7, ncol=2)
 
 
 def plot_d_curves(ax: Axes, ev: dict[str, np.ndarray], cfg: dict[str, Any]) -> None:
