@@ -56,6 +56,8 @@ def test_vector_env_frames_per_s(benchmark, one_core):
             envs.step(actions)
 
     benchmark.pedantic(run, rounds=5, iterations=1, warmup_rounds=1)
+    if benchmark.stats is None:  # --benchmark-disable: run once as a smoke test, time nothing
+        return
     best, median = benchmark.stats.stats.min, benchmark.stats.stats.median
     frames_per_s = NUM_ENVS * VECTOR_STEPS / best
     benchmark.extra_info.update(
@@ -84,6 +86,8 @@ def test_single_env_steps_per_s(benchmark, one_core):
             _, _, _, truncated, _ = e.step(0)
 
     benchmark.pedantic(run, rounds=5, iterations=1, warmup_rounds=1)
+    if benchmark.stats is None:  # --benchmark-disable
+        return
     steps_per_s = SINGLE_STEPS / benchmark.stats.stats.min
     benchmark.extra_info.update(
         {
