@@ -1,4 +1,5 @@
-"""Evaluations of an online run: the ``EvalRecord`` of one evaluation and the ``Evaluator``.
+"""Evaluations of an online run: the ``EvalRecord`` of one evaluation, ``CurveEvaluator`` (what
+every protocol's evaluator shares) and the paper protocol's ``Evaluator``.
 
 An evaluation is ``agent.adaptation_curve`` on the run's evaluation splits (on a copy of the
 memory, weights untouched): D_shift^n for each n of ``eval_ns``, D_base, sigma_embed. The
@@ -86,19 +87,34 @@ def _floats(x: Any) -> list[float]:
     return [float(v) for v in np.asarray(x).ravel()]
 
 
-class Evaluator:
-    """Evaluations of one learner on fixed splits (``agent.EvalData``)."""
+class CurveEvaluator:
+    """What every evaluator of a run shares: the periodic memory sizes ``ns`` and ``horizons``,
+    ``curve`` (D^n for some n, by default the periodic ones) and the periodic ``EvalRecord``.
+    A protocol's evaluator says how its ``results`` are computed."""
 
-    def __init__(self, data: EvalData, ns: Sequence[int], horizons: Sequence[int]) -> None:
-        self.data = data
+    def __init__(self, ns: Sequence[int], horizons: Sequence[int]) -> None:
         self.ns = tuple(sorted(set(int(n) for n in ns)))
         self.horizons = [int(h) for h in horizons]
 
+    def results(self, learner: Learner, ns: tuple[int, ...]) -> list[EvalResult]:
+        raise NotImplementedError
+
     def curve(self, learner: Learner, ns: Sequence[int] | None = None) -> list[EvalResult]:
-        """``agent.adaptation_curve`` for ``ns`` (default: the periodic ``eval_ns``)."""
-        ns = tuple(sorted(set(ns))) if ns is not None else self.ns
-        return list(adaptation_curve(learner, self.data, ns=ns))
+        """D^n for ``ns`` (default: the periodic ``eval_ns``)."""
+        return self.results(learner, tuple(sorted(set(ns))) if ns is not None else self.ns)
 
     def __call__(self, learner: Learner) -> EvalRecord:
         """The periodic evaluation at the learner's current step."""
         return EvalRecord.from_results(learner.step, self.curve(learner), self.horizons)
+
+
+class Evaluator(CurveEvaluator):
+    """The paper protocol's evaluations of one learner on fixed splits (``agent.EvalData``)."""
+
+    def __init__(self, data: EvalData, ns: Sequence[int], horizons: Sequence[int]) -> None:
+        super().__init__(ns, horizons)
+        self.data = data
+
+    def results(self, learner: Learner, ns: tuple[int, ...]) -> list[EvalResult]:
+        """``agent.adaptation_curve`` for ``ns``."""
+        return list(adaptation_curve(learner, self.data, ns=ns))

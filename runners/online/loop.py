@@ -44,11 +44,10 @@ from agent.checkpoint import (
 from agent.metrics import stack
 from runners.cli import CliError
 from runners.online.config import RunConfig
-from runners.online.evaluation import EvalRecord, Evaluator
+from runners.online.evaluation import CurveEvaluator, EvalRecord
 from runners.online.parts import RunParts, build_parts
 from runners.online.recorder import Recorder, RecorderError
 from runners.online.rundir import RunFolder, StopRequest
-from runners.online.worlds import WorldsEvaluator
 
 # -- schedules ---------------------------------------------------------------------------------
 
@@ -175,7 +174,7 @@ class OnlineLoop:
         self.learner: Learner = parts.learner
         self.world = parts.world
         self.recorder: Recorder = parts.recorder
-        self.evaluator: Evaluator | WorldsEvaluator = parts.evaluator
+        self.evaluator: CurveEvaluator = parts.evaluator
         self.stop = stop or StopRequest(folder.pause)
         self.log = log
         self.schedule = Schedule.from_config(cfg)

@@ -29,7 +29,7 @@ import env
 from agent import Batch, DatasetSource, EvalData, Learner, StreamSource
 from runners.cli import CliError
 from runners.online.config import RunConfig
-from runners.online.evaluation import Evaluator
+from runners.online.evaluation import CurveEvaluator, Evaluator
 from runners.online.recorder import Recorder
 from runners.online.rundir import RunFolder
 from runners.online.worlds import (
@@ -221,7 +221,7 @@ def make_eval_data(cfg: RunConfig, store: env.PaperDataset | None = None) -> Eva
 
 def make_evaluator(
     cfg: RunConfig, store: env.PaperDataset | None = None
-) -> Evaluator | WorldsEvaluator:
+) -> CurveEvaluator:
     if cfg.worlds:
         sets = make_world_sets(
             cfg.agent, cfg.shift_physics, train_family=cfg.train_family,
@@ -242,7 +242,7 @@ class RunParts:
     learner: Learner
     world: World
     recorder: Recorder
-    evaluator: Evaluator | WorldsEvaluator
+    evaluator: CurveEvaluator
 
 
 def build_parts(cfg: RunConfig, folder: RunFolder) -> RunParts:

@@ -252,7 +252,9 @@ def format_markdown(s: dict[str, Any]) -> str:
                   "| stream error | " + " | ".join(_fmt(r["mean"]) for r in since) + " |"]
     curve = s.get("adaptation_curve")
     if curve:
-        lines += ["", "Adaptation curve at the end (D_shift^n on the shift test split):", "",
+        where = ("the switch world, n own transitions" if s.get("protocol") == "worlds"
+                 else "the shift test split")
+        lines += ["", f"Adaptation curve at the end (D_shift^n on {where}):", "",
                   "| n | " + " | ".join(str(r["n"]) for r in curve) + " |",
                   "|---|" + "---:|" * len(curve),
                   "| D_shift^n | " + " | ".join(_fmt(r["d_shift"]) for r in curve) + " |"]

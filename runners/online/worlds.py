@@ -13,8 +13,8 @@ memory holds n transitions of it?
   worlds (D_base) and of held-out worlds (interpolation and extrapolation), generated
   deterministically from the run's seed;
 - ``WorldsEvaluator``: the periodic evaluation (D_shift^n = the switch world's own-memory D^n,
-  D_base^n = the training worlds'), with the interface of ``runners.online.evaluation.
-  Evaluator``, and ``report``: the held-out worlds' curves for the summary.
+  D_base^n = the training worlds'), a ``runners.online.evaluation.CurveEvaluator`` like the
+  paper's, and ``report``: the held-out worlds' curves for the summary.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 import env
 from agent import Batch, EvalResult, Learner, StreamSource
 from agent.adaptation import WorldCurve, WorldSet, family_means, sequence_length, world_curves
-from runners.online.evaluation import EvalRecord
+from runners.online.evaluation import CurveEvaluator
 
 HELD_OUT_FAMILIES = env.HELD_OUT
 
@@ -142,20 +142,18 @@ def _mean_rows(curves: list[WorldCurve], attr: str) -> np.ndarray:
     return np.mean(np.asarray([getattr(c, attr) for c in curves], np.float64), axis=0)
 
 
-class WorldsEvaluator:
-    """The worlds protocol's evaluations of one learner (the interface of ``Evaluator``).
+class WorldsEvaluator(CurveEvaluator):
+    """The worlds protocol's evaluations of one learner.
 
     D_shift^n: the switch world's test sequences, each predicted through a memory of its own n
     transitions before the input; D_base^n: the same on the training-family worlds (their mean).
     """
 
     def __init__(self, sets: WorldSets, ns: Sequence[int], horizons: Sequence[int]) -> None:
+        super().__init__(ns, horizons)
         self.sets = sets
-        self.ns = tuple(sorted(set(int(n) for n in ns)))
-        self.horizons = [int(h) for h in horizons]
 
-    def curve(self, learner: Learner, ns: Sequence[int] | None = None) -> list[EvalResult]:
-        ns = tuple(sorted(set(ns))) if ns is not None else self.ns
+    def results(self, learner: Learner, ns: tuple[int, ...]) -> list[EvalResult]:
         (shift,) = world_curves(learner, [self.sets.shift], ns, ("own",))
         base = world_curves(learner, self.sets.base, ns, ("own",))
         d_base, d_base_h = _mean_rows(base, "d"), _mean_rows(base, "d_per_h")
@@ -171,9 +169,6 @@ class WorldsEvaluator:
             )
             for j, n in enumerate(ns)
         ]
-
-    def __call__(self, learner: Learner) -> EvalRecord:
-        return EvalRecord.from_results(learner.step, self.curve(learner), self.horizons)
 
     def report(self, learner: Learner, ns: Sequence[int]) -> dict[str, Any]:
         """The held-out worlds' D^n for every memory source (``own``, ``same``, ``wrong``; only
