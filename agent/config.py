@@ -126,6 +126,10 @@ class AgentConfig:
     vary_memory: bool = False  # training: each sample sees only its newest k entries, k ~ U{0..n}
     memory_write: str = "boundary"  # push on a detector "boundary" (paper) or at "every" valid step
     oracle: bool = False  # feed the true physics (Batch.physics) in place of e_agg: the ceiling
+    # Speed: a stream frame's EMA-target latent is computed once, when it arrives, and reused at
+    # its later horizons; the previous input's latent is the memory pair's older frame
+    # (agent.latents; stream batches only). False: every latent recomputed at every step.
+    stream_cache: bool = True
 
     # ----------------------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -154,7 +158,7 @@ class AgentConfig:
             bad("memory_scope", f"expected one of {', '.join(MEMORY_SCOPES)}")
         if self.memory_write not in MEMORY_WRITES:
             bad("memory_write", f"expected one of {', '.join(MEMORY_WRITES)}")
-        for name in ("per_horizon", "vary_memory", "oracle"):
+        for name in ("per_horizon", "vary_memory", "oracle", "stream_cache"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "must be true or false")
         if self.oracle and self.track == "A":

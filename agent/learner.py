@@ -16,6 +16,7 @@ import torch
 from agent.build import Parts, build_optimizer, build_parts
 from agent.config import AgentConfig
 from agent.controls import FreezeControls
+from agent.latents import StreamLatents
 from agent.memory import Aggregate, ExperienceBuffer
 from agent.metrics import StepMetrics
 from agent.modulators import Modulated
@@ -28,7 +29,9 @@ from agent.step import (
     encode,
     forward_step,
     modulated_prediction,
+    newest_pair,
     step_metrics,
+    valid_mean,
 )
 
 
@@ -64,6 +67,8 @@ class Learner(FreezeControls):
         # Draws of how much memory each training sample sees (cfg.vary_memory), on the device.
         self.memory_rng = torch.Generator(self.device)
         self.memory_rng.manual_seed(cfg.seed)
+        # Latents of stream frames shared between consecutive batches (cfg.stream_cache).
+        self.latents = StreamLatents(cfg) if cfg.stream_cache else None
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """bf16 autocast when ``precision == "bf16"``, else nothing (fp32 stays exact)."""
@@ -116,11 +121,15 @@ class Learner(FreezeControls):
         lr = lr_at(self.step, cfg.lr, cfg.total_steps, cfg.warmup_frac)
         tau = tau_at(self.step, cfg.tau_base, cfg.tau_end, cfg.total_steps)
 
-        # 1.-2. Forward and loss (agent.step.forward_step: also the memory / metric reductions).
+        # 1.-2. Forward and loss (agent.step.forward_step: also the memory / metric reductions),
+        #       with the latents of the frames the stream's earlier batches already encoded.
+        x = batch.frames.to(self.device)  # (B, F, 1, 64, 64) uint8, converted where encoded
+        w = batch.valid.float()  # (B,)
+        targets, prev = self._stream_latents(x, batch.clock)
         out = forward_step(
             self.nets,
-            self.encoder_input(batch.frames),  # (B, F, 1, 64, 64)
-            batch.valid.float(),  # (B,)
+            x,
+            w,
             batch.world,
             self.memory_view(training=not frozen),
             gamma=cfg.gamma,
@@ -128,29 +137,18 @@ class Learner(FreezeControls):
             grad=not frozen,
             spec=self.spec,
             physics=batch.physics,
+            targets=targets,
+            prev=prev,
         )
+        if self.latents is not None and batch.clock is not None and cfg.push_pair == "input":
+            self.latents.keep_input(batch.clock, out.pairs[:, 1])
 
-        # 3. Backward and step.
-        if not frozen:
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
-            self.optimizer.zero_grad(set_to_none=True)
-            out.loss_total.backward()
-            self.optimizer.step()
-
-        # 4. EMA target update.
-        if not frozen and not self._frozen_at(cfg.freeze_ema_at):
-            self.nets.target.update(self.nets.encoder, tau)
-
-        # 5. Memory update: the detector on the BASE predictor's surprisal, and a push of the
-        #    batch-mean memory pair on a boundary - all tensor ops. Per stream: a stream whose
-        #    window spans an episode start (a new world) empties its memory; each valid stream
-        #    feeds its own detector and pushes its own pair when that fires. With
-        #    memory_write "every", every valid step pushes (the detector still runs).
+        # 3. Boundary: the detector on the BASE predictor's surprisal (its own state only; the
+        #    buffer, which the backward still reads, is written in 6). Per stream each valid
+        #    stream feeds its own detector; with memory_write "every", every valid step writes.
         with torch.no_grad():
             if cfg.memory_scope == "per_stream":
                 valid = batch.valid
-                self.buffer.clear(~valid)
                 fired = self.detector.update(out.sample_surprisal, valid)
                 pair, world = out.pairs, batch.world
             else:
@@ -158,7 +156,32 @@ class Learner(FreezeControls):
                 fired = self.detector.update(out.surprisal, valid)
                 pair, world = out.pair, out.world
             write = valid if cfg.memory_write == "every" else fired
-            if not self._frozen_at(cfg.freeze_buffer_at):
+            buffer_live = not self._frozen_at(cfg.freeze_buffer_at)
+            # The paper's pair, on a CPU, only when it is pushed: a free host read saves an
+            # online-encoder pass over 2B frames at every other step (spec.lazy_pair).
+            if self.spec.lazy_pair and buffer_live and bool(write):
+                with self.autocast():
+                    pair = valid_mean(newest_pair(self.nets, x, self.spec), w)
+
+        # 4. Backward and step.
+        if not frozen:
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            self.optimizer.zero_grad(set_to_none=True)
+            out.loss_total.backward()
+            self.optimizer.step()
+
+        # 5. EMA target update.
+        if not frozen and not self._frozen_at(cfg.freeze_ema_at):
+            self.nets.target.update(self.nets.encoder, tau)
+
+        # 6. Memory write: a push of the batch-mean memory pair on a boundary - all tensor ops.
+        #    Per stream: a stream whose window spans an episode start (a new world) empties its
+        #    memory, and each stream pushes its own pair when its detector fired.
+        with torch.no_grad():
+            if cfg.memory_scope == "per_stream":
+                self.buffer.clear(~batch.valid)
+            if buffer_live:
                 self.buffer.push(pair, world, self.step, write)
             # Metrics (device tensors; read in blocks by agent.metrics.stack).
             metrics = step_metrics(
@@ -172,6 +195,23 @@ class Learner(FreezeControls):
         self.step += 1
         return metrics
 
+    def _stream_latents(
+        self, x: torch.Tensor, clock: int | None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """This stream batch's EMA-target latents (B, K, D), each frame encoded once when it
+        arrives, and its input's predecessor's online latent (B, D) from the step before (None
+        where not held); (None, None) without a clock or with ``stream_cache`` off."""
+        if self.latents is None or clock is None:
+            return None, None
+        self.latents.begin(clock)
+        target = self.nets.target.target
+        with torch.no_grad(), self.autocast():
+            targets = self.latents.targets(clock, x, lambda f: encode(target, f, self.spec))
+        prev = None
+        if self.cfg.push_pair == "input" and self.cfg.context_frames == 1:
+            prev = self.latents.previous_input(clock)
+        return targets, prev
+
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
         """Weights, EMA target, optimizer, detector, buffer, step, freeze flag."""
@@ -183,6 +223,7 @@ class Learner(FreezeControls):
             "detector": self.detector.state_dict(),
             "buffer": self.buffer.state_dict(),
             "memory_rng": self.memory_rng.get_state(),
+            "latents": None if self.latents is None else self.latents.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -194,3 +235,5 @@ class Learner(FreezeControls):
         self._manual_freeze = bool(state["manual_freeze"])
         if "memory_rng" in state:  # absent in checkpoints written before vary_memory existed
             self.memory_rng.set_state(state["memory_rng"].cpu())
+        if self.latents is not None:  # absent (None) in checkpoints written before the cache
+            self.latents.load_state_dict(state.get("latents"))

@@ -282,7 +282,7 @@ class MultiLearner(FreezeControls):
             self.params[name] = t.requires_grad_(name in self.trainable_names)
         template = copy.deepcopy(first.nets).to("meta")
         # vmap cannot run Encoder's channels_last copy: the plain layout (same values).
-        self._fwd = _StepCall(template, StepSpec.from_config(self.cfg, dev, channels_last=False))
+        self._fwd = _StepCall(template, StepSpec.from_config(self.cfg, dev, channels_last=False, host_reads=False))
 
         # Per-run scalars used inside the vmapped forward (floats when equal: bit-exact math).
         self._gamma = self._per_run("gamma")

@@ -54,22 +54,56 @@ class StepSpec:
     past: int = 1  # P: frames at or before the input in a batch (``cfg.past_frames``)
     context: int = 1  # C: latents the predictor reads (``cfg.context_frames``)
     push_pair: str = "newest"  # ``cfg.push_pair``
+    input_scale: float = 1.0  # uint8 frames -> encoder input (``cfg.input_scale``)
+    # The step may read a tensor on the host where that costs nothing (the single learner on a
+    # CPU; never under vmap, never on a GPU, where each read is a sync): it then encodes only
+    # the memory slots a sample attends to (per-sample memory), and the paper's newest pair only
+    # on the steps that push it. Same values either way.
+    host_reads: bool = False
+    # With host reads, the paper's memory (one batch-mean newest pair pushed to one global
+    # memory on a boundary): the pair is encoded by the learner after the detector, only when it
+    # fires (``newest_pair``), not by ``forward_step`` at every step.
+    lazy_pair: bool = False
 
     @classmethod
     def from_config(
-        cls, cfg: AgentConfig, device: torch.device | str, *, channels_last: bool = True
+        cls,
+        cfg: AgentConfig,
+        device: torch.device | str,
+        *,
+        channels_last: bool = True,
+        host_reads: bool | None = None,
     ) -> StepSpec:
+        """``host_reads`` None: on for a CPU device (where a host read is free)."""
+        device_type = torch.device(device).type
+        if host_reads is None:
+            host_reads = device_type == "cpu"
         return cls(
             n_horizons=cfg.n_horizons,
             exp_dim=cfg.exp_dim,
             norm_eps=cfg.norm_eps,
             bf16=cfg.precision == "bf16",
-            device_type=torch.device(device).type,
+            device_type=device_type,
             channels_last=channels_last,
             past=cfg.past_frames,
             context=cfg.context_frames,
             push_pair=cfg.push_pair,
+            input_scale=cfg.input_scale,
+            host_reads=host_reads,
+            lazy_pair=host_reads
+            and cfg.push_pair == "newest"
+            and cfg.memory_scope == "global"
+            and cfg.memory_write == "boundary",
         )
+
+
+    def frames(self, x: torch.Tensor) -> torch.Tensor:
+        """Encoder input from frames: uint8 -> float32 times ``input_scale`` (converted where a
+        slice is used, so frames a step does not encode are never converted); float as is."""
+        if x.dtype != torch.uint8:
+            return x
+        x = x.to(torch.float32)
+        return x if self.input_scale == 1.0 else x.mul_(self.input_scale)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """bf16 autocast when ``bf16``, else nothing (fp32 stays exact)."""
@@ -127,9 +161,23 @@ class StepOutput(NamedTuple):
 
 # ---------------------------------------------------------------------------- the step's pieces
 def encode(encoder: Encoder, x: torch.Tensor, spec: StepSpec) -> torch.Tensor:
-    """(N, 1, 64, 64) float frames -> (N, latent) with ``Encoder.encode`` in the spec's layout.
-    ``encoder``: the online ``Encoder`` or the EMA copy ``nets.target.target``."""
-    return encoder.encode(x, channels_last=spec.channels_last)
+    """(N, 1, 64, 64) frames (uint8, or the float encoder input) -> (N, latent) with
+    ``Encoder.encode`` in the spec's layout. ``encoder``: the online ``Encoder`` or the EMA
+    copy ``nets.target.target``."""
+    return encoder.encode(spec.frames(x), channels_last=spec.channels_last)
+
+
+def valid_mean(pairs: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The valid samples' mean pair (2, D) float32 of pairs (B, 2, D) (0/1 weights w (B,))."""
+    return (pairs.float() * w.view(-1, 1, 1)).sum(0) / w.sum().clamp(min=1.0)
+
+
+def newest_pair(nets: Networks, x: torch.Tensor, spec: StepSpec) -> torch.Tensor:
+    """The paper's memory pair of each sample, (z_prev, z_newest) (B, 2, D), by the online
+    encoder from the batch's last two columns (the frame before the newest, then the newest
+    target). Call without gradient, under the spec's autocast."""
+    b, first = x.shape[0], spec.past + spec.n_horizons - 1  # columns (newest, before it)
+    return encode(nets.encoder, x[:, first:].flatten(0, 1), spec).view(b, 2, -1).flip(1)
 
 
 def aggregate(
@@ -144,8 +192,23 @@ def aggregate(
     # (cap x 64), so bf16 only adds casts (measured ~2 ms slower per step on CPU).
     with torch.autocast(spec.device_type, enabled=False):
         pairs = memory.pairs
-        e = nets.experience(pairs.flatten(0, -3)).view(*pairs.shape[:-2], -1)  # (.., cap, d)
+        if spec.host_reads and pairs.dim() == 4:
+            e = _encode_visible(nets, pairs, memory.mask)
+        else:
+            e = nets.experience(pairs.flatten(0, -3)).view(*pairs.shape[:-2], -1)  # (.., cap, d)
         return nets.aggregator(z.float(), e, memory.mask)
+
+
+def _encode_visible(nets: Networks, pairs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """e (B, cap, d) of a per-sample memory (B, cap, 2, D), the experience encoder run only on
+    the slots ``mask`` (B, cap) shows (zeros elsewhere, which the aggregator never reads). The
+    same e_i on those slots as encoding all of them (each pair is encoded on its own), at the
+    cost of the visible slots only: with a memory filling over each episode and ``vary_memory``
+    showing each sample its newest k, about a quarter of them."""
+    idx = mask.flatten().nonzero().squeeze(1)  # (M,): a host read of M
+    e_visible = nets.experience(pairs.flatten(0, 1).index_select(0, idx))  # (M, d)
+    e = e_visible.new_zeros(mask.numel(), e_visible.shape[-1])
+    return e.index_copy(0, idx, e_visible).view(*mask.shape, -1)
 
 
 def modulated_prediction(
@@ -186,11 +249,14 @@ def forward_step(
     grad: bool,
     spec: StepSpec,
     physics: torch.Tensor | None = None,
+    targets: torch.Tensor | None = None,
+    prev: torch.Tensor | None = None,
 ) -> StepOutput:
     """Sections 1 (forward) and 2 (loss) of a training step, and the reductions the memory
     update and the metrics need. Pure: reads ``nets`` and ``memory``, writes nothing.
 
-    x (B, F, 1, 64, 64) float32 encoder input at the window positions ``cfg.frame_offsets``:
+    x (B, F, 1, 64, 64) uint8 frames (or the float32 encoder input) at the window positions
+    ``cfg.frame_offsets``:
     0..P-1 the past frames (P-1 the input frame), P..P+K-1 the targets (the newest last), and,
     with the paper's pair, P+K the frame before the newest (the pair is (x[:, P+K],
     x[:, P+K-1])); in the paper (P = 1) index 0 the input, 1..K the targets, K+1 the pair's;
@@ -198,6 +264,10 @@ def forward_step(
     (cap,); gamma, lambda_reg: floats (or 0-dim tensors, per-run values under vmap); grad:
     whether the loss is differentiable (False when the weights are frozen); physics (B,
     PHYSICS_DIM) the samples' true worlds (the oracle's input; None without the oracle).
+    targets (B, K, D) / prev (B, D): the EMA-target latents and the input's predecessor's online
+    latent when the caller already holds them (``agent.latents``, stream mode); None: encoded here.
+    With ``spec.lazy_pair`` the paper's pair is not encoded here (``pair`` / ``pairs`` are zeros):
+    the learner encodes it (``newest_pair``) on the steps that push it.
     """
     k, p, c = spec.n_horizons, spec.past, spec.context
     b = x.shape[0]
@@ -208,12 +278,15 @@ def forward_step(
     #    frames (online encoder, no gradient).
     with spec.autocast():
         with torch.no_grad():
-            targets = encode(nets.target.target, x[:, p : p + k].flatten(0, 1), spec)  # EMA
-            targets = targets.view(b, k, -1)  # (B, K, D)
+            if targets is None:
+                targets = encode(nets.target.target, x[:, p : p + k].flatten(0, 1), spec)  # EMA
+                targets = targets.view(b, k, -1)  # (B, K, D)
             if spec.push_pair == "newest":  # the paper: frames (P+K, P+K-1) = (prev, newest)
-                pair = encode(nets.encoder, x[:, p + k - 1 :].flatten(0, 1), spec)
-                pair = pair.view(b, 2, -1).flip(1)
-            elif c == 1:  # the input frame's predecessor (the input itself is the context)
+                if spec.lazy_pair:
+                    pair = w.new_zeros(b, 2, targets.shape[-1])
+                else:
+                    pair = newest_pair(nets, x, spec)
+            elif c == 1 and prev is None:  # the input's predecessor (the input is the context)
                 prev = encode(nets.encoder, x[:, p - 2], spec)
         with torch.set_grad_enabled(grad):
             if c == 1:
@@ -222,7 +295,10 @@ def forward_step(
                 z = encode(nets.encoder, x[:, p - c : p].flatten(0, 1), spec).view(b, c, -1)
             mod, agg = modulated_prediction(nets, z, memory, spec, physics)
         if spec.push_pair == "input":  # (z_{input-1}, z_input): no frame after the input
-            pair = torch.stack([prev, z.detach()], 1) if c == 1 else z[:, -2:].detach()
+            if c == 1:
+                pair = torch.stack([prev.to(z.dtype), z.detach()], 1)  # type: ignore[union-attr]
+            else:
+                pair = z[:, -2:].detach()
         # The BASE predictor (no modulation) for the surprisal: no circular coupling with memory.
         with torch.no_grad():
             base = nets.predictor(z.detach().flatten(1)) if nets.modulator.uses_memory else mod.pred
@@ -238,7 +314,7 @@ def forward_step(
         denom = n_valid.clamp(min=1.0)
         surprisal = (err * w).sum() / denom
         pairs = pair.float()  # (B, 2, D)
-        pair_mean = (pairs * w.view(b, 1, 1)).sum(0) / denom  # (2, D)
+        pair_mean = valid_mean(pairs, w)  # (2, D)
         majority = ((world.float() * w).sum() * 2 > n_valid).long()
         nan = torch.full((), math.nan, device=x.device)
         if mod.scales is not None:

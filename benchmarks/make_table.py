@@ -1,7 +1,11 @@
-"""Turn pytest-benchmark JSON into the README's Markdown throughput table.
+"""Turn pytest-benchmark JSON into the README's Markdown throughput tables.
 
     pytest benchmarks --benchmark-only --benchmark-json bench.json
     python -m benchmarks.make_table bench.json            # or: python benchmarks/make_table.py
+    python -m benchmarks.make_table bench.json --kinds e2e   # the headline table only
+
+The end-to-end rows (``test_end_to_end.py``: the train_online loop against the reference step
+timed in the same rounds) come first, as their own table: what users run. Then the rest:
 
 Columns: what was measured, track, source, device, precision, threads, batch, steps/s, the ratio
 to the paper-faithful reference step of the same run and, for the loop, its share of the
@@ -16,8 +20,9 @@ import json
 import sys
 from pathlib import Path
 
-KIND_ORDER = {"reference": 0, "learner": 1, "loop": 2, "env": 3}
+KIND_ORDER = {"e2e": -1, "reference": 0, "learner": 1, "loop": 2, "env": 3}
 KIND_LABEL = {
+    "e2e": "`train_online` loop",
     "reference": "paper-faithful reference step",
     "learner": "`Learner.update()`",
     "loop": "`train_online` loop",
@@ -68,6 +73,9 @@ def rows(data: dict) -> list[dict]:
                 "ratio": None if ratio is None else float(ratio),
                 "ratio_learner": info.get("ratio_to_learner"),
                 "ref_track": info.get("reference_track", ""),
+                "ref_rate": info.get("reference_steps_per_s"),
+                "protocol": info.get("protocol", ""),
+                "default": info.get("default_precision"),
                 "name": b.get("name", ""),
             }
         )
@@ -88,6 +96,24 @@ def _fmt_rate(rate: float | None) -> str:
     if rate is None:
         return "-"
     return f"{rate:,.0f}" if rate >= 100 else f"{rate:.1f}"
+
+
+def e2e_table(all_rows: list[dict]) -> str:
+    """The headline: each end-to-end row with the reference's rate of the same rounds."""
+    head = (
+        "| train_online loop | track | source | device | precision | threads | steps/s "
+        "| reference steps/s | x reference |"
+    )
+    lines = [head, "|---|---|---|---|---|---|--:|--:|--:|"]
+    for r in all_rows:
+        ratio = "-" if r["ratio"] is None else f"**{r['ratio']:.2f}x**"
+        prec = f"{r['precision']} (default)" if r["default"] else r["precision"]
+        ref = "-" if r["ref_rate"] is None else _fmt_rate(float(r["ref_rate"]))
+        lines.append(
+            f"| {r['protocol']} protocol | {r['track']} | {r['source']} | {r['device']} "
+            f"| {prec} | {r['threads']} | {_fmt_rate(r['rate'])} | {ref} | {ratio} |"
+        )
+    return "\n".join(lines)
 
 
 def table(all_rows: list[dict]) -> str:
@@ -143,6 +169,11 @@ def main(argv: list[str] | None = None) -> int:
         "json", nargs="+", type=Path, help="pytest-benchmark --benchmark-json files"
     )
     parser.add_argument("--no-caption", action="store_true", help="print the table only")
+    parser.add_argument(
+        "--kinds",
+        default=None,
+        help="comma-separated kinds to include: e2e, reference, learner, loop, env (default all)",
+    )
     args = parser.parse_args(argv)
     docs = []
     for path in args.json:
@@ -152,10 +183,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"make_table: cannot read {path}: {e}", file=sys.stderr)
             return 2
     all_rows = [r for d in docs for r in rows(d)]
+    if args.kinds:
+        kinds = {k.strip() for k in args.kinds.split(",")}
+        all_rows = [r for r in all_rows if r["kind"] in kinds]
     if not all_rows:
         print("make_table: no benchmarks in the input", file=sys.stderr)
         return 2
-    print(table(all_rows))
+    e2e = [r for r in all_rows if r["kind"] == "e2e"]
+    rest = [r for r in all_rows if r["kind"] != "e2e"]
+    print("\n\n".join(t for t in (e2e and e2e_table(e2e), rest and table(rest)) if t))
     if not args.no_caption:
         print()
         print(caption(docs))

@@ -20,6 +20,7 @@ from benchmarks.conftest import (
     BenchSettings,
     ReferenceRates,
     make_reference_step,
+    prefill,
     record,
     reference_track_for,
     skip_unless_selected,
@@ -65,30 +66,6 @@ def test_reference_step(
 
 
 # --------------------------------------------------------------------------------- learner
-def find_buffer(learner):
-    """The learner's experience buffer (an object with push/size), or None (track A...)."""
-    for path in ("buffer", "memory.buffer", "memory", "mem.buffer"):
-        obj = learner
-        for part in path.split("."):
-            obj = getattr(obj, part, None)
-        if obj is not None and hasattr(obj, "push") and hasattr(obj, "size"):
-            return obj
-    return None
-
-
-def prefill(learner, n: int, seed: int = 0) -> int:
-    """Fill the learner's buffer with n random latent pairs (the steady state of a run);
-    returns the buffer size afterwards (0 when the learner has no buffer)."""
-    buf = find_buffer(learner)
-    if buf is None:
-        return 0
-    g = torch.Generator().manual_seed(seed)
-    for i in range(n):
-        pair = torch.randn(2, buf.latent_dim, generator=g).to(buf.device)
-        buf.push(pair, 0, i, True)
-    return int(buf.size)
-
-
 def make_source(kind: str, cfg, device: torch.device, frames: np.ndarray):
     if kind == "dataset":
         return DatasetSource(frames, cfg, device, world=0, seed=0)

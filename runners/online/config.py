@@ -47,7 +47,7 @@ AfterSwitch = Literal["memory", "continual"]
 Source = Literal["stream", "dataset"]
 Preset = Literal["cpu", "tiny", "paper"]
 Device = Literal["auto", "cpu", "cuda"]
-Precision = Literal["fp32", "bf16"]
+Precision = Literal["auto", "fp32", "bf16"]
 Protocol = Literal["worlds", "paper"]
 TRACKS: tuple[str, ...] = get_args(Track)
 AFTER_SWITCH: tuple[str, ...] = get_args(AfterSwitch)
@@ -120,8 +120,8 @@ class RunConfig:
     """Learner size: cpu (tiny networks, 64 streams, learns in minutes), tiny (seconds, tests), paper (Tables 4-5)."""
     device: Device = "auto"
     """auto = cuda when available, else cpu."""
-    precision: Precision = "fp32"
-    """fp32, or bf16 (autocast)."""
+    precision: Precision = "auto"
+    """auto: bf16 autocast where the device runs it natively (a CPU with AVX-512 BF16 or AMX, a CUDA GPU with bf16), else fp32 (saved resolved in config.json); fp32 is exact (same seed, same numbers)."""
     eval_every: int = DEFAULT_EVAL_EVERY
     """Steps between evaluations (there is also one at every switch, before it applies, and at the end)."""
     eval_ns: tuple[int, ...] = (0, 10, 50)
@@ -148,7 +148,7 @@ class RunConfig:
     """Keep every N-th frame batch (the newest frame of every stream) and its ground truth in run.zarr (0: none)."""
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
     """Steps between checkpoints/latest.pt writes."""
-    log_every: int = 25
+    log_every: int = 100
     """Steps per metrics block (one host sync, one zarr append, one progress-bar update)."""
     rolling_window: int = 100
     """Steps in the rolling stream error."""
@@ -257,6 +257,8 @@ def resolve(cfg: RunConfig, *, build_agent: bool = True) -> RunConfig:
     ):
         if getattr(cfg, name) not in allowed:
             raise CliError(f"{name} must be one of {', '.join(allowed)}, got {getattr(cfg, name)!r}")
+    if cfg.precision == "auto":
+        cfg.precision = auto_precision(cfg.device)
     if cfg.steps < 1:
         raise CliError(f"steps must be at least 1, got {cfg.steps}")
     for name in ("eval_every", "checkpoint_every", "log_every", "rolling_window", "headline_n"):
@@ -321,6 +323,23 @@ def resolve(cfg: RunConfig, *, build_agent: bool = True) -> RunConfig:
     if build_agent:
         cfg.agent = make_agent_config(cfg)
     return cfg
+
+
+def auto_precision(device: str) -> str:
+    """``--precision auto``: ``agent.preferred_precision`` of the device the run will use (bf16
+    where it is native; measured faster and D unchanged within seed noise, docs/throughput.md)."""
+    import torch  # local: config stays light to import
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return agent_module().preferred_precision(device)
+
+
+def precision_note(cfg: RunConfig) -> str:
+    """One line on the run's arithmetic, for the start of a run."""
+    if cfg.precision == "bf16":
+        return "precision bf16 (autocast; --precision fp32 for exact fp32 arithmetic)"
+    return "precision fp32 (exact: same seed, same numbers)"
 
 
 def _check_worlds(cfg: RunConfig) -> None:

@@ -20,7 +20,7 @@ import torch
 from tqdm import tqdm
 
 from runners.cli import CliError, os_error_message
-from runners.online.config import RunConfig, describe
+from runners.online.config import RunConfig, describe, precision_note
 from runners.online.loop import OnlineLoop, StepResult
 from runners.online.plots import make_figures
 from runners.online.rundir import RunFolder, StopRequest
@@ -102,6 +102,7 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
             remove_empty_run(folder)
         raise
     print(f"{PROG}: {describe(cfg)}")
+    print(f"{PROG}: {precision_note(cfg)}")
     print(f"{PROG}: run folder {folder.root} ({loop.device}, {cfg.agent.batch_size} streams)")
     if resume:
         if loop.step_count > cfg.steps:

@@ -27,6 +27,7 @@ store; zarr writes each file atomically, so what was written before stays readab
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import itertools
 import json
@@ -37,6 +38,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import zarr
+from zarr.core.sync import sync
 
 from runners.cli import CliError, writing
 from runners.online.rundir import RunFolder
@@ -94,6 +96,11 @@ def _damaged(store: Path, err: BaseException, where: Path | None = None) -> Dama
     return DamagedStoreError(f"{where}: damaged run store ({type(err).__name__}: {err})")
 
 
+async def _append_all(columns: list[tuple[Any, np.ndarray]]) -> None:
+    """Append each (zarr array, values) pair, all at once; the first error is raised."""
+    await asyncio.gather(*(arr.async_array.append(v) for arr, v in columns))
+
+
 class Recorder:
     """Appends metrics, evaluations and frames of one run to ``<run_dir>/run.zarr``."""
 
@@ -114,6 +121,9 @@ class Recorder:
 
     @_writes
     def _open(self, mode: str, read_only: bool) -> None:
+        # Open metric arrays by name: opening one reads its metadata (~1.5 ms), once per array
+        # and not at every block. Cleared wherever arrays are resized other than by append.
+        self._handles: dict[str, Any] = {}
         self.root = zarr.open_group(str(self.path), mode=mode)
         if read_only:
             if "metrics" not in self.root or "eval" not in self.root:
@@ -212,7 +222,14 @@ class Recorder:
     @property
     def n_steps(self) -> int:
         """Rows of metrics written (= the next step to record)."""
-        return int(self.metrics["step"].shape[0])
+        return int(self._metric("step").shape[0])
+
+    def _metric(self, key: str) -> Any:
+        """The open metric array ``key`` (kept open: appends go through the same handle)."""
+        arr = self._handles.get(key)
+        if arr is None:
+            arr = self._handles[key] = self.metrics[key]
+        return arr
 
     @_writes
     def append_metrics(self, steps: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
@@ -238,14 +255,18 @@ class Recorder:
         if new:
             names = names + new
             self.metrics.attrs["names"] = names
+        columns = []
         for k in names:
             v = values.get(k)
             v = np.full(n, np.nan, np.float32) if v is None else np.asarray(v, np.float32)
             if v.shape != (n,):
                 raise RecorderError(f"metric {k!r} has shape {v.shape}, expected ({n},)")
-            self.metrics[k].append(v)  # type: ignore[union-attr]
-        # The step column is written last: it is what says a row is complete.
-        self.metrics["step"].append(steps)  # type: ignore[union-attr]
+            columns.append((self._metric(k), v))
+        # The metric columns are appended concurrently (zarr's own event loop: one round of
+        # file writes instead of one per column, about half the time); the step column is
+        # written after all of them: it is what says a row is complete.
+        sync(_append_all(columns))
+        self._metric("step").append(steps)
 
     def read_metrics(self) -> dict[str, np.ndarray]:
         """All metrics as numpy arrays, ``step`` included, cut to complete rows."""
@@ -378,6 +399,7 @@ class Recorder:
         columns) are cut too. A store with fewer metric rows than ``step`` cannot be resumed
         without a gap and raises ``RecorderError``.
         """
+        self._handles.clear()  # arrays are resized below
         n = self.n_steps
         if n < step:
             raise RecorderError(
@@ -392,6 +414,7 @@ class Recorder:
         self._truncate_group(self.eval, lambda s: s <= step)
         if self._frames is not None:
             self._truncate_group(self._frames, lambda s: s < step)
+        self._handles.clear()
 
     @staticmethod
     def _truncate_group(group: zarr.Group, keep) -> None:  # type: ignore[no-untyped-def]

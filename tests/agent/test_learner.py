@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from agent import AgentConfig, DatasetSource, Learner, StepMetrics, stack
+from agent import AgentConfig, DatasetSource, Learner, StepMetrics, StepSpec, stack
 from agent.sources import Batch
 
 
@@ -192,9 +192,12 @@ def test_one_valid_or_identical_samples_give_finite_gradients(frames: np.ndarray
 def test_update_never_reads_a_tensor_on_the_host(
     track: str, frames: np.ndarray, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No .item()/bool()/float()/tolist() anywhere in update: on a GPU each would be a sync."""
+    """No .item()/bool()/float()/tolist() anywhere in update on the device path (a GPU, where
+    each would be a sync): the spec of a non-CPU device, run here on the CPU."""
     cfg = AgentConfig.from_preset("tiny", track=track, detector_warmup=0)
     learner = Learner(cfg)
+    assert StepSpec.from_config(cfg, "cuda").host_reads is False
+    learner.spec = StepSpec.from_config(cfg, "cpu", host_reads=False)
     src = DatasetSource(frames, cfg, seed=0)
     batches = [src.next() for _ in range(3)]
     learner.update(batches[0])  # optimizer state is created on the first step
@@ -208,6 +211,43 @@ def test_update_never_reads_a_tensor_on_the_host(
         learner.update(b)
     monkeypatch.undo()
     assert learner.step == 3
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"track": "C"},  # the paper's memory: the newest pair encoded only when pushed
+        {"track": "A"},  # no memory pathway; its buffer is still written
+        {"track": "C", "memory_write": "every"},
+        {"track": "E", "memory_scope": "per_stream", "memory_write": "every", "vary_memory": True,
+         "push_pair": "input", "context_frames": 2, "horizons": (2, 4, 8)},  # per-sample
+        # memory (the worlds protocol's): only the slots a sample sees are encoded
+    ],
+    ids=["C-paper", "A-paper", "C-every", "E-per-stream"],
+)  # fmt: skip
+def test_host_reads_change_no_number(over: dict, frames: np.ndarray) -> None:
+    """The CPU's host-read shortcuts (``StepSpec.host_reads``) compute exactly what the device
+    path computes: same metrics, weights and memory after steps with boundaries."""
+    cfg = AgentConfig.from_preset("tiny", detector_warmup=2, kappa=0.01, **over)
+    runs = []
+    for host_reads in (True, False):
+        learner = Learner(cfg)
+        learner.spec = StepSpec.from_config(cfg, "cpu", host_reads=host_reads)
+        assert learner.spec.lazy_pair == (host_reads and len(over) == 1)  # the paper's memory
+        src = DatasetSource(frames, cfg, seed=0)
+        recs = stack([learner.update(src.next()) for _ in range(8)])
+        runs.append((recs, learner))
+    (a, la), (b, lb) = runs
+    assert a["memory/boundary"].sum() >= 2  # the detector fired: pairs were pushed
+    # Rounding only: the packed memory's matmuls have fewer rows (oneDNN blocks them
+    # differently, ~1e-7), which the updates carry on; any change of what is computed moves
+    # these by orders of magnitude more.
+    tol = {"rtol": 1e-4, "atol": 1e-6}
+    for key in a:
+        np.testing.assert_allclose(a[key], b[key], **tol, err_msg=key)
+    torch.testing.assert_close(la.buffer.pairs, lb.buffer.pairs, **tol)
+    for (name, pa), pb in zip(la.nets.named_parameters(), lb.nets.parameters(), strict=True):
+        torch.testing.assert_close(pa, pb, **tol, msg=name)
 
 
 def test_input_scale_is_applied_everywhere(frames: np.ndarray) -> None:

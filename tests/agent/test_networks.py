@@ -75,3 +75,23 @@ def test_parameter_counts_at_paper_config() -> None:
     assert counts["C"]["trainable"] == 393_520  # inside the paper's 388k-438k
     assert counts["D"]["trainable"] == 515_376
     assert counts["E"]["trainable"] == 646_704
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+def test_fused_no_grad_convolutions_change_no_bit(bf16: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without gradient on a CPU the encoder runs conv + ReLU as one oneDNN call: the same
+    latents, bit for bit, as the plain modules (fp32 and under bf16 autocast)."""
+    import agent.networks as networks
+
+    if not networks._FUSED:
+        pytest.fail("this torch has no oneDNN fused convolution (torch.ops.mkldnn._convolution_pointwise)")
+    enc = Encoder(64)
+    x = torch.randint(0, 256, (6, 1, 64, 64)).float()
+
+    def latents() -> torch.Tensor:
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            return enc(x)
+
+    fused = latents()
+    monkeypatch.setattr(networks, "_FUSED", False)
+    assert torch.equal(fused, latents())

@@ -1,0 +1,165 @@
+"""End to end: steps/s of what users run, `python -m runners.train_online`'s loop
+(`OnlineLoop.step()`: env or store, source, learner, memory, metric blocks appended to
+`run.zarr`), at the paper preset, against the paper-faithful reference step
+(`benchmarks/paper_reference.py`) timed in the same rounds of the same process.
+
+    pytest benchmarks/test_end_to_end.py --benchmark-only --benchmark-json e2e.json
+    python -m benchmarks.make_table e2e.json --kinds e2e
+
+Cases: the paper protocol from the live stream and from a stored dataset (`--source dataset`),
+and the worlds protocol (the default protocol; stream only), tracks A and C, fp32 and bf16. The
+`precision` column marks the one `--precision auto` (the default) picks on this device.
+
+Pairing: every timed round of the loop is preceded by a round of the reference (pytest-benchmark's
+`setup`), so both see the same machine at the same moment; `x reference` is the ratio of their
+median (or, `--bench-stat min`, best) rounds. A round is a whole number of metric blocks
+(`log_every` steps), so the block flush counts at its true rate. Evaluations and checkpoints are
+periodic, not per step, and stay outside the rounds (the README's whole-run wall times count them).
+
+Steady state, as the reference's (a full buffer): the paper protocol's global buffer is filled
+with random pairs; the worlds protocol's per-stream memories are grown by `buffer_capacity`
+untimed steps of the stream itself (they fill over each episode and empty at the next).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import pytest
+
+from benchmarks.conftest import (
+    BenchSettings,
+    make_reference_step,
+    prefill,
+    record,
+    skip_unless_selected,
+    synchronize,
+)
+from runners.online.config import RunConfig, auto_precision, resolve
+from runners.online.loop import OnlineLoop
+from runners.online.rundir import RunFolder
+
+CASES = (("paper", "stream"), ("paper", "dataset"), ("worlds", "stream"))
+TRACKS = ("A", "C")
+PRECISIONS = ("fp32", "bf16")
+NEVER = 10**9  # a step the benchmark never reaches (no evaluation / checkpoint inside it)
+
+
+@pytest.fixture(scope="session")
+def paper_store(tmp_path_factory) -> str:
+    """A small paper dataset store (the dataset source samples its base train split)."""
+    from env import PaperDatasetConfig, write_dataset
+
+    path = tmp_path_factory.mktemp("e2e") / "paper.zarr"
+    write_dataset(path, PaperDatasetConfig(seed=0, base_sequences=320, shift_sequences=40))
+    return str(path)
+
+
+def make_loop(
+    tmp_path,
+    bench: BenchSettings,
+    protocol: str,
+    source: str,
+    track: str,
+    precision: str,
+    data: str | None,
+) -> OnlineLoop:
+    cfg = RunConfig(
+        protocol=protocol,  # type: ignore[arg-type]
+        steps=NEVER,
+        switches=(),
+        preset="paper",
+        track=track,  # type: ignore[arg-type]
+        precision=precision,  # type: ignore[arg-type]
+        device=bench.device.type,  # type: ignore[arg-type]
+        source=source,  # type: ignore[arg-type]
+        data=data,
+        eval_every=NEVER,
+        checkpoint_every=NEVER,
+        eval_shift_train=8,
+        eval_shift_test=8,
+        eval_base_test=8,
+        eval_worlds=1,
+        eval_world_seqs=4,
+    )
+    cfg = resolve(cfg)
+    root = tmp_path / f"run-{protocol}-{source}-{track}-{precision}"
+    root.mkdir()
+    folder = RunFolder(root)
+    folder.make()
+    return OnlineLoop.open(cfg, folder, log=lambda msg: None)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("track", TRACKS)
+@pytest.mark.parametrize(("protocol", "source"), CASES, ids=[f"{p}-{s}" for p, s in CASES])
+def test_train_online_loop(
+    benchmark,
+    bench: BenchSettings,
+    base_sequences,
+    paper_store: str,
+    tmp_path,
+    protocol: str,
+    source: str,
+    track: str,
+    precision: str,
+) -> None:
+    skip_unless_selected(bench, track, precision)
+    data = paper_store if source == "dataset" else None
+    loop = make_loop(tmp_path, bench, protocol, source, track, precision, data)
+    cfg = loop.cfg.agent
+    if protocol == "paper":
+        prefill(loop.learner, cfg.buffer_capacity)
+    else:  # per-stream memories: grown by the stream itself (a smoke run: one block)
+        grow = track != "A" and not getattr(benchmark, "disabled", False)
+        for _ in range(cfg.buffer_capacity if grow else loop.cfg.log_every):
+            loop.step()
+    _, ref_step = make_reference_step(track, bench, base_sequences[0])
+
+    block = loop.cfg.log_every
+    steps = block * max(1, math.ceil(bench.steps / block))  # whole metric blocks per round
+    ref_times: list[float] = []
+
+    def reference_round() -> None:  # untimed by pytest-benchmark: timed here, before each round
+        t0 = bench.timer()
+        for _ in range(steps):
+            ref_step()
+        synchronize(bench.device)
+        ref_times.append(bench.timer() - t0)
+
+    def loop_round() -> None:
+        for _ in range(steps):
+            loop.step()
+        synchronize(bench.device)
+
+    benchmark.pedantic(
+        loop_round, setup=reference_round, rounds=bench.rounds, warmup_rounds=bench.warmup,
+        iterations=1,
+    )  # fmt: skip
+    loop.close()
+    stats = getattr(benchmark, "stats", None)
+    rate = ref_rate = None
+    if stats is not None:  # None under --benchmark-disable (a smoke run: nothing to read)
+        pick = min if bench.stat == "min" else statistics.median
+        rate = steps / pick(stats.stats.data)
+        ref_rate = steps / pick(ref_times[-bench.rounds :])
+    record(
+        benchmark,
+        kind="e2e",
+        label=f"`train_online` loop, {protocol} protocol",
+        protocol=protocol,
+        track=track,
+        source=source,
+        precision=precision,
+        default_precision=precision == auto_precision(bench.device.type),
+        batch_size=cfg.batch_size,
+        steps_per_s=rate,
+        reference_steps_per_s=ref_rate,
+        reference_track=track,
+        ratio_to_reference=(rate / ref_rate) if rate and ref_rate else None,
+        steps_per_round=steps,
+        log_every=block,
+        stream_cache=cfg.stream_cache,
+        memory_scope=cfg.memory_scope,
+    )
