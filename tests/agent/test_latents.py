@@ -48,7 +48,7 @@ def test_each_frame_meets_the_ema_encoder_once(
     # A frame is the target at horizon h one horizon gap after it was the target at the next
     # longer horizon: at step i the targets encoded are the newest and those whose frame was not
     # yet a target at the stream's first batch (i below the gap to the next horizon).
-    gap = {h: nxt - h for h, nxt in zip(hs, hs[1:])}
+    gap = {h: nxt - h for h, nxt in zip(hs, hs[1:], strict=False)}
     expected = [cfg.batch_size * sum(h == hs[-1] or i < gap[h] for h in hs) for i in range(steps)]
     assert calls == expected
     assert expected[-1] == cfg.batch_size  # the steady state: one frame per stream per step

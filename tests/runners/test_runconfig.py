@@ -285,3 +285,16 @@ def test_multi_physics_switch_run_records_the_physics_per_step(tmp_path: Path) -
     cfg = json.loads((tmp_path / "run" / "config.json").read_text())
     assert cfg["switches"] == [{"step": 20, "physics": {"gravity": 0.5, "gravity_direction": 45.0}}]
     assert "g -> 0.5, direction -> 45 at step 20" in (tmp_path / "run" / "summary.md").read_text()
+
+
+def test_precision_auto_resolves_to_the_devices_fast_precision(tmp_path: Path) -> None:
+    """--precision auto (the default) is agent.preferred_precision of the run's device, saved
+    resolved; an explicit precision is kept."""
+    from agent import preferred_precision
+
+    cfg = build_config([])
+    assert cfg.precision == preferred_precision("cpu") and cfg.agent.precision == cfg.precision
+    assert build_config(["--precision", "fp32"]).agent.precision == "fp32"
+    assert build_config(["--precision", "bf16"]).agent.precision == "bf16"
+    cfg.save(tmp_path / "config.json")
+    assert json.loads((tmp_path / "config.json").read_text())["precision"] == cfg.precision
