@@ -9,6 +9,10 @@ under vmap); this class adds the optimiser, the EMA and the memory writes.
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -31,6 +35,7 @@ from agent.step import (
     modulated_prediction,
     newest_pair,
     step_metrics,
+    target_latents,
     valid_mean,
 )
 
@@ -40,6 +45,15 @@ def frames_to_float(frames: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
     ``Learner.encoder_input`` to apply the learner's ``cfg.input_scale``)."""
     x = frames.to(torch.float32)
     return x if scale == 1.0 else x.mul_(scale)
+
+
+@functools.cache
+def _spare_core() -> bool:
+    """More than one core is available to this process."""
+    cores = (
+        os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    )
+    return len(cores) > 1
 
 
 class Learner(FreezeControls):
@@ -69,6 +83,7 @@ class Learner(FreezeControls):
         self.memory_rng.manual_seed(cfg.seed)
         # Latents of stream frames shared between consecutive batches (cfg.stream_cache).
         self.latents = StreamLatents(cfg) if cfg.stream_cache else None
+        self._beside: ThreadPoolExecutor | None = None  # the EMA pass's thread (``overlap``)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """bf16 autocast when ``precision == "bf16"``, else nothing (fp32 stays exact)."""
@@ -125,7 +140,7 @@ class Learner(FreezeControls):
         #       with the latents of the frames the stream's earlier batches already encoded.
         x = batch.frames.to(self.device)  # (B, F, 1, 64, 64) uint8, converted where encoded
         w = batch.valid.float()  # (B,)
-        targets, prev = self._stream_latents(x, batch.clock)
+        targets, prev = self._targets(x, batch.clock)
         out = forward_step(
             self.nets,
             x,
@@ -195,22 +210,48 @@ class Learner(FreezeControls):
         self.step += 1
         return metrics
 
-    def _stream_latents(
+    def _targets(
         self, x: torch.Tensor, clock: int | None
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """This stream batch's EMA-target latents (B, K, D), each frame encoded once when it
-        arrives, and its input's predecessor's online latent (B, D) from the step before (None
-        where not held); (None, None) without a clock or with ``stream_cache`` off."""
-        if self.latents is None or clock is None:
+    ) -> tuple[torch.Tensor | Callable[[], torch.Tensor] | None, torch.Tensor | None]:
+        """This batch's EMA-target latents (B, K, D) and its input's predecessor's online latent
+        (B, D) from the step before (None where not held).
+
+        From a stream (a clock) with ``stream_cache``: each frame encoded once when it arrives
+        (``agent.latents``). On a CPU with one torch thread and a core to spare (``overlap``)
+        the EMA pass runs on a second thread while this one runs the online forward, and the
+        targets come back as a callable that ``forward_step`` calls when the loss needs them:
+        the same kernels on the same inputs, so the same values. Otherwise (None, prev) lets
+        ``forward_step`` encode them itself."""
+        cached = self.latents is not None and clock is not None
+        if not cached and not self.overlap:
             return None, None
-        self.latents.begin(clock)
-        target = self.nets.target.target
-        with torch.no_grad(), self.autocast():
-            targets = self.latents.targets(clock, x, lambda f: encode(target, f, self.spec))
         prev = None
-        if self.cfg.push_pair == "input" and self.cfg.context_frames == 1:
-            prev = self.latents.previous_input(clock)
-        return targets, prev
+        if cached:
+            self.latents.begin(clock)  # type: ignore[union-attr]
+            if self.cfg.push_pair == "input" and self.cfg.context_frames == 1:
+                prev = self.latents.previous_input(clock)  # type: ignore[union-attr]
+
+        def ema_pass() -> torch.Tensor:
+            with torch.no_grad(), self.autocast():
+                if not cached:
+                    return target_latents(self.nets, x, self.spec)
+                target = self.nets.target.target
+                return self.latents.targets(  # type: ignore[union-attr]
+                    clock, x, lambda f: encode(target, f, self.spec)
+                )
+
+        if not self.overlap:
+            return ema_pass(), prev
+        if self._beside is None:
+            self._beside = ThreadPoolExecutor(1, thread_name_prefix="ema-pass")
+        return self._beside.submit(ema_pass).result, prev
+
+    @property
+    def overlap(self) -> bool:
+        """Whether the EMA pass runs beside the online forward: a CPU learner with one torch
+        thread (``train_online``'s default) on a machine with a second core. With more torch
+        threads each op already uses the cores, and a second thread would oversubscribe them."""
+        return self.device.type == "cpu" and torch.get_num_threads() == 1 and _spare_core()
 
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -96,7 +97,6 @@ class StepSpec:
             and cfg.memory_write == "boundary",
         )
 
-
     def frames(self, x: torch.Tensor) -> torch.Tensor:
         """Encoder input from frames: uint8 -> float32 times ``input_scale`` (converted where a
         slice is used, so frames a step does not encode are never converted); float as is."""
@@ -165,6 +165,13 @@ def encode(encoder: Encoder, x: torch.Tensor, spec: StepSpec) -> torch.Tensor:
     ``Encoder.encode`` in the spec's layout. ``encoder``: the online ``Encoder`` or the EMA
     copy ``nets.target.target``."""
     return encoder.encode(spec.frames(x), channels_last=spec.channels_last)
+
+
+def target_latents(nets: Networks, x: torch.Tensor, spec: StepSpec) -> torch.Tensor:
+    """The EMA-target latents (B, K, D) of the batch's K target columns (x (B, F, 1, 64, 64)).
+    Call without gradient, under the spec's autocast."""
+    p, k = spec.past, spec.n_horizons
+    return encode(nets.target.target, x[:, p : p + k].flatten(0, 1), spec).view(x.shape[0], k, -1)
 
 
 def valid_mean(pairs: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -249,7 +256,7 @@ def forward_step(
     grad: bool,
     spec: StepSpec,
     physics: torch.Tensor | None = None,
-    targets: torch.Tensor | None = None,
+    targets: torch.Tensor | Callable[[], torch.Tensor] | None = None,
     prev: torch.Tensor | None = None,
 ) -> StepOutput:
     """Sections 1 (forward) and 2 (loss) of a training step, and the reductions the memory
@@ -265,11 +272,13 @@ def forward_step(
     whether the loss is differentiable (False when the weights are frozen); physics (B,
     PHYSICS_DIM) the samples' true worlds (the oracle's input; None without the oracle).
     targets (B, K, D) / prev (B, D): the EMA-target latents and the input's predecessor's online
-    latent when the caller already holds them (``agent.latents``, stream mode); None: encoded here.
+    latent when the caller already holds them (``agent.latents``, stream mode); None: encoded here;
+    ``targets`` may also be a callable returning them (work running beside this forward), called
+    where the loss first needs them.
     With ``spec.lazy_pair`` the paper's pair is not encoded here (``pair`` / ``pairs`` are zeros):
     the learner encodes it (``newest_pair``) on the steps that push it.
     """
-    k, p, c = spec.n_horizons, spec.past, spec.context
+    p, c = spec.past, spec.context
     b = x.shape[0]
     n_valid = w.sum()
 
@@ -279,11 +288,10 @@ def forward_step(
     with spec.autocast():
         with torch.no_grad():
             if targets is None:
-                targets = encode(nets.target.target, x[:, p : p + k].flatten(0, 1), spec)  # EMA
-                targets = targets.view(b, k, -1)  # (B, K, D)
+                targets = target_latents(nets, x, spec)  # (B, K, D), the EMA encoder
             if spec.push_pair == "newest":  # the paper: frames (P+K, P+K-1) = (prev, newest)
                 if spec.lazy_pair:
-                    pair = w.new_zeros(b, 2, targets.shape[-1])
+                    pair = None  # zeros, once the latent width is known (below)
                 else:
                     pair = newest_pair(nets, x, spec)
             elif c == 1 and prev is None:  # the input's predecessor (the input is the context)
@@ -303,6 +311,10 @@ def forward_step(
         with torch.no_grad():
             base = nets.predictor(z.detach().flatten(1)) if nets.modulator.uses_memory else mod.pred
         z = z[:, -1] if c > 1 else z  # the input frame's latent ("no change" in D)
+    if callable(targets):  # computed beside the forward (``Learner``, one CPU thread): join
+        targets = targets()
+    if pair is None:
+        pair = targets.new_zeros(b, 2, targets.shape[-1])
     pred, targets, base = mod.pred.float(), targets.float(), base.detach().float()
 
     # 2. Loss (invalid samples weigh 0).

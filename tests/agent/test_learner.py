@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import os
+import threading
 
 import numpy as np
 import pytest
 import torch
 
-from agent import AgentConfig, DatasetSource, Learner, StepMetrics, StepSpec, stack
+from agent import AgentConfig, DatasetSource, Learner, StepMetrics, StepSpec, StreamSource, stack
 from agent.sources import Batch
 
 
@@ -257,3 +259,53 @@ def test_input_scale_is_applied_everywhere(frames: np.ndarray) -> None:
     assert torch.equal(raw.encode(x), raw.nets.encoder(x.float()))
     torch.testing.assert_close(unit.encode(x), unit.nets.encoder(x.float() / 255))
     assert torch.equal(raw.encode(x, target=True), raw.encode(x))  # EMA copy at step 0
+
+
+@pytest.mark.parametrize("source", ["dataset", "stream"])
+def test_ema_pass_beside_the_forward_changes_no_bit(
+    source: str,
+    frames: np.ndarray,
+    stream_tiny: AgentConfig,
+    fake_env_cls,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``Learner.overlap`` (one torch thread, a spare core): the EMA pass runs on a second thread
+    while the online forward runs, with the same kernels on the same inputs - the same bits as
+    the sequential step, from a dataset and from a stream (with the latent cache)."""
+    cfg = AgentConfig.from_preset("tiny", track="C", detector_warmup=2, kappa=0.01)
+    if source == "stream":
+        cfg = stream_tiny.replace(detector_warmup=2, kappa=0.01)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # each op already uses the cores: no second thread
+        assert not Learner(cfg).overlap
+        torch.set_num_threads(1)  # the overlap's condition (train_online's default)
+        assert Learner(cfg).overlap == (len(os.sched_getaffinity(0)) > 1)
+        runs = []
+        for overlap in (True, False):
+            monkeypatch.setattr(Learner, "overlap", property(lambda self, on=overlap: on))
+            learner = Learner(cfg)
+            seen: list[str] = []
+            real = learner.nets.target.target.encode
+
+            def where(x: torch.Tensor, channels_last: bool = True, real=real, seen=seen):
+                seen.append(threading.current_thread().name)
+                return real(x, channels_last=channels_last)
+
+            monkeypatch.setattr(learner.nets.target.target, "encode", where)
+            if source == "stream":
+                src = StreamSource(fake_env_cls([400] * cfg.batch_size), cfg)
+            else:
+                src = DatasetSource(frames, cfg, seed=0)
+            recs = stack([learner.update(src.next()) for _ in range(8)])
+            assert seen and all(n.startswith("ema-pass") == overlap for n in seen)
+            runs.append((recs, learner))
+    finally:
+        torch.set_num_threads(threads)
+    (a, la), (b, lb) = runs
+    assert a["memory/boundary"].sum() >= 1  # a push happened: memory written, then read
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    assert torch.equal(la.buffer.pairs, lb.buffer.pairs)
+    for (name, pa), pb in zip(la.nets.named_parameters(), lb.nets.parameters(), strict=True):
+        assert torch.equal(pa, pb), name
