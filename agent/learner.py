@@ -12,7 +12,7 @@ import contextlib
 import functools
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -32,6 +32,7 @@ from agent.step import (
     aggregate,
     encode,
     forward_step,
+    memory_codes,
     modulated_prediction,
     newest_pair,
     step_metrics,
@@ -54,6 +55,22 @@ def _spare_core() -> bool:
         os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
     )
     return len(cores) > 1
+
+
+class _Codes:
+    """The memory's e_i computed on the learner's second thread: calling it (where the
+    aggregator needs them) waits for them and gives a detached leaf, the boundary between the
+    step's graph and theirs (``Learner._backward``)."""
+
+    def __init__(self, future: Future) -> None:
+        self.future = future
+        self.leaf: torch.Tensor | None = None
+
+    def __call__(self) -> torch.Tensor | None:
+        codes = self.future.result()
+        if codes is not None and self.leaf is None:
+            self.leaf = codes.detach().requires_grad_(codes.requires_grad)
+        return self.leaf
 
 
 class Learner(FreezeControls):
@@ -83,7 +100,7 @@ class Learner(FreezeControls):
         self.memory_rng.manual_seed(cfg.seed)
         # Latents of stream frames shared between consecutive batches (cfg.stream_cache).
         self.latents = StreamLatents(cfg) if cfg.stream_cache else None
-        self._beside: ThreadPoolExecutor | None = None  # the EMA pass's thread (``overlap``)
+        self._beside: ThreadPoolExecutor | None = None  # the second thread (``overlap``)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """bf16 autocast when ``precision == "bf16"``, else nothing (fp32 stays exact)."""
@@ -140,13 +157,15 @@ class Learner(FreezeControls):
         #       with the latents of the frames the stream's earlier batches already encoded.
         x = batch.frames.to(self.device)  # (B, F, 1, 64, 64) uint8, converted where encoded
         w = batch.valid.float()  # (B,)
+        memory = self.memory_view(training=not frozen)
+        codes = self._codes(memory, grad=not frozen)  # first in line on the second thread
         targets, prev = self._targets(x, batch.clock)
         out = forward_step(
             self.nets,
             x,
             w,
             batch.world,
-            self.memory_view(training=not frozen),
+            memory,
             gamma=cfg.gamma,
             lambda_reg=cfg.lambda_reg,
             grad=not frozen,
@@ -154,6 +173,7 @@ class Learner(FreezeControls):
             physics=batch.physics,
             targets=targets,
             prev=prev,
+            codes=codes,
         )
         if self.latents is not None and batch.clock is not None and cfg.push_pair == "input":
             self.latents.keep_input(batch.clock, out.pairs[:, 1])
@@ -183,7 +203,7 @@ class Learner(FreezeControls):
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             self.optimizer.zero_grad(set_to_none=True)
-            out.loss_total.backward()
+            self._backward(out.loss_total, codes)
             self.optimizer.step()
 
         # 5. EMA target update.
@@ -242,15 +262,56 @@ class Learner(FreezeControls):
 
         if not self.overlap:
             return ema_pass(), prev
+        return self._thread().submit(ema_pass).result, prev
+
+    def _codes(self, memory: MemoryView, grad: bool) -> _Codes | None:
+        """The memory's e_i (``agent.step.memory_codes``) computed on the second thread while
+        this one runs the online encoder (``overlap``); None (computed in ``forward_step``)
+        otherwise."""
+        nets = self.nets
+        if not self.overlap or not nets.modulator.uses_memory or nets.aggregator is None:
+            return None
+
+        def run() -> torch.Tensor | None:
+            with torch.set_grad_enabled(grad):
+                return memory_codes(nets, memory, self.spec)
+
+        return _Codes(self._thread().submit(run))
+
+    def _backward(self, loss: torch.Tensor, codes: _Codes | None) -> None:
+        """``loss.backward()``; with codes from the second thread, the experience encoder's part
+        runs there, beside this thread's backward through the online encoder: the step's graph
+        stops at the codes' leaf, and the leaf's gradient, once complete, starts the backward
+        of the codes' own graph on the second thread. Disjoint parameters, the same gradients."""
+        if codes is None or codes.leaf is None or not codes.leaf.requires_grad:
+            loss.backward()
+            return
+        jobs = []
+        source = codes.future.result()
+
+        def launch(grad: torch.Tensor) -> None:
+            jobs.append(self._thread().submit(source.backward, grad))
+
+        handle = codes.leaf.register_hook(launch)
+        try:
+            loss.backward()
+        finally:
+            handle.remove()
+            for job in jobs:
+                job.result()
+
+    def _thread(self) -> ThreadPoolExecutor:
+        """The second thread (``overlap``), started on first use."""
         if self._beside is None:
-            self._beside = ThreadPoolExecutor(1, thread_name_prefix="ema-pass")
-        return self._beside.submit(ema_pass).result, prev
+            self._beside = ThreadPoolExecutor(1, thread_name_prefix="beside")
+        return self._beside
 
     @property
     def overlap(self) -> bool:
-        """Whether the EMA pass runs beside the online forward: a CPU learner with one torch
-        thread (``train_online``'s default) on a machine with a second core. With more torch
-        threads each op already uses the cores, and a second thread would oversubscribe them."""
+        """Whether work independent of the online encoder runs beside it on a second thread
+        (the EMA pass, the memory's e_i and their backward): a CPU learner with one torch thread
+        (``train_online``'s default) on a machine with a second core. With more torch threads
+        each op already uses the cores, and a second thread would oversubscribe them."""
         return self.device.type == "cpu" and torch.get_num_threads() == 1 and _spare_core()
 
     # ---------------------------------------------------------------- state

@@ -187,23 +187,39 @@ def newest_pair(nets: Networks, x: torch.Tensor, spec: StepSpec) -> torch.Tensor
     return encode(nets.encoder, x[:, first:].flatten(0, 1), spec).view(b, 2, -1).flip(1)
 
 
-def aggregate(
-    nets: Networks, z: torch.Tensor, memory: MemoryView, spec: StepSpec
-) -> Aggregate | None:
-    """e_agg and attention for each z (B, latent) from ``memory``; None for tracks without a
-    memory pathway (and with the oracle). A shared memory is encoded once (its e_i serve every
-    sample); a per-sample memory (B, cap, 2, D) as B * cap pairs."""
-    if not nets.modulator.uses_memory or nets.aggregator is None:
+def memory_codes(nets: Networks, memory: MemoryView, spec: StepSpec) -> torch.Tensor | None:
+    """e_i (.., cap, exp_dim) of the memory's pairs, by the experience encoder, in fp32; None for
+    tracks without a memory pathway (and with the oracle). A shared memory is encoded once (its
+    e_i serve every sample); a per-sample memory (B, cap, 2, D) as B * cap pairs (with host
+    reads: only the visible ones). Needs nothing of the batch but its memory view, so the
+    learner can run it beside the online encoder."""
+    if not nets.modulator.uses_memory or nets.aggregator is None or nets.oracle is not None:
         return None
     # The memory pathway runs in fp32 even under bf16 autocast: its matmuls are tiny
     # (cap x 64), so bf16 only adds casts (measured ~2 ms slower per step on CPU).
     with torch.autocast(spec.device_type, enabled=False):
         pairs = memory.pairs
         if spec.host_reads and pairs.dim() == 4:
-            e = _encode_visible(nets, pairs, memory.mask)
-        else:
-            e = nets.experience(pairs.flatten(0, -3)).view(*pairs.shape[:-2], -1)  # (.., cap, d)
-        return nets.aggregator(z.float(), e, memory.mask)
+            return _encode_visible(nets, pairs, memory.mask)
+        return nets.experience(pairs.flatten(0, -3)).view(*pairs.shape[:-2], -1)  # (.., cap, d)
+
+
+def aggregate(
+    nets: Networks,
+    z: torch.Tensor,
+    memory: MemoryView,
+    spec: StepSpec,
+    codes: torch.Tensor | None = None,
+) -> Aggregate | None:
+    """e_agg and attention for each z (B, latent) from ``memory`` (its e_i ``codes`` when
+    already computed, else ``memory_codes``); None for tracks without a memory pathway (and
+    with the oracle)."""
+    if not nets.modulator.uses_memory or nets.aggregator is None:
+        return None
+    if codes is None:
+        codes = memory_codes(nets, memory, spec)
+    with torch.autocast(spec.device_type, enabled=False):
+        return nets.aggregator(z.float(), codes, memory.mask)
 
 
 def _encode_visible(nets: Networks, pairs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -224,6 +240,7 @@ def modulated_prediction(
     memory: MemoryView,
     spec: StepSpec,
     physics: torch.Tensor | None = None,
+    codes: torch.Tensor | None = None,
 ) -> tuple[Modulated, Aggregate | None]:
     """The modulated prediction for the context latents z (B, C, latent) - or (B, latent) when
     C = 1 - given ``memory``: (Modulated(pred, scales (B, n) | None), Aggregate(e_agg (B,
@@ -238,7 +255,7 @@ def modulated_prediction(
             e_agg = nets.oracle(physics.float())
         return nets.modulator(nets.predictor, z.flatten(1), e_agg), None
     query = z[:, -1] if z.dim() == 3 else z
-    agg = aggregate(nets, query, memory, spec)
+    agg = aggregate(nets, query, memory, spec, codes)
     e_agg = agg.e_agg if agg is not None else z.new_zeros(z.shape[0], spec.exp_dim)
     return nets.modulator(nets.predictor, z.flatten(1), e_agg), agg
 
@@ -258,6 +275,7 @@ def forward_step(
     physics: torch.Tensor | None = None,
     targets: torch.Tensor | Callable[[], torch.Tensor] | None = None,
     prev: torch.Tensor | None = None,
+    codes: torch.Tensor | Callable[[], torch.Tensor | None] | None = None,
 ) -> StepOutput:
     """Sections 1 (forward) and 2 (loss) of a training step, and the reductions the memory
     update and the metrics need. Pure: reads ``nets`` and ``memory``, writes nothing.
@@ -274,7 +292,8 @@ def forward_step(
     targets (B, K, D) / prev (B, D): the EMA-target latents and the input's predecessor's online
     latent when the caller already holds them (``agent.latents``, stream mode); None: encoded here;
     ``targets`` may also be a callable returning them (work running beside this forward), called
-    where the loss first needs them.
+    where the loss first needs them. codes: the memory's e_i (``memory_codes``) when the caller
+    computed them, or a callable returning them, called where the aggregator needs them.
     With ``spec.lazy_pair`` the paper's pair is not encoded here (``pair`` / ``pairs`` are zeros):
     the learner encodes it (``newest_pair``) on the steps that push it.
     """
@@ -301,7 +320,9 @@ def forward_step(
                 z = encode(nets.encoder, x[:, p - 1], spec)  # (B, D)
             else:
                 z = encode(nets.encoder, x[:, p - c : p].flatten(0, 1), spec).view(b, c, -1)
-            mod, agg = modulated_prediction(nets, z, memory, spec, physics)
+            if callable(codes):  # computed beside the online encoder (``Learner``): join
+                codes = codes()
+            mod, agg = modulated_prediction(nets, z, memory, spec, physics, codes)
         if spec.push_pair == "input":  # (z_{input-1}, z_input): no frame after the input
             if c == 1:
                 pair = torch.stack([prev.to(z.dtype), z.detach()], 1)  # type: ignore[union-attr]

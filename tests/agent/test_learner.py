@@ -261,20 +261,29 @@ def test_input_scale_is_applied_everywhere(frames: np.ndarray) -> None:
     assert torch.equal(raw.encode(x, target=True), raw.encode(x))  # EMA copy at step 0
 
 
-@pytest.mark.parametrize("source", ["dataset", "stream"])
-def test_ema_pass_beside_the_forward_changes_no_bit(
+@pytest.mark.parametrize(
+    ("source", "over"),
+    [
+        ("dataset", {"track": "C"}),  # the paper's step: one shared memory
+        ("stream", {"track": "C", "push_pair": "input"}),  # the stream latent cache
+        ("stream", {"track": "E", "memory_scope": "per_stream", "memory_write": "every",
+                    "vary_memory": True, "push_pair": "input", "context_frames": 2,
+                    "horizons": (2, 4, 8)}),  # per-sample memories, visible slots only
+        ("dataset", {"track": "A"}),  # no memory pathway: the EMA pass only
+    ],
+    ids=["C-dataset", "C-stream", "E-per-stream", "A-dataset"],
+)  # fmt: skip
+def test_work_beside_the_online_encoder_changes_no_bit(
     source: str,
+    over: dict,
     frames: np.ndarray,
-    stream_tiny: AgentConfig,
     fake_env_cls,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``Learner.overlap`` (one torch thread, a spare core): the EMA pass runs on a second thread
-    while the online forward runs, with the same kernels on the same inputs - the same bits as
-    the sequential step, from a dataset and from a stream (with the latent cache)."""
-    cfg = AgentConfig.from_preset("tiny", track="C", detector_warmup=2, kappa=0.01)
-    if source == "stream":
-        cfg = stream_tiny.replace(detector_warmup=2, kappa=0.01)
+    """``Learner.overlap`` (one torch thread, a spare core): the EMA pass and the memory's e_i
+    (forward, then backward from their leaf's gradient) run on a second thread beside the online
+    encoder, with the same kernels on the same inputs - the same bits as the sequential step."""
+    cfg = AgentConfig.from_preset("tiny", detector_warmup=2, kappa=0.01, **over)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)  # each op already uses the cores: no second thread
@@ -298,12 +307,15 @@ def test_ema_pass_beside_the_forward_changes_no_bit(
             else:
                 src = DatasetSource(frames, cfg, seed=0)
             recs = stack([learner.update(src.next()) for _ in range(8)])
-            assert seen and all(n.startswith("ema-pass") == overlap for n in seen)
+            assert seen and all(n.startswith("beside") == overlap for n in seen)
+            if overlap and learner.nets.modulator.uses_memory:  # the memory's e_i, its backward
+                assert any(p.grad is not None for p in learner.nets.experience.parameters())
             runs.append((recs, learner))
     finally:
         torch.set_num_threads(threads)
     (a, la), (b, lb) = runs
     assert a["memory/boundary"].sum() >= 1  # a push happened: memory written, then read
+    assert a["memory/buffer_size"][-1] > 0
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     assert torch.equal(la.buffer.pairs, lb.buffer.pairs)
