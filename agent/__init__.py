@@ -14,7 +14,14 @@ from agent.checkpoint import (
     save_checkpoint,
 )
 from agent.config import AgentConfig, preferred_precision
-from agent.evaluation import EvalData, EvalResult, adaptation_curve, evaluate
+from agent.evaluation import (
+    EvalData,
+    EvalResult,
+    TargetReference,
+    adaptation_curve,
+    evaluate,
+    target_reference,
+)
 from agent.learner import Learner
 from agent.metrics import StepMetrics, stack
 from agent.multirun import MultiLearner
@@ -44,6 +51,8 @@ __all__ = [
     "StepSpec",
     "StreamSource",
     "adaptation_curve",
+    "TargetReference",
+    "target_reference",
     "build_parts",
     "count_parameters",
     "evaluate",

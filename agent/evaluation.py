@@ -24,7 +24,7 @@ import torch
 
 from agent.learner import Learner
 from agent.memory import ExperienceBuffer
-from agent.metrics import NormErrorSums, norm_error, norm_error_sums, sigma_embed
+from agent.metrics import NormErrorSums, norm_error, norm_error_sums, per_horizon, sigma_embed
 
 CURVE_NS = (0, 10, 25, 50, 100, 256)
 
@@ -164,6 +164,71 @@ def adaptation_curve(
             )
         )
     return results
+
+
+@dataclass
+class TargetReference:
+    """D_shift^n split into its parts, and against the EMA target's own "no change".
+
+    D's reference ("no change") is the online encoder's latent z of the input frame, while its
+    targets zbar come from the EMA target encoder. The two agree while the EMA follows the online
+    encoder; when the EMA stops (``freeze_ema_at``) and the online encoder keeps training, z
+    moves away from zbar of the same frame, the denominator ``||zbar_k - z||`` grows, and D falls
+    without any prediction getting better. ``latent_gap`` measures that drift;
+    ``d_shift_target_ref`` is D_shift^n with the EMA latent of the input frame as the reference
+    (the predictor still reads z), which the drift does not move."""
+
+    n: int
+    d_shift: float  # the metric as defined (reference: the online latent of the input frame)
+    d_shift_target_ref: float  # reference: the EMA target's latent of the input frame
+    latent_gap: float  # mean ||z - zbar|| of the input frames (online against EMA target)
+    latent_norm: float  # mean ||zbar|| of the input frames (the gap's scale)
+    error: float  # mean ||zbar_k - zhat||, over samples and horizons (D's numerator)
+    ref_online: float  # mean ||zbar_k - z||: the denominator as defined
+    ref_target: float  # mean ||zbar_k - zbar||: the denominator with the EMA's reference
+
+
+@torch.no_grad()
+def target_reference(learner: Learner, data: EvalData, n: int = 50, seed: int = 0) -> TargetReference:
+    """D_shift^n (the memory of ``evaluate``) with the online and with the EMA target's
+    reference, and the parts behind both, on the shift test split (context frames C = 1)."""
+    cfg = learner.cfg
+    if cfg.context_frames != 1:
+        raise ValueError("target_reference: one context frame (the paper's predictor) only")
+    chunk = cfg.eval_batch_size
+    z, targets = _encode_set(learner, data.shift_test, chunk)  # (N, 1, D), (N, K, D)
+    z = z[:, 0]
+    refs = []
+    for sl in _chunks(data.shift_test.shape[0], chunk):
+        x = learner.encoder_input(torch.from_numpy(_take(data.shift_test, sl, np.asarray([0]))))
+        with learner.autocast():
+            refs.append(learner.nets.target(x[:, 0]).float())
+    zbar = torch.cat(refs)  # (N, D): the input frames by the EMA target
+    buffer = learner.buffer.clone()
+    pairs = shift_transitions(learner, data.shift_train, n, seed)
+    for i in range(n):
+        buffer.push(pairs[i], 1, -1)
+    preds = []
+    for sl in _chunks(z.shape[0], chunk):
+        with learner.autocast():
+            preds.append(learner.predict(z[sl], buffer)[0].pred.float())
+    pred = torch.cat(preds)
+    ours = norm_error(norm_error_sums(pred, z, targets, cfg.norm_eps))[0]
+    theirs = norm_error(norm_error_sums(pred, zbar, targets, cfg.norm_eps))[0]
+
+    def mean_norm(t: torch.Tensor) -> float:
+        return float(torch.linalg.vector_norm(t, dim=-1).mean())
+
+    return TargetReference(
+        n=int(n),
+        d_shift=float(ours),
+        d_shift_target_ref=float(theirs),
+        latent_gap=mean_norm(z - zbar),
+        latent_norm=mean_norm(zbar),
+        error=mean_norm(targets - per_horizon(pred)),
+        ref_online=mean_norm(targets - z.unsqueeze(1)),
+        ref_target=mean_norm(targets - zbar.unsqueeze(1)),
+    )
 
 
 def evaluate(learner: Learner, data: EvalData, n: int = 50, seed: int = 0) -> EvalResult:

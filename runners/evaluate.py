@@ -22,6 +22,7 @@ in the JSON's ``held_out``; memory sizes default to 0 1 5 10 25 50.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,10 +53,26 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--n", type=int, nargs="+", default=None, metavar="N",
                    help=f"memory sizes (default {' '.join(map(str, CURVE))}; a worlds-protocol "
                    f"run: {' '.join(map(str, WORLDS_CURVE))})")
+    p.add_argument("--target-reference", action="store_true",
+                   help="also D_shift^50 against the EMA target's own 'no change' and the gap "
+                        "between the online and EMA latents of the input frames (paper protocol; "
+                        "see agent.target_reference): a frozen EMA target lowers D through that gap")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--out", metavar="FILE.json", help="where to write the JSON "
                    "(default: <checkpoint>.eval.json next to the checkpoint)")
     return p.parse_args(argv)
+
+
+def format_reference(ref: dict) -> str:
+    """The --target-reference lines."""
+    return (
+        f"D_shift^{ref['n']}: {ref['d_shift']:.4f} (reference: the online latent of the input "
+        f"frame), {ref['d_shift_target_ref']:.4f} (reference: its EMA target latent)\n"
+        f"  error ||zbar_k - zhat|| {ref['error']:.3f}; reference distances ||zbar_k - z|| "
+        f"{ref['ref_online']:.3f}, ||zbar_k - zbar|| {ref['ref_target']:.3f}\n"
+        f"  online - EMA latent gap of the input frames {ref['latent_gap']:.3f} "
+        f"(EMA latent norm {ref['latent_norm']:.3f})"
+    )
 
 
 def locate(path: str, which: str) -> tuple[Path, RunFolder | None]:
@@ -85,7 +102,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     device = resolve_device(args.device)
     set_threads(device)
 
-    from agent import CheckpointError, Learner, load_checkpoint, read_checkpoint_config
+    from agent import (
+        CheckpointError,
+        Learner,
+        load_checkpoint,
+        read_checkpoint_config,
+        target_reference,
+    )
 
     try:
         agent_cfg = read_checkpoint_config(ckpt)
@@ -101,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg.agent = agent_cfg
     ns = tuple(sorted(set(args.n if args.n is not None else
                           WORLDS_CURVE if cfg.worlds else CURVE)))  # fmt: skip
+    if args.target_reference and (cfg.worlds or agent_cfg.context_frames != 1):
+        raise CliError("--target-reference: a paper-protocol run (one context frame) only")
     store = None
     if args.data:
         if cfg.worlds:
@@ -124,9 +149,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if cfg.worlds:
         rep["held_out"] = evaluator.report(learner, ns)
+    if args.target_reference:
+        ref = target_reference(learner, evaluator.data, n=50)  # type: ignore[attr-defined]
+        rep["target_reference"] = dataclasses.asdict(ref)
     rep["run_step"] = extra.get("run_step", learner.step) if isinstance(extra, dict) else None
     print(f"{ckpt} (track {agent_cfg.track}, step {learner.step}); data: {rep['data']}")
     print(format_curve(rep))
+    if args.target_reference:
+        print(format_reference(rep["target_reference"]))
     try:
         out.write_text(json.dumps(rep, indent=2) + "\n")
     except OSError as err:

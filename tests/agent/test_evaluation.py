@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from agent import AgentConfig, DatasetSource, EvalData, Learner, adaptation_curve, evaluate
+from agent import (
+    AgentConfig,
+    DatasetSource,
+    EvalData,
+    Learner,
+    adaptation_curve,
+    evaluate,
+    target_reference,
+)
 
 
 def trained(track: str, frames: np.ndarray, steps: int = 3) -> Learner:
@@ -62,3 +70,23 @@ def test_excluded_are_counted(frames: np.ndarray) -> None:
     res = evaluate(learner, EvalData(frames[:12], frames[12:18], still), n=0)
     # Target (EMA) and online encoders are equal at step 0: every base sample is excluded.
     assert res.excluded == 6 * 3 and np.isnan(res.d_base)
+
+
+def test_target_reference_parts_and_drift(frames: np.ndarray) -> None:
+    """``target_reference``: its D is ``evaluate``'s; with the EMA equal to the online encoder
+    (step 0) both references coincide exactly; once the online encoder moves away from a
+    fixed EMA the gap opens, the online reference moves and the EMA's does not."""
+    cfg = AgentConfig.from_preset("tiny", track="C", buffer_capacity=8)
+    learner, d = Learner(cfg), data(frames)
+    ref = target_reference(learner, d, n=5)
+    assert ref.d_shift == evaluate(learner, d, n=5).d_shift
+    assert ref.latent_gap == 0.0 and ref.d_shift_target_ref == ref.d_shift
+    assert ref.ref_online == ref.ref_target and ref.latent_norm > 0
+    with torch.no_grad():  # the online encoder drifts; the EMA target stays where it was
+        w = learner.nets.encoder.proj.weight
+        w.add_(torch.randn(w.shape, generator=torch.Generator().manual_seed(0)) * w.std())
+    drifted = target_reference(learner, d, n=5)
+    assert drifted.latent_gap > 0.1 * drifted.latent_norm
+    assert drifted.ref_target == ref.ref_target  # the EMA's reference: same targets, same zbar
+    assert drifted.ref_online != ref.ref_online
+    assert drifted.d_shift == evaluate(learner, d, n=5).d_shift

@@ -87,9 +87,11 @@ def test_switch_resume_evaluate(tmp_path: Path) -> None:
     rep = json.loads((run / "checkpoints" / "latest.eval.json").read_text())
     assert [r["n"] for r in rep["curve"]] == [0, 10] and rep["step"] == 70
     assert all(len(r["d_shift_per_h"]) == 3 for r in rep["curve"])
-    ev_best = cli("evaluate", str(run / "checkpoints" / "best.pt"), "--n", "0")
+    ev_best = cli("evaluate", str(run / "checkpoints" / "best.pt"), "--n", "0", "--target-reference")
     assert ev_best.returncode == 0, ev_best.stderr
-    assert (run / "checkpoints" / "best.eval.json").is_file()
+    ref = json.loads((run / "checkpoints" / "best.eval.json").read_text())["target_reference"]
+    assert ref["n"] == 50 and ref["latent_gap"] > 0  # the EMA lags the online encoder
+    assert "reference: its EMA target latent" in ev_best.stdout
 
 
 def _start(out: Path, *args: str) -> subprocess.Popen[str]:

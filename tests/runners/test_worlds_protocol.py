@@ -154,6 +154,9 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
     assert ev.returncode == 0, ev.stderr
     rep = json.loads((tmp_path / "w" / "checkpoints" / "latest.eval.json").read_text())
     assert [r["n"] for r in rep["curve"]] == [0, 3] and rep["held_out"]["ns"] == [0, 3]
+    refused = cli("evaluate", str(tmp_path / "w"), "--target-reference")
+    assert refused.returncode == 2 and "paper-protocol run" in refused.stderr
+    assert "Traceback" not in refused.stderr
 
 
 def test_stream_error_since_the_switch_is_binned_exactly() -> None:
