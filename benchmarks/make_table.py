@@ -98,30 +98,31 @@ def _fmt_rate(rate: float | None) -> str:
     return f"{rate:,.0f}" if rate >= 100 else f"{rate:.1f}"
 
 
+def _markdown(header: list[str], numeric: int, rows: list[list[str]]) -> str:
+    """A markdown table; its last ``numeric`` columns right-aligned."""
+    align = "|" + "|".join(["---"] * (len(header) - numeric) + ["--:"] * numeric) + "|"
+    lines = [f"| {' | '.join(cells)} |" for cells in [header, *rows]]
+    return "\n".join([lines[0], align, *lines[1:]])
+
+
 def e2e_table(all_rows: list[dict]) -> str:
     """The headline: each end-to-end row with the reference's rate of the same rounds."""
-    head = (
-        "| train_online loop | track | source | device | precision | threads | steps/s "
-        "| reference steps/s | x reference |"
-    )
-    lines = [head, "|---|---|---|---|---|---|--:|--:|--:|"]
+    header = ["train_online loop", "track", "source", "device", "precision", "threads",
+              "steps/s", "reference steps/s", "x reference"]
+    rows = []
     for r in all_rows:
         ratio = "-" if r["ratio"] is None else f"**{r['ratio']:.2f}x**"
         prec = f"{r['precision']} (default)" if r["default"] else r["precision"]
         ref = "-" if r["ref_rate"] is None else _fmt_rate(float(r["ref_rate"]))
-        lines.append(
-            f"| {r['protocol']} protocol | {r['track']} | {r['source']} | {r['device']} "
-            f"| {prec} | {r['threads']} | {_fmt_rate(r['rate'])} | {ref} | {ratio} |"
-        )
-    return "\n".join(lines)
+        rows.append([f"{r['protocol']} protocol", r["track"], r["source"], r["device"], prec,
+                     str(r["threads"]), _fmt_rate(r["rate"]), ref, ratio])
+    return _markdown(header, 3, rows)
 
 
 def table(all_rows: list[dict]) -> str:
-    head = (
-        "| measured | track | source | device | precision | threads | batch | rate "
-        "| x reference | x learner-only |"
-    )
-    lines = [head, "|---|---|---|---|---|---|---|--:|--:|--:|"]
+    header = ["measured", "track", "source", "device", "precision", "threads", "batch", "rate",
+              "x reference", "x learner-only"]
+    rows = []
     for r in all_rows:
         ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
         if r["ratio"] is not None and r["ref_track"] and r["ref_track"] != r["track"]:
@@ -132,12 +133,9 @@ def table(all_rows: list[dict]) -> str:
         if r["frames"] is not None and r["rate"] and abs(r["frames"] - r["rate"]) > 1:
             rate += f" ({_fmt_rate(float(r['frames']))} frames/s)"
         vs_learner = "-" if r["ratio_learner"] is None else f"{100 * r['ratio_learner']:.0f}%"
-        lines.append(
-            f"| {r['what']} | {r['track']} | {r['source']} | {r['device']} "
-            f"| {r['precision']} | {r['threads']} | {r['batch']} | {rate} | {ratio} "
-            f"| {vs_learner} |"
-        )
-    return "\n".join(lines)
+        rows.append([r["what"], r["track"], r["source"], r["device"], r["precision"],
+                     str(r["threads"]), str(r["batch"]), rate, ratio, vs_learner])
+    return _markdown(header, 3, rows)
 
 
 def caption(data_list: list[dict]) -> str:
