@@ -110,6 +110,20 @@ def shift_transitions(learner: Learner, shift_train: Any, n: int, seed: int = 0)
     return torch.cat(out) if out else torch.zeros(0, 2, cfg.latent_dim, device=learner.device)
 
 
+def with_transitions(buffer: ExperienceBuffer, pairs: torch.Tensor, n: int) -> ExperienceBuffer:
+    """A copy of ``buffer`` with the first n of ``pairs`` (m, 2, D) pushed in FIFO order as
+    shift-world entries (world tag 1), bypassing the detector; ``buffer`` is untouched."""
+    out = buffer.clone()
+    for i in range(n):
+        out.push(pairs[i], 1, -1)
+    return out
+
+
+def memory_with_shift(learner: Learner, shift_train: Any, n: int, seed: int = 0) -> ExperienceBuffer:
+    """A copy of the learner's memory plus the n shift-world transitions that D_shift^n uses."""
+    return with_transitions(learner.buffer, shift_transitions(learner, shift_train, n, seed), n)
+
+
 @torch.no_grad()
 def _score(
     learner: Learner, buffer: ExperienceBuffer, z: torch.Tensor, targets: torch.Tensor, chunk: int
@@ -145,9 +159,7 @@ def adaptation_curve(
     pairs = shift_transitions(learner, data.shift_train, max(ns, default=0), seed)
     results = []
     for n in ns:
-        buffer = learner.buffer.clone()
-        for i in range(n):  # FIFO order; bypasses the detector
-            buffer.push(pairs[i], 1, -1)
+        buffer = with_transitions(learner.buffer, pairs, n)
         sums_s, s1, s2, count = _score(learner, buffer, z_s, t_s, chunk)
         sums_b = _score(learner, buffer, z_b, t_b, chunk)[0]
         d_s, d_s_h = norm_error(sums_s)
@@ -204,10 +216,7 @@ def target_reference(learner: Learner, data: EvalData, n: int = 50, seed: int = 
         with learner.autocast():
             refs.append(learner.nets.target(x[:, 0]).float())
     zbar = torch.cat(refs)  # (N, D): the input frames by the EMA target
-    buffer = learner.buffer.clone()
-    pairs = shift_transitions(learner, data.shift_train, n, seed)
-    for i in range(n):
-        buffer.push(pairs[i], 1, -1)
+    buffer = memory_with_shift(learner, data.shift_train, n, seed)
     preds = []
     for sl in _chunks(z.shape[0], chunk):
         with learner.autocast():

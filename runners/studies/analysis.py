@@ -138,23 +138,13 @@ def _encode(learner: Any, frames: np.ndarray, chunk: int = 512) -> Any:
     return torch.cat(out)
 
 
-def memory_with_shift(learner: Any, shift_train: np.ndarray, n: int, seed: int = 0) -> Any:
-    """A copy of the training buffer plus the same ``n`` shift-world transitions that
-    ``agent.evaluation`` pushes for D_shift^{n} (world tag 1, detector bypassed)."""
-    from agent.evaluation import shift_transitions
-
-    buffer = learner.buffer.clone()
-    pairs = shift_transitions(learner, shift_train, n, seed)
-    for i in range(n):
-        buffer.push(pairs[i], 1, -1)
-    return buffer
-
-
 def analyse_checkpoint(checkpoint: str | Path,
                        frames: Mapping[str, np.ndarray], n: int = N_MEMORY,
                        curve: bool = False) -> dict[str, Any]:
     """SVD, attention (and optionally the adaptation curve) for one checkpoint of one run."""
     import torch
+
+    from agent.evaluation import memory_with_shift
 
     learner = _learner_from_checkpoint(Path(checkpoint))
     test = frames["shift_test"]  # (N, 21, 1, 64, 64)
