@@ -7,7 +7,7 @@ predicts the shift and base test sets through that memory. The training buffer, 
 every RNG are untouched; sampling is from a local ``np.random.default_rng(seed)``, and the
 transitions of a smaller n are a prefix of those of a larger n.
 
-D (DESIGN.md): per horizon, the mean over samples of ``||zbar_k - zhat|| / ||zbar_k - z||``
+D (docs/definitions.md#d-the-normalised-error): per horizon, the mean over samples of ``||zbar_k - zhat|| / ||zbar_k - z||``
 with denominators below ``cfg.norm_eps`` excluded (and counted in ``excluded``, as (sample,
 horizon) pairs); then the mean over horizons. ``D_base`` uses the same memory copy as D_shift (so
 the curve also shows how shift experience affects the base world). sigma_embed is the mean

@@ -19,7 +19,7 @@ class StepMetrics(NamedTuple):
     loss_total: torch.Tensor
     loss_pred: torch.Tensor
     loss_reg: torch.Tensor
-    surprisal: torch.Tensor  # base-predictor surprisal s_t (DESIGN.md)
+    surprisal: torch.Tensor  # base-predictor surprisal s_t (docs/definitions.md#surprisal)
     threshold: torch.Tensor  # mu + kappa * sigma after this step's update
     boundary: torch.Tensor  # 1.0 if a boundary fired this step
     buffer_size: torch.Tensor  # entries after this step's memory update
@@ -83,7 +83,7 @@ def norm_error_sums(
     eps: float = 1e-3,
     valid: torch.Tensor | None = None,
 ) -> NormErrorSums:
-    """Per-horizon sums of ``||zbar_k - zhat|| / ||zbar_k - z||`` (DESIGN.md's D).
+    """Per-horizon sums of ``||zbar_k - zhat|| / ||zbar_k - z||`` (D, docs/definitions.md#d-the-normalised-error).
 
     pred (B, D) or (B, K, D) (per horizon); z (B, D); targets (B, K, D); valid (B,) bool or None. Denominators below ``eps``
     are excluded and counted.

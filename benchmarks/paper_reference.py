@@ -14,7 +14,7 @@ encoder; on a boundary the batch-mean pair (z_19, z_20) of the online encoder is
 
 The only departures from the listings: hyperparameters are fields of `RefConfig` (passed to the
 constructors) rather than module globals, and the detector's surprisal averages the base
-predictor's error over the three horizon targets (DESIGN.md, "Surprisal and boundaries") by
+predictor's error over the three horizon targets (docs/definitions.md#surprisal) by
 feeding the listing's `update(z_curr, z_pred)` the stacked targets.
 
 Nothing in the product imports this module; it lives in `benchmarks/` only.

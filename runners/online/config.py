@@ -26,8 +26,8 @@ if TYPE_CHECKING:  # env is imported on first use: it pulls in gymnasium
 from runners.online.parsing import agent_module, agent_values
 from runners.online.switch import Switch, check_physics, switches_from_json
 
-# Calibrated on a 2-core CPU so the default run tells the whole story in about five minutes
-# (see docs/train_online.md, "The default run").
+# Calibrated on a 2-core CPU so the default run tells the whole story in about 75 s
+# (measured: docs/train_online.md, "The default run, measured").
 DEFAULT_STEPS = 4500
 DEFAULT_SWITCH = (3000, 0.5)  # = (2/3 of the steps, 0.5): the default when --switch is not given
 DEFAULT_SHIFT_GRAVITY = 0.5

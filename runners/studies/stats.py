@@ -3,7 +3,7 @@
 Everything here is pure numpy on small arrays of per-seed numbers (one value per run), so a
 report is reproducible bit for bit: the bootstrap uses its own seeded generator.
 
-The pre-registered test (DESIGN.md, "Pre-registered outcome") compares track C with track B::
+The pre-registered test (docs/definitions.md#pre-registered-outcome) compares track C with track B::
 
     delta = (D_B - D_C) / D_B
     delta >= 0.20          -> "A" (strong confirmation)
