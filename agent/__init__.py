@@ -24,16 +24,9 @@ from agent.evaluation import (
 )
 from agent.learner import Learner
 from agent.metrics import StepMetrics, stack
-from agent.multirun import MultiLearner
 from agent.sources import Batch, DatasetSource, StreamSource
-from agent.step import (
-    MemoryView,
-    StepOutput,
-    StepSpec,
-    forward_step,
-    modulated_prediction,
-    step_metrics,
-)
+from agent.speed import Speed
+from agent.step import Knobs, MemoryView, Model, StepSpec, jepa_step, modulated_prediction
 
 __all__ = [
     "AgentConfig",
@@ -43,11 +36,12 @@ __all__ = [
     "EvalData",
     "EvalResult",
     "Learner",
+    "Knobs",
     "MemoryView",
-    "MultiLearner",
+    "Model",
     "Parts",
     "StepMetrics",
-    "StepOutput",
+    "Speed",
     "StepSpec",
     "StreamSource",
     "adaptation_curve",
@@ -56,12 +50,11 @@ __all__ = [
     "build_parts",
     "count_parameters",
     "evaluate",
-    "forward_step",
+    "jepa_step",
     "load_checkpoint",
     "modulated_prediction",
     "preferred_precision",
     "read_checkpoint_config",
     "save_checkpoint",
     "stack",
-    "step_metrics",
 ]

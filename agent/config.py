@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,7 @@ def preferred_precision(device: Any = "cpu") -> str:
         return "bf16" if ok else "fp32"
     return "fp32"
 
+
 # Per-track defaults of the fields that differ between tracks (Table 5; D/E: see module doc).
 TRACK_DEFAULTS: dict[str, dict[str, float]] = {
     "A": {"lr": 3e-3, "kappa": 1.5},
@@ -79,6 +81,40 @@ TINY: dict[str, Any] = {
     "hyper_dim": 2,
     "encoder_channels": (4, 8, 8, 8),
     "eval_batch_size": 64,
+}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_POSITIVE_INTS = (
+    "latent_dim",
+    "hidden_dim",
+    "total_steps",
+    "buffer_capacity",
+    "exp_dim",
+    "exp_layers",
+    "exp_heads",
+    "exp_ff_dim",
+    "lora_rank",
+    "hyper_dim",
+    "eval_batch_size",
+    "context_frames",
+)
+# Number fields: (check, the rule a bad value breaks).
+_NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {
+    "lr": (lambda v: v > 0, "> 0"),
+    "weight_decay": (lambda v: v >= 0, ">= 0"),
+    "warmup_frac": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "tau_base": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "tau_end": (lambda v: v <= 1, "in [tau_base, 1]"),
+    "gamma": (lambda v: v >= 0, ">= 0"),
+    "lambda_reg": (lambda v: v >= 0, ">= 0"),
+    "kappa": (lambda v: v > 0, "> 0"),
+    "detector_momentum": (lambda v: 0 < v < 1, "in (0, 1)"),
+    "input_scale": (lambda v: v > 0, "> 0"),
+    "norm_eps": (lambda v: v > 0, "> 0"),
 }
 
 
@@ -142,103 +178,79 @@ class AgentConfig:
         self._validate()
 
     def _validate(self) -> None:
-        def bad(name: str, why: str) -> None:
-            raise ValueError(f"{name}: {why} (got {getattr(self, name)!r})")
-
-        def is_int(v: Any) -> bool:
-            return isinstance(v, int) and not isinstance(v, bool)
-
-        if self.track not in TRACKS:
-            bad("track", f"unknown track, expected one of {', '.join(TRACKS)}")
-        if self.precision not in PRECISIONS:
-            bad("precision", f"expected one of {', '.join(PRECISIONS)}")
-        if self.push_pair not in PUSH_PAIRS:
-            bad("push_pair", f"expected one of {', '.join(PUSH_PAIRS)}")
-        if self.memory_scope not in MEMORY_SCOPES:
-            bad("memory_scope", f"expected one of {', '.join(MEMORY_SCOPES)}")
-        if self.memory_write not in MEMORY_WRITES:
-            bad("memory_write", f"expected one of {', '.join(MEMORY_WRITES)}")
+        """Every field checked; a bad one raises ``ValueError`` naming it, in one line."""
+        for name, choices in self._choices().items():
+            if getattr(self, name) not in choices:
+                what = "unknown track, expected" if name == "track" else "expected"
+                self._bad(name, f"{what} one of {', '.join(choices)}")
         for name in ("per_horizon", "vary_memory", "oracle", "stream_cache"):
             if not isinstance(getattr(self, name), bool):
-                bad(name, "must be true or false")
-        if self.oracle and self.track == "A":
-            bad("oracle", "track A has no pathway to feed (the oracle needs a track B-E)")
-        if self.memory_scope == "per_stream" and self.push_pair != "input":
-            bad("memory_scope", "per_stream memory keeps each stream's own pairs: push_pair 'input'")
-        positive_ints = (
-            "latent_dim",
-            "hidden_dim",
-            "total_steps",
-            "buffer_capacity",
-            "exp_dim",
-            "exp_layers",
-            "exp_heads",
-            "exp_ff_dim",
-            "lora_rank",
-            "hyper_dim",
-            "eval_batch_size",
-            "context_frames",
-        )
-        for name in positive_ints:
-            if not is_int(getattr(self, name)) or getattr(self, name) < 1:
-                bad(name, "must be a positive integer")
-        if not is_int(self.seed):
-            bad("seed", "must be an integer")
-        if not is_int(self.batch_size) or self.batch_size < 2:
-            bad("batch_size", "must be an integer >= 2 (the variance hinge needs two samples)")
-        if not is_int(self.detector_warmup) or self.detector_warmup < 0:
-            bad("detector_warmup", "must be an integer >= 0")
-        h = self.horizons
-        if not h or not all(is_int(k) and k >= 1 for k in h) or list(h) != sorted(set(h)):
-            bad("horizons", "must be strictly increasing positive integers")
-        if h[-1] < 2:
-            bad("horizons", "the largest horizon must be >= 2 (the newest pair needs 2 frames)")
-        ch = self.encoder_channels
-        if len(ch) != 4 or not all(is_int(c) and c >= 1 for c in ch):
-            bad("encoder_channels", "must be four positive integers")
-        if self.exp_dim % self.exp_heads:
-            bad("exp_heads", f"must divide exp_dim={self.exp_dim}")
-        if self.lora_rank > min(self.latent_dim, self.hidden_dim):
-            bad(
-                "lora_rank",
-                f"larger than the layer width min(latent_dim, hidden_dim)="
-                f"{min(self.latent_dim, self.hidden_dim)}",
-            )
-        if self.hyper_dim > self.exp_dim:
-            bad("hyper_dim", f"larger than exp_dim={self.exp_dim}")
-
-        def finite(name: str) -> float:
+                self._bad(name, "must be true or false")
+        for name in _POSITIVE_INTS:
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
+                self._bad(name, "must be a positive integer")
+        for name, (ok, rule) in _NUMBERS.items():
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                bad(name, "must be a finite number")
-            return float(v)
-
-        if finite("lr") <= 0:
-            bad("lr", "must be > 0")
-        if finite("weight_decay") < 0:
-            bad("weight_decay", "must be >= 0")
-        if not 0 <= finite("warmup_frac") < 1:
-            bad("warmup_frac", "must be in [0, 1)")
-        if not 0 < finite("tau_base") <= 1:
-            bad("tau_base", "must be in (0, 1]")
-        if not self.tau_base <= finite("tau_end") <= 1:
-            bad("tau_end", "must be in [tau_base, 1]")
-        if finite("gamma") < 0:
-            bad("gamma", "must be >= 0")
-        if finite("lambda_reg") < 0:
-            bad("lambda_reg", "must be >= 0")
-        if finite("kappa") <= 0:
-            bad("kappa", "must be > 0")
-        if not 0 < finite("detector_momentum") < 1:
-            bad("detector_momentum", "must be in (0, 1)")
-        if finite("input_scale") <= 0:
-            bad("input_scale", "must be > 0")
-        if finite("norm_eps") <= 0:
-            bad("norm_eps", "must be > 0")
+                self._bad(name, "must be a finite number")
+            if not ok(float(v)):
+                self._bad(name, f"must be {rule}")
+        if not self.tau_base <= self.tau_end <= 1:
+            self._bad("tau_end", "must be in [tau_base, 1]")
         for name in ("freeze_buffer_at", "freeze_ema_at", "freeze_weights_at"):
             v = getattr(self, name)
-            if v is not None and (not is_int(v) or v < 0):
-                bad(name, "must be None or an integer step >= 0")
+            if v is not None and (not _is_int(v) or v < 0):
+                self._bad(name, "must be None or an integer step >= 0")
+        self._validate_shapes()
+
+    @staticmethod
+    def _choices() -> dict[str, tuple[str, ...]]:
+        return {
+            "track": TRACKS,
+            "precision": PRECISIONS,
+            "push_pair": PUSH_PAIRS,
+            "memory_scope": MEMORY_SCOPES,
+            "memory_write": MEMORY_WRITES,
+        }
+
+    def _validate_shapes(self) -> None:
+        """The integer fields beyond positivity, and the fields that constrain each other."""
+        if self.oracle and self.track == "A":
+            self._bad("oracle", "track A has no pathway to feed (the oracle needs a track B-E)")
+        if self.memory_scope == "per_stream" and self.push_pair != "input":
+            self._bad(
+                "memory_scope", "per_stream memory keeps each stream's own pairs: push_pair 'input'"
+            )
+        if not _is_int(self.seed):
+            self._bad("seed", "must be an integer")
+        if not _is_int(self.batch_size) or self.batch_size < 2:
+            self._bad(
+                "batch_size", "must be an integer >= 2 (the variance hinge needs two samples)"
+            )
+        if not _is_int(self.detector_warmup) or self.detector_warmup < 0:
+            self._bad("detector_warmup", "must be an integer >= 0")
+        h = self.horizons
+        if not h or not all(_is_int(k) and k >= 1 for k in h) or list(h) != sorted(set(h)):
+            self._bad("horizons", "must be strictly increasing positive integers")
+        if h[-1] < 2:
+            self._bad(
+                "horizons", "the largest horizon must be >= 2 (the newest pair needs 2 frames)"
+            )
+        ch = self.encoder_channels
+        if len(ch) != 4 or not all(_is_int(c) and c >= 1 for c in ch):
+            self._bad("encoder_channels", "must be four positive integers")
+        if self.exp_dim % self.exp_heads:
+            self._bad("exp_heads", f"must divide exp_dim={self.exp_dim}")
+        width = min(self.latent_dim, self.hidden_dim)
+        if self.lora_rank > width:
+            self._bad(
+                "lora_rank", f"larger than the layer width min(latent_dim, hidden_dim)={width}"
+            )
+        if self.hyper_dim > self.exp_dim:
+            self._bad("hyper_dim", f"larger than exp_dim={self.exp_dim}")
+
+    def _bad(self, name: str, why: str) -> None:
+        raise ValueError(f"{name}: {why} (got {getattr(self, name)!r})")
 
     # ----------------------------------------------------------------------------------
     @property

@@ -9,9 +9,8 @@ import torch
 
 
 class StepMetrics(NamedTuple):
-    """One update's metrics: float32 tensors on the learner's device (no host sync), 0-dim from
-    ``Learner.update``, (R,) from ``MultiLearner.update``. Both build it by field name with
-    ``agent.step.step_metrics``.
+    """One update's metrics: float32 tensors on the learner's device (no host sync), 0-dim,
+    from ``Learner.update``, built by field name in ``agent.step.step_metrics``.
 
     ``NAMES`` gives the namespaced names in field order; ``as_dict()`` maps them to tensors.
     """
@@ -54,8 +53,8 @@ class StepMetrics(NamedTuple):
 
 
 def stack(records: list[StepMetrics]) -> dict[str, np.ndarray]:
-    """A block of records -> {name: (N,) float32 array} ((N, R) for MultiLearner records). One
-    host sync for the whole block."""
+    """A block of records -> {name: (N,) float32 array}, one host sync for the
+    whole block."""
     if not records:
         return {name: np.zeros(0, np.float32) for name in StepMetrics.NAMES}
     table = torch.stack([torch.stack(list(r)).float() for r in records]).cpu().numpy()  # (N, M)

@@ -41,24 +41,17 @@ class Encoder(nn.Module):
         return cls(cfg.latent_dim, cfg.encoder_channels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(N, 1, 64, 64) float frames -> (N, latent_dim), convolutions in channels_last."""
-        return self.encode(x, channels_last=True)
+        """(N, 1, 64, 64) float frames -> (N, latent_dim) (``encode``)."""
+        return self.encode(x)
 
-    def encode(self, x: torch.Tensor, channels_last: bool = True) -> torch.Tensor:
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
         """(N, 1, 64, 64) float frames -> (N, latent_dim): the listing's
-        ``norm(proj(conv(x).flatten(1)))``.
-
-        ``channels_last``: the convolutions run on a channels_last copy of x, and the flatten
-        before ``proj`` is in NCHW order (``.contiguous()``). False: on x as given, which is
-        what ``torch.func.vmap`` can run (it cannot express the channels_last copy: "NYI:
-        querying is_contiguous inside of vmap for memory_format other than
-        torch.contiguous_format", torch 2.13). Same values."""
-        if channels_last and x.device.type == "cpu" and not torch.is_grad_enabled() and _FUSED:
+        ``norm(proj(conv(x).flatten(1)))``, the convolutions on a channels_last copy of x and the
+        flatten before ``proj`` in NCHW order (``.contiguous()``)."""
+        if x.device.type == "cpu" and not torch.is_grad_enabled() and _FUSED:
             h = self._fused_convs(x).contiguous()
-        elif channels_last:
-            h = self.conv(x.contiguous(memory_format=torch.channels_last)).contiguous()
         else:
-            h = self.conv(x)
+            h = self.conv(x.contiguous(memory_format=torch.channels_last)).contiguous()
         return self.norm(self.proj(h.flatten(1)))
 
     def _fused_convs(self, x: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,7 @@
 
 Threads: ``--bench-threads 1`` is what ``train_online`` runs by default (one torch thread; the
 learner then runs the EMA pass and the memory's experience encoder on a second thread of its
-own, ``Learner.overlap``); ``--bench-threads 2`` spreads each op over two cores on both sides.
+own, ``agent.speed.Beside``); ``--bench-threads 2`` spreads each op over two cores on both sides.
 Without the option, torch's default (all cores).
 
 Cases: the paper protocol from the live stream and from a stored dataset (`--source dataset`),

@@ -107,7 +107,7 @@ class PixelEncoder(nn.Module):
         super().__init__()
         self.dim, self.pixel = dim, pixel
 
-    def encode(self, x: torch.Tensor, channels_last: bool = True) -> torch.Tensor:
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
         return x[:, 0, 0, self.pixel : self.pixel + 1].expand(-1, self.dim).clone()
 
     forward = encode

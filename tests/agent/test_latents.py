@@ -25,9 +25,9 @@ def count_ema_frames(learner: Learner, monkeypatch: pytest.MonkeyPatch) -> list[
     target = learner.nets.target.target
     real = target.encode
 
-    def counted(x: torch.Tensor, channels_last: bool = True) -> torch.Tensor:
+    def counted(x: torch.Tensor) -> torch.Tensor:
         calls.append(int(x.shape[0]))
-        return real(x, channels_last=channels_last)
+        return real(x)
 
     monkeypatch.setattr(target, "encode", counted)
     return calls

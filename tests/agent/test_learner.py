@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import math
-import os
-import threading
 
 import numpy as np
 import pytest
 import torch
 
-from agent import AgentConfig, DatasetSource, Learner, StepMetrics, StepSpec, StreamSource, stack
+from agent import AgentConfig, DatasetSource, Learner, StepMetrics, stack
 from agent.sources import Batch
 
 
@@ -190,68 +188,6 @@ def test_one_valid_or_identical_samples_give_finite_gradients(frames: np.ndarray
     assert all(torch.isfinite(p).all() for p in learner.nets.parameters())
 
 
-@pytest.mark.parametrize("track", ["A", "C"])
-def test_update_never_reads_a_tensor_on_the_host(
-    track: str, frames: np.ndarray, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """No .item()/bool()/float()/tolist() anywhere in update on the device path (a GPU, where
-    each would be a sync): the spec of a non-CPU device, run here on the CPU."""
-    cfg = AgentConfig.from_preset("tiny", track=track, detector_warmup=0)
-    learner = Learner(cfg)
-    assert StepSpec.from_config(cfg, "cuda").host_reads is False
-    learner.spec = StepSpec.from_config(cfg, "cpu", host_reads=False)
-    src = DatasetSource(frames, cfg, seed=0)
-    batches = [src.next() for _ in range(3)]
-    learner.update(batches[0])  # optimizer state is created on the first step
-
-    def forbidden(*args, **kwargs):
-        raise AssertionError("host read of a tensor inside update()")
-
-    for name in ("item", "__bool__", "__float__", "__int__", "__index__", "tolist", "numpy"):
-        monkeypatch.setattr(torch.Tensor, name, forbidden)
-    for b in batches[1:]:
-        learner.update(b)
-    monkeypatch.undo()
-    assert learner.step == 3
-
-
-@pytest.mark.parametrize(
-    "over",
-    [
-        {"track": "C"},  # the paper's memory: the newest pair encoded only when pushed
-        {"track": "A"},  # no memory pathway; its buffer is still written
-        {"track": "C", "memory_write": "every"},
-        {"track": "E", "memory_scope": "per_stream", "memory_write": "every", "vary_memory": True,
-         "push_pair": "input", "context_frames": 2, "horizons": (2, 4, 8)},  # per-sample
-        # memory (the worlds protocol's): only the slots a sample sees are encoded
-    ],
-    ids=["C-paper", "A-paper", "C-every", "E-per-stream"],
-)  # fmt: skip
-def test_host_reads_change_no_number(over: dict, frames: np.ndarray) -> None:
-    """The CPU's host-read shortcuts (``StepSpec.host_reads``) compute exactly what the device
-    path computes: same metrics, weights and memory after steps with boundaries."""
-    cfg = AgentConfig.from_preset("tiny", detector_warmup=2, kappa=0.01, **over)
-    runs = []
-    for host_reads in (True, False):
-        learner = Learner(cfg)
-        learner.spec = StepSpec.from_config(cfg, "cpu", host_reads=host_reads)
-        assert learner.spec.lazy_pair == (host_reads and len(over) == 1)  # the paper's memory
-        src = DatasetSource(frames, cfg, seed=0)
-        recs = stack([learner.update(src.next()) for _ in range(8)])
-        runs.append((recs, learner))
-    (a, la), (b, lb) = runs
-    assert a["memory/boundary"].sum() >= 2  # the detector fired: pairs were pushed
-    # Rounding only: the packed memory's matmuls have fewer rows (oneDNN blocks them
-    # differently, ~1e-7), which the updates carry on; any change of what is computed moves
-    # these by orders of magnitude more.
-    tol = {"rtol": 1e-4, "atol": 1e-6}
-    for key in a:
-        np.testing.assert_allclose(a[key], b[key], **tol, err_msg=key)
-    torch.testing.assert_close(la.buffer.pairs, lb.buffer.pairs, **tol)
-    for (name, pa), pb in zip(la.nets.named_parameters(), lb.nets.parameters(), strict=True):
-        torch.testing.assert_close(pa, pb, **tol, msg=name)
-
-
 def test_input_scale_is_applied_everywhere(frames: np.ndarray) -> None:
     cfg = AgentConfig.from_preset("tiny", track="A")
     raw, unit = Learner(cfg), Learner(cfg.replace(input_scale=1 / 255))
@@ -259,65 +195,3 @@ def test_input_scale_is_applied_everywhere(frames: np.ndarray) -> None:
     assert torch.equal(raw.encode(x), raw.nets.encoder(x.float()))
     torch.testing.assert_close(unit.encode(x), unit.nets.encoder(x.float() / 255))
     assert torch.equal(raw.encode(x, target=True), raw.encode(x))  # EMA copy at step 0
-
-
-@pytest.mark.parametrize(
-    ("source", "over"),
-    [
-        ("dataset", {"track": "C"}),  # the paper's step: one shared memory
-        ("stream", {"track": "C", "push_pair": "input"}),  # the stream latent cache
-        ("stream", {"track": "E", "memory_scope": "per_stream", "memory_write": "every",
-                    "vary_memory": True, "push_pair": "input", "context_frames": 2,
-                    "horizons": (2, 4, 8)}),  # per-sample memories, visible slots only
-        ("dataset", {"track": "A"}),  # no memory pathway: the EMA pass only
-    ],
-    ids=["C-dataset", "C-stream", "E-per-stream", "A-dataset"],
-)  # fmt: skip
-def test_work_beside_the_online_encoder_changes_no_bit(
-    source: str,
-    over: dict,
-    frames: np.ndarray,
-    fake_env_cls,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """``Learner.overlap`` (one torch thread, a spare core): the EMA pass and the memory's e_i
-    (forward, then backward from their leaf's gradient) run on a second thread beside the online
-    encoder, with the same kernels on the same inputs - the same bits as the sequential step."""
-    cfg = AgentConfig.from_preset("tiny", detector_warmup=2, kappa=0.01, **over)
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)  # each op already uses the cores: no second thread
-        assert not Learner(cfg).overlap
-        torch.set_num_threads(1)  # the overlap's condition (train_online's default)
-        assert Learner(cfg).overlap == (len(os.sched_getaffinity(0)) > 1)
-        runs = []
-        for overlap in (True, False):
-            monkeypatch.setattr(Learner, "overlap", property(lambda self, on=overlap: on))
-            learner = Learner(cfg)
-            seen: list[str] = []
-            real = learner.nets.target.target.encode
-
-            def where(x: torch.Tensor, channels_last: bool = True, real=real, seen=seen):
-                seen.append(threading.current_thread().name)
-                return real(x, channels_last=channels_last)
-
-            monkeypatch.setattr(learner.nets.target.target, "encode", where)
-            if source == "stream":
-                src = StreamSource(fake_env_cls([400] * cfg.batch_size), cfg)
-            else:
-                src = DatasetSource(frames, cfg, seed=0)
-            recs = stack([learner.update(src.next()) for _ in range(8)])
-            assert seen and all(n.startswith("beside") == overlap for n in seen)
-            if overlap and learner.nets.modulator.uses_memory:  # the memory's e_i, its backward
-                assert any(p.grad is not None for p in learner.nets.experience.parameters())
-            runs.append((recs, learner))
-    finally:
-        torch.set_num_threads(threads)
-    (a, la), (b, lb) = runs
-    assert a["memory/boundary"].sum() >= 1  # a push happened: memory written, then read
-    assert a["memory/buffer_size"][-1] > 0
-    for key in a:
-        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-    assert torch.equal(la.buffer.pairs, lb.buffer.pairs)
-    for (name, pa), pb in zip(la.nets.named_parameters(), lb.nets.parameters(), strict=True):
-        assert torch.equal(pa, pb), name

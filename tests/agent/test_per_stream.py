@@ -8,7 +8,6 @@ import torch
 
 from agent import AgentConfig, Learner
 from agent.memory import BoundaryDetector, ExperienceBuffer
-from agent.multirun import MultiLearner
 from agent.sources import Batch
 from agent.step import MemoryView, modulated_prediction
 
@@ -171,9 +170,6 @@ def test_options_validate_and_round_trip() -> None:
         AgentConfig.from_preset("tiny", vary_memory=1)
     cfg = per_stream(vary_memory=True, oracle=True, context_frames=2, per_horizon=True)
     assert AgentConfig.from_dict(cfg.to_dict()) == cfg
-    for bad in (per_stream(), per_stream(oracle=True), AgentConfig.from_preset("tiny", vary_memory=True)):
-        with pytest.raises(ValueError, match="stacked runs support only"):
-            MultiLearner([bad, bad.replace(seed=1)])
 
 
 def test_the_oracles_width_is_envs_physics_features() -> None:

@@ -1,0 +1,195 @@
+"""The speed layers (``agent.speed``) against the plain step (``Speed()``).
+
+Layers that run the same kernels on the same inputs (``LazyPair``, ``Beside``) must give the
+plain step's numbers bit for bit over several steps with memory writes. ``VisibleSlots`` runs the
+experience encoder's matmuls on fewer rows, which a BLAS may block (and so round) differently:
+it is checked on one step against a tolerance derived from fp32 arithmetic (below). The stream
+latent cache has its own tests (``test_latents.py``).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from agent import AgentConfig, DatasetSource, Learner, Speed, StreamSource, stack
+from agent.speed import Beside, LazyPair, Plain, StreamCache, VisibleSlots
+
+PAPER = {"track": "C"}  # the paper's memory: one shared FIFO, its newest pair on a boundary
+PER_STREAM = {"track": "E", "memory_scope": "per_stream", "memory_write": "every",
+              "vary_memory": True, "push_pair": "input", "context_frames": 2,
+              "horizons": (2, 4, 8)}  # the worlds protocol's per-sample memories  # fmt: skip
+
+
+def layers(paths: Plain) -> list[type]:
+    out = []
+    while True:
+        out.append(type(paths))
+        if not hasattr(paths, "inner"):
+            return out
+        paths = paths.inner
+
+
+def test_speed_builds_the_layers_it_names() -> None:
+    cfg = AgentConfig.from_preset("tiny", **PAPER)
+    assert layers(Speed().paths(cfg, None)) == [Plain]
+    assert Speed.default("cuda") == Speed()  # a GPU: no host read, no second thread
+    assert Speed.default("cpu").lazy_pair and Speed.default("cpu").visible_slots
+    full = Speed(visible_slots=True, lazy_pair=True, beside=True).paths(cfg, None)
+    assert layers(full) == [Beside, LazyPair, VisibleSlots, Plain]
+    per_stream = AgentConfig.from_preset("tiny", **PER_STREAM)
+    assert LazyPair not in layers(Speed(lazy_pair=True).paths(per_stream, None))
+    assert StreamCache in layers(Learner(per_stream.replace(stream_cache=True)).paths)
+
+
+@pytest.mark.parametrize("track", ["A", "C"])
+def test_the_plain_step_never_reads_a_tensor_on_the_host(
+    track: str, frames: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No .item()/bool()/float()/tolist() anywhere in the plain step (a GPU's default, where
+    each would be a sync)."""
+    cfg = AgentConfig.from_preset("tiny", track=track, detector_warmup=0)
+    learner = Learner(cfg, speed=Speed())
+    src = DatasetSource(frames, cfg, seed=0)
+    batches = [src.next() for _ in range(3)]
+    learner.update(batches[0])  # optimizer state is created on the first step
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("host read of a tensor inside update()")
+
+    for name in ("item", "__bool__", "__float__", "__int__", "__index__", "tolist", "numpy"):
+        monkeypatch.setattr(torch.Tensor, name, forbidden)
+    for b in batches[1:]:
+        learner.update(b)
+    monkeypatch.undo()
+    assert learner.step == 3
+
+
+def run(cfg: AgentConfig, speed: Speed, source, steps: int = 8) -> tuple[dict, Learner, list]:
+    """``steps`` updates; the metrics, the learner and the threads the EMA encoder ran on."""
+    learner = Learner(cfg, speed=speed)
+    seen: list[str] = []
+    real = learner.nets.target.target.encode
+
+    def where(x: torch.Tensor) -> torch.Tensor:
+        seen.append(threading.current_thread().name)
+        return real(x)
+
+    learner.nets.target.target.encode = where  # type: ignore[method-assign]
+    return stack([learner.update(source.next()) for _ in range(steps)]), learner, seen
+
+
+def assert_same_bits(a: tuple, b: tuple) -> None:
+    (ra, la, _), (rb, lb, _) = a, b
+    assert ra["memory/boundary"].sum() >= 1  # a push happened: memory written, then read
+    assert ra["memory/buffer_size"][-1] > 0
+    for key in ra:
+        np.testing.assert_array_equal(ra[key], rb[key], err_msg=key)
+    assert torch.equal(la.buffer.pairs, lb.buffer.pairs)
+    for (name, pa), pb in zip(la.nets.named_parameters(), lb.nets.parameters(), strict=True):
+        assert torch.equal(pa, pb), name
+
+
+@pytest.mark.parametrize(
+    ("source", "over"),
+    [
+        ("dataset", PAPER),
+        ("dataset", {"track": "A"}),
+        ("dataset", {**PAPER, "memory_write": "every"}),
+    ],
+    ids=["C-paper", "A-paper", "C-every"],
+)
+def test_lazy_pair_changes_no_bit(source: str, over: dict, frames: np.ndarray) -> None:
+    """The paper's pair encoded only on the steps that push it: the same encoder on the same
+    frames with the same weights, so the same bits (where it does not apply, nothing changes)."""
+    cfg = AgentConfig.from_preset("tiny", detector_warmup=2, kappa=0.01, **over)
+    lazy = run(cfg, Speed(lazy_pair=True), DatasetSource(frames, cfg, seed=0))
+    plain = run(cfg, Speed(), DatasetSource(frames, cfg, seed=0))
+    assert (LazyPair in layers(lazy[1].paths)) == (len(over) == 1)
+    assert_same_bits(lazy, plain)
+
+
+@pytest.mark.parametrize(
+    ("source", "over"),
+    [("dataset", PAPER), ("stream", {**PAPER, "push_pair": "input"}), ("stream", PER_STREAM),
+     ("dataset", {"track": "A"})],
+    ids=["C-dataset", "C-stream-cached", "E-per-stream-cached", "A-dataset"],
+)  # fmt: skip
+def test_work_beside_the_online_encoder_changes_no_bit(
+    source: str, over: dict, frames: np.ndarray, fake_env_cls
+) -> None:
+    """The EMA pass and the memory's e_i (forward, then backward from their leaf's gradient) on
+    a second thread: the same kernels on the same inputs - the same bits as the plain step."""
+    cfg = AgentConfig.from_preset("tiny", detector_warmup=2, kappa=0.01, **over)
+
+    def src():
+        if source == "stream":
+            return StreamSource(fake_env_cls([400] * cfg.batch_size), cfg)
+        return DatasetSource(frames, cfg, seed=0)
+
+    beside, plain = run(cfg, Speed(beside=True), src()), run(cfg, Speed(), src())
+    assert beside[2] and all(n.startswith("beside") for n in beside[2])
+    assert plain[2] and not any(n.startswith("beside") for n in plain[2])
+    if beside[1].nets.experience is not None:  # the memory's e_i got their backward there
+        assert all(p.grad is not None for p in beside[1].nets.experience.parameters())
+    assert_same_bits(beside, plain)
+
+
+def test_beside_is_the_default_only_with_one_torch_thread() -> None:
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # each op already uses the cores: no second thread
+        assert not Speed.default("cpu").beside
+        torch.set_num_threads(1)
+        assert Speed.default("cpu").beside == (len(__import__("os").sched_getaffinity(0)) > 1)
+    finally:
+        torch.set_num_threads(threads)
+
+
+# fp32 unit roundoff. A sum of n products computed in another order (a BLAS blocking M rows
+# differently) differs by at most gamma_n * sum|products| ~ n * U * sum|products| (Higham,
+# "Accuracy and Stability of Numerical Algorithms", 3.1). The experience encoder's longest sums
+# have n = 128 terms (its feed-forward width at the tiny preset); the step's gradients pass
+# through at most 16 such sums between the e_i and any parameter. So two paths that are equal in
+# exact arithmetic differ by at most 128 * 16 * U of the largest magnitude of each compared
+# tensor; anything that changes what is computed differs by orders of magnitude more.
+U = 2.0**-24
+REORDER_TOL = 128 * 16 * U  # ~1.2e-4
+
+
+def close_in_fp32(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
+    scale = max(float(a.abs().max()), float(b.abs().max()), 1e-30)
+    assert float((a - b).abs().max()) <= REORDER_TOL * scale, what
+
+
+def test_visible_slots_compute_the_plain_steps_numbers(frames: np.ndarray, fake_env_cls) -> None:
+    """One step from the same state with a filled per-stream memory: the same e_i on the visible
+    slots, and the same loss, metrics and gradients, within fp32 reordering (REORDER_TOL)."""
+    cfg = AgentConfig.from_preset("tiny", detector_warmup=2, kappa=0.01, **PER_STREAM)
+    warm = Learner(cfg, speed=Speed())
+    src = StreamSource(fake_env_cls([400] * cfg.batch_size), cfg)
+    for _ in range(6):  # fill the memories (memory_write "every")
+        warm.update(src.next())
+    batch, state = src.next(), warm.state_dict()
+    assert int(warm.buffer.size.min()) >= 5
+    out = []
+    for speed in (Speed(visible_slots=True), Speed()):
+        learner = Learner(cfg, speed=speed)
+        learner.load_state_dict(state)
+        memory = learner.memory_view(training=True)
+        codes = learner.paths.codes(learner.model, memory, grad=False).result()
+        rec = stack([learner.update(batch)])
+        grads = {n: p.grad for n, p in learner.nets.named_parameters() if p.grad is not None}
+        out.append((memory.mask, codes, rec, grads))
+    (mask, ca, ra, ga), (mask_b, cb, rb, gb) = out
+    assert torch.equal(mask, mask_b) and 0 < int(mask.sum()) < mask.numel()
+    close_in_fp32(ca[mask], cb[mask], "e_i on the visible slots")
+    assert not ca[~mask].any()  # the hidden slots are never encoded
+    for key in ra:
+        close_in_fp32(torch.from_numpy(ra[key]), torch.from_numpy(rb[key]), key)
+    assert ga.keys() == gb.keys() and any(n.startswith("experience") for n in ga)
+    for name in ga:
+        close_in_fp32(ga[name], gb[name], name)
