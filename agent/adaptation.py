@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from agent.learner import Learner
-from agent.metrics import NormErrorSums, norm_error, norm_error_sums, sigma_embed
+from agent.metrics import NormErrorSums, norm_error, score_predictions
 from agent.step import MemoryView, modulated_prediction
 
 MEMORIES = ("own", "same", "wrong")
@@ -112,27 +112,19 @@ def _score(
     physics: torch.Tensor,
 ) -> tuple[NormErrorSums, float]:
     """The normalised-error sums and sigma_embed of the predictions through ``memory``."""
-    cfg = learner.cfg
-    c = cfg.context_frames
-    sums = None
-    s1 = s2 = None
+    c, device = learner.cfg.context_frames, learner.device
+
+    def predict(sl: slice) -> torch.Tensor:
+        ctx = z[sl, -c:] if c > 1 else z[sl, -1]
+        view = MemoryView(memory.pairs[sl].to(device), memory.mask[sl].to(device))
+        with learner.autocast():
+            return modulated_prediction(learner.nets, ctx, view, learner.spec, physics[sl])[0].pred
+
     # eval_batch_size bounds the frames encoded at once; the memory entries of a chunk are
     # latents already, far cheaper: up to 64 per frame of that bound.
-    chunk = max(1, 64 * cfg.eval_batch_size // max(1, memory.pairs.shape[1]))
-    for s in range(0, z.shape[0], chunk):
-        sl = slice(s, s + chunk)
-        ctx = z[sl, -c:] if c > 1 else z[sl, -1]
-        view = MemoryView(memory.pairs[sl].to(learner.device), memory.mask[sl].to(learner.device))
-        with learner.autocast():
-            mod = modulated_prediction(learner.nets, ctx, view, learner.spec, physics[sl])[0]
-        pred = mod.pred.float()
-        part = norm_error_sums(pred, z[sl, -1], targets[sl], cfg.norm_eps)
-        sums = part if sums is None else NormErrorSums(*(a + b for a, b in zip(sums, part, strict=True)))
-        flat = pred.flatten(1).double()
-        s1 = flat.sum(0) if s1 is None else s1 + flat.sum(0)
-        s2 = flat.pow(2).sum(0) if s2 is None else s2 + flat.pow(2).sum(0)
-    assert sums is not None and s1 is not None and s2 is not None
-    return sums, float(sigma_embed(s1, s2, z.shape[0]))
+    chunk = max(1, 64 * learner.cfg.eval_batch_size // max(1, memory.pairs.shape[1]))
+    sums, sigma = score_predictions(predict, z[:, -1], targets, chunk, learner.cfg.norm_eps)
+    return sums, float(sigma)
 
 
 @torch.no_grad()

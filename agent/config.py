@@ -24,9 +24,10 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
-TRACKS = ("A", "B", "C", "D", "E")
+Track = Literal["A", "B", "C", "D", "E"]
+TRACKS: tuple[str, ...] = get_args(Track)
 PRESETS = ("paper", "tiny")
 PRECISIONS = ("fp32", "bf16")
 PUSH_PAIRS = ("newest", "input")

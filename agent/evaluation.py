@@ -24,7 +24,13 @@ import torch
 
 from agent.learner import Learner
 from agent.memory import ExperienceBuffer
-from agent.metrics import NormErrorSums, norm_error, norm_error_sums, per_horizon, sigma_embed
+from agent.metrics import (
+    NormErrorSums,
+    norm_error,
+    norm_error_sums,
+    per_horizon,
+    score_predictions,
+)
 
 CURVE_NS = (0, 10, 25, 50, 100, 256)
 
@@ -124,29 +130,16 @@ def memory_with_shift(learner: Learner, shift_train: Any, n: int, seed: int = 0)
     return with_transitions(learner.buffer, shift_transitions(learner, shift_train, n, seed), n)
 
 
-@torch.no_grad()
 def _score(
     learner: Learner, buffer: ExperienceBuffer, z: torch.Tensor, targets: torch.Tensor, chunk: int
-) -> tuple[NormErrorSums, torch.Tensor, torch.Tensor, int]:
-    """Normalised-error sums and prediction sums/sq-sums of the memory-conditioned predictor."""
-    cfg = learner.cfg
-    sums = None
-    width = (cfg.n_horizons if cfg.per_horizon else 1) * cfg.latent_dim
-    s1 = torch.zeros(width, dtype=torch.float64, device=learner.device)
-    s2 = torch.zeros_like(s1)
-    for sl in _chunks(z.shape[0], chunk):
+) -> tuple[NormErrorSums, torch.Tensor]:
+    """D's sums and sigma_embed of the memory-conditioned predictor on z (N, C, D)."""
+
+    def predict(sl: slice) -> torch.Tensor:
         with learner.autocast():
-            pred = learner.predict(z[sl], buffer)[0].pred.float()
-        part = norm_error_sums(pred, z[sl, -1], targets[sl], cfg.norm_eps)
-        pred = pred.flatten(1)
-        sums = (
-            part
-            if sums is None
-            else NormErrorSums(*(a + b for a, b in zip(sums, part, strict=True)))
-        )
-        s1 += pred.double().sum(0)
-        s2 += pred.double().pow(2).sum(0)
-    return sums, s1, s2, z.shape[0]
+            return learner.predict(z[sl], buffer)[0].pred
+
+    return score_predictions(predict, z[:, -1], targets, chunk, learner.cfg.norm_eps)
 
 
 def adaptation_curve(
@@ -160,7 +153,7 @@ def adaptation_curve(
     results = []
     for n in ns:
         buffer = with_transitions(learner.buffer, pairs, n)
-        sums_s, s1, s2, count = _score(learner, buffer, z_s, t_s, chunk)
+        sums_s, sigma = _score(learner, buffer, z_s, t_s, chunk)
         sums_b = _score(learner, buffer, z_b, t_b, chunk)[0]
         d_s, d_s_h = norm_error(sums_s)
         d_b, d_b_h = norm_error(sums_b)
@@ -171,7 +164,7 @@ def adaptation_curve(
                 d_shift_per_h=d_s_h.tolist(),
                 d_base=float(d_b),
                 d_base_per_h=d_b_h.tolist(),
-                sigma_embed=float(sigma_embed(s1, s2, count)),
+                sigma_embed=float(sigma),
                 excluded=int(sums_s.excluded + sums_b.excluded),
             )
         )

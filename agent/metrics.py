@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -128,3 +129,29 @@ def sigma_embed(pred_sum: torch.Tensor, pred_sqsum: torch.Tensor, n: int) -> tor
     mean = pred_sum / n
     var = (pred_sqsum - n * mean * mean) / max(n - 1, 1)
     return var.clamp(min=0).sqrt().mean()
+
+
+@torch.no_grad()
+def score_predictions(
+    predict: Callable[[slice], torch.Tensor],
+    z: torch.Tensor,
+    targets: torch.Tensor,
+    chunk: int,
+    eps: float,
+) -> tuple[NormErrorSums, torch.Tensor]:
+    """D's sums and sigma_embed of predictions made ``chunk`` samples at a time: ``predict(sl)``
+    gives the (b, [K,] D) predictions of samples ``sl``; z (N, D) their input latents ("no
+    change"), targets (N, K, D). The one evaluation loop of ``agent.evaluation`` and
+    ``agent.adaptation``."""
+    n = z.shape[0]
+    sums, s1, s2 = None, 0.0, 0.0
+    for start in range(0, n, chunk):
+        sl = slice(start, min(start + chunk, n))
+        pred = predict(sl).float()
+        part = norm_error_sums(pred, z[sl], targets[sl], eps)
+        sums = part if sums is None else NormErrorSums(*(a + b for a, b in zip(sums, part, strict=True)))
+        flat = pred.flatten(1).double()
+        s1, s2 = flat.sum(0) + s1, flat.pow(2).sum(0) + s2
+    if sums is None:
+        raise ValueError("no samples to score")
+    return sums, sigma_embed(s1, s2, n)  # type: ignore[arg-type]

@@ -116,3 +116,4 @@ class PixelEncoder(nn.Module):
 @pytest.fixture
 def pixel_encoder() -> type[PixelEncoder]:
     return PixelEncoder
+

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from fp32 import assert_reordered
 
 from agent import AgentConfig, DatasetSource, Learner, StepMetrics, stack
 from agent.sources import Batch
@@ -80,12 +81,19 @@ def test_invalid_samples_are_masked_everywhere(frames: np.ndarray) -> None:
         )
     )
     assert ma.valid_frac.item() == 0.75
+    # Equal in exact arithmetic; sums over 8 vs 6 samples may be blocked (rounded) differently.
+    # The longest: the first convolution's weight gradient, over B * 32 * 32 positions. Gradients,
+    # not the weights after AdamW, whose first step is lr * g / |g|: a gradient that is zero in
+    # exact arithmetic (an attention key's bias) moves by lr whatever its rounding noise.
+    longest = 8 * 32 * 32
     for name, x, y in zip(StepMetrics.NAMES, ma, mb, strict=True):
         if name != "stream/valid_frac":
-            torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5, msg=name)
-    for p, q in zip(a.nets.parameters(), b.nets.parameters(), strict=True):
-        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(a.buffer.pairs, b.buffer.pairs, rtol=1e-4, atol=1e-5)
+            assert_reordered(x, y, longest, name)
+    for (name, p), q in zip(a.nets.named_parameters(), b.nets.parameters(), strict=True):
+        assert (p.grad is None) == (q.grad is None), name
+        if p.grad is not None:
+            assert_reordered(p.grad, q.grad, longest, name)
+    assert_reordered(a.buffer.pairs, b.buffer.pairs, longest, "memory")
     # No valid sample: nothing fires, nothing is pushed, the detector stays put.
     det = a.detector.state_dict()
     m = a.update(Batch(noisy, torch.zeros(8, dtype=torch.bool), torch.zeros(8, dtype=torch.long)))

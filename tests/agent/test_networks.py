@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fp32 import assert_reordered
 
 from agent import AgentConfig
 from agent.build import build_networks, count_parameters
@@ -28,7 +29,8 @@ def test_channels_last_encoder_computes_the_listings_forward() -> None:
         h = torch.nn.functional.conv2d(h, m.weight.contiguous(), m.bias, 2, 1) if isinstance(
             m, torch.nn.Conv2d) else torch.relu(h)
     ref = enc.norm(enc.proj(h.flatten(1)))
-    torch.testing.assert_close(enc(x), ref, rtol=1e-4, atol=1e-4)
+    # Other kernels, other summation orders: the longest sum is proj's, 64 * 4 * 4 terms.
+    assert_reordered(enc(x), ref, 64 * 16, "encoder")
     sd = Encoder(64).state_dict()  # state dicts load across layouts
     enc.load_state_dict(sd)
     assert torch.equal(enc.conv[0].weight, sd["conv.0.weight"])
@@ -61,7 +63,7 @@ def test_lora_equals_explicit_effective_weights() -> None:
         w2 = pred.fc2.weight + mod.u2 @ torch.diag(d2[i]) @ mod.v2.T  # (8, 32)
         h = torch.nn.functional.gelu(z[i] @ w1.T + pred.fc1.bias)
         ref = pred.norm(h @ w2.T + pred.fc2.bias)
-        torch.testing.assert_close(out[i], ref, rtol=1e-5, atol=1e-5)
+        assert_reordered(out[i], ref, 32, "LoRA")  # sums of at most 32 terms (the hidden width)
     assert mod.delta1_gen.bias is None and mod.delta2_gen.bias is None
 
 

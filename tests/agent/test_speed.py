@@ -3,7 +3,8 @@
 Layers that run the same kernels on the same inputs (``LazyPair``, ``Beside``) must give the
 plain step's numbers bit for bit over several steps with memory writes. ``VisibleSlots`` runs the
 experience encoder's matmuls on fewer rows, which a BLAS may block (and so round) differently:
-it is checked on one step against a tolerance derived from fp32 arithmetic (below). The stream
+it is checked on one step against a tolerance derived from fp32 arithmetic
+(``fp32.assert_reordered``). The stream
 latent cache has its own tests (``test_latents.py``).
 """
 
@@ -14,6 +15,7 @@ import threading
 import numpy as np
 import pytest
 import torch
+from fp32 import assert_reordered
 
 from agent import AgentConfig, DatasetSource, Learner, Speed, StreamSource, stack
 from agent.speed import Beside, LazyPair, Plain, StreamCache, VisibleSlots
@@ -149,25 +151,14 @@ def test_beside_is_the_default_only_with_one_torch_thread() -> None:
         torch.set_num_threads(threads)
 
 
-# fp32 unit roundoff. A sum of n products computed in another order (a BLAS blocking M rows
-# differently) differs by at most gamma_n * sum|products| ~ n * U * sum|products| (Higham,
-# "Accuracy and Stability of Numerical Algorithms", 3.1). The experience encoder's longest sums
-# have n = 128 terms (its feed-forward width at the tiny preset); the step's gradients pass
-# through at most 16 such sums between the e_i and any parameter. So two paths that are equal in
-# exact arithmetic differ by at most 128 * 16 * U of the largest magnitude of each compared
-# tensor; anything that changes what is computed differs by orders of magnitude more.
-U = 2.0**-24
-REORDER_TOL = 128 * 16 * U  # ~1.2e-4
-
-
-def close_in_fp32(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
-    scale = max(float(a.abs().max()), float(b.abs().max()), 1e-30)
-    assert float((a - b).abs().max()) <= REORDER_TOL * scale, what
+# The longest sum of a tiny-preset step: the first convolution's weight gradient, over the
+# batch's B * 32 * 32 output positions (B = 8).
+LONGEST_SUM = 8 * 32 * 32
 
 
 def test_visible_slots_compute_the_plain_steps_numbers(frames: np.ndarray, fake_env_cls) -> None:
     """One step from the same state with a filled per-stream memory: the same e_i on the visible
-    slots, and the same loss, metrics and gradients, within fp32 reordering (REORDER_TOL)."""
+    slots, and the same loss, metrics and gradients, within fp32 reordering (``assert_reordered``)."""
     cfg = AgentConfig.from_preset("tiny", detector_warmup=2, kappa=0.01, **PER_STREAM)
     warm = Learner(cfg, speed=Speed())
     src = StreamSource(fake_env_cls([400] * cfg.batch_size), cfg)
@@ -186,10 +177,10 @@ def test_visible_slots_compute_the_plain_steps_numbers(frames: np.ndarray, fake_
         out.append((memory.mask, codes, rec, grads))
     (mask, ca, ra, ga), (mask_b, cb, rb, gb) = out
     assert torch.equal(mask, mask_b) and 0 < int(mask.sum()) < mask.numel()
-    close_in_fp32(ca[mask], cb[mask], "e_i on the visible slots")
+    assert_reordered(ca[mask], cb[mask], LONGEST_SUM, "e_i on the visible slots")
     assert not ca[~mask].any()  # the hidden slots are never encoded
     for key in ra:
-        close_in_fp32(torch.from_numpy(ra[key]), torch.from_numpy(rb[key]), key)
+        assert_reordered(torch.from_numpy(ra[key]), torch.from_numpy(rb[key]), LONGEST_SUM, key)
     assert ga.keys() == gb.keys() and any(n.startswith("experience") for n in ga)
     for name in ga:
-        close_in_fp32(ga[name], gb[name], name)
+        assert_reordered(ga[name], gb[name], LONGEST_SUM, name)
