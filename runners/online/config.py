@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 import tyro
 
+from agent.config import TRACKS, Track
 from runners.cli import CliError
 
 if TYPE_CHECKING:  # env is imported on first use: it pulls in gymnasium
@@ -42,14 +43,12 @@ WORLDS_FINAL_NS = (0, 1, 5, 10, 25, 50)  # = agent.adaptation.WORLD_NS
 #: (sigma_embed below it, as early in every run) reads deceptively well and is no candidate.
 WORLDS_BEST_MIN_SIGMA = 0.2
 
-Track = Literal["A", "B", "C", "D", "E"]
 AfterSwitch = Literal["memory", "continual"]
 Source = Literal["stream", "dataset"]
 Preset = Literal["cpu", "tiny", "paper"]
 Device = Literal["auto", "cpu", "cuda"]
 Precision = Literal["auto", "fp32", "bf16"]
 Protocol = Literal["worlds", "paper"]
-TRACKS: tuple[str, ...] = get_args(Track)
 AFTER_SWITCH: tuple[str, ...] = get_args(AfterSwitch)
 SOURCES: tuple[str, ...] = get_args(Source)
 PRESETS: tuple[str, ...] = get_args(Preset)

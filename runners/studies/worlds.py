@@ -33,13 +33,13 @@ import numpy as np
 from runners.cli import CliError, writing
 from runners.studies import stats
 from runners.studies.report import jsonable
+from runners.studies.runs import HEADLINE_N
 from runners.style import TRACK_COLORS, pyplot
 
 #: The families a worlds run reports, and their pooled mean.
 FAMILIES = ("interp", "extrap")
 POOLED = "all"
 #: The memory size of the headline numbers.
-HEADLINE_N = 50
 #: The issue's targets (reported as met or not, never tuned to).
 TARGETS = {"oracle_gain": 0.25, "memory_drop": 0.20, "oracle_share": 0.5}
 #: Below this oracle gain the oracle share is not reported (a ratio of two noises).
