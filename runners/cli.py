@@ -51,6 +51,7 @@ _REWRITES = (
     ),
     (re.compile(r"^Unrecognized options?: "), "unknown option(s): "),
     (re.compile(r"^Missing value for argument '(--[\w.-]+)'\..*$"), r"\1 needs a value"),
+    (re.compile(r"^Missing from .*?: (\S+) .*$"), r"\1 is required"),
 )
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
