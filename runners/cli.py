@@ -37,7 +37,7 @@ class CliError(Exception):
     """Bad input from the user: printed as one line, exit status 2."""
 
 
-#: The runners' flags are argparse's ``store_true`` ones: ``--dry-run``, no ``--no-dry-run``.
+#: A flag takes no value and has no negation: ``--dry-run``, no ``--no-dry-run``.
 FLAGS = (tyro.conf.FlagCreatePairsOff,)
 
 _REWRITES = (
@@ -94,8 +94,7 @@ def parse(
     """``tyro.cli(cls)`` on ``argv`` (default ``sys.argv[1:]``), its error box turned into one
     ``CliError`` line; ``--help`` prints and exits 0. With ``unknown``: (the config, the options
     it does not know, a leading ``--`` dropped). Without ``default`` (a command's own options),
-    a ``tuple`` option whose default is not empty given no value is an error (argparse's
-    ``nargs="+"``)."""
+    a ``tuple`` option whose default is not empty given no value is an error."""
     argv = list(sys.argv[1:] if argv is None else argv)
     helping = any(a in ("-h", "--help") for a in argv)
     kwargs: dict[str, Any] = {} if default is None else {"default": default}
