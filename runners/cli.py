@@ -94,7 +94,8 @@ def parse(
     """``tyro.cli(cls)`` on ``argv`` (default ``sys.argv[1:]``), its error box turned into one
     ``CliError`` line; ``--help`` prints and exits 0. With ``unknown``: (the config, the options
     it does not know, a leading ``--`` dropped). Without ``default`` (a command's own options),
-    a ``tuple`` option whose default is not empty given no value is an error."""
+    a list option given no value is an error where its default is not empty, and so is each
+    empty group of a repeatable one (``--grid`` alone)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     helping = any(a in ("-h", "--help") for a in argv)
     kwargs: dict[str, Any] = {} if default is None else {"default": default}
@@ -118,7 +119,8 @@ def parse(
                 os.environ["COLUMNS"] = columns
     cfg, extra = out if unknown else (out, [])
     for f in dataclasses.fields(cfg) if default is None else ():
-        if isinstance(f.default, tuple) and f.default and getattr(cfg, f.name) == ():
+        value = getattr(cfg, f.name)
+        if isinstance(value, tuple) and ((f.default and value == ()) or () in value):
             raise CliError(f"--{f.name.replace('_', '-')} needs at least one value")
     return (cfg, extra[1:] if extra[:1] == ["--"] else extra) if unknown else cfg
 

@@ -26,6 +26,7 @@ from runners.cli import CliError, parse, run_main
         ("visualize", ["--no-such-option"], "unknown option(s): --no-such-option"),
         ("sweep", ["--backend", "foo"], "--backend: expected one of 'local', 'ray', got 'foo'"),
         ("sweep", ["--workers", "x"], "--workers:"),
+        ("sweep", ["--grid"], "--grid needs at least one value"),
         ("reproduce", ["--seeds"], "--seeds needs at least one value"),
         ("reproduce", ["--freeze-steps", "1"], "--freeze-steps"),
         ("worlds_study", ["--oracle-track", "A"], "--oracle-track: expected one of"),
