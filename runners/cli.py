@@ -38,7 +38,7 @@ class CliError(Exception):
 
 
 #: A flag takes no value and has no negation: ``--dry-run``, no ``--no-dry-run``.
-FLAGS = (tyro.conf.FlagCreatePairsOff,)
+FLAGS = (tyro.conf.FlagCreatePairsOff, tyro.conf.DisallowNone)
 
 _REWRITES = (
     (re.compile(r"^Error parsing (--[\w.-]+): (.*\1\b)"), r"\2"),  # the message names it
@@ -52,6 +52,7 @@ _REWRITES = (
     (re.compile(r"^Unrecognized options?: "), "unknown option(s): "),
     (re.compile(r"^Missing value for argument '(--[\w.-]+)'\..*$"), r"\1 needs a value"),
     (re.compile(r"^Missing from .*?: (\S+) .*$"), r"\1 is required"),
+    (re.compile(r"no type matching (.+) could be instantiated from \[(.*)\]\.$"), r"expected \1, got \2"),
 )
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -25,7 +25,7 @@ from runners.cli import CliError, parse, run_main
         ("visualize", ["--switch", "10:x"], "--switch '10:x': gravity must be a number"),
         ("visualize", ["--no-such-option"], "unknown option(s): --no-such-option"),
         ("sweep", ["--backend", "foo"], "--backend: expected one of 'local', 'ray', got 'foo'"),
-        ("sweep", ["--workers", "x"], "--workers:"),
+        ("sweep", ["--workers", "x"], "--workers: expected INT, got 'x'"),
         ("sweep", ["--grid"], "--grid needs at least one value"),
         ("reproduce", ["--seeds"], "--seeds needs at least one value"),
         ("reproduce", ["--freeze-steps", "1"], "--freeze-steps"),
