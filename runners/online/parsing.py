@@ -1,15 +1,12 @@
-"""Typed values from text and JSON, with tyro: ``typed_cli`` (``tyro.cli`` whose multi-line
-error box becomes one ``CliError`` line) and the typing of ``--config`` / ``--set`` values and of
-``AgentConfig`` overrides, by the same parser as the command-line options."""
+"""Typed values from text and JSON, with tyro (``runners.cli.parse``): the typing of
+``--config`` / ``--set`` values and of ``AgentConfig`` overrides, by the same parser as the
+command-line options."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import io
 import json
-import os
 import re
 import types
 import typing
@@ -19,7 +16,10 @@ from typing import TYPE_CHECKING, Any, get_args
 
 import tyro
 
-from runners.cli import CliError
+from runners.cli import CliError, parse
+
+#: ``--flag VALUE`` for booleans: ``--set``/``--config`` values are always given.
+FLAGS_OFF = (tyro.conf.FlagConversionOff,)
 
 if TYPE_CHECKING:  # env is imported on first use: it pulls in gymnasium
     pass
@@ -34,78 +34,6 @@ def agent_module() -> Any:
     return agent.config
 
 
-
-
-_REWRITES = (
-    (re.compile(r"^Error parsing (--[\w.-]+): (.*\1\b)"), r"\2"),  # the message names it
-    (re.compile(r"^Error parsing (--[\w.-]+): "), r"\1: "),
-    (re.compile(r"invalid literal for int\(\) with base 10: (.*)$"), r"expected an integer, got \1"),
-    (re.compile(r"could not convert string to float: (.*)$"), r"expected a number, got \1"),
-    (
-        re.compile(r"^invalid choice (.*) for argument '(--[\w.-]+)'\. Expected one of \((.*)\)\.?$"),
-        r"\2: expected one of \3, got \1",
-    ),
-    (re.compile(r"^Unrecognized options?: "), "unknown option(s): "),
-    (re.compile(r"^Missing value for argument '(--[\w.-]+)'\..*$"), r"\1 needs a value"),
-)
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _one_line(text: str) -> str:
-    """The message of tyro's error box as one line: the lines between the box's top (a
-    ``╭─ title ─╮`` line, or the title's ``-----`` rule where stdout is not UTF-8) and its first
-    inner rule; a plain ``error:`` line as it is."""
-    lines = [_ANSI.sub("", raw).strip() for raw in text.splitlines()]
-
-    def rule(s: str) -> bool:
-        return bool(s) and set(s) <= {"─", "-"}
-
-    top = next((i for i, s in enumerate(lines) if s.startswith("╭") or rule(s)), None)
-    body: list[str] = []
-    if top is not None:
-        for s in lines[top + 1 :]:
-            s = s.strip("│").strip()
-            if not s or rule(s) or s.startswith("╰"):
-                break
-            body.append(s)
-    if not body:
-        body = [s.split("error: ", 1)[1] for s in lines if "error: " in s][-1:]
-    msg = " ".join(body) or "bad command line"
-    for pattern, repl in _REWRITES:
-        msg = pattern.sub(repl, msg)
-    return msg
-
-
-def typed_cli(
-    cls: Any, argv: list[str], default: Any, *, prog: str | None = None, flags_off: bool = False
-) -> Any:
-    """``tyro.cli`` with its error box turned into one ``CliError`` line."""
-    helping = any(a in ("-h", "--help") for a in argv)
-    buf = io.StringIO()
-    columns = os.environ.get("COLUMNS")
-    try:
-        if not helping:  # no line wrapping inside the error box
-            os.environ["COLUMNS"] = "1000"
-        with contextlib.redirect_stderr(buf):
-            return tyro.cli(
-                cls,
-                args=argv,
-                default=default,
-                prog=prog,
-                config=(tyro.conf.FlagConversionOff,) if flags_off else None,
-            )
-    except SystemExit as exc:
-        if exc.code in (0, None):
-            raise
-        raise CliError(_one_line(buf.getvalue())) from None
-    finally:
-        if not helping:
-            if columns is None:
-                os.environ.pop("COLUMNS", None)
-            else:
-                os.environ["COLUMNS"] = columns
 
 
 # -- typing values from --config (JSON) and --set (text) -------------------------------------
@@ -171,11 +99,11 @@ def typed(cls: type, default: Any, items: Mapping[str, list[str]], where: str) -
         return out
 
     try:
-        return typed_cli(cls, args(items), default, flags_off=True)
+        return parse(cls, args(items), default=default, config=FLAGS_OFF)
     except CliError as err:
         for name in items:  # name the field at fault
             try:
-                typed_cli(cls, args([name]), default, flags_off=True)
+                parse(cls, args([name]), default=default, config=FLAGS_OFF)
             except CliError as one:
                 detail = re.sub(r"^--[\w.-]+:? ", "", str(one))
                 raise CliError(f"{name}: {detail} (in {where})") from None

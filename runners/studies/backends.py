@@ -167,7 +167,7 @@ def _run_in_process(module: str, argv: list[str], threads: int) -> int:
     main = importlib.import_module(module).main
     try:
         return int(main(argv) or 0)
-    except SystemExit as exc:  # argparse errors and CliError wrappers
+    except SystemExit as exc:  # parse errors and CliError wrappers
         return exc.code if isinstance(exc.code, int) else 1
     except CliError as exc:
         print(f"{module}: error: {exc}", file=sys.stderr)

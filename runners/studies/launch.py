@@ -1,7 +1,8 @@
 """Launching the runs of a study: backend options, the runs' validated arguments, execution.
 
 Shared by ``python -m runners.sweep`` and ``python -m runners.reproduce`` (a command never imports
-another command): ``add_backend_arguments`` / ``make_backend`` (local processes or Ray),
+another command): ``Backend`` (the backend options, nested into each command's options:
+local processes or Ray),
 ``check_passthrough`` (options meant for ``train_online``), ``check_specs`` (every run's typed
 config built and resolved before anything starts), ``make_specs`` (one ``RunSpec`` per grid
 point), ``run_specs`` (run or skip them) and ``report_failures``.
@@ -9,10 +10,12 @@ point), ``run_specs`` (run or skip them) and ``report_failures``.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import tyro
 
 from runners.cli import CliError
 from runners.studies import backends, grid
@@ -24,39 +27,44 @@ if TYPE_CHECKING:
 RESERVED = ("out", "name", "resume")
 
 
-def add_backend_arguments(p: argparse.ArgumentParser) -> None:
-    """Options shared by ``sweep`` and ``reproduce``."""
-    p.add_argument("--backend", choices=("local", "ray"), default="local",
-                   help="local worker processes (default) or Ray tasks")
-    p.add_argument("--address", default=None,
-                   help="Ray address (auto, ray://HOST:10001); default: start a local Ray")
-    p.add_argument("--workers", type=int, default=None,
-                   help="concurrent runs (local default: cores; ray: cluster decides)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch threads per run (default: cores // workers)")
-    p.add_argument("--in-process", action="store_true",
-                   help="local: call train_online in a worker process instead of a subprocess")
-    p.add_argument("--ray-working-dir", default=None,
-                   help="ship this folder (the repository) to Ray workers as their working_dir")
+@dataclass
+class Backend:
+    """Options shared by ``sweep``, ``reproduce`` and ``worlds_study``: where the runs run."""
+
+    kind: Annotated[Literal["local", "ray"], tyro.conf.arg(name="backend")] = "local"
+    """local worker processes or Ray tasks"""
+    address: str | None = None
+    """Ray address (auto, ray://HOST:10001); default: start a local Ray"""
+    workers: int | None = None
+    """concurrent runs (local default: cores; ray: cluster decides)"""
+    threads: int | None = None
+    """torch threads per run (default: cores // workers)"""
+    in_process: bool = False
+    """local: call train_online in a worker process instead of a subprocess"""
+    ray_working_dir: str | None = None
+    """ship this folder (the repository) to Ray workers as their working_dir"""
+
+    def make(self) -> backends.LocalBackend | backends.RayBackend:
+        """The backend the options ask for (``CliError`` on nonsense)."""
+        if self.workers is not None and self.workers < 1:
+            raise CliError(f"--workers must be at least 1, got {self.workers}")
+        if self.threads is not None and self.threads < 1:
+            raise CliError(f"--threads must be at least 1, got {self.threads}")
+        if self.kind == "local":
+            if self.address:
+                raise CliError("--address is for --backend ray")
+            return backends.LocalBackend(self.workers, self.threads, in_process=self.in_process)
+        workers = self.workers or backends.default_workers()
+        threads = self.threads or (1 if self.address else backends.threads_per_worker(workers))
+        return backends.RayBackend(
+            address=self.address, threads=threads,
+            num_cpus=None if self.address else backends.default_workers(),
+            working_dir=self.ray_working_dir,
+        )
 
 
-def make_backend(args: argparse.Namespace) -> backends.LocalBackend | backends.RayBackend:
-    """The backend the options ask for (``CliError`` on nonsense)."""
-    if args.workers is not None and args.workers < 1:
-        raise CliError(f"--workers must be at least 1, got {args.workers}")
-    if args.threads is not None and args.threads < 1:
-        raise CliError(f"--threads must be at least 1, got {args.threads}")
-    if args.backend == "local":
-        if args.address:
-            raise CliError("--address is for --backend ray")
-        return backends.LocalBackend(args.workers, args.threads, in_process=args.in_process)
-    workers = args.workers or backends.default_workers()
-    threads = args.threads or (1 if args.address else backends.threads_per_worker(workers))
-    return backends.RayBackend(
-        address=args.address, threads=threads,
-        num_cpus=None if args.address else backends.default_workers(),
-        working_dir=args.ray_working_dir,
-    )
+#: How a command nests ``Backend``: its flags keep their names (``--backend``, ``--workers``).
+BackendOptions = Annotated[Backend, tyro.conf.arg(name="")]
 
 
 def check_passthrough(extra: Sequence[str]) -> list[str]:

@@ -1,0 +1,82 @@
+"""runners.cli.parse: every command's options from its dataclass (tyro); bad input is one line
+``<prog>: error: <message>`` and exit status 2, ``--help`` lists the options and exits 0."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+
+import pytest
+from cli_helpers import cli
+
+from runners.cli import CliError, parse, run_main
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "message"),
+    [
+        ("make_dataset", [], "--out is required"),
+        ("make_dataset", ["--out", "x.zarr", "--seed", "q"], "--seed: expected an integer, got 'q'"),
+        ("evaluate", [], "RUN_DIR_OR_CHECKPOINT is required"),
+        ("evaluate", ["run", "--device", "gpu"], "--device: expected one of 'auto', 'cpu', 'cuda'"),
+        ("evaluate", ["run", "--n"], "--n: one or more memory sizes"),
+        ("visualize", ["--protocol", "foo"], "--protocol: expected one of"),
+        ("visualize", ["--switch", "10:x"], "--switch '10:x': gravity must be a number"),
+        ("visualize", ["--no-such-option"], "unknown option(s): --no-such-option"),
+        ("sweep", ["--backend", "foo"], "--backend: expected one of 'local', 'ray', got 'foo'"),
+        ("sweep", ["--workers", "x"], "--workers: expected INT, got 'x'"),
+        ("sweep", ["--grid"], "--grid needs at least one value"),
+        ("reproduce", ["--seeds"], "--seeds needs at least one value"),
+        ("reproduce", ["--freeze-steps", "1"], "--freeze-steps"),
+        ("worlds_study", ["--oracle-track", "A"], "--oracle-track: expected one of"),
+        ("worlds_study", ["--tracks", "F"], "--tracks: expected one of 'A', 'B', 'C', 'D', 'E'"),
+    ],
+)
+def test_bad_command_line_is_one_line_exit_2(monkeypatch, capsys, module, argv, message):
+    mod = importlib.import_module(f"runners.{module}")
+    prog = f"python -m runners.{module}"
+    monkeypatch.setattr(sys, "argv", [prog, *argv])
+    with pytest.raises(SystemExit) as info:
+        run_main(mod.main, prog)
+    err = capsys.readouterr().err
+    assert info.value.code == 2, err
+    assert err.startswith(f"{prog}: error: ") and err.count("\n") == 1, err
+    assert message in err and "Traceback" not in err and "╭" not in err
+
+
+@pytest.mark.parametrize(
+    ("module", "option"),
+    [("make_dataset", "--shift-gravity"), ("evaluate", "--target-reference"),
+     ("visualize", "--from RUN_DIR"), ("sweep", "--in-process"), ("reproduce", "--ablations"),
+     ("worlds_study", "--oracle-track")],
+)
+def test_help_lists_the_options_and_exits_0(module, option):
+    res = cli(module, "--help")
+    assert res.returncode == 0, res.stderr
+    assert option in res.stdout and "--out" in res.stdout
+
+
+def test_bad_option_in_a_subprocess_is_one_line():
+    res = cli("reproduce", "--steps", "many")
+    assert res.returncode == 2
+    assert res.stderr.splitlines() == [
+        "python -m runners.reproduce: error: --steps: expected an integer, got 'many'"]
+
+
+@dataclass
+class _Options:
+    seeds: tuple[int, ...] = (1, 2)
+    dry_run: bool = False
+
+
+def test_parse_passes_unknown_options_on_in_order():
+    opts, extra = parse(_Options, ["--preset", "tiny", "--dry-run", "--set", "a=1", "b=2",
+                                   "--seeds", "3"], "p", unknown=True)
+    assert opts == _Options(seeds=(3,), dry_run=True)
+    assert extra == ["--preset", "tiny", "--set", "a=1", "b=2"]
+    assert parse(_Options, ["--", "--steps", "5"], "p", unknown=True)[1] == ["--steps", "5"]
+    with pytest.raises(CliError, match="unknown option"):
+        parse(_Options, ["--steps", "5"], "p")
+    with pytest.raises(CliError, match=r"unknown option\(s\): yes"):  # a flag takes no value
+        parse(_Options, ["--dry-run", "yes"], "p")
