@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from agent.config import TRACKS
 from runners.cli import CliError, ensure_output_dir, parse, run_main, writing
 from runners.online.config import Preset, Track
 from runners.studies import backends, grid, launch
 from runners.studies import worlds as worlds_report
 
 PROG = "python -m runners.worlds_study"
-TRACKS = ("A", "B", "C", "D", "E")
 
 
 @dataclass
