@@ -412,7 +412,7 @@ def session_target(cfg: RunConfig) -> tuple[float, float]:
 def family_name(gravity: float, direction: float) -> str:
     """The world family (``env.FAMILIES``) of a gravity and direction, for the view's labels."""
     import env
-    from runners.online.worlds import family_of
+    from runners.online.worlds_protocol import family_of
 
     return family_of(env.PhysicsParams(gravity=gravity, gravity_direction=direction))
 

@@ -30,8 +30,7 @@ from typing import Literal
 from agent.config import TRACKS
 from runners.cli import CliError, ensure_output_dir, parse, run_main, writing
 from runners.online.config import Preset, Track
-from runners.studies import backends, grid, launch
-from runners.studies import worlds as worlds_report
+from runners.studies import backends, grid, launch, worlds_report
 
 PROG = "python -m runners.worlds_study"
 

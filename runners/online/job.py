@@ -26,7 +26,7 @@ from runners.online.plots import make_figures
 from runners.online.rundir import RunFolder, StopRequest
 from runners.online.summary import build_summary, curve_report, format_table, write_summary
 from runners.online.switch import physics_label
-from runners.online.worlds import WorldsEvaluator
+from runners.online.worlds_protocol import WorldsEvaluator
 
 PROG = "train_online"
 

@@ -7,7 +7,7 @@ own factory so a caller (the visualizer, a test, a benchmark) can build or repla
 - ``resolve_device``: auto -> cuda when available, else cpu;
 - ``make_learner``: ``agent.Learner`` of the run's ``AgentConfig``;
 - ``make_world``: the world the learner lives in and its source of batches: under the worlds
-  protocol a ``ScheduledWorld`` (``runners.online.worlds``: every stream's episodes in worlds
+  protocol a ``ScheduledWorld`` (``runners.online.worlds_protocol``: every stream's episodes in worlds
   drawn from a family); under the paper's, ``StreamWorld`` (a live
   ``env.MovingMNISTVectorEnv`` whose physics switch mid-stream) or ``DatasetWorld`` (i.i.d.
   sequences of a ``make_dataset`` store's base or shift split);
@@ -32,7 +32,7 @@ from runners.online.config import RunConfig
 from runners.online.evaluation import CurveEvaluator, Evaluator
 from runners.online.recorder import Recorder
 from runners.online.rundir import RunFolder
-from runners.online.worlds import (
+from runners.online.worlds_protocol import (
     ScheduledWorld,
     WorldsEvaluator,
     make_scheduled_world,

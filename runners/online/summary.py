@@ -151,7 +151,7 @@ def since_switch(err: np.ndarray | None, fs: int | None) -> list[dict[str, Any]]
 
 
 def _family_of(cfg: RunConfig) -> str:
-    from runners.online.worlds import family_of
+    from runners.online.worlds_protocol import family_of
 
     return family_of(cfg.shift_physics)
 

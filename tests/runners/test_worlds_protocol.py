@@ -17,7 +17,7 @@ from runners.cli import CliError
 from runners.online.command import build_config, config_from_dict
 from runners.online.config import PAPER_FINAL_NS, WORLDS_AGENT, WORLDS_FINAL_NS
 from runners.online.summary import since_switch
-from runners.online.worlds import family_of, make_scheduled_world, make_world_sets
+from runners.online.worlds_protocol import family_of, make_scheduled_world, make_world_sets
 
 
 def test_worlds_is_the_default_and_paper_one_flag_away() -> None:

@@ -13,7 +13,7 @@ from cli_helpers import TINY_WORLDS, cli
 
 from runners.cli import CliError
 from runners.studies import stats
-from runners.studies import worlds as ws
+from runners.studies import worlds_report as ws
 
 NS = (0, 1, 5, 10, 25, 50)
 
