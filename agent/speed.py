@@ -214,7 +214,8 @@ class Speed:
     @classmethod
     def default(cls, device: torch.device | str) -> Speed:
         """A CPU's: host reads are free there (on a GPU each is a sync); the second thread with
-        one torch thread and a spare core (with more threads each op already uses the cores)."""
+        one torch thread and a spare core (with more threads each op already uses the cores).
+        Read when the learner is built: set the thread count first (the runners do)."""
         cpu = torch.device(device).type == "cpu"
         beside = cpu and torch.get_num_threads() == 1 and spare_core()
         return cls(visible_slots=cpu, lazy_pair=cpu, beside=beside)

@@ -62,10 +62,6 @@ class History:
     def __len__(self) -> int:
         return min(self._n, self.window)
 
-    @property
-    def last_step(self) -> int | None:
-        return int(self._steps[(self._n - 1) % self.window]) if self._n else None
-
     def restart_rolling(self, step: int) -> None:
         """From ``step`` on, the rolling error forgets the steps before it (a new phase: its
         error is not averaged with the last one's)."""

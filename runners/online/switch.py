@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import tyro
 
-from runners.cli import CliError
-
 if TYPE_CHECKING:  # env is imported on first use: it pulls in gymnasium
     from env import PhysicsParams
 
@@ -168,14 +166,6 @@ def switches_from_json(items: Iterable[Any] | None) -> tuple[Switch, ...]:
 def _option_error(err: ValueError) -> str:
     """``switch '10:x': ...`` -> ``--switch '10:x': ...`` (the message of a command-line value)."""
     return str(err).replace("switch ", "--switch ", 1)
-
-
-def parse_switch(text: str) -> Switch:
-    """``--switch`` text -> ``Switch`` (``CliError`` naming the parameter)."""
-    try:
-        return Switch.parse(text)
-    except ValueError as err:
-        raise CliError(_option_error(err)) from None
 
 
 def _switch_from_cli(tokens: list[str]) -> Switch:

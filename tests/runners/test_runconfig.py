@@ -24,7 +24,7 @@ from runners.online.command import (
     resume_changes,
 )
 from runners.online.config import RUN_FIELDS, RunConfig, resolve
-from runners.online.switch import PHYSICS_NAMES, Switch, parse_switch
+from runners.online.switch import PHYSICS_NAMES, Switch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -224,19 +224,19 @@ def test_bad_values_exit_2_with_one_line(tmp_path: Path) -> None:
 # -- switches and physics --------------------------------------------------------------------
 def test_switch_parse_and_json() -> None:
     assert PHYSICS_NAMES == env.PHYSICS_FIELDS
-    assert parse_switch("3000:0.5") == g(3000, 0.5)
-    sw = parse_switch("3000:friction=0.01, direction=45,gravity=0.5")
+    assert Switch.parse("3000:0.5") == g(3000, 0.5)
+    sw = Switch.parse("3000:friction=0.01, direction=45,gravity=0.5")
     assert sw.step == 3000 and sw.physics == (
         ("gravity", 0.5), ("gravity_direction", 45.0), ("friction", 0.01))  # env order
-    assert parse_switch("3000:gravity_direction=45") == parse_switch("3000:direction=45")
+    assert Switch.parse("3000:gravity_direction=45") == Switch.parse("3000:direction=45")
     assert sw.label() == "g -> 0.5, direction -> 45, friction -> 0.01"
     for form in (sw.to_json(), str(sw), [3000, sw.params]):
         assert Switch.from_json(form) == sw
     assert Switch.from_json([3000, 0.5]) == Switch.from_json({"step": 3000, "gravity": 0.5})
-    with pytest.raises(CliError, match="friction must be in"):
-        parse_switch("3000:friction=1")
-    with pytest.raises(CliError, match="expected STEP:GRAVITY"):
-        parse_switch("3000")
+    with pytest.raises(ValueError, match="friction must be in"):
+        Switch.parse("3000:friction=1")
+    with pytest.raises(ValueError, match="expected STEP:GRAVITY"):
+        Switch.parse("3000")
 
 
 def test_physics_at_applies_every_switch_up_to_the_step() -> None:
