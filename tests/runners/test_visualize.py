@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pygame
 import pytest
+from live_fake import FakeDriver, FakeWorld
 
 from runners.live.app import App, AppConfig
 from runners.live.draw import SWITCH
-from runners.live.fake import FakeDriver, FakeWorld
 from runners.live.model import History
 from runners.live.screen import SIZE
 
