@@ -150,9 +150,10 @@ def jepa_step(
     P past frames, the last the input, then the K targets; valid, world (B,)). Returns the
     step's metrics as 0-dim device tensors (``paths.Plain``: no host read)."""
     nets, spec, w = m.nets, m.spec, batch.valid.float()  # w (B,) 0/1
-    # 1. Forward. The EMA targets and the memory's e_i need nothing of the online encoder.
-    targets = paths.targets(m, batch)  # -> (B, K, D): EMA encoder, no gradient
+    # 1. Forward. The memory's e_i and the EMA targets need nothing of the online encoder (asked
+    #    for first, in the order they are needed: paths may compute them beside it).
     codes = paths.codes(m, memory, knobs.learn)  # -> (.., cap, exp_dim) | None: experience enc.
+    targets = paths.targets(m, batch)  # -> (B, K, D): EMA encoder, no gradient
     with spec.autocast(), torch.set_grad_enabled(knobs.learn):
         z = context_latents(nets, batch.frames, spec)  # (B, C, D), or (B, D) when C = 1
         mod, agg = modulated_prediction(nets, z, memory, spec, batch.physics, codes.result())

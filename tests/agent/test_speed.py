@@ -184,3 +184,14 @@ def test_visible_slots_compute_the_plain_steps_numbers(frames: np.ndarray, fake_
     assert ga.keys() == gb.keys() and any(n.startswith("experience") for n in ga)
     for name in ga:
         assert_reordered(ga[name], gb[name], LONGEST_SUM, name)
+
+
+def test_docs_show_the_step_as_it_is() -> None:
+    """docs/agent.md shows ``jepa_step`` verbatim (regenerate the block when the step changes)."""
+    import inspect
+    from pathlib import Path
+
+    from agent.step import jepa_step
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "agent.md").read_text()
+    assert f"```python\n{inspect.getsource(jepa_step).rstrip()}\n```" in doc
