@@ -148,7 +148,7 @@ def jepa_step(
 ) -> StepMetrics:
     """One training step on ``batch`` (frames (B, F, 1, 64, 64) uint8 at ``cfg.frame_offsets``:
     P past frames, the last the input, then the K targets; valid, world (B,)). Returns the
-    step's metrics as 0-dim device tensors (``paths.Plain``: no host read)."""
+    step's metrics as 0-dim device tensors (with ``agent.speed.Plain``: no host read)."""
     nets, spec, w = m.nets, m.spec, batch.valid.float()  # w (B,) 0/1
     # 1. Forward. The memory's e_i and the EMA targets need nothing of the online encoder (asked
     #    for first, in the order they are needed: paths may compute them beside it).
