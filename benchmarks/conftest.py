@@ -2,7 +2,7 @@
 
 Every benchmark gets the same ``extra_info`` keys (steps_per_s, device, device_name, precision,
 torch_threads, batch_size, track, source, ...) so ``benchmarks/make_table.py`` can turn the
-``--benchmark-json`` output into the README's table. Learner figures are reported as a ratio to
+``--benchmark-json`` output into the tables of docs/throughput.md. Learner figures are reported as a ratio to
 the paper-faithful reference step (``benchmarks/paper_reference.py``) measured in the same run.
 
 Options:

@@ -1,4 +1,4 @@
-"""Turn pytest-benchmark JSON into the README's Markdown throughput tables.
+"""Turn pytest-benchmark JSON into the Markdown throughput tables of docs/throughput.md.
 
     pytest benchmarks --benchmark-only --benchmark-json bench.json
     python -m benchmarks.make_table bench.json            # or: python benchmarks/make_table.py

@@ -19,7 +19,7 @@ Pairing: every timed round of the loop is preceded by a round of the reference (
 `setup`), so both see the same machine at the same moment; `x reference` is the ratio of their
 median (or, `--bench-stat min`, best) rounds. A round is a whole number of metric blocks
 (`log_every` steps), so the block flush counts at its true rate. Evaluations and checkpoints are
-periodic, not per step, and stay outside the rounds (the README's whole-run wall times count them).
+periodic, not per step, and stay outside the rounds (docs/throughput.md's whole-run wall times count them).
 
 Steady state, as the reference's (a full buffer): the paper protocol's global buffer is filled
 with random pairs; the worlds protocol's per-stream memories are grown by `buffer_capacity`

@@ -1,9 +1,11 @@
 """Online training with mid-stream physics switches: ``python -m runners.train_online``.
 
-The agent lives in a stream of parallel Moving MNIST worlds and learns per step in the base world
-(gravity 0); the physics switch mid-stream (the gravity by default; its direction, restitution and
-friction too) and, in ``memory`` mode, only experience (the buffer and its modulation) can adapt
-the frozen predictor. The run folder keeps the resolved config, the
+The agent lives in parallel Moving MNIST streams and learns per step. By default (the worlds
+protocol) each stream lives in its own world drawn from a training family, redrawn every episode;
+at 2/3 of the run every stream moves to a held-out world and, in ``memory`` mode, the weights
+freeze, so only experience (each stream's memory and its modulation) can adapt the predictor.
+``--protocol paper`` runs the paper's instead: one base world (gravity 0) and a mid-stream
+switch (the gravity by default; its direction, restitution and friction too). The run folder keeps the resolved config, the
 per-step metrics and evaluations (``run.zarr``), checkpoints, figures and a summary.
 
     python -m runners.train_online                         # the default story, about 75 s on a 2-core CPU

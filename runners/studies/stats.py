@@ -9,7 +9,7 @@ The pre-registered test (docs/definitions.md#pre-registered-outcome) compares tr
     delta >= 0.20          -> "A" (strong confirmation)
     0.05 <= delta < 0.20   -> "B" (partial confirmation)
     |delta| < 0.05         -> "C" (null result)
-    delta < -0.05          -> "D" (falsified)
+    delta <= -0.05         -> "D" (falsified)
 
 The paper leaves delta == -0.05 exactly unclassified. We put it in "D": the boundaries mirror
 each other, and at +0.05 the closed side belongs to the non-null class ("B"), so at -0.05 it does
