@@ -16,20 +16,16 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import tyro
 
+from agent.config import AgentConfig
 from runners.cli import CliError, parse
-
-if TYPE_CHECKING:  # env is imported on first use: it pulls in gymnasium
-    pass
-
 from runners.online.config import (
     RESUMABLE,
     RUN_FIELDS,
     RunConfig,
-    agent_module,
     make_agent_config,
     resolve,
 )
@@ -209,7 +205,6 @@ def build_config(argv: Sequence[str] = (), *, cmd: TrainCommand | None = None) -
 def config_from_dict(data: dict[str, Any]) -> RunConfig:
     """Rebuild the resolved config saved as ``config.json`` (for --resume and evaluate); reads the
     older formats too (switches as ``[step, gravity]`` pairs, overrides as text)."""
-    agent = agent_module()
     d = dict(data)
     agent_dict = d.pop("agent", None)
     overrides = d.pop("agent_overrides", {}) or {}
@@ -227,7 +222,7 @@ def config_from_dict(data: dict[str, Any]) -> RunConfig:
     cfg = RunConfig(**d)
     cfg.agent_overrides = agent_values(overrides, "config.json (agent_overrides)")
     try:
-        cfg.agent = agent.AgentConfig.from_dict(agent_dict) if agent_dict else make_agent_config(cfg)
+        cfg.agent = AgentConfig.from_dict(agent_dict) if agent_dict else make_agent_config(cfg)
     except (ValueError, TypeError, KeyError) as err:
         raise CliError(f"config.json holds an invalid agent config: {err}") from None
     return cfg

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 import tyro
 
-from agent.config import TRACKS, Track
+from agent.config import TRACKS, AgentConfig, Track, preferred_precision
 from runners.cli import CliError
 
 if TYPE_CHECKING:  # env is imported on first use: it pulls in gymnasium
     from env import PhysicsParams
 
-from runners.online.parsing import agent_module, agent_values
+from runners.online.parsing import agent_values
 from runners.online.switch import Switch, check_physics, switches_from_json
 
 # Calibrated on a 2-core CPU so the default run tells the whole story in about 75 s
@@ -331,7 +331,7 @@ def auto_precision(device: str) -> str:
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    return agent_module().preferred_precision(device)
+    return preferred_precision(device)
 
 
 def precision_note(cfg: RunConfig) -> str:
@@ -366,7 +366,6 @@ def schedule_horizon(cfg: RunConfig) -> int:
 
 
 def make_agent_config(cfg: RunConfig) -> Any:
-    agent = agent_module()
     over = dict(cfg.agent_overrides)
     for k in SHARED_WITH_AGENT:
         if k in over:
@@ -387,7 +386,7 @@ def make_agent_config(cfg: RunConfig) -> Any:
             )
         typed["push_pair"] = "input"
     try:
-        return agent.AgentConfig.from_preset(agent_preset, track=cfg.track, **typed)
+        return AgentConfig.from_preset(agent_preset, track=cfg.track, **typed)
     except (ValueError, TypeError) as err:
         raise CliError(f"invalid agent config: {err}") from None
 

@@ -12,29 +12,15 @@ import types
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import field
-from typing import TYPE_CHECKING, Any, get_args
+from typing import Any, get_args
 
 import tyro
 
+from agent.config import AgentConfig
 from runners.cli import CliError, parse
 
 #: ``--flag VALUE`` for booleans: ``--set``/``--config`` values are always given.
 FLAGS_OFF = (tyro.conf.FlagConversionOff,)
-
-if TYPE_CHECKING:  # env is imported on first use: it pulls in gymnasium
-    pass
-
-
-def agent_module() -> Any:
-    """``agent.config`` (the module that defines ``AgentConfig``), imported on first use."""
-    try:
-        import agent.config
-    except ImportError as err:  # pragma: no cover - the agent package is part of the project
-        raise CliError(f"cannot import the agent package: {err}") from None
-    return agent.config
-
-
-
 
 # -- typing values from --config (JSON) and --set (text) -------------------------------------
 @functools.cache
@@ -114,7 +100,7 @@ def typed(cls: type, default: Any, items: Mapping[str, list[str]], where: str) -
 def agent_fields() -> type:
     """AgentConfig's fields as a plain dataclass (same types and defaults, no validation): tyro
     types the agent overrides with it; ``AgentConfig`` validates them when the agent is built."""
-    cls = agent_module().AgentConfig
+    cls = AgentConfig
     hints = typing.get_type_hints(cls)
     return dataclasses.make_dataclass(
         "AgentFields",
@@ -123,7 +109,7 @@ def agent_fields() -> type:
 
 
 def agent_field_names() -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(agent_module().AgentConfig))
+    return frozenset(f.name for f in dataclasses.fields(AgentConfig))
 
 
 def typed_agent(items: Mapping[str, list[str]], where: str) -> dict[str, Any]:
