@@ -372,9 +372,9 @@ def step_metrics(
     """The step's ``StepMetrics`` (0-dim float32 tensors, valid-sample means) from its forward and
     the memory after this step's write. Per-stream memory: threshold and buffer size are means
     over the streams, boundary the share of streams whose detector fired."""
-    n_valid, denom = w.sum(), w.sum().clamp(min=1.0)
-    nan = torch.full((), math.nan, device=w.device)
-    delta_abs = attn_entropy = nan
+    n_valid = w.sum()
+    denom = n_valid.clamp(min=1.0)
+    delta_abs = attn_entropy = torch.full((), math.nan, device=w.device)
     if fwd.mod.scales is not None:
         delta_abs = (fwd.mod.scales.detach().float().abs().mean(1) * w).sum() / denom
     if fwd.agg is not None:
