@@ -92,7 +92,6 @@ def _is_int(v: Any) -> bool:
 _POSITIVE_INTS = (
     "latent_dim",
     "hidden_dim",
-    "total_steps",
     "buffer_capacity",
     "exp_dim",
     "exp_layers",
@@ -132,7 +131,7 @@ class AgentConfig:
     lr: float = 3e-3  # AdamW peak learning rate (per-track default via from_preset)
     weight_decay: float = 0.01  # AdamW weight decay
     warmup_frac: float = 0.05  # linear LR warmup as a fraction of total_steps, then cosine
-    total_steps: int = 10_000  # the step budget the LR and tau schedules run over
+    total_steps: int | None = 10_000  # the LR and tau schedules' steps (None: a runner sets it)
     tau_base: float = 0.996  # EMA target decay at step 0 (cosine schedule start)
     tau_end: float = 0.9999  # EMA target decay at total_steps
     gamma: float = 0.75  # variance hinge threshold
@@ -198,6 +197,8 @@ class AgentConfig:
                 self._bad(name, f"must be {rule}")
         if not self.tau_base <= self.tau_end <= 1:
             self._bad("tau_end", "must be in [tau_base, 1]")
+        if self.total_steps is not None and (not _is_int(self.total_steps) or self.total_steps < 1):
+            self._bad("total_steps", "must be a positive integer (or None: a runner sets it)")
         for name in ("freeze_buffer_at", "freeze_ema_at", "freeze_weights_at"):
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < 0):

@@ -50,6 +50,8 @@ class Learner:
         parts: Parts | None = None,
         speed: Speed | None = None,
     ) -> None:
+        if cfg.total_steps is None:
+            raise ValueError("total_steps: None is for a runner to fill in (the schedules' length)")
         self.cfg = cfg
         self.device = torch.device(device)
         self.spec = StepSpec.from_config(cfg, self.device)

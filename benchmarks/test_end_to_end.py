@@ -13,7 +13,7 @@ Without the option, torch's default (all cores).
 
 Cases: the paper protocol from the live stream and from a stored dataset (`--source dataset`),
 and the worlds protocol (the default protocol; stream only), tracks A and C, fp32 and bf16. The
-`precision` column marks the one `--precision auto` (the default) picks on this device.
+`precision` column marks the one the run picks by default on this device (from `--device`).
 
 Pairing: every timed round of the loop is preceded by a round of the reference (pytest-benchmark's
 `setup`), so both see the same machine at the same moment; `x reference` is the ratio of their
@@ -33,6 +33,7 @@ import statistics
 
 import pytest
 
+from agent import preferred_precision
 from benchmarks.conftest import (
     BenchSettings,
     make_reference_step,
@@ -41,7 +42,7 @@ from benchmarks.conftest import (
     skip_unless_selected,
     synchronize,
 )
-from runners.online.config import RunConfig, auto_precision, resolve
+from runners.online.command import build_config
 from runners.online.loop import OnlineLoop
 from runners.online.rundir import RunFolder
 
@@ -70,25 +71,15 @@ def make_loop(
     precision: str,
     data: str | None,
 ) -> OnlineLoop:
-    cfg = RunConfig(
-        protocol=protocol,  # type: ignore[arg-type]
-        steps=NEVER,
-        switches=(),
-        preset="paper",
-        track=track,  # type: ignore[arg-type]
-        precision=precision,  # type: ignore[arg-type]
-        device=bench.device.type,  # type: ignore[arg-type]
-        source=source,  # type: ignore[arg-type]
-        data=data,
-        eval_every=NEVER,
-        checkpoint_every=NEVER,
-        eval_shift_train=8,
-        eval_shift_test=8,
-        eval_base_test=8,
-        eval_worlds=1,
-        eval_world_seqs=4,
-    )
-    cfg = resolve(cfg)
+    own = (["--eval-worlds", "1", "--eval-world-seqs", "4"] if protocol == "worlds" else
+           ["--source", source, "--data", str(data), "--eval-shift-train", "8",
+            "--eval-base-test", "8"])
+    cfg = build_config([
+        "--protocol", protocol, "--steps", str(NEVER), "--no-switch", "--preset", "paper",
+        "--track", track, "--precision", precision, "--device", bench.device.type,
+        "--eval-every", str(NEVER), "--checkpoint-every", str(NEVER), "--eval-shift-test", "8",
+        *own,
+    ])
     root = tmp_path / f"run-{protocol}-{source}-{track}-{precision}"
     root.mkdir()
     folder = RunFolder(root)
@@ -118,11 +109,11 @@ def test_train_online_loop(
         prefill(loop.learner, cfg.buffer_capacity)
     else:  # per-stream memories: grown by the stream itself (a smoke run: one block)
         grow = track != "A" and not getattr(benchmark, "disabled", False)
-        for _ in range(cfg.buffer_capacity if grow else loop.cfg.log_every):
+        for _ in range(cfg.buffer_capacity if grow else loop.cfg.schedule.log_every):
             loop.step()
     _, ref_step = make_reference_step(track, bench, base_sequences[0])
 
-    block = loop.cfg.log_every
+    block = loop.cfg.schedule.log_every
     steps = block * max(1, math.ceil(bench.steps / block))  # whole metric blocks per round
     ref_times: list[float] = []
 
@@ -157,7 +148,7 @@ def test_train_online_loop(
         track=track,
         source=source,
         precision=precision,
-        default_precision=precision == auto_precision(bench.device.type),
+        default_precision=precision == preferred_precision(bench.device.type),
         batch_size=cfg.batch_size,
         steps_per_s=rate,
         reference_steps_per_s=ref_rate,

@@ -43,6 +43,7 @@ FLAGS = (tyro.conf.FlagCreatePairsOff, tyro.conf.DisallowNone)
 _REWRITES = (
     (re.compile(r"^Error parsing (--[\w.-]+): (.*\1\b)"), r"\2"),  # the message names it
     (re.compile(r"^Error parsing (--[\w.-]+): "), r"\1: "),
+    (re.compile(r"^Error parsing [\w.]+: "), ""),  # a nested config's own ValueError
     (re.compile(r"invalid literal for int\(\) with base 10: (.*)$"), r"expected an integer, got \1"),
     (re.compile(r"could not convert string to float: (.*)$"), r"expected a number, got \1"),
     (
@@ -91,6 +92,7 @@ def parse(
     description: str | None = None,
     unknown: bool = False,
     config: Sequence[Any] = FLAGS,
+    add_help: bool = True,
 ) -> Any:
     """``tyro.cli(cls)`` on ``argv`` (default ``sys.argv[1:]``), its error box turned into one
     ``CliError`` line; ``--help`` prints and exits 0. With ``unknown``: (the config, the options
@@ -107,7 +109,8 @@ def parse(
             os.environ["COLUMNS"] = "1000"
         with contextlib.redirect_stderr(buf):
             out = tyro.cli(cls, args=argv, prog=prog, description=description,
-                           return_unknown_args=unknown, config=tuple(config) or None, **kwargs)
+                           return_unknown_args=unknown, config=tuple(config) or None,
+                           add_help=add_help, **kwargs)
     except SystemExit as exc:
         if exc.code in (0, None):
             raise

@@ -32,7 +32,7 @@ import tyro
 
 from runners.cli import CliError, ensure_output_dir, parse, run_main
 from runners.online.command import config_from_dict
-from runners.online.config import Device, RunConfig, resolve
+from runners.online.config import Device, Paper, RunConfig, Schedule, Worlds, resolve
 from runners.online.job import set_threads
 from runners.online.parts import make_evaluator, open_store, resolve_device
 from runners.online.rundir import RunFolder
@@ -118,9 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = config_from_dict(folder.read_config())
     else:  # a checkpoint on its own: the default evaluation sizes, the checkpoint's seed; a
         # per-stream memory says the worlds protocol
-        protocol = "worlds" if agent_cfg.memory_scope == "per_stream" else "paper"
-        cfg = RunConfig(protocol=protocol, track=agent_cfg.track, seed=agent_cfg.seed, switches=())
-        cfg = resolve(cfg, build_agent=False)
+        protocol = Worlds() if agent_cfg.memory_scope == "per_stream" else Paper()
+        cfg = resolve(RunConfig(protocol=protocol, schedule=Schedule(switches=())))
     cfg.agent = agent_cfg
     ns = tuple(sorted(set(args.n if args.n is not None else
                           WORLDS_CURVE if cfg.worlds else CURVE)))  # fmt: skip
@@ -131,10 +130,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if cfg.worlds:
             raise CliError("--data: a worlds-protocol run is evaluated on generated worlds only")
         store = open_store(args.data)
-        cfg.data = args.data
-        cfg.eval_shift_train = cfg.eval_shift_test = cfg.eval_base_test = 10**9  # whole splits
+        cfg.protocol = dataclasses.replace(cfg.paper, data=args.data, eval_shift_train=10**9,
+                                           eval_base_test=10**9)  # whole splits
+        cfg.schedule.eval_shift_test = 10**9
     if cfg.worlds:
-        cfg.final_ns = ns  # the world sets are long enough for the largest n
+        cfg.schedule.final_ns = ns  # the world sets are long enough for the largest n
     evaluator = make_evaluator(cfg, store)
 
     learner = Learner(agent_cfg, device=device)

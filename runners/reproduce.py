@@ -30,8 +30,8 @@ from typing import Annotated, Literal
 
 import tyro
 
+from agent.config import Track
 from runners.cli import CliError, ensure_output_dir, parse, run_main, writing
-from runners.online.config import Track
 from runners.studies import backends, grid, launch, report
 from runners.studies.runs import RunRecord, load_run
 

@@ -13,8 +13,8 @@ per-step metrics and evaluations (``run.zarr``), checkpoints, figures and a summ
     python -m runners.train_online --switch 3000:gravity=0.5,direction=45,friction=0.01
     python -m runners.train_online --resume runs/<name>    # continue a stopped run
 
-The command line is generated from ``RunConfig`` (``runners.online.config``): every field is an
-option, ``--help`` lists them; see docs/train_online.md.
+The command line is generated from ``RunConfig`` (``runners.online.config``): every field of it,
+the learner's included, is an option; ``--help`` lists them; see docs/train_online.md.
 """
 
 from __future__ import annotations
@@ -23,14 +23,8 @@ import sys
 from collections.abc import Sequence
 
 from runners.cli import ensure_output_dir, run_main
-from runners.online.command import (
-    TrainCommand,
-    apply_resume,
-    build_config,
-    config_from_dict,
-    parse_command,
-    resume_changes,
-)
+from runners.online.command import TrainCommand, parse_command, resume_config
+from runners.online.config import resolve
 from runners.online.job import PROG, set_threads, train
 from runners.online.parts import resolve_device
 from runners.online.rundir import StopRequest, existing_run_folder, new_run_folder
@@ -47,16 +41,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     folder = None
     if args.resume:
         folder = existing_run_folder(args.resume)  # held by this process from here on
-        saved = config_from_dict(folder.read_config())
-        cfg = apply_resume(saved, resume_changes(saved, argv, prog=f"python -m runners.{PROG}"))
+        cfg = resume_config(folder.read_config(), argv, prog=f"python -m runners.{PROG}")
         cfg.save(folder.config)
     else:
-        cfg = build_config(argv, cmd=args)  # defaults -> --config -> options -> --set
+        cfg = resolve(args.run)  # --config FILE, the options, --set
     set_threads(resolve_device(cfg.device))  # a bad --device fails before any folder exists
     with StopRequest() as stop:
         if folder is None:
-            ensure_output_dir(cfg.out, "--out")
-            folder = new_run_folder(cfg.out, cfg.name, cfg.track, cfg.seed)
+            out = cfg.output
+            ensure_output_dir(out.out, "--out")
+            folder = new_run_folder(out.out, out.name, cfg.agent.track, cfg.agent.seed)
         with folder:  # released at the end (the OS releases it on any exit)
             return train(cfg, folder, stop, resume=bool(args.resume))
 

@@ -27,7 +27,6 @@ last checkpoint), ``screenshots/`` and one ``train_online`` run folder per track
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -39,6 +38,7 @@ from typing import Annotated, Any
 
 import tyro
 
+from agent.config import Track
 from runners.cli import CliError, ensure_output_dir, run_main
 from runners.cli import parse as parse_cli
 from runners.online.config import (
@@ -48,9 +48,9 @@ from runners.online.config import (
     AfterSwitch,
     Device,
     Preset,
-    Protocol,
+    ProtocolName,
     RunConfig,
-    Track,
+    flat,
 )
 from runners.online.rundir import RunFolder, existing_run_folder
 from runners.online.switch import SWITCH_SYNTAX, SwitchArg
@@ -84,7 +84,7 @@ class Visualize:
 
     tracks: tuple[Track, ...] = ()
     """tracks side by side (default A C)"""
-    protocol: Annotated[Protocol | None, tyro.conf.arg(metavar="{worlds,paper}")] = None
+    protocol: Annotated[ProtocolName | None, tyro.conf.arg(metavar="{worlds,paper}")] = None
     """as in train_online: worlds (default; each stream its own world, G holds them all in one) or paper (one gravity for every stream, G switches it); --resume keeps the session's"""
     seed: int | None = None
     """seed of agents and stream (default 0)"""
@@ -155,40 +155,38 @@ def parse(argv: Sequence[str] | None) -> Visualize:
 def track_config(
     args: Visualize, track: str, from_dir: Path | None, protocol: str = DEFAULT_PROTOCOL
 ) -> RunConfig:
-    """The ``RunConfig`` of one track: train_online's layers with the visualizer's values (the
-    --from run's config.json, then the visualizer's options, then --set), resolved."""
-    from runners.online.command import apply_json, apply_sets
-    from runners.online.config import resolve
+    """The ``RunConfig`` of one track: train_online's command line, made of the --from run's
+    config.json (but its schedule's length and memory pair, which follow the view's own
+    stream), the visualizer's options, then --set."""
+    from runners.online.command import build_config, dict_tokens, over
 
-    base = RunConfig(protocol=protocol)  # type: ignore[arg-type]
+    saved_tokens: list[str] = []
     if from_dir is not None:  # the run's own config, its preset included (unless --preset)
         saved = RunFolder(from_dir).read_config()
-        theirs = saved.get("protocol", "paper")  # a config.json from before the worlds protocol
+        theirs = flat(saved).get("protocol", "paper")  # before the worlds protocol: paper
         if theirs != protocol:
             other = f" (--protocol {theirs} shows it)" if theirs in PROTOCOLS else ""
             raise CliError(
                 f"--from {from_dir}: a {theirs}-protocol run, the view runs the {protocol} "
                 f"protocol{other}"
             )
-        base = apply_json(base, saved, f"--from {from_dir}")
+        agent = {k: v for k, v in (saved.get("agent") or {}).items()  # the view's own stream
+                 if k not in ("total_steps", "push_pair")}
+        saved_tokens = dict_tokens({**saved, "agent": agent}, f"--from {from_dir}")
     steps = args.steps or DEFAULT_STEPS
-    changes: dict[str, Any] = {
-        "track": track,
-        "seed": args.seed if args.seed is not None else 0,
-        "steps": steps,
-        "switches": tuple(args.switch or ()),  # no scripted switch: the G key makes them
-        "source": "stream",
-        "data": None,
-        "record_frames": 0,
-        "eval_every": args.eval_every if args.eval_every else steps + 1,
-    }
+    tokens = ["--protocol", protocol, "--track", track, "--seed", str(args.seed or 0),
+               "--steps", str(steps), "--record-frames", "0",
+               "--eval-every", str(args.eval_every or steps + 1)]
+    # no scripted switch: the G key makes them
+    tokens += [t for sw in args.switch for t in ("--switch", str(sw))] or ["--no-switch"]
+    if protocol == "paper":
+        tokens += ["--source", "stream", "--data", "None"]
     for name in ("after_switch", "preset", "device", "checkpoint_every"):
         if getattr(args, name) is not None:
-            changes[name] = getattr(args, name)
-    cfg = dataclasses.replace(base, **changes)
-    if args.set:
-        cfg = apply_sets(cfg, [item for group in args.set for item in group])
-    return resolve(cfg)
+            tokens += ["--" + name.replace("_", "-"), str(getattr(args, name))]
+    for group in args.set:
+        tokens += ["--set", *group]
+    return build_config(over(saved_tokens, tokens))
 
 
 def read_session(path: Path) -> dict[str, Any]:
@@ -217,7 +215,7 @@ def from_dirs(args: Visualize) -> dict[str, Path]:
             folder = RunFolder(run)
             if not folder.is_run():
                 raise CliError(f"--from {raw}: not a run folder (no {folder.CONFIG} in {run})")
-            track = folder.read_config().get("track")
+            track = flat(folder.read_config()).get("track")
             if track in out:
                 raise CliError(f"--from: two runs of track {track}")
             out[str(track)] = run
@@ -311,7 +309,7 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
         ensure_output_dir(Path(args.screenshot).parent, "the folder of --screenshot")
     if args.video:
         ensure_output_dir(args.video, "--video")
-    from runners.online.command import apply_resume, config_from_dict
+    from runners.online.command import resume_config
     from runners.online.job import set_threads
     from runners.online.loop import OnlineLoop
     from runners.online.parts import resolve_device
@@ -328,16 +326,17 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
         meta = read_session(meta_path)
         tracks = list(meta["tracks"])
         world_state = meta.get("world", {})
-        changes = {
-            name: getattr(args, name)
+        changes = [
+            token
             for name in ("steps", "device", "eval_every", "checkpoint_every")
             if getattr(args, name) is not None
-        }
+            for token in ("--" + name.replace("_", "-"), str(getattr(args, name)))
+        ]
         configs = []
         for t in tracks:
             folder = existing_run_folder(root / t)
-            configs.append((apply_resume(config_from_dict(folder.read_config()), changes), folder))
-        protocol = configs[0][0].protocol  # the session's own (each track's config.json)
+            configs.append((resume_config(folder.read_config(), changes), folder))
+        protocol = configs[0][0].protocol.kind  # the session's own (each track's config.json)
         if args.protocol is not None and args.protocol != protocol:
             raise CliError(
                 f"--resume {root}: a {protocol}-protocol session; it cannot continue under "
@@ -367,7 +366,7 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
         root = new_session_dir(args, tracks)
         meta = {
             "tracks": tracks,
-            "seed": cfgs[0].seed,
+            "seed": cfgs[0].agent.seed,
             "protocol": protocol,
             "shift_gravity": shift_gravity,
             "shift_direction": shift_direction,
@@ -383,8 +382,8 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
     try:
         for cfg, folder in configs:
             loop = OnlineLoop.open(cfg, folder, resume=bool(args.resume), log=log)
-            if cfg.track in starts:
-                start_from(loop, starts[cfg.track], args.fresh_memory, log)
+            if cfg.agent.track in starts:
+                start_from(loop, starts[cfg.agent.track], args.fresh_memory, log)
             loops.append(loop)
         app = make_app(args, loops, root, (shift_gravity, shift_direction), world_state, log)
     except CliError:
@@ -437,7 +436,7 @@ def make_app(
         surface = pygame.display.set_mode(SIZE)
     except pygame.error as err:
         raise CliError(f"cannot open a window ({err}); use --headless") from None
-    pygame.display.set_caption("EPM-JEPA live: " + " ".join(lp.cfg.track for lp in loops))
+    pygame.display.set_caption("EPM-JEPA live: " + " ".join(lp.cfg.agent.track for lp in loops))
     headless = os.environ.get("SDL_VIDEODRIVER") == "dummy"
     drivers = [LoopDriver(lp, records=i == 0) for i, lp in enumerate(loops)]
     cfg0 = loops[0].cfg
@@ -445,16 +444,16 @@ def make_app(
         fps=args.fps,
         draw_every=args.draw_every,
         draw=not args.no_draw,
-        max_steps=cfg0.steps,
+        max_steps=cfg0.schedule.steps,
         hold_at_end=not headless,
-        protocol=cfg0.protocol,
-        mode=cfg0.after_switch,
-        base_gravity=cfg0.base_gravity,
+        protocol=cfg0.protocol.kind,
+        mode=cfg0.schedule.after_switch,
+        base_gravity=cfg0.base_physics.gravity,
         shift_gravity=target[0],
         shift_direction=target[1],
         family=family_name,
         window=args.window,
-        rolling=cfg0.rolling_window,
+        rolling=cfg0.schedule.rolling_window,
         screenshot=Path(args.screenshot) if args.screenshot else None,
         video_dir=Path(args.video) if args.video else None,
         shots_dir=root / "screenshots",

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from agent.config import TRACKS
+from agent.config import TRACKS, Track
 from runners.cli import CliError, ensure_output_dir, parse, run_main, writing
-from runners.online.config import Preset, Track
+from runners.online.config import Preset
 from runners.studies import backends, grid, launch, worlds_report
 
 PROG = "python -m runners.worlds_study"
@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for opt in ("--protocol", "--steps", "--preset", "--track", "--seed"):
         if opt in passthrough:
             raise CliError(f"{opt} is fixed by the study; use worlds_study's options")
-    if any(tok.startswith("oracle=") for tok in passthrough):
+    if any(t.startswith("oracle=") or t in ("--oracle", "--no-oracle") for t in passthrough):
         raise CliError("the oracle is an arm of the study; use --oracle-track")
     plan = make_specs(args, passthrough)
     if not args.report_only:  # every run's typed config is valid before anything is written

@@ -43,7 +43,7 @@ class LoopDriver:
         self.records = records  # R records frames in this track's run (one is enough)
         self.learner = loop.learner
         self.cfg = loop.cfg
-        self.name = str(self.cfg.track)
+        self.name = str(self.cfg.agent.track)
         self.capacity = int(self.learner.buffer.capacity)
         self.lora = self.name == "C"
         self.worlds = bool(self.cfg.worlds)
@@ -186,7 +186,7 @@ class LoopDriver:
         """Keep every ``record_every``-th frame batch in this run's zarr (the loop's recorder)."""
         if self.loop.vec_env is None or not self.records:
             return False
-        self.cfg.record_frames = self._record_every if on else 0
+        self.cfg.output.record_frames = self._record_every if on else 0
         return on
 
     def checkpoint(self) -> Path | None:

@@ -1,260 +1,307 @@
-"""The command line of an online run, generated from ``RunConfig`` (tyro), and the other ways
-a config arrives: ``--config FILE``, ``--set FIELD=VALUE``, a run's ``config.json`` and
-``--resume``.
+"""train_online's command line: tyro over ``RunConfig``, and the other ways a config arrives
+(``--config FILE``, ``--set FIELD=VALUE``, a run's ``config.json``, ``--resume``).
 
-Resolution order (later wins): the defaults -> ``--config FILE`` (JSON; a run's own
-``config.json`` works as is) -> the named command-line options -> ``--set FIELD=VALUE`` (any
-``RunConfig`` or ``AgentConfig`` field). Values from ``--config`` and ``--set`` are typed by the
-same parser as the options (tyro, from the field annotations). tyro's multi-line error box is
-reduced to one line (``CliError``, exit 2).
+Everything becomes command-line tokens that one tyro parser reads, so a value is typed and
+checked the same way wherever it comes from; later tokens win:
+
+    --config FILE's values,  then the command line,  then each --set FIELD=VALUE
+
+Five options choose the defaults of the others, so they are read first (``Defaults``):
+``--protocol`` (which of ``Worlds`` / ``Paper`` the tagged union holds), ``--preset``,
+``--track`` (its lr and kappa), ``--source`` (the memory pair) and ``--device`` (the precision).
+``--help`` shows the defaults they give.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+import typing
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import tyro
 
-from agent.config import AgentConfig
+from agent.config import Track, preferred_precision
 from runners.cli import CliError, parse
 from runners.online.config import (
-    RESUMABLE,
-    RUN_FIELDS,
+    PROTOCOLS,
+    Device,
+    Paper,
+    Preset,
+    ProtocolName,
     RunConfig,
-    make_agent_config,
+    Source,
+    flat,
+    preset_agent,
     resolve,
 )
-from runners.online.parsing import (
-    agent_field_names,
-    agent_fields,
-    agent_values,
-    field_hints,
-    json_tokens,
-    text_tokens,
-    typed,
-    typed_agent,
-)
-from runners.online.switch import Switch, SwitchArg, switches_from_json
+from runners.online.switch import Switch, SwitchArg
+
+TRAIN_PROG = "python -m runners.train_online"
+#: What may change on --resume (the rest belongs to the run and is read from its config.json).
+RESUMABLE = ("steps", "switches", "device", "eval_every", "checkpoint_every")
 
 
-# -- the command line ------------------------------------------------------------------------
+@dataclass
+class Defaults:
+    """The options read before the others: they choose the others' defaults."""
+
+    protocol: ProtocolName = "worlds"
+    preset: Preset = "cpu"
+    track: Track = "C"
+    source: Source = "stream"
+    device: Device = "auto"
+    config: str | None = None
+    set: Annotated[tuple[tuple[str, ...], ...], tyro.conf.UseAppendAction] = ()
+
+
 @dataclass
 class TrainCommand:
     """Online EPM-JEPA training with a mid-stream physics switch (defaults: the worlds protocol,
     track C: each stream in its own training world, redrawn every episode; at 2/3 of the run
     every stream moves to a held-out world and the weights freeze; --protocol paper: the paper's
-    gravity 0 -> 0.5). Order of resolution (later wins): defaults, --config, the options, --set."""
+    gravity 0 -> 0.5). Later wins: --config FILE, the options, --set."""
 
-    run: Annotated[RunConfig, tyro.conf.arg(name="")] = field(default_factory=RunConfig)
+    run: Annotated[RunConfig, tyro.conf.arg(name="")]
+    protocol: ProtocolName = "worlds"
+    """worlds: train across worlds drawn from --train-family, then switch every stream to a held-out world; paper: the paper's one base world and its gravity switch. Each has its own options below."""
     switch: Annotated[
         tuple[SwitchArg, ...],
         tyro.conf.UseAppendAction,
-        tyro.conf.arg(
-            help_behavior_hint="(default at 2/3 of the steps: worlds gravity=0.3,direction=45; "
-            "paper gravity -> 0.5)"
-        ),
+        tyro.conf.arg(help_behavior_hint="(default at 2/3 of the steps: worlds "
+                      "gravity=0.3,direction=45; paper gravity -> 0.5)"),
     ] = ()
     """Switch the physics before STEP; repeatable. STEP:GRAVITY (3000:0.5) or STEP:NAME=VALUE,... with names gravity, direction (degrees, 90 = down), restitution, friction."""
     no_switch: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
     """No switch at all: base-world training only."""
     config: Annotated[str | None, tyro.conf.arg(metavar="FILE")] = None
-    """JSON of RunConfig fields plus "agent": {AgentConfig fields}; a run's config.json works as is."""
+    """JSON of the config's fields, nested as config.json or flat; a run's config.json works as is (derived values included)."""
     set: Annotated[
         tuple[tuple[str, ...], ...], tyro.conf.UseAppendAction, tyro.conf.arg(metavar="FIELD=VALUE")
     ] = ()
-    """Any RunConfig or AgentConfig field, applied last, e.g. --set lr=1e-3 kappa=2 eval_ns=0,50."""
+    """Any option as FIELD=VALUE, applied last, e.g. --set lr=1e-3 kappa=2 eval_ns=0,50 oracle=true."""
     resume: Annotated[str | None, tyro.conf.arg(metavar="RUN_DIR")] = None
     """Continue a stopped run (only --steps, --switch, --device, --eval-every, --checkpoint-every may change)."""
 
-    @property
-    def sets(self) -> list[str]:
-        """The ``--set`` items, flattened (``CliError`` on an empty ``--set``)."""
-        if any(not group for group in self.set):
-            raise CliError("--set needs at least one FIELD=VALUE")
-        return [item for group in self.set for item in group]
+
+# -- the fields, by option name ---------------------------------------------------------------
+def _fields(cls: type) -> Iterator[tuple[str, Any]]:
+    """(name, type) of every option ``cls`` generates, nested dataclasses flattened."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        inner = get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
+        members = [a for a in get_args(inner) if dataclasses.is_dataclass(a)] or [inner]
+        if all(dataclasses.is_dataclass(m) for m in members):
+            for m in members:
+                yield from _fields(m)
+        elif f.name not in ("run", "switches"):
+            yield f.name, inner
 
 
-TRAIN_PROG = "python -m runners.train_online"
+FIELDS: dict[str, Any] = dict(_fields(TrainCommand))
 
 
-def parse_command(
-    argv: Sequence[str], *, base: RunConfig | None = None, prog: str = TRAIN_PROG
-) -> TrainCommand:
-    """Parse train_online's command line; the options default to ``base`` (the defaults, or the
-    ``--config`` layer). ``--help`` prints and exits 0; a bad option is one ``CliError`` line."""
-    default = TrainCommand(run=base if base is not None else RunConfig())
-    return parse(TrainCommand, argv, prog, default=default, config=())
+def _kind(hint: Any) -> tuple[str, bool]:
+    """("seq" | "bool" | "other", may be None) of an option's type."""
+    args = get_args(hint)
+    optional = type(None) in args
+    base = next((a for a in args if a is not type(None)), hint) if optional else hint
+    if typing.get_origin(base) is tuple:
+        return "seq", optional
+    return ("bool" if base is bool else "other"), optional
 
 
-# tyro prints a boxed, multi-line error and exits 2; the runners print one line instead.
-def _check_known(names: Iterable[str], where: str) -> None:
-    known = RUN_FIELDS | agent_field_names()
-    for k in names:
-        if k not in known:
-            raise CliError(f"unknown field {k!r} in {where} (not a RunConfig or AgentConfig field)")
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
-def _switches_layer(value: Any, where: str) -> tuple[Switch, ...]:
-    """A ``switches`` value from --config (a list) or --set (text, switches separated by spaces
-    or semicolons); None / none: no switch."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null", "")):
-        return ()
-    if isinstance(value, str):
-        value = value.replace(";", " ").split()
-    try:
-        return switches_from_json(value)
-    except (ValueError, TypeError) as err:
-        raise CliError(f"switches: {err} (in {where})") from None
+def value_tokens(name: str, value: Any, where: str) -> list[str]:
+    """The tokens that set option ``name`` to ``value`` (JSON, or the text of a --set); the
+    ``switches`` of a config are ``--switch`` options (``[]`` / none: ``--no-switch``)."""
+    if name in ("switches", "switch"):
+        if value is None or value == "":
+            return ["--no-switch"] if value == "" else []
+        if isinstance(value, str):
+            value = [] if value.strip().lower() == "none" else value.replace(";", " ").split()
+        try:
+            items = [str(Switch.from_json(v)) for v in value]
+        except (ValueError, TypeError) as err:
+            raise CliError(f"switches: {err} (in {where})") from None
+        return [t for s in items for t in ("--switch", s)] or ["--no-switch"]
+    name = name.replace("-", "_")
+    if name not in FIELDS:
+        raise CliError(f"unknown field {name!r} in {where}")
+    kind, optional = _kind(FIELDS[name])
+    text = value.strip().lower() if isinstance(value, str) else None
+    if optional and (value is None or text in ("none", "null")):
+        return [_option(name), "None"]
+    if kind == "bool":
+        flag = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+        on = flag.get(text, value) if text is not None else value
+        if not isinstance(on, bool):
+            raise CliError(f"{name}: expected true or false, got {value!r} (in {where})")
+        return [_option(name) if on else _option("no_" + name)]
+    if kind == "seq":
+        items = value.replace(",", " ").split() if isinstance(value, str) else list(value)
+        return [_option(name), *(repr(v) if isinstance(v, float) else str(v) for v in items)]
+    return [_option(name), repr(value) if isinstance(value, float) else str(value)]
 
 
-def apply_sets(cfg: RunConfig, sets: Iterable[str] | Mapping[str, str], where: str = "--set") -> RunConfig:
-    """The ``--set`` layer: ``FIELD=VALUE`` items (or a mapping) for any RunConfig or AgentConfig
-    field, typed by the options' parser; returns a new (unresolved) config."""
-    pairs: list[tuple[str, str]] = []
-    for item in sets.items() if isinstance(sets, Mapping) else sets:
-        if isinstance(item, tuple):
-            k, v = item
+def dict_tokens(data: Mapping[str, Any], where: str) -> list[str]:
+    """The tokens of a JSON config: nested as ``config.json`` (``{"protocol": {"kind": ...},
+    "agent": {...}, ...}``) or flat, field names as keys (older config.json files too)."""
+    out: list[str] = []
+    for key, value in data.items():
+        if key == "agent_overrides" and "agent" in data:
+            continue  # an older config.json: the resolved agent holds them
+        if key == "protocol" and isinstance(value, Mapping):
+            value = dict(value)
+            out += value_tokens("protocol", value.pop("kind", "worlds"), where)
+            out += dict_tokens(value, where)
+        elif isinstance(value, Mapping) and key != "physics":
+            out += dict_tokens(value, where)
+        elif key == "precision" and value == "auto":  # an older config: the device's own
+            continue
         else:
-            k, eq, v = str(item).partition("=")
-            if not eq or not k.strip():
-                raise CliError(f"malformed --set {item!r}: expected FIELD=VALUE")
-        k = k.strip()
-        pairs.append((k[len("agent."):] if k.startswith("agent.") else k, str(v)))
-    _check_known((k for k, _ in pairs), where)
-    hints = field_hints(RunConfig)
-    run_items = {k: text_tokens(v, hints[k]) for k, v in pairs if k in RUN_FIELDS and k != "switches"}
-    out = typed(RunConfig, cfg, run_items, where) if run_items else dataclasses.replace(cfg)
-    for k, v in pairs:
-        if k == "switches":
-            out.switches = _switches_layer(v, where)
-    agent_hints = field_hints(agent_fields())
-    agent_items = {k: text_tokens(v, agent_hints[k]) for k, v in pairs if k not in RUN_FIELDS}
-    out.agent_overrides = {**cfg.agent_overrides, **typed_agent(agent_items, where)}
+            out += value_tokens(key, value, where)
     return out
 
 
-def apply_json(cfg: RunConfig, data: Mapping[str, Any], where: str) -> RunConfig:
-    """The ``--config`` layer: a JSON object of RunConfig fields plus ``"agent": {...}`` (AgentConfig
-    fields); a run's config.json works as is (its ``agent_overrides`` are what was set, its
-    resolved ``agent`` is derived and recomputed, its ``name`` is dropped: a new run, a new
-    folder)."""
-    d = dict(data)
-    if "agent_overrides" in d:
-        d.pop("name", None)
-    agent_part = d.pop("agent_overrides", None)
-    full_agent = d.pop("agent", None)
-    if agent_part is None:
-        agent_part = full_agent or {}
-    if not isinstance(agent_part, Mapping):
-        raise CliError(f"{where}: 'agent' must be an object of AgentConfig fields")
-    _check_known(d, where)
-    _check_known(agent_part, f"{where} (agent)")
-    # Run fields win over agent fields (track, seed, precision of a full "agent" object).
-    run_values = {k: v for k, v in d.items() if k in RUN_FIELDS}
-    run_values.update((k, v) for k, v in agent_part.items() if k in RUN_FIELDS)
-    values = {k: v for k, v in d.items() if k not in RUN_FIELDS}
-    values.update((k, v) for k, v in agent_part.items() if k not in RUN_FIELDS)
-    hints = field_hints(RunConfig)
-    run_items = {k: json_tokens(v, hints[k]) for k, v in run_values.items() if k != "switches"}
-    out = typed(RunConfig, cfg, run_items, where) if run_items else dataclasses.replace(cfg)
-    if "switches" in run_values:
-        out.switches = _switches_layer(run_values["switches"], where)
-    out.agent_overrides = {**cfg.agent_overrides, **agent_values(values, where)}
+def set_tokens(items: Sequence[str]) -> list[str]:
+    """``--set`` items ``FIELD=VALUE`` (a dotted path works: ``agent.lr``) as tokens."""
+    out: list[str] = []
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise CliError(f"malformed --set {item!r}: expected FIELD=VALUE")
+        out += value_tokens(key.strip().rsplit(".", 1)[-1], value, "--set")
     return out
 
 
-def load_config_file(path: str) -> dict[str, Any]:
+def load_json(path: str, what: str = "--config") -> dict[str, Any]:
     try:
         data = json.loads(Path(path).read_text())
     except OSError as err:
-        raise CliError(f"cannot read --config {path}: {err.strerror or err}") from None
+        raise CliError(f"cannot read {what} {path}: {err.strerror or err}") from None
     except json.JSONDecodeError as err:
-        raise CliError(f"--config {path} is not valid JSON: {err}") from None
+        raise CliError(f"{what} {path} is not valid JSON: {err}") from None
     if not isinstance(data, dict):
-        raise CliError(f"--config {path}: expected a JSON object of fields")
+        raise CliError(f"{what} {path}: expected a JSON object of fields")
     return data
 
 
-def command_config(cmd: TrainCommand) -> RunConfig:
-    """The parsed command's config before ``resolve``: its options over its default (the
-    ``--config`` layer, see ``build_config``), then --switch / --no-switch, then --set."""
-    cfg = dataclasses.replace(cmd.run)
-    if cmd.no_switch:
-        cfg.switches = ()
-    elif cmd.switch:
-        cfg.switches = tuple(cmd.switch)
-    return apply_sets(cfg, cmd.sets) if cmd.set else cfg
+# -- parsing ---------------------------------------------------------------------------------
+def tokens_of(argv: Sequence[str]) -> list[str]:
+    """``argv`` with ``--config FILE``'s values in front and the ``--set`` items at the end."""
+    first = _defaults(argv)
+    if any(not group for group in first.set):
+        raise CliError("--set needs at least one FIELD=VALUE")
+    head = dict_tokens(load_json(first.config), f"--config {first.config}") if first.config else []
+    return [*over(head, argv), *set_tokens([i for group in first.set for i in group])]
 
 
-def build_config(argv: Sequence[str] = (), *, cmd: TrainCommand | None = None) -> RunConfig:
-    """Defaults -> --config -> named options -> --set, then ``resolve`` (no file is written)."""
-    argv = list(argv)
-    cmd = cmd if cmd is not None else parse_command(argv)
-    if cmd.config:
-        base = apply_json(RunConfig(), load_config_file(cmd.config), f"--config {cmd.config}")
-        cmd = parse_command(argv, base=base)  # the named options over the file's values
-    return resolve(command_config(cmd))
+def over(head: list[str], argv: Sequence[str]) -> list[str]:
+    """``argv`` over ``head``: later options win, and switches on ``argv`` replace ``head``'s."""
+    if not any(a in ("--switch", "--no-switch") or a.startswith("--switch=") for a in argv):
+        return [*head, *argv]
+    out, skip = [], False
+    for t in head:
+        if not skip and t in ("--switch", "--no-switch"):
+            skip = t == "--switch"
+            continue
+        if not skip:
+            out.append(t)
+        skip = False
+    return [*out, *argv]
 
 
-# -- a run's config.json, --resume -----------------------------------------------------------
-def config_from_dict(data: dict[str, Any]) -> RunConfig:
-    """Rebuild the resolved config saved as ``config.json`` (for --resume and evaluate); reads the
-    older formats too (switches as ``[step, gravity]`` pairs, overrides as text)."""
-    d = dict(data)
-    agent_dict = d.pop("agent", None)
-    overrides = d.pop("agent_overrides", {}) or {}
-    unknown = set(d) - RUN_FIELDS
-    if unknown:
-        raise CliError(f"config.json has unknown fields: {', '.join(sorted(unknown))}")
+def _defaults(tokens: Sequence[str]) -> Defaults:
+    return parse(Defaults, tokens, TRAIN_PROG, unknown=True, config=(), add_help=False)[0]
+
+
+def default_config(tokens: Sequence[str]) -> RunConfig:
+    """The config the other options apply to: chosen by the ``Defaults`` among ``tokens``."""
+    d = _defaults(tokens)
+    protocol = PROTOCOLS[d.protocol]()
+    if isinstance(protocol, Paper):  # (under worlds, --source is refused by the parser)
+        protocol.source = d.source
+    device = d.device if d.device != "auto" else _auto_device()
+    agent = preset_agent(d.preset, d.track, protocol, protocol.source if isinstance(
+        protocol, Paper) else "stream", preferred_precision(device))
+    return RunConfig(protocol=protocol, preset=d.preset, device=d.device, agent=agent)
+
+
+def _auto_device() -> str:
+    import torch  # local: reading a config does not need torch until here
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def parse_tokens(tokens: Sequence[str], prog: str = TRAIN_PROG) -> TrainCommand:
+    """The command of ``tokens`` (expanded already): tyro over ``TrainCommand``, its switches
+    put in the config. ``--help`` prints and exits 0; a bad option is one ``CliError`` line."""
+    default = TrainCommand(run=default_config(tokens))
+    default.protocol = default.run.protocol.kind  # type: ignore[assignment]
     try:
-        d["switches"] = switches_from_json(d.get("switches", ()))
-    except (ValueError, TypeError) as err:
-        raise CliError(f"config.json: switches: {err}") from None
-    d.setdefault("protocol", "paper")  # written before the worlds protocol existed
-    for k in ("eval_ns", "final_ns", "episode_steps"):
-        if d.get(k) is not None:
-            d[k] = tuple(d[k])
-    cfg = RunConfig(**d)
-    cfg.agent_overrides = agent_values(overrides, "config.json (agent_overrides)")
-    try:
-        cfg.agent = AgentConfig.from_dict(agent_dict) if agent_dict else make_agent_config(cfg)
-    except (ValueError, TypeError, KeyError) as err:
-        raise CliError(f"config.json holds an invalid agent config: {err}") from None
-    return cfg
+        cmd = parse(TrainCommand, tokens, prog, default=default,
+                    config=(tyro.conf.AvoidSubcommands,))
+    except CliError as err:
+        raise CliError(_other_protocol(str(err), default.protocol)) from None
+    if cmd.no_switch or cmd.switch:
+        cmd.run.schedule.switches = tuple(cmd.switch)
+    return cmd
 
 
-def resume_changes(saved: RunConfig, argv: Sequence[str], *, prog: str = TRAIN_PROG) -> dict[str, Any]:
-    """The fields a ``--resume`` command line changes: its options parsed over the saved config
-    (an option that repeats the run's own value changes nothing)."""
-    cmd = parse_command(argv, base=saved, prog=prog)
+def _other_protocol(message: str, protocol: str) -> str:
+    """An unknown option that belongs to the other protocol says so."""
+    other = "paper" if protocol == "worlds" else "worlds"
+    names = {f.name for f in dataclasses.fields(PROTOCOLS[other])}
+    for token in message.replace(",", " ").split():
+        if token.startswith("--") and token[2:].replace("-", "_") in names:
+            return f"{token} belongs to --protocol {other}"
+    return message
+
+
+def parse_command(argv: Sequence[str], prog: str = TRAIN_PROG) -> TrainCommand:
+    return parse_tokens(tokens_of(argv), prog)
+
+
+def build_config(argv: Sequence[str] = ()) -> RunConfig:
+    """--config FILE, the options, --set; then ``resolve`` (no file is written)."""
+    return resolve(parse_command(argv).run)
+
+
+def saved_tokens(data: Mapping[str, Any], where: str = "config.json") -> list[str]:
+    """A run's ``config.json`` as tokens (one written before the worlds protocol: paper)."""
+    return [*([] if "protocol" in data else ["--protocol", "paper"]), *dict_tokens(data, where)]
+
+
+def config_from_dict(data: Mapping[str, Any], where: str = "config.json") -> RunConfig:
+    """A saved ``config.json`` (any version) as a resolved config."""
+    return resolve(parse_tokens(saved_tokens(data, where)).run)
+
+
+# -- --resume --------------------------------------------------------------------------------
+def resume_config(saved: Mapping[str, Any], argv: Sequence[str], prog: str = TRAIN_PROG) -> RunConfig:
+    """The saved config with a ``--resume`` command line's changes, which may only touch
+    ``RESUMABLE``; the agent (its schedule included) stays as resolved when the run began."""
+    tokens = over(saved_tokens(saved), argv)
+    if _defaults(tokens).protocol != flat(saved).get("protocol", "paper"):
+        raise CliError("cannot change --protocol on --resume")
+    cmd = parse_tokens(tokens, prog)
     if cmd.config or cmd.set:
         raise CliError("--config and --set cannot be used with --resume (the run keeps its config)")
-    changes = {
-        name: getattr(cmd.run, name)
-        for name in sorted(RUN_FIELDS - {"switches"})
-        if getattr(cmd.run, name) != getattr(saved, name)
-    }
-    if cmd.no_switch:
-        changes["switches"] = ()
-    elif cmd.switch:
-        changes["switches"] = tuple(cmd.switch)
-    return changes
-
-
-def apply_resume(cfg: RunConfig, changes: Mapping[str, Any]) -> RunConfig:
-    """On --resume only a few fields may change (``RESUMABLE``); the rest belongs to the run.
-    The agent's config (its schedule included) stays as resolved when the run began."""
-    fixed = sorted(set(changes) - RESUMABLE)
+    cfg = resolve(cmd.run)
+    before, after = flat(config_from_dict(saved).to_dict()), flat(cfg.to_dict())
+    fixed = sorted(k for k in after if after[k] != before.get(k) and k not in RESUMABLE)
     if fixed:
         raise CliError(
-            f"cannot change {', '.join('--' + f.replace('_', '-') for f in fixed)} on --resume; "
+            f"cannot change {', '.join(_option(f) for f in fixed)} on --resume; "
             f"only --steps, --switch, --device, --eval-every and --checkpoint-every"
         )
-    return resolve(dataclasses.replace(cfg, **changes), build_agent=False)
-
+    return cfg
 

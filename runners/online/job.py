@@ -59,7 +59,7 @@ def iterate(loop: OnlineLoop) -> str | None:
     cfg = loop.cfg
     start = loop.step_count
     bar = tqdm(
-        total=cfg.steps,
+        total=cfg.schedule.steps,
         initial=start,
         desc="step",
         unit="step",
@@ -81,8 +81,8 @@ def iterate(loop: OnlineLoop) -> str | None:
             if res.evaluation is not None:
                 e = res.evaluation
                 tqdm.write(
-                    f"step {e.step}: D_base {e.d_base:.3f}  D_shift^{cfg.headline_n} "
-                    f"{e.d(cfg.headline_n):.3f}  D_shift^0 {e.d(0):.3f}  sigma_embed "
+                    f"step {e.step}: D_base {e.d_base:.3f}  D_shift^{cfg.schedule.headline_n} "
+                    f"{e.d(cfg.schedule.headline_n):.3f}  D_shift^0 {e.d(0):.3f}  sigma_embed "
                     f"{e.sigma_embed:.3f}"
                 )
         bar.update(loop.step_count - bar.n)
@@ -105,9 +105,9 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
     print(f"{PROG}: {precision_note(cfg)}")
     print(f"{PROG}: run folder {folder.root} ({loop.device}, {cfg.agent.batch_size} streams)")
     if resume:
-        if loop.step_count > cfg.steps:
-            raise CliError(f"--steps {cfg.steps} is below the {loop.step_count} steps this run has done")
-        print(f"{PROG}: resuming at step {loop.step_count} of {cfg.steps}")
+        if loop.step_count > cfg.schedule.steps:
+            raise CliError(f"--steps {cfg.schedule.steps} is below the {loop.step_count} steps this run has done")
+        print(f"{PROG}: resuming at step {loop.step_count} of {cfg.schedule.steps}")
     try:
         reason = iterate(loop)
     except OSError as err:  # a full or vanished disk mid-run: say what survived
@@ -118,7 +118,7 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
             else "no checkpoint was written yet: free space and start again"
         )
         raise CliError(f"{os_error_message(err)}; {kept}") from None
-    if reason is None and loop.step_count >= cfg.steps:
+    if reason is None and loop.step_count >= cfg.schedule.steps:
         print(format_table(finish(loop)))
         print(f"run folder: {folder.root}")
         return 0
@@ -126,7 +126,7 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
     loop.checkpoint()
     summarise(loop, final_curve=None, stopped=reason)
     print(
-        f"{PROG}: stopped by {reason} at step {loop.step_count} of {cfg.steps} "
+        f"{PROG}: stopped by {reason} at step {loop.step_count} of {cfg.schedule.steps} "
         f"(checkpoint written). Continue with:\n"
         f"  python -m runners.{PROG} --resume {folder.root}"
     )
@@ -137,13 +137,13 @@ def finish(loop: OnlineLoop) -> dict[str, Any]:
     """The adaptation curve at the end, figures and the summary."""
     cfg, folder = loop.cfg, loop.folder
     rep = curve_report(
-        loop.evaluator.curve(loop.learner, cfg.final_ns), step=loop.step_count,
+        loop.evaluator.curve(loop.learner, cfg.schedule.final_ns), step=loop.step_count,
         checkpoint=str(folder.latest),
-        data=cfg.data or "generated in memory (env.generate_sequences)",
+        data=cfg.paper.data or "generated in memory (env.generate_sequences)",
         horizons=list(cfg.agent.horizons),
     )  # fmt: skip
     if isinstance(loop.evaluator, WorldsEvaluator):  # the held-out worlds' D^n per memory
-        rep["held_out"] = loop.evaluator.report(loop.learner, cfg.final_ns)
+        rep["held_out"] = loop.evaluator.report(loop.learner, cfg.schedule.final_ns)
     RunFolder.curve_path(folder.latest).write_text(json.dumps(rep, indent=2) + "\n")
     return summarise(loop, final_curve=rep["curve"], stopped=None, held_out=rep.get("held_out"))
 

@@ -80,12 +80,12 @@ class Schedule:
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> Schedule:
-        switches = frozenset(sw.step for sw in cfg.switches or ())
-        end = frozenset({cfg.steps})
+        switches = frozenset(sw.step for sw in cfg.schedule.switches or ())
+        end = frozenset({cfg.schedule.steps})
         return cls(
-            flush=Every(cfg.log_every, switches | end),
-            evaluate=Every(cfg.eval_every, switches | end),
-            checkpoint=Every(cfg.checkpoint_every, end),
+            flush=Every(cfg.schedule.log_every, switches | end),
+            evaluate=Every(cfg.schedule.eval_every, switches | end),
+            checkpoint=Every(cfg.schedule.checkpoint_every, end),
         )
 
     def due(self, done: int) -> Due:
@@ -178,9 +178,9 @@ class OnlineLoop:
         self.stop = stop or StopRequest(folder.pause)
         self.log = log
         self.schedule = Schedule.from_config(cfg)
-        self.switch_at = {sw.step: sw for sw in cfg.switches or ()}
+        self.switch_at = {sw.step: sw for sw in cfg.schedule.switches or ()}
         self.phase_starts = sorted(self.switch_at)
-        self.live = LiveStats(cfg.rolling_window, cfg.first_switch)
+        self.live = LiveStats(cfg.schedule.rolling_window, cfg.first_switch)
         self.physics = self.physics_at(0)
         self.pending: list[StepMetrics] = []
         self.pending_physics: list[env.PhysicsParams] = []
@@ -230,7 +230,7 @@ class OnlineLoop:
 
     @property
     def done(self) -> bool:
-        return self.step_count >= self.cfg.steps
+        return self.step_count >= self.cfg.schedule.steps
 
     @property
     def wall_time(self) -> float:
@@ -239,7 +239,7 @@ class OnlineLoop:
     @property
     def frozen(self) -> bool:
         fs = self.cfg.first_switch
-        return self.cfg.after_switch == "memory" and fs is not None and self.step_count >= fs
+        return self.cfg.schedule.after_switch == "memory" and fs is not None and self.step_count >= fs
 
     def physics_at(self, step: int) -> env.PhysicsParams:
         """The scheduled physics during step ``step``."""
@@ -264,7 +264,7 @@ class OnlineLoop:
         metrics = self.learner.update(batch)
         self.pending.append(metrics)
         self.pending_physics.append(self.physics)
-        if self.cfg.record_frames and s % self.cfg.record_frames == 0:
+        if self.cfg.output.record_frames and s % self.cfg.output.record_frames == 0:
             self._record_frames(s, batch)
         result = StepResult(step=s + 1, metrics=metrics, physics=self.physics, switched=switched)
         due = self.schedule.due(s + 1)
@@ -327,8 +327,8 @@ class OnlineLoop:
             rec.sigma_embed, rec.excluded, rec.horizons,
         )  # fmt: skip
         self.evals.append(rec)
-        head = rec.d(self.cfg.headline_n)
-        guard = self.cfg.best_min_sigma or 0.0  # the collapse guard (resolved by the config)
+        head = rec.d(self.cfg.schedule.headline_n)
+        guard = self.cfg.schedule.best_min_sigma or 0.0  # the collapse guard (resolved by the config)
         eligible = guard <= 0.0 or rec.sigma_embed >= guard
         if math.isfinite(head) and head < self.best and eligible:
             self.best, self.best_step = head, rec.step

@@ -28,7 +28,7 @@ import torch
 import env
 from agent import Batch, DatasetSource, EvalData, Learner, StreamSource
 from runners.cli import CliError
-from runners.online.config import RunConfig
+from runners.online.config import RunConfig, Worlds
 from runners.online.evaluation import CurveEvaluator, Evaluator
 from runners.online.recorder import Recorder
 from runners.online.rundir import RunFolder
@@ -109,8 +109,8 @@ class DatasetWorld:
 
     def _source(self, world: int) -> DatasetSource:
         cfg = self.cfg
-        frames = split_frames(self.store, "shift" if world else "base", "train", str(cfg.data))
-        return DatasetSource(frames, cfg.agent, self.device, world=world, seed=cfg.seed + world)
+        frames = split_frames(self.store, "shift" if world else "base", "train", str(cfg.paper.data))
+        return DatasetSource(frames, cfg.agent, self.device, world=world, seed=cfg.agent.seed + world)
 
     def enter(self, physics: env.PhysicsParams, world: int) -> None:
         """The split of ``world`` (the store holds two gravities; checked by ``check_store``)."""
@@ -127,7 +127,7 @@ World = StreamWorld | DatasetWorld | ScheduledWorld
 def make_vec_env(cfg: RunConfig, n_streams: int) -> env.MovingMNISTVectorEnv:
     """The B parallel streams of the base world (long episodes, staggered phases)."""
     return env.MovingMNISTVectorEnv(
-        n_streams, gravity=cfg.gravity_at(0), max_episode_steps=cfg.episode_length
+        n_streams, gravity=cfg.physics_at(0).gravity, max_episode_steps=cfg.paper.episode_length
     )
 
 
@@ -148,26 +148,26 @@ def make_world(
 ) -> World:
     """The run's world before any switch: streams in the training worlds (worlds protocol), or
     live streams in the base physics, or the store's base split (paper protocol)."""
-    if cfg.worlds:
+    if isinstance(w := cfg.protocol, Worlds):
         return make_scheduled_world(
-            cfg.agent.batch_size, cfg.train_family, cfg.episode_steps, cfg.agent, device, cfg.seed
+            cfg.agent.batch_size, w.train_family, w.episode_steps, cfg.agent, device, cfg.agent.seed
         )
-    if cfg.source == "dataset":
+    if cfg.paper.source == "dataset":
         if store is None:
             raise CliError("--source dataset needs --data PATH.zarr (written by runners.make_dataset)")
         check_store(cfg, store)
         return DatasetWorld(cfg, store, device)
     vec_env = make_vec_env(cfg, cfg.agent.batch_size)
-    source = StreamSource(vec_env, cfg.agent, device, seed=cfg.seed)
+    source = StreamSource(vec_env, cfg.agent, device, seed=cfg.agent.seed)
     source.start()
-    if cfg.stagger and cfg.episode_length:
-        stagger(vec_env, cfg.episode_length)
+    if cfg.paper.stagger and cfg.paper.episode_length:
+        stagger(vec_env, cfg.paper.episode_length)
     return StreamWorld(vec_env, source)
 
 
 def check_store(cfg: RunConfig, store: env.PaperDataset) -> None:
     """The dataset source can only switch between the store's two gravities."""
-    path = str(cfg.data)
+    path = str(cfg.paper.data)
     g_shift = split_view(store, "shift", "train", path).gravity
     g_base = split_view(store, "base", "train", path).gravity
     seq_len = int(split_frames(store, "base", "train", path).shape[1])
@@ -177,12 +177,12 @@ def check_store(cfg: RunConfig, store: env.PaperDataset) -> None:
             f"{cfg.agent.window} (context_frames {cfg.agent.context_frames}, push_pair "
             f"{cfg.agent.push_pair}); use the stream source"
         )
-    if g_base != cfg.base_gravity:
+    if g_base != cfg.paper.base_gravity:
         raise CliError(
             f"--source dataset: the store's base world has gravity {g_base:g}, "
-            f"the run's base gravity is {cfg.base_gravity:g}"
+            f"the run's base gravity is {cfg.paper.base_gravity:g}"
         )
-    for g in (cfg.gravity_at(sw.step) for sw in cfg.switches or ()):
+    for g in (cfg.physics_at(sw.step).gravity for sw in cfg.schedule.switches or ()):
         if g not in (g_base, g_shift):
             raise CliError(
                 f"--source dataset: the store holds gravity {g_base:g} and {g_shift:g}; "
@@ -196,13 +196,13 @@ def make_eval_data(cfg: RunConfig, store: env.PaperDataset | None = None) -> Eva
     with ``env.generate_sequences`` (the generator of ``make_dataset``): shift train/test in the
     first switch's physics, base test in the base physics; test splits show unseen digits."""
     if store is not None:
-        path = str(cfg.data)
+        path = str(cfg.paper.data)
         return EvalData(
-            shift_train=split_frames(store, "shift", "train", path, cfg.eval_shift_train),
-            shift_test=split_frames(store, "shift", "test", path, cfg.eval_shift_test),
-            base_test=split_frames(store, "base", "test", path, cfg.eval_base_test),
+            shift_train=split_frames(store, "shift", "train", path, cfg.paper.eval_shift_train),
+            shift_test=split_frames(store, "shift", "test", path, cfg.schedule.eval_shift_test),
+            base_test=split_frames(store, "base", "test", path, cfg.paper.eval_base_test),
         )
-    seed = cfg.seed + cfg.eval_seed_offset
+    seed = cfg.agent.seed + cfg.schedule.eval_seed_offset
     shift, base = cfg.shift_physics, cfg.base_physics
     a = cfg.agent  # an evaluation window: the context frames, then the horizons (21 in the paper)
     seq_len = a.context_frames + a.horizons[-1]
@@ -213,24 +213,25 @@ def make_eval_data(cfg: RunConfig, store: env.PaperDataset | None = None) -> Eva
         )["frames"]
 
     return EvalData(
-        shift_train=gen(cfg.eval_shift_train, seed, shift, "train"),
-        shift_test=gen(cfg.eval_shift_test, seed + 1, shift, "test"),
-        base_test=gen(cfg.eval_base_test, seed + 2, base, "test"),
+        shift_train=gen(cfg.paper.eval_shift_train, seed, shift, "train"),
+        shift_test=gen(cfg.schedule.eval_shift_test, seed + 1, shift, "test"),
+        base_test=gen(cfg.paper.eval_base_test, seed + 2, base, "test"),
     )
 
 
 def make_evaluator(
     cfg: RunConfig, store: env.PaperDataset | None = None
 ) -> CurveEvaluator:
-    if cfg.worlds:
+    s = cfg.schedule
+    if isinstance(w := cfg.protocol, Worlds):
         sets = make_world_sets(
-            cfg.agent, cfg.shift_physics, train_family=cfg.train_family,
-            n_max=max(cfg.eval_ns + tuple(cfg.final_ns or ())), shift_seqs=cfg.eval_shift_test,
-            world_seqs=cfg.eval_world_seqs, worlds_per_family=cfg.eval_worlds,
-            seed=cfg.seed + cfg.eval_seed_offset,
+            cfg.agent, cfg.shift_physics, train_family=w.train_family,
+            n_max=max(s.eval_ns + tuple(s.final_ns or ())), shift_seqs=s.eval_shift_test,
+            world_seqs=w.eval_world_seqs, worlds_per_family=w.eval_worlds,
+            seed=cfg.agent.seed + s.eval_seed_offset,
         )  # fmt: skip
-        return WorldsEvaluator(sets, cfg.eval_ns, list(cfg.agent.horizons))
-    return Evaluator(make_eval_data(cfg, store), cfg.eval_ns, list(cfg.agent.horizons))
+        return WorldsEvaluator(sets, s.eval_ns, list(cfg.agent.horizons))
+    return Evaluator(make_eval_data(cfg, store), s.eval_ns, list(cfg.agent.horizons))
 
 
 # -- all of them ---------------------------------------------------------------------------------
@@ -248,7 +249,7 @@ class RunParts:
 def build_parts(cfg: RunConfig, folder: RunFolder) -> RunParts:
     """Every part of the run in ``folder``, in its initial state (a resume loads into them)."""
     device = resolve_device(cfg.device)
-    store = open_store(cfg.data) if cfg.data else None
+    store = open_store(cfg.paper.data) if cfg.paper.data else None
     return RunParts(
         device=device,
         learner=make_learner(cfg, device),

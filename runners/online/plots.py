@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
 from runners.cli import writing  # noqa: E402
-from runners.online.config import RunConfig  # noqa: E402
+from runners.online.config import Paper, RunConfig, Schedule, Worlds, flat  # noqa: E402
 from runners.online.recorder import Recorder  # noqa: E402
 from runners.online.rundir import RunFolder  # noqa: E402
 from runners.online.switch import Switch, switches_from_json  # noqa: E402
@@ -77,7 +77,7 @@ def _finish(fig: plt.Figure, path: Path) -> Path:
 
 def _load(run_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
     folder = RunFolder(run_dir)
-    cfg = folder.read_config()
+    cfg = flat(folder.read_config())  # by field name, any config.json version
     cfg["switches"] = switches_from_json(cfg.get("switches"))  # any config.json format
     rec = Recorder(folder, read_only=True)
     return cfg, rec.read_metrics(), rec.read_eval()
@@ -125,10 +125,9 @@ def plot_stream_error(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -
     roll = rolling_by_phase(e, w, starts)
     ax.plot(step, e, lw=0.4, color="0.75", label="per step")
     bounds = [0, *[s for s in starts if 0 < s < len(step)], len(step)]
-    run = RunConfig(
-        protocol=cfg.get("protocol", "paper"), base_gravity=cfg.get("base_gravity", 0.0),
-        train_family=cfg.get("train_family", "train"), switches=cfg.get("switches") or (),
-    )  # fmt: skip
+    world = (Worlds(train_family=cfg.get("train_family", "train"))
+             if cfg.get("protocol", "paper") == "worlds" else Paper(cfg.get("base_gravity", 0.0)))
+    run = RunConfig(protocol=world, schedule=Schedule(switches=tuple(cfg.get("switches") or ())))
     for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
         ax.plot(step[a:b], roll[a:b], lw=1.6, color=PHASE_COLORS[i % len(PHASE_COLORS)],
                 label=f"rolling mean ({w} steps), {run.phase_label(a)}")
@@ -257,7 +256,7 @@ def plot_buffer(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -> None
     share = m.get("memory/shift_share")
     if size is None:
         return
-    cap = (cfg.get("agent") or {}).get("buffer_capacity")
+    cap = cfg.get("buffer_capacity")
     ax.plot(step, size, color="#1f77b4", lw=1.5, label="buffer size")
     if cap:
         ax.axhline(cap, color="#1f77b4", ls=":", lw=0.8, label=f"capacity {cap}")

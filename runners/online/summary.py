@@ -57,7 +57,7 @@ def build_summary(
     m = rec.read_metrics()
     ev = rec.read_eval()
     steps_done = len(m["step"])
-    n = cfg.headline_n
+    n = cfg.schedule.headline_n
     fs = cfg.first_switch
     b = np.nan_to_num(m.get("memory/boundary", np.zeros(steps_done))) > 0.5
     before = int(b[: fs if fs is not None else steps_done].sum())
@@ -68,7 +68,7 @@ def build_summary(
     buf_share = float(share[-1]) if share is not None and steps_done else 0.0
     n_shift = int(round(buf_size * buf_share))
     err = m.get("stream/norm_error")
-    win = cfg.rolling_window
+    win = cfg.schedule.rolling_window
 
     def tail_mean(a: np.ndarray | None, end: int | None) -> float | None:
         if a is None or end is None or end <= 0:
@@ -86,15 +86,15 @@ def build_summary(
 
     return {
         "run_dir": str(run_dir),
-        "protocol": cfg.protocol,
-        "track": cfg.track,
+        "protocol": cfg.protocol.kind,
+        "track": cfg.agent.track,
         "preset": cfg.preset,
-        "source": cfg.source,
-        "seed": cfg.seed,
-        "after_switch": cfg.after_switch,
-        "switches": [sw.to_json() for sw in switches_from_json(cfg.switches)],
+        "source": cfg.paper.source,
+        "seed": cfg.agent.seed,
+        "after_switch": cfg.schedule.after_switch,
+        "switches": [sw.to_json() for sw in switches_from_json(cfg.schedule.switches)],
         "switch_world_family": _family_of(cfg) if cfg.worlds and fs is not None else None,
-        "steps": cfg.steps,
+        "steps": cfg.schedule.steps,
         "steps_done": steps_done,
         "stopped": stopped,
         "wall_time_s": round(wall_time, 1),
@@ -122,7 +122,7 @@ def build_summary(
         else None,
         "best": {"d_shift": _f(best[0]) if math.isfinite(best[0]) else None,
                  "step": best[1] if math.isfinite(best[0]) else None,
-                 "min_sigma": cfg.best_min_sigma},
+                 "min_sigma": cfg.schedule.best_min_sigma},
         "adaptation_curve": final_curve,
         "held_out": held_out,
     }

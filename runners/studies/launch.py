@@ -94,7 +94,7 @@ def check_specs(specs: Sequence[backends.RunSpec]) -> list[RunConfig]:
             cfg = command.build_config(backends.command_for(spec, "new"))
         except CliError as err:
             raise CliError(f"run {spec.name}: {err}") from None
-        if cfg.name is None or Path(cfg.out) / cfg.name != Path(spec.run_dir):
+        if cfg.output.name is None or Path(cfg.output.out) / cfg.output.name != Path(spec.run_dir):
             raise CliError(
                 f"run {spec.name}: --out and --name are set by the sweep (not by --set)"
             )
@@ -103,18 +103,10 @@ def check_specs(specs: Sequence[backends.RunSpec]) -> list[RunConfig]:
 
 
 def check_fields(fields: Sequence[str]) -> None:
-    """Every grid field must be a ``RunConfig`` or ``AgentConfig`` field."""
-    from runners.online import config as runconfig
+    """Every grid field must be an option of ``train_online`` (a run or agent field)."""
+    from runners.online.command import FIELDS
 
-    try:
-        import dataclasses
-
-        from agent.config import AgentConfig
-
-        known = set(runconfig.RUN_FIELDS) | {f.name for f in dataclasses.fields(AgentConfig)}
-    except ImportError:  # pragma: no cover - the agent is part of the project
-        known = set(runconfig.RUN_FIELDS)
-    bad = [f for f in fields if f not in known]
+    bad = [f for f in fields if f.replace("-", "_") not in FIELDS]
     if bad:
         raise CliError(f"unknown --grid field(s): {', '.join(bad)} (not a run or agent field)")
 

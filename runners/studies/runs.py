@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from runners.cli import CliError
+from runners.online.config import flat
 from runners.online.rundir import RunFolder
 
 HEADLINE_N = 50
@@ -143,7 +144,7 @@ def load_run(
     if not folder.config.exists():
         return None
     try:
-        config = folder.read_config()
+        config = flat(folder.read_config())
     except CliError as err:
         raise CliError(f"damaged: {err}") from None
     evals = load_evals(run_dir)

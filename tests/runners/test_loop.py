@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from runners.cli import CliError
-from runners.online.config import RunConfig, resolve
+from runners.online.command import build_config, over
+from runners.online.config import RunConfig
 from runners.online.loop import Every, OnlineLoop, Schedule
 from runners.online.parts import build_parts
 from runners.online.recorder import Recorder
@@ -24,15 +25,13 @@ from runners.studies import backends
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def tiny_config(**over: object) -> RunConfig:
-    cfg = RunConfig(
-        protocol="paper", preset="tiny", steps=60, switches=((30, 0.5),), eval_every=20,
-        checkpoint_every=20,
-        log_every=5, eval_shift_train=32, eval_shift_test=16, eval_base_test=16, device="cpu",
-    )
-    for k, v in over.items():
-        setattr(cfg, k, v)
-    return resolve(cfg)
+def tiny_config(*argv: str, protocol: str = "paper") -> RunConfig:
+    paper = ["--eval-shift-train", "32", "--eval-base-test", "16"] if protocol == "paper" else []
+    return build_config(over([
+        "--protocol", protocol, "--preset", "tiny", "--steps", "60", "--switch", "30:0.5",
+        "--eval-every", "20", "--checkpoint-every", "20", "--log-every", "5",
+        "--eval-shift-test", "16", "--device", "cpu", *paper,
+    ], list(argv)))  # argv's switches replace the default one
 
 
 def open_loop(root: Path, cfg: RunConfig, *, resume: bool = False) -> OnlineLoop:
@@ -65,23 +64,23 @@ def test_cut_and_resume_equals_one_go(tmp_path: Path, protocol: str) -> None:
     """A run stopped at step 25 and resumed (through the same factories) records exactly the
     metrics and evaluations of the same run done in one go (the worlds protocol: its world
     schedule, per-stream memories and the switch into a held-out world included)."""
-    over: dict[str, object] = {"protocol": protocol}
+    over: list[str] = []
     if protocol == "worlds":
-        over.update(switches=((30, {"gravity": 0.3, "direction": 45}),), eval_world_seqs=4,
-                    eval_worlds=2, episode_steps=(21, 40), final_ns=(0, 5))
-    whole = open_loop(tmp_path / "whole", tiny_config(**over))
+        over = ["--switch", "30:gravity=0.3,direction=45", "--eval-world-seqs", "4",
+                "--eval-worlds", "2", "--episode-steps", "21", "40", "--final-ns", "0", "5"]
+    whole = open_loop(tmp_path / "whole", tiny_config(*over, protocol=protocol))
     for _ in whole.steps():
         pass
     whole.close()
 
-    cut = open_loop(tmp_path / "cut", tiny_config(**over))
+    cut = open_loop(tmp_path / "cut", tiny_config(*over, protocol=protocol))
     for res in cut.steps():
         if res.step == 25:
             cut.stop.request("test")
     assert cut.step_count == 25
     cut.checkpoint()  # what train_online does on a stop
     cut.folder.release()
-    again = open_loop(tmp_path / "cut", tiny_config(**over), resume=True)
+    again = open_loop(tmp_path / "cut", tiny_config(*over, protocol=protocol), resume=True)
     assert again.step_count == 25 and again.gravity == 0.0
     for _ in again.steps():
         pass
@@ -109,7 +108,8 @@ def test_cut_and_resume_equals_one_go(tmp_path: Path, protocol: str) -> None:
 
 def test_parts_are_passed_in(tmp_path: Path) -> None:
     """The loop drives the parts it is given (here one built by hand, with a spy world)."""
-    cfg = tiny_config(steps=10, switches=(), eval_every=100, checkpoint_every=100)
+    cfg = tiny_config("--steps", "10", "--no-switch", "--eval-every", "100",
+                      "--checkpoint-every", "100")
     folder = RunFolder(tmp_path / "r").hold()
     folder.make()
     parts = build_parts(cfg, folder)

@@ -169,7 +169,8 @@ def test_reproduce_end_to_end_on_a_tiny_run_then_regenerates_without_rerunning(t
     run = out / "runs" / "tiny-20" / "track-C_seed-1"
     assert (out / "data" / "paper.zarr").is_dir()  # generated because --data was not given
     cfg = json.loads((run / "config.json").read_text())
-    assert (cfg["source"], cfg["switches"], cfg["steps"]) == ("dataset", [], 20)
+    assert (cfg["protocol"]["source"], cfg["schedule"]["switches"], cfg["schedule"]["steps"]) == (
+        "dataset", [], 20)
     assert (run / "checkpoints" / "best.pt").is_file()
     md = (out / "report.md").read_text()
     assert "| C | 1 |" in md and "needs B and C" in md

@@ -1,5 +1,6 @@
-"""RunConfig: the command line generated from it (tyro), the layers (defaults, --config, options,
---set), validation as one line, physics switches, --resume rules and a CLI smoke run."""
+"""RunConfig: nested concerns, the command line generated from them (tyro), the token layers
+(--config FILE, options, --set), validation as one line, physics switches, --resume rules and a
+CLI smoke run."""
 
 from __future__ import annotations
 
@@ -16,14 +17,14 @@ import zarr
 import env
 from runners.cli import CliError
 from runners.online.command import (
-    apply_resume,
-    apply_sets,
+    FIELDS,
+    TrainCommand,
     build_config,
     config_from_dict,
     parse_command,
-    resume_changes,
+    resume_config,
 )
-from runners.online.config import RUN_FIELDS, RunConfig, resolve
+from runners.online.config import Output, Paper, RunConfig, Schedule, Worlds, flat, resolve
 from runners.online.switch import PHYSICS_NAMES, Switch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,60 +40,87 @@ def g(step: int, gravity: float) -> Switch:
     return Switch(step, (("gravity", gravity),))
 
 
-# -- layers ----------------------------------------------------------------------------------
+# -- the concerns and the layers -------------------------------------------------------------
 def test_defaults_tell_the_story() -> None:
     cfg = build_config([])
-    assert cfg.protocol == "worlds"
-    assert cfg.track == "C" and cfg.source == "stream" and cfg.after_switch == "memory"
-    assert cfg.switches == (Switch(3000, (("gravity", 0.3), ("gravity_direction", 45.0))),)
-    assert cfg.steps == 4500
-    assert build("--protocol", "paper").switches == (g(3000, 0.5),)
+    assert isinstance(cfg.protocol, Worlds) and cfg.worlds
+    assert cfg.agent.track == "C" and cfg.paper.source == "stream"
+    s = cfg.schedule
+    assert s.after_switch == "memory" and s.steps == 4500
+    assert s.switches == (Switch(3000, (("gravity", 0.3), ("gravity_direction", 45.0))),)
+    assert build("--protocol", "paper").schedule.switches == (g(3000, 0.5),)
     # Memory mode: the LR / tau schedules end at the first switch (weights freeze there).
     assert cfg.agent.total_steps == 3000
-    assert cfg.agent.track == "C" and cfg.agent.seed == cfg.seed
 
 
-def test_options_and_overrides_reach_both_configs() -> None:
+def test_options_reach_their_concern() -> None:
     cfg = build(
         "--track", "B", "--steps", "500", "--switch", "300:0.5", "--switch", "100:0.25",
         "--after-switch", "continual", "--seed", "3", "--set", "lr=1e-3", "kappa=2.5",
         "--set", "eval_every=50", "episode_length=none", "stagger=false", "eval_ns=0,5",
     )
-    assert cfg.switches == (g(100, 0.25), g(300, 0.5))  # sorted
+    s, p = cfg.schedule, cfg.protocol
+    assert isinstance(p, Paper) and p.episode_length is None and p.stagger is False
+    assert s.switches == (g(100, 0.25), g(300, 0.5))  # sorted
     assert cfg.agent.track == "B" and cfg.agent.seed == 3
     assert cfg.agent.lr == 1e-3 and cfg.agent.kappa == 2.5
-    assert cfg.agent_overrides == {"lr": 1e-3, "kappa": 2.5}  # typed
-    assert cfg.eval_every == 50 and cfg.episode_length is None and cfg.stagger is False
-    assert cfg.eval_ns == (0, 5, 50)  # headline_n joins the periodic evaluations
+    assert s.eval_every == 50
+    assert s.eval_ns == (0, 5, 50)  # headline_n joins the periodic evaluations
     assert cfg.agent.total_steps == 500  # continual: the schedule spans the run
-    assert cfg.gravity_at(99) == 0.0 and cfg.gravity_at(100) == 0.25 and cfg.gravity_at(400) == 0.5
+    assert cfg.physics_at(99).gravity == 0.0 and cfg.physics_at(100).gravity == 0.25
+    assert cfg.physics_at(400).gravity == 0.5
 
 
-def test_every_field_is_an_option_and_set_types_like_it() -> None:
-    a = build("--eval-ns", "0", "7", "--no-stagger", "--episode-length", "None", "--base-gravity", "0.1")
-    b = build("--set", "eval_ns=0,7", "stagger=false", "episode_length=none", "base_gravity=0.1")
+def test_every_field_is_an_option_and_set_is_the_same_option() -> None:
+    a = build("--eval-ns", "0", "7", "--no-stagger", "--episode-length", "None",
+              "--base-gravity", "0.1", "--horizons", "5", "10", "--oracle", "--latent-dim", "32")
+    b = build("--set", "eval_ns=0,7", "stagger=false", "episode_length=none", "base_gravity=0.1",
+              "horizons=5,10", "oracle=true", "agent.latent_dim=32")  # a dotted path works too
     assert a.to_dict() == b.to_dict()
-    assert build("--set", "horizons=5,10,20", "freeze_ema_at=none").agent_overrides == {
-        "horizons": (5, 10, 20), "freeze_ema_at": None}
-    assert build("--set", "agent.lr=2e-3").agent.lr == 2e-3  # the agent. prefix is accepted
+    assert a.agent.oracle and a.agent.latent_dim == 32 and a.agent.horizons == (5, 10)
+    # Every field of every concern is an option, under its own name.
+    names = {f.name for c in (Worlds, Paper, Schedule, Output) for f in dataclasses.fields(c)}
+    names |= {f.name for f in dataclasses.fields(type(a.agent))} | {"preset", "device"}
+    assert names - {"switches"} <= set(FIELDS)
+
+
+def test_the_defaults_follow_protocol_preset_track_and_device() -> None:
+    from agent import preferred_precision
+
+    assert build("--track", "B").agent.kappa == 2.0  # the track's default, under any preset
+    assert build("--preset", "paper").agent.latent_dim == 64
+    assert build_config([]).agent.horizons == (2, 4, 8)  # the worlds protocol's learner
+    assert build().agent.horizons == (5, 10, 20)
+    assert build().agent.precision == preferred_precision("cpu")
+    assert build("--precision", "fp32").agent.precision == "fp32"
+    # Set anywhere, --set included, they still choose the defaults of the rest.
+    assert build("--set", "track=B").agent.kappa == 2.0
 
 
 def test_default_switch_follows_steps() -> None:
     cfg = build("--steps", "90")
-    assert cfg.switches == (g(60, 0.5),) and cfg.agent.total_steps == 60
-    assert build("--steps", "90", "--no-switch").switches == ()
+    assert cfg.schedule.switches == (g(60, 0.5),) and cfg.agent.total_steps == 60
+    assert build("--steps", "90", "--no-switch").schedule.switches == ()
+    assert build("--steps", "90", "--total-steps", "500").agent.total_steps == 500
 
 
-def test_resolution_order_defaults_config_options_set(tmp_path: Path) -> None:
+def test_order_config_file_then_options_then_set(tmp_path: Path) -> None:
     f = tmp_path / "c.json"
-    f.write_text(json.dumps({"steps": 400, "seed": 5, "switches": ["200:0.3"], "agent": {"lr": 5e-4}}))
-    cfg = build("--config", str(f))
-    assert (cfg.steps, cfg.seed, cfg.switches, cfg.agent.lr) == (400, 5, (g(200, 0.3),), 5e-4)
-    cfg = build("--config", str(f), "--steps", "600", "--switch", "100:0.2")
-    assert cfg.steps == 600 and cfg.seed == 5 and cfg.switches == (g(100, 0.2),)
-    cfg = build("--set", "steps=800", "--config", str(f), "--steps", "600")  # --set is last
-    assert cfg.steps == 800 and cfg.agent.lr == 5e-4
-    assert build("--config", str(f), "--no-switch").switches == ()
+    f.write_text(json.dumps({"protocol": {"kind": "paper"}, "schedule": {"steps": 400},
+                             "switches": ["200:0.3"], "agent": {"lr": 5e-4, "seed": 5}}))
+    cfg = build_config(["--config", str(f)])
+    assert isinstance(cfg.protocol, Paper)
+    assert (cfg.schedule.steps, cfg.agent.seed, cfg.schedule.switches, cfg.agent.lr) == (
+        400, 5, (g(200, 0.3),), 5e-4)
+    cfg = build_config(["--config", str(f), "--steps", "600", "--switch", "100:0.2"])
+    assert cfg.schedule.steps == 600 and cfg.agent.seed == 5
+    assert cfg.schedule.switches == (g(100, 0.2),)  # the command line's replace the file's
+    cfg = build_config(["--set", "steps=800", "--config", str(f), "--steps", "600"])
+    assert cfg.schedule.steps == 800 and cfg.agent.lr == 5e-4  # --set is last
+    assert build_config(["--config", str(f), "--no-switch"]).schedule.switches == ()
+    flat_file = tmp_path / "flat.json"  # flat, by field name, works as well
+    flat_file.write_text(json.dumps({"protocol": "paper", "steps": 400, "lr": 5e-4}))
+    assert build_config(["--config", str(flat_file)]).agent.lr == 5e-4
 
 
 def test_saved_config_round_trips(tmp_path: Path) -> None:
@@ -100,34 +128,36 @@ def test_saved_config_round_trips(tmp_path: Path) -> None:
                 "--switch", "100:gravity=0.5,direction=45,restitution=0.9,friction=0.01")
     cfg.save(tmp_path / "config.json")
     saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["switches"] == [{"step": 100, "physics": {
+    assert saved["protocol"]["kind"] == "paper" and saved["agent"]["lambda_reg"] == 0.2
+    assert saved["schedule"]["switches"] == [{"step": 100, "physics": {
         "gravity": 0.5, "gravity_direction": 45.0, "restitution": 0.9, "friction": 0.01}}]
     back = config_from_dict(saved)
-    assert back.to_dict() == cfg.to_dict()
-    # A run's config.json as --config: its explicit overrides count, derived values are redone.
-    again = build("--config", str(tmp_path / "config.json"), "--steps", "900")
+    assert back == cfg and back.to_dict() == cfg.to_dict()
+    # A run's config.json as --config is that run's config, its derived values included.
+    again = build_config(["--config", str(tmp_path / "config.json"), "--steps", "900"])
     assert again.agent.lambda_reg == 0.2 and again.agent.horizons == (5, 10, 20)
-    assert again.steps == 900 and again.switches == cfg.switches
-    assert again.agent.total_steps == 100 and again.name is None
+    assert again.schedule.steps == 900 and again.schedule.switches == cfg.schedule.switches
+    assert again.agent.total_steps == cfg.agent.total_steps == 100
 
 
-def test_old_config_json_still_loads(tmp_path: Path) -> None:
-    """Runs written before switch records: [[step, gravity]] switches, overrides as text."""
-    old = build("--steps", "300", "--switch", "100:0.5").to_dict()
-    old["switches"] = [[100, 0.5]]
-    old["agent_overrides"] = {"lambda_reg": "0.2"}
+def test_older_config_json_still_loads(tmp_path: Path) -> None:
+    """Flat config.json files of earlier versions: [[step, gravity]] switches, the agent
+    beside its overrides, no protocol (the paper's)."""
+    new = build("--steps", "300", "--switch", "100:0.5", "--set", "lambda_reg=0.2")
+    old = {k: v for k, v in flat(new.to_dict()).items() if k not in {
+        "protocol", "train_family", "episode_steps", "eval_worlds", "eval_world_seqs"}}
+    old.update(switches=[[100, 0.5]], precision="auto", agent_overrides={"lambda_reg": "0.2"},
+               agent=new.to_dict()["agent"])
     cfg = config_from_dict(old)
-    assert cfg.switches == (g(100, 0.5),) and cfg.agent_overrides == {"lambda_reg": 0.2}
+    assert cfg == new
     (tmp_path / "config.json").write_text(json.dumps(old))
     assert build("--config", str(tmp_path / "config.json")).agent.lambda_reg == 0.2
 
 
-def test_typed_layers_for_other_runners() -> None:
-    """The visualizer and the sweep build configs as objects: replace + --set + resolve."""
-    cfg = dataclasses.replace(RunConfig(), track="A", steps=90, switches=(g(30, 0.4),))
-    cfg = resolve(apply_sets(cfg, ["kappa=3", "switches=20:0.5 40:gravity=0"]))
-    assert cfg.switches == (g(20, 0.5), g(40, 0.0)) and cfg.agent.kappa == 3.0
-    assert resolve(RunConfig(steps=90, switches=((30, 0.5),))).switches == (g(30, 0.5),)
+def test_resolve_is_idempotent_and_builds_from_objects() -> None:
+    cfg = resolve(RunConfig(protocol=Paper(), schedule=Schedule(steps=90, switches=(g(30, 0.4),))))
+    assert cfg.schedule.switches == (g(30, 0.4),) and cfg.agent.total_steps == 30
+    assert resolve(dataclasses.replace(cfg)) == cfg
 
 
 @pytest.mark.parametrize(
@@ -150,6 +180,10 @@ def test_typed_layers_for_other_runners() -> None:
         (["--set", "lr=-1"], "lr"),
         (["--set", "steps=abc"], "steps: expected an integer, got 'abc'"),
         (["--set", "track=Q"], "track: expected one of"),
+        (["--set", "oracle=maybe"], "oracle: expected true or false"),
+        (["--protocol", "worlds", "--base-gravity", "0.1"], "--base-gravity belongs to --protocol paper"),
+        (["--train-family", "train"], "--train-family belongs to --protocol worlds"),
+        (["--lr", "-1"], r"^lr: must be > 0 \(got -1.0\)$"),
         (["--set", "base_gravity=nan"], "base_gravity: gravity must be finite"),
         (["--steps", "x"], "--steps: expected an integer, got 'x'"),
         (["--track", "Q"], "--track: expected one of 'A', 'B', 'C', 'D', 'E', got 'Q'"),
@@ -170,33 +204,43 @@ def test_bad_input_is_one_clear_error(argv: list[str], message: str) -> None:
 
 def test_bad_config_file_values_name_the_field(tmp_path: Path) -> None:
     for data, message in (
-        ({"steps": "abc"}, "steps: expected an integer"),
-        ({"nosuch": 1}, "unknown field 'nosuch'"),
-        ({"switches": [[10, "x"]]}, "switches: gravity must be a number"),
+        ({"schedule": {"steps": "abc"}}, "steps: expected an integer"),
+        ({"nosuch": 1}, "unknown field 'nosuch' in --config"),
+        ({"schedule": {"switches": [[10, "x"]]}}, "switches: gravity must be a number"),
         ({"agent": {"lr": "x"}}, "lr: expected a number"),
+        ({"protocol": {"kind": "paper"}, "train_family": "train"}, "belongs to --protocol worlds"),
     ):
         f = tmp_path / "bad.json"
         f.write_text(json.dumps(data))
-        with pytest.raises(CliError, match=message):
-            build("--config", str(f))
+        with pytest.raises(CliError, match=message) as err:
+            build_config(["--config", str(f)])
+        assert "\n" not in str(err.value)
+    (tmp_path / "list.json").write_text("[1]")
+    with pytest.raises(CliError, match="expected a JSON object"):
+        build_config(["--config", str(tmp_path / "list.json")])
 
 
 # -- the command line ------------------------------------------------------------------------
-OPTIONS = ("--track", "--seed", "--steps", "--switch", "--no-switch", "--after-switch", "--source",
-           "--data", "--preset", "--config", "--set", "--device", "--precision", "--eval-every",
-           "--checkpoint-every", "--record-frames", "--out", "--name", "--resume")
+OPTIONS = ("--protocol", "--track", "--seed", "--steps", "--switch", "--no-switch",
+           "--after-switch", "--preset", "--config", "--set", "--device", "--precision",
+           "--eval-every", "--checkpoint-every", "--record-frames", "--out", "--name", "--resume",
+           "--lr", "--latent-dim", "--oracle", "--train-family")
 
 
-def test_help_mentions_every_option_and_field(capsys: pytest.CaptureFixture[str]) -> None:
+def test_help_shows_every_option_grouped_by_concern(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         parse_command(["--help"])
     assert done.value.code == 0
     text = capsys.readouterr().out
     for opt in OPTIONS:
         assert opt in text, opt
-    for name in RUN_FIELDS - {"switches"}:
-        assert "--" + name.replace("_", "-") in text, name
+    for group in ("agent options", "schedule options", "output options"):
+        assert group in text, group
     assert "STEP:PHYSICS" in text and "restitution" in text  # the switch syntax
+    with pytest.raises(SystemExit):
+        parse_command(["--protocol", "paper", "--help"])
+    assert "--base-gravity" in capsys.readouterr().out  # the chosen protocol's own options
+    assert TrainCommand.__doc__
 
 
 def cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -245,27 +289,27 @@ def test_physics_at_applies_every_switch_up_to_the_step() -> None:
     assert cfg.physics_at(29) == env.PhysicsParams(gravity=0.1)
     assert cfg.physics_at(30) == env.PhysicsParams(gravity=0.5, gravity_direction=45.0)
     assert cfg.physics_at(99) == env.PhysicsParams(0.5, 45.0, 0.8, 0.0)  # the rest carries over
-    assert cfg.gravity_at(60) == 0.5 and cfg.shift_gravity == 0.5 and cfg.first_switch == 30
-    assert cfg.shift_physics == cfg.physics_at(30)
+    assert cfg.first_switch == 30 and cfg.shift_physics == cfg.physics_at(30)
     assert cfg.base_physics == env.PhysicsParams(gravity=0.1)
     none = build("--no-switch")
-    assert none.shift_gravity == 0.5 and none.physics_at(10**6) == env.PhysicsParams()
+    assert none.shift_physics.gravity == 0.5 and none.physics_at(10**6) == env.PhysicsParams()
 
 
 # -- resume ----------------------------------------------------------------------------------
 def test_resume_changes_only_what_may_change() -> None:
-    saved = build("--steps", "300", "--switch", "100:0.5", "--preset", "tiny")
-    total = saved.agent.total_steps
-    ch = resume_changes(saved, ["--resume", "x", "--steps", "600", "--eval-every", "50"])
-    assert ch == {"steps": 600, "eval_every": 50}
-    cfg = apply_resume(saved, ch)
-    assert cfg.steps == 600 and cfg.agent.total_steps == total  # the agent stays as it began
-    assert resume_changes(saved, ["--resume", "x", "--track", "C"]) == {}  # the run's own value
-    assert resume_changes(saved, ["--resume", "x", "--no-switch"]) == {"switches": ()}
-    with pytest.raises(CliError, match="cannot change --track on --resume"):
-        apply_resume(saved, resume_changes(saved, ["--resume", "x", "--track", "B"]))
+    saved = build("--steps", "300", "--switch", "100:0.5", "--preset", "tiny").to_dict()
+    total = saved["agent"]["total_steps"]
+    cfg = resume_config(saved, ["--resume", "x", "--steps", "600", "--eval-every", "50"])
+    assert cfg.schedule.steps == 600 and cfg.schedule.eval_every == 50
+    assert cfg.agent.total_steps == total  # the agent stays as it began
+    assert resume_config(saved, ["--resume", "x", "--track", "C"]) == config_from_dict(saved)
+    assert resume_config(saved, ["--resume", "x", "--no-switch"]).schedule.switches == ()
+    for argv, option in ((["--track", "B"], "--track"), (["--lr", "0.5"], "--lr"),
+                         (["--protocol", "worlds"], "--protocol"), (["--no-stagger"], "--stagger")):
+        with pytest.raises(CliError, match=f"cannot change {option}.* on --resume"):
+            resume_config(saved, ["--resume", "x", *argv])
     with pytest.raises(CliError, match="--config and --set cannot be used with --resume"):
-        resume_changes(saved, ["--resume", "x", "--set", "lr=1"])
+        resume_config(saved, ["--resume", "x", "--set", "lr=1"])
 
 
 # -- a real run ------------------------------------------------------------------------------
@@ -283,18 +327,18 @@ def test_multi_physics_switch_run_records_the_physics_per_step(tmp_path: Path) -
     assert list(m["world/restitution"][:]) == [1.0] * 30
     assert list(m["world/friction"][:]) == [0.0] * 30
     cfg = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert cfg["switches"] == [{"step": 20, "physics": {"gravity": 0.5, "gravity_direction": 45.0}}]
+    assert cfg["schedule"]["switches"] == [{"step": 20, "physics": {"gravity": 0.5, "gravity_direction": 45.0}}]
     assert "g -> 0.5, direction -> 45 at step 20" in (tmp_path / "run" / "summary.md").read_text()
 
 
-def test_precision_auto_resolves_to_the_devices_fast_precision(tmp_path: Path) -> None:
-    """--precision auto (the default) is agent.preferred_precision of the run's device, saved
-    resolved; an explicit precision is kept."""
+def test_precision_defaults_to_the_devices_fast_precision(tmp_path: Path) -> None:
+    """The default precision is agent.preferred_precision of the run's device, saved resolved;
+    an explicit precision is kept."""
     from agent import preferred_precision
 
     cfg = build_config([])
-    assert cfg.precision == preferred_precision("cpu") and cfg.agent.precision == cfg.precision
+    assert cfg.agent.precision == preferred_precision("cpu")
     assert build_config(["--precision", "fp32"]).agent.precision == "fp32"
     assert build_config(["--precision", "bf16"]).agent.precision == "bf16"
     cfg.save(tmp_path / "config.json")
-    assert json.loads((tmp_path / "config.json").read_text())["precision"] == cfg.precision
+    assert json.loads((tmp_path / "config.json").read_text())["agent"]["precision"] == cfg.agent.precision

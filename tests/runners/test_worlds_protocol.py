@@ -15,20 +15,23 @@ import env
 from agent import AgentConfig
 from runners.cli import CliError
 from runners.online.command import build_config, config_from_dict
-from runners.online.config import PAPER_FINAL_NS, WORLDS_AGENT, WORLDS_FINAL_NS
+from runners.online.config import WORLDS_AGENT, flat
 from runners.online.summary import since_switch
 from runners.online.worlds_protocol import family_of, make_scheduled_world, make_world_sets
+
+WORLDS_FINAL_NS = (0, 1, 5, 10, 25, 50)
+PAPER_FINAL_NS = (0, 10, 25, 50, 100, 256)
 
 
 def test_worlds_is_the_default_and_paper_one_flag_away() -> None:
     w = build_config([])
-    assert w.protocol == "worlds" and w.final_ns == WORLDS_FINAL_NS
-    assert w.best_min_sigma == 0.2  # the collapse guard of best.pt
+    assert w.protocol.kind == "worlds" and w.schedule.final_ns == WORLDS_FINAL_NS
+    assert w.schedule.best_min_sigma == 0.2  # the collapse guard of best.pt
     for k, v in WORLDS_AGENT.items():
         assert getattr(w.agent, k) == v, k
     assert family_of(w.shift_physics) == "interp"  # the default switch is held out
     p = build_config(["--protocol", "paper"])
-    assert p.final_ns == PAPER_FINAL_NS and p.best_min_sigma == 0.0
+    assert p.schedule.final_ns == PAPER_FINAL_NS and p.schedule.best_min_sigma == 0.0
     assert p.agent.memory_scope == "global" and p.agent.context_frames == 1
     assert p.agent.memory_write == "boundary" and p.agent.input_scale == 1.0
     assert p.agent.push_pair == "input"  # the stream source never leaks the future
@@ -37,8 +40,8 @@ def test_worlds_is_the_default_and_paper_one_flag_away() -> None:
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--source", "dataset", "--data", "x.zarr"], "needs the stream source"),
-        (["--base-gravity", "0.2"], "belongs to the paper protocol"),
+        (["--source", "dataset", "--data", "x.zarr"], "--source belongs to --protocol paper"),
+        (["--base-gravity", "0.2"], "--base-gravity belongs to --protocol paper"),
         (["--set", "episode_steps=10,40"], "episode_steps"),
         (["--set", "eval_world_seqs=1"], "eval_world_seqs"),
         (["--set", "best_min_sigma=-1"], "best_min_sigma must be >= 0"),
@@ -51,12 +54,10 @@ def test_worlds_bad_options(argv: list[str], message: str) -> None:
 
 
 def test_old_config_json_reads_as_the_paper_protocol() -> None:
-    saved = build_config(["--protocol", "paper", "--steps", "90"]).to_dict()
-    del saved["protocol"]  # written before the worlds protocol existed
-    for k in ("train_family", "episode_steps", "eval_worlds", "eval_world_seqs"):
-        del saved[k]
+    saved = flat(build_config(["--protocol", "paper", "--steps", "90"]).to_dict())
+    del saved["protocol"]  # flat, written before the worlds protocol existed
     again = config_from_dict(json.loads(json.dumps(saved)))
-    assert again.protocol == "paper" and again.steps == 90
+    assert again.protocol.kind == "paper" and again.schedule.steps == 90
 
 
 def test_switch_starts_every_stream_anew_in_the_held_world_for_good() -> None:
