@@ -20,7 +20,7 @@ from runners.studies import aggregate, backends, grid, launch, runs
 
 REPO = Path(__file__).resolve().parents[2]
 # Small evaluation sets keep each tiny run to a few seconds (most of it is imports and figures).
-FAST_EVAL = ["--set", "eval_shift_train=32", "eval_shift_test=16", "eval_base_test=16",
+FAST_EVAL = ["--protocol", "paper", "--set", "eval_shift_train=32", "eval_shift_test=16", "eval_base_test=16",
              "final_ns=0,50"]
 TINY = ["--preset", "tiny", "--steps", "20", "--no-switch", "--eval-every", "10",
         "--checkpoint-every", "10", "--device", "cpu", *FAST_EVAL]
@@ -73,11 +73,11 @@ def test_sweep_refuses_unknown_fields_and_reserved_options(capsys):
     ("argv", "message"),
     [
         (["--grid", "track=Q"], r"run track-Q: --track: expected one of .*got 'Q'"),
-        (["--grid", "lr=1e-3,x"], r"run lr-x: lr: expected a number, got 'x'"),
-        (["--grid", "seed=1", "kappa=-1"], "run seed-1_kappa--1: invalid agent config: kappa"),
+        (["--grid", "lr=1e-3,x"], r"run lr-x: --lr: expected a number, got 'x'"),
+        (["--grid", "seed=1", "kappa=-1"], r"run seed-1_kappa--1: kappa: must be > 0 \(got -1.0\)"),
         (["--grid", "seed=1", "--steps", "10", "--switch", "20:0.5"], "outside the run"),
         (["--grid", "seed=1", "--switch", "5:friction=3"], r"friction must be in \[0, 1\)"),
-        (["--grid", "seed=1,2", "--set", "eval_ns=a"], "run seed-1: eval_ns"),
+        (["--grid", "seed=1,2", "--set", "eval_ns=a"], "--eval-ns"),
     ],
 )
 def test_bad_sweep_grids_never_start(tmp_path, argv, message):
@@ -108,10 +108,10 @@ def test_reproduce_checks_its_runs_before_writing_anything(tmp_path):
     from runners import reproduce
 
     out = tmp_path / "repro"
-    with pytest.raises(CliError, match="invalid agent config: kappa"):
+    with pytest.raises(CliError, match="kappa: must be > 0"):
         reproduce.main(["--out", str(out), "--preset", "tiny", "--steps", "20",
                         "--set", "kappa=-1"])
-    with pytest.raises(CliError, match="lambda_reg: expected a number"):
+    with pytest.raises(CliError, match="lambda.reg: expected a number"):
         reproduce.main(["--out", str(out), "--preset", "tiny", "--set", "lambda_reg=x"])
     assert not out.exists()
 
@@ -184,7 +184,7 @@ def test_local_sweep_runs_skips_finished_runs_and_aggregates(tmp_path, capsys):
     for name in ("track-A_seed-1", "track-C_seed-1"):
         run = out / name
         assert backends.is_finished(run)
-        assert json.loads((run / "config.json").read_text())["steps"] == 20
+        assert json.loads((run / "config.json").read_text())["schedule"]["steps"] == 20
         assert (_metrics_steps(run) == np.arange(20)).all()
         assert (out / "logs" / f"{name}.log").stat().st_size > 0
     first = capsys.readouterr().out

@@ -67,7 +67,7 @@ def test_switch_resume_evaluate(tmp_path: Path) -> None:
     for name in ("latest.pt", "best.pt", "latest.eval.json"):
         assert (run / "checkpoints" / name).is_file()
     cfg = json.loads((run / "config.json").read_text())
-    assert cfg["steps"] == 70 and cfg["switches"] == [{"step": 30, "physics": {"gravity": 0.5}}]
+    assert cfg["schedule"]["steps"] == 70 and cfg["schedule"]["switches"] == [{"step": 30, "physics": {"gravity": 0.5}}]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps_done"] == 70 and summary["end_of_base"]["step"] == 30
     assert [r["n"] for r in summary["adaptation_curve"]] == [0, 10, 25, 50, 100, 256]

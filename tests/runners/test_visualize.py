@@ -284,7 +284,7 @@ def test_cli_worlds_scripted_switch_holds_every_stream(tmp_path: Path) -> None:
     ]  # fmt: skip
     session = visualize.setup(argv, log=lambda _: None)
     app = session.app
-    assert app.worlds and all(lp.cfg.protocol == "worlds" for lp in session.loops)
+    assert app.worlds and all(lp.cfg.protocol.kind == "worlds" for lp in session.loops)
     for _ in range(10):
         app.advance()
     snap = app.snapshot()
@@ -308,7 +308,7 @@ def test_cli_worlds_scripted_switch_holds_every_stream(tmp_path: Path) -> None:
                             "--out", str(tmp_path), "--name", "more"], log=lambda _: None)  # fmt: skip
     assert more.app.worlds and not more.app.held and more.app.step == 0
     for loop in more.loops:
-        assert loop.cfg.protocol == "worlds" and not loop.learner.weights_frozen
+        assert loop.cfg.protocol.kind == "worlds" and not loop.learner.weights_frozen
     more.release()
     pygame.display.quit()
 
@@ -382,11 +382,11 @@ def test_from_a_run_of_the_other_protocol_is_refused(
 ) -> None:
     from runners import visualize
     from runners.cli import CliError
-    from runners.online.config import RunConfig, resolve
+    from runners.online.command import build_config
 
     run = tmp_path / "run"
     run.mkdir()
-    cfg = resolve(RunConfig(protocol=run_protocol, preset="tiny", steps=30))  # type: ignore[arg-type]
+    cfg = build_config(["--protocol", run_protocol, "--preset", "tiny", "--steps", "30"])
     cfg.save(run / "config.json")
     argv = [*view, "--headless", "--from", str(run), "--out", str(tmp_path), "--name", "s"]
     with pytest.raises(CliError) as err:

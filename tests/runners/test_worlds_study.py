@@ -80,7 +80,7 @@ def test_study_runs_every_arm_writes_the_report_and_skips_finished_runs(tmp_path
     assert names == ["track-A_seed-3", "track-B_seed-3", "track-C_seed-3",
                      "track-C_seed-3_oracle-true"]
     cfg = json.loads((runs / "track-C_seed-3_oracle-true" / "config.json").read_text())
-    assert cfg["protocol"] == "worlds" and cfg["agent"]["oracle"] is True
+    assert cfg["protocol"]["kind"] == "worlds" and cfg["agent"]["oracle"] is True
     report = json.loads((out / "report.json").read_text())
     assert report["missing"] == []
 
