@@ -33,6 +33,7 @@ PRECISIONS = ("fp32", "bf16")
 PUSH_PAIRS = ("newest", "input")
 MEMORY_WRITES = ("boundary", "every")
 MEMORY_SCOPES = ("global", "per_stream")
+PREDICTORS = ("direct", "rollout")
 # The oracle's input: the true physics of a sample's world, (gravity_x, gravity_y, restitution,
 # friction) as ``env.PHYSICS_FEATURES`` (a test keeps the two in step; agent never imports env).
 PHYSICS_DIM = 4
@@ -157,6 +158,11 @@ class AgentConfig:
     # Beyond the paper (docs/agent.md, "Beyond the paper"); the defaults are the paper's.
     context_frames: int = 1  # predictor input: the latents of the last C frames (1: the paper)
     per_horizon: bool = False  # one predicted latent per horizon (False: the paper's single one)
+    # "direct": the predictor maps the context to the horizons' latents at once (the paper);
+    # "rollout": a one-step transition z_{t+1} = norm(z_t + f(z_{t-C+1..t})), modulated at every
+    # step, applied max(horizons) times, its outputs at the horizons (one latent per horizon, so
+    # per_horizon is moot). docs/agent.md, "A predictor that rolls forward".
+    predictor: str = "direct"
     push_pair: str = "newest"  # memory pair: "newest" frames (paper) or "input" (the input's own)
     memory_scope: str = "global"  # "global" one FIFO of batch means (paper), "per_stream" its own
     vary_memory: bool = False  # training: each sample sees only its newest k entries, k ~ U{0..n}
@@ -213,6 +219,7 @@ class AgentConfig:
             "push_pair": PUSH_PAIRS,
             "memory_scope": MEMORY_SCOPES,
             "memory_write": MEMORY_WRITES,
+            "predictor": PREDICTORS,
         }
 
     def _validate_shapes(self) -> None:
@@ -259,6 +266,17 @@ class AgentConfig:
     def n_horizons(self) -> int:
         """K, the number of prediction horizons."""
         return len(self.horizons)
+
+    @property
+    def rollout(self) -> bool:
+        """The predictor is a one-step transition rolled forward to every horizon."""
+        return self.predictor == "rollout"
+
+    @property
+    def out_heads(self) -> int:
+        """Latents one predictor call gives: K per horizon, 1 the paper's single one or one step
+        of a rollout."""
+        return self.n_horizons if self.per_horizon and not self.rollout else 1
 
     @property
     def past_frames(self) -> int:

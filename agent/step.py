@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
@@ -48,6 +49,8 @@ class StepSpec:
     lambda_reg: float = 0.05  # the variance hinge's weight
     per_stream: bool = False  # one memory and detector per stream (``cfg.memory_scope``)
     write_every: bool = False  # write the memory at every valid step (``cfg.memory_write``)
+    horizons: tuple[int, ...] = ()  # ``cfg.horizons`` (the rollout's outputs)
+    rollout: bool = False  # the predictor is a transition rolled forward (``cfg.predictor``)
 
     @classmethod
     def from_config(cls, cfg: AgentConfig, device: torch.device | str) -> StepSpec:
@@ -65,6 +68,8 @@ class StepSpec:
             lambda_reg=cfg.lambda_reg,
             per_stream=cfg.memory_scope == "per_stream",
             write_every=cfg.memory_write == "every",
+            horizons=cfg.horizons,
+            rollout=cfg.rollout,
         )
 
     def frames(self, x: torch.Tensor) -> torch.Tensor:
@@ -270,6 +275,28 @@ def aggregate(
         return nets.aggregator(z.float(), codes, memory.mask)
 
 
+def unroll(
+    transition: Callable[[torch.Tensor], torch.Tensor], z: torch.Tensor, spec: StepSpec
+) -> torch.Tensor:
+    """The prediction of ``transition`` (flat context (B, C * latent) -> latent(s)) for the
+    context latents z (B, C, latent) - or (B, latent) when C = 1.
+
+    Direct (the paper): ``transition(z)`` once, (B, latent) or (B, K, latent). Rollout: the
+    transition applied max(horizons) times, each output appended to the context as its newest
+    latent (the oldest dropped), the outputs at the horizons stacked: (B, K, latent).
+    """
+    if not spec.rollout:
+        return transition(z.flatten(1))
+    ctx = z if z.dim() == 3 else z.unsqueeze(1)
+    out = []
+    for t in range(1, spec.horizons[-1] + 1):
+        nxt = transition(ctx.flatten(1))  # (B, latent)
+        if t in spec.horizons:
+            out.append(nxt)
+        ctx = torch.cat([ctx[:, 1:], nxt.unsqueeze(1).to(ctx.dtype)], 1)
+    return torch.stack(out, 1)
+
+
 def modulated_prediction(
     nets: Networks,
     z: torch.Tensor,
@@ -281,9 +308,11 @@ def modulated_prediction(
     """The modulated prediction for the context latents z (B, C, latent) - or (B, latent) when
     C = 1 - given ``memory`` (and its e_i ``codes``, computed here when None): (Modulated(pred,
     scales (B, n) | None), Aggregate(e_agg (B, exp_dim), attn (B, cap)) | None). pred is (B,
-    latent), or (B, K, latent) per horizon. The aggregator's query is the input frame's latent.
-    With the oracle the context is ``nets.oracle(physics)`` (physics (B, PHYSICS_DIM), required)
-    and memory is not read."""
+    latent), or (B, K, latent) per horizon or rolled out (``unroll``: the modulation acts at
+    every step of a rollout, with the same e_agg). The aggregator's query is the input frame's
+    latent. With the oracle the context is ``nets.oracle(physics)`` (physics (B, PHYSICS_DIM),
+    required) and memory is not read."""
+    agg = None
     if nets.oracle is not None:
         if physics is None:
             raise ValueError(
@@ -291,10 +320,18 @@ def modulated_prediction(
             )
         with torch.autocast(spec.device_type, enabled=False):
             e_agg = nets.oracle(physics.float())
-        return nets.modulator(nets.predictor, z.flatten(1), e_agg), None
-    agg = aggregate(nets, input_latent(z), memory, spec, codes)
-    e_agg = agg.e_agg if agg is not None else z.new_zeros(z.shape[0], spec.exp_dim)
-    return nets.modulator(nets.predictor, z.flatten(1), e_agg), agg
+    else:
+        agg = aggregate(nets, input_latent(z), memory, spec, codes)
+        e_agg = agg.e_agg if agg is not None else z.new_zeros(z.shape[0], spec.exp_dim)
+    scales: list[torch.Tensor | None] = []
+
+    def transition(x: torch.Tensor) -> torch.Tensor:
+        mod = nets.modulator(nets.predictor, x, e_agg)
+        scales.append(mod.scales)  # the same at every step: they depend on e_agg alone
+        return mod.pred
+
+    pred = unroll(transition, z, spec)
+    return Modulated(pred, scales[0]), agg
 
 
 def base_error(
@@ -303,7 +340,10 @@ def base_error(
     """Each sample's surprisal (B,): the BASE predictor's (no modulation) error
     mean_k ||zbar_k - P_base(z)|| over the K horizons (docs/definitions.md#surprisal)."""
     with spec.autocast():
-        base = nets.predictor(z.detach().flatten(1)) if nets.modulator.uses_memory else mod.pred
+        if nets.modulator.uses_memory:
+            base = unroll(nets.predictor, z.detach(), spec)
+        else:
+            base = mod.pred
     return torch.linalg.vector_norm(targets - per_horizon(base.detach().float()), dim=-1).mean(1)
 
 

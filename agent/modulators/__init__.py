@@ -18,7 +18,7 @@ def build_modulator(cfg: AgentConfig) -> Modulator:
     if cfg.track == "B":
         return ResidualModulator(cfg.exp_dim, cfg.hidden_dim)
     c_in = cfg.context_frames * cfg.latent_dim  # the predictor's input and output widths
-    c_out = (cfg.n_horizons if cfg.per_horizon else 1) * cfg.latent_dim
+    c_out = cfg.out_heads * cfg.latent_dim
     if cfg.track == "C":
         return LoRAModulator(c_in, cfg.hidden_dim, cfg.exp_dim, cfg.lora_rank, c_out)
     if cfg.track == "D":

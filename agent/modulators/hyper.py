@@ -30,4 +30,4 @@ class HyperModulator(Modulator):
         c = self.code(e_agg)  # (B, m)
         outer = (c.unsqueeze(2) * z.unsqueeze(1)).flatten(1)  # (B, m * in)
         h1 = predictor.act(predictor.fc1(z) + outer @ self.bases)  # (B, hidden)
-        return Modulated(predictor.readout(h1), c)
+        return Modulated(predictor.readout(h1, z), c)

@@ -36,4 +36,4 @@ class LoRAModulator(Modulator):
         delta2 = self.delta2_gen(e_agg)  # (B, r)
         h1 = predictor.act(predictor.fc1(z) + (z @ self.v1) * delta1 @ self.u1.T)  # (B, hidden)
         h2 = predictor.fc2(h1) + (h1 @ self.v2) * delta2 @ self.u2.T  # (B, out)
-        return Modulated(predictor.finish(h2), torch.cat([delta1, delta2], dim=-1))
+        return Modulated(predictor.finish(h2, z), torch.cat([delta1, delta2], dim=-1))
