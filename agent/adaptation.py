@@ -39,12 +39,14 @@ WORLD_NS = (0, 1, 5, 10, 25, 50)
 @dataclass
 class WorldSet:
     """Test sequences of one world: frames (N, L, 1, 64, 64) uint8 with L >=
-    ``sequence_length(cfg, max(ns))``; physics (PHYSICS_DIM,) its true parameters."""
+    ``sequence_length(cfg, max(ns))``; physics (PHYSICS_DIM,) its true parameters; the digits'
+    positions (N, L, digits, 2) where known (for the probes, ``agent.probes``)."""
 
     name: str
     family: str
     physics: np.ndarray
     frames: Any
+    positions: Any = None
 
 
 @dataclass

@@ -16,7 +16,8 @@ config; with ``--data`` the store's shift train/test and base test splits are us
 A run of the worlds protocol (``train_online``'s default) is evaluated as it evaluates itself:
 D_shift^n on the switch world with each sequence's own n transitions as memory, D_base^n on
 training-family worlds, and the held-out worlds' curves (own, same-world and wrong-world memory)
-in the JSON's ``held_out``; memory sizes default to 0 1 5 10 25 50.
+and the linear probes of the digits' positions and moves from the latents (held-out R^2) in the
+JSON's ``held_out``; memory sizes default to 0 1 5 10 25 50.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from runners.online.config import Device, Paper, RunConfig, Schedule, Worlds, re
 from runners.online.job import set_threads
 from runners.online.parts import make_evaluator, open_store, resolve_device
 from runners.online.rundir import RunFolder
-from runners.online.summary import curve_report, format_curve
+from runners.online.summary import curve_report, format_curve, held_out_text
 
 PROG = "evaluate"
 CURVE = (0, 10, 25, 50, 100, 256)
@@ -155,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rep["run_step"] = extra.get("run_step", learner.step) if isinstance(extra, dict) else None
     print(f"{ckpt} (track {agent_cfg.track}, step {learner.step}); data: {rep['data']}")
     print(format_curve(rep))
+    if cfg.worlds:
+        print("\n".join(held_out_text(rep["held_out"], f"at step {learner.step}")))
     if args.target_reference:
         print(format_reference(rep["target_reference"]))
     try:

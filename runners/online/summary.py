@@ -205,13 +205,34 @@ def format_table(s: dict[str, Any]) -> str:
     if curve and s.get("protocol") == "worlds":
         out += ["", "D_shift^n at the end (switch world, n own memories): " + ", ".join(
             f"n={r['n']} {_fmt(r['d_shift'])}" for r in curve)]
-    held = s.get("held_out")
-    if held:
-        out += ["", "held-out worlds at the end, D^n (n = " + " ".join(map(str, held["ns"])) + "):"]
-        for fam, mems in held["families"].items():
-            for m, d in mems.items():
-                out.append(f"  {fam:<7} {m:<6} " + " ".join(f"{_fmt(x):>6}" for x in d))
+    out += held_out_text(s.get("held_out"), "at the end")
     return "\n".join(out)
+
+
+def held_out_text(held: dict[str, Any] | None, when: str) -> list[str]:
+    """The held-out worlds' D^n per family and memory, then the probes, as text lines."""
+    if not held:
+        return []
+    out = ["", f"held-out worlds {when}, D^n (n = " + " ".join(map(str, held["ns"])) + "):"]
+    for fam, mems in held["families"].items():
+        for m, d in mems.items():
+            out.append(f"  {fam:<7} {m:<6} " + " ".join(f"{_fmt(x):>6}" for x in d))
+    return out + probes_text(held.get("probes"))
+
+
+PROBES_CAPTION = ("linear probes of the digits' state, R^2 on held-out worlds (fit on "
+                  "training worlds; docs/definitions.md#probes)")
+
+
+def probes_text(probes: dict[str, dict[str, float]] | None) -> list[str]:
+    """The probe table as aligned text lines (none without probes)."""
+    if not probes:
+        return []
+    targets = list(next(iter(probes.values())))
+    out = ["", PROBES_CAPTION + ":", "  " + " " * 8 + "".join(f"{t:>10}" for t in targets)]
+    for latent, row in probes.items():
+        out.append(f"  {latent:<8}" + "".join(f"{_fmt(row[t]):>10}" for t in targets))
+    return out
 
 
 def since_switch_line(s: dict[str, Any]) -> str:
@@ -285,6 +306,13 @@ def held_out_markdown(held: dict[str, Any] | None) -> list[str]:
     for fam, mems in held["families"].items():
         for mem, d in mems.items():
             lines.append(f"| {fam} | {mem} | " + " | ".join(_fmt(x) for x in d) + " |")
+    probes = held.get("probes")
+    if probes:
+        targets = list(next(iter(probes.values())))
+        lines += ["", PROBES_CAPTION[0].upper() + PROBES_CAPTION[1:] + ":", "",
+                  "| latent | " + " | ".join(targets) + " |", "|---|" + "---:|" * len(targets)]
+        lines += [f"| {latent} | " + " | ".join(_fmt(row[t]) for t in targets) + " |"
+                  for latent, row in probes.items()]
     return lines
 
 

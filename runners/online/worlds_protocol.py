@@ -28,6 +28,7 @@ import numpy as np
 import env
 from agent import Batch, EvalResult, Learner, StreamSource
 from agent.adaptation import WorldCurve, WorldSet, family_means, sequence_length, world_curves
+from agent.probes import ProbeSet, probe_report
 from runners.online.evaluation import CurveEvaluator
 
 HELD_OUT_FAMILIES = env.HELD_OUT
@@ -101,11 +102,12 @@ def family_of(physics: env.PhysicsParams) -> str:
 def world_set(
     name: str, physics: env.PhysicsParams, n: int, seq_len: int, seed: Sequence[int]
 ) -> WorldSet:
-    """``n`` test sequences (unseen digits) of one world."""
-    frames = env.generate_sequences(
+    """``n`` test sequences (unseen digits) of one world, with their digits' positions."""
+    seqs = env.generate_sequences(
         n, seed=list(seed), split="test", seq_len=seq_len, **physics.as_dict()
-    )["frames"]
-    return WorldSet(name, family_of(physics), env.physics_features(physics), frames)
+    )
+    return WorldSet(name, family_of(physics), env.physics_features(physics), seqs["frames"],
+                    seqs["positions"])
 
 
 def make_world_sets(
@@ -172,7 +174,9 @@ class WorldsEvaluator(CurveEvaluator):
 
     def report(self, learner: Learner, ns: Sequence[int]) -> dict[str, Any]:
         """The held-out worlds' D^n for every memory source (``own``, ``same``, ``wrong``; only
-        ``own`` for a learner without memory: track A, the oracle), per world and per family."""
+        ``own`` for a learner without memory: track A, the oracle), per world and per family;
+        and ``probes``: held-out R^2 of linear probes of the digits' state from the latents
+        (``agent.probes``), fit on the training-family worlds' sequences."""
         cfg = learner.cfg
         memories = ("own",) if cfg.track == "A" or cfg.oracle else ("own", "same", "wrong")
         curves = world_curves(learner, self.sets.held_out, tuple(ns), memories)
@@ -187,4 +191,19 @@ class WorldsEvaluator(CurveEvaluator):
                 for c in curves
                 for w in self.sets.held_out if w.name == c.world
             ],
+            "probes": probes(learner, self.sets),
         }  # fmt: skip
+
+
+def probes(learner: Learner, sets: WorldSets) -> dict[str, dict[str, float]]:
+    """{latent: {target: R^2}} of ``agent.probes.probe_report``: fit on the training-family
+    worlds' test sequences, scored on the held-out worlds'."""
+
+    def encode(frames: Any, target: bool) -> Any:
+        return learner.encode(frames, target=target)
+
+    def probe_sets(worlds: list[WorldSet]) -> list[ProbeSet]:
+        return [ProbeSet(np.asarray(w.frames), np.asarray(w.positions)) for w in worlds]
+
+    return probe_report(encode, probe_sets(sets.base), probe_sets(sets.held_out),
+                        learner.cfg.context_frames)

@@ -104,6 +104,7 @@ def test_world_sets_are_deterministic_and_held_out() -> None:
     assert a.shift.frames.shape == (3, length, 1, 64, 64)
     for x, y in zip([a.shift, *a.base, *a.held_out], [b.shift, *b.base, *b.held_out], strict=True):
         np.testing.assert_array_equal(x.frames, y.frames)
+        assert x.positions.shape == (*x.frames.shape[:2], 2, 2)  # the digits' positions, for probes
         np.testing.assert_array_equal(x.physics, y.physics)
     assert not np.array_equal(a.base[0].physics, c.base[0].physics)
 
@@ -142,6 +143,11 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
         # an empty memory is the same whatever its source would have been
         assert len({round(d[0], 9) for d in mems.values()}) == 1
     assert [r["n"] for r in s["adaptation_curve"]] == list(WORLDS_FINAL_NS)
+    probes = held["probes"]  # R^2 of every latent and target (agent.probes)
+    assert set(probes) == {"online", "target", "context"}
+    assert all(set(row) == {"position", "centroid", "velocity"} for row in probes.values())
+    assert all(np.isfinite(v) and v <= 1.0 for row in probes.values() for v in row.values())
+    assert "linear probes of the digits' state" in res.stdout
     # The collapse guard admitted no evaluation: no best.pt, and the summary says so.
     assert s["best"] == {"d_shift": None, "step": None, "min_sigma": 1e6}
     assert not (tmp_path / "w" / "checkpoints" / "best.pt").exists()
@@ -155,6 +161,8 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
     assert ev.returncode == 0, ev.stderr
     rep = json.loads((tmp_path / "w" / "checkpoints" / "latest.eval.json").read_text())
     assert [r["n"] for r in rep["curve"]] == [0, 3] and rep["held_out"]["ns"] == [0, 3]
+    assert rep["held_out"]["probes"] == probes  # the same checkpoint, the same probes
+    assert "held-out worlds at step" in ev.stdout and "linear probes" in ev.stdout
     refused = cli("evaluate", str(tmp_path / "w"), "--target-reference")
     assert refused.returncode == 2 and "paper-protocol run" in refused.stderr
     assert "Traceback" not in refused.stderr

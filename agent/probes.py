@@ -1,0 +1,153 @@
+"""Linear probes: how much of the digits' state (positions, velocities) the latents hold.
+
+A probe is ridge regression from a latent to a state target, fit on one set of sequences and
+scored by R^2 on another (held-out worlds; docs/definitions.md#probes). The targets are
+*permutation invariant*, since which digit is "first" is arbitrary and nothing asks the latent to
+tell the digits apart by index:
+
+- ``position``: the digits' x coordinates sorted, then their y coordinates sorted (2 x digits);
+- ``centroid``: the mean position of the digits (2);
+- ``velocity``: the digits' moves over the last frame, positions[t] - positions[t-1], in the
+  order of the sorted coordinates: the x moves in the order of the x coordinates, the y moves in
+  the order of the y coordinates (2 x digits).
+
+Positions are the digits' top-left corners in pixels. The move over the last frame is the
+digit's velocity (env's semi-implicit Euler; docs/env.md) except on a wall bounce, where the
+stored velocity has already flipped; the move is what two frames show (one frame shows none).
+
+Three latents are probed at each probe frame t: the online encoder's z_t (``online``), the EMA
+target's (``target``), and the predictor's input, the C context latents z_{t-C+1..t}
+concatenated (``context``; with C = 1 the same as ``online``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+TARGETS = ("position", "centroid", "velocity")
+LATENTS = ("online", "target", "context")
+#: Ridge penalties tried (on standardised features); the one with the best R^2 on the last fifth
+#: of the fitting set is refit on all of it.
+ALPHAS = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+
+
+def state_targets(positions: np.ndarray, previous: np.ndarray) -> dict[str, np.ndarray]:
+    """The probe targets (see the module doc) of the digits' positions (N, digits, 2) at frame
+    t and ``previous`` at t-1: {"position": (N, 2 digits), "centroid": (N, 2), "velocity":
+    (N, 2 digits)}."""
+    pos = np.asarray(positions, np.float64)
+    vel = pos - np.asarray(previous, np.float64)
+    order = np.argsort(pos, axis=1, kind="stable")  # (N, digits, 2): per coordinate
+    sorted_pos = np.take_along_axis(pos, order, axis=1)
+    sorted_vel = np.take_along_axis(vel, order, axis=1)
+    return {
+        "position": sorted_pos.transpose(0, 2, 1).reshape(len(pos), -1),  # x sorted, y sorted
+        "centroid": pos.mean(axis=1),
+        "velocity": sorted_vel.transpose(0, 2, 1).reshape(len(pos), -1),
+    }
+
+
+@dataclass(frozen=True)
+class Ridge:
+    """A fitted ridge probe: y = ((x - mean) / scale) @ weight + bias."""
+
+    mean: np.ndarray  # (F,)
+    scale: np.ndarray  # (F,)
+    weight: np.ndarray  # (F, T)
+    bias: np.ndarray  # (T,)
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return ((np.asarray(x, np.float64) - self.mean) / self.scale) @ self.weight + self.bias
+
+
+def fit_ridge(x: np.ndarray, y: np.ndarray, alpha: float) -> Ridge:
+    """Ridge regression of y (N, T) on standardised x (N, F), penalty ``alpha * N`` on the
+    weights (so alpha does not depend on the number of samples), intercept unpenalised."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    mean, scale = x.mean(0), x.std(0)
+    scale = np.where(scale > 1e-8, scale, 1.0)
+    xs = (x - mean) / scale
+    gram = xs.T @ xs + alpha * len(x) * np.eye(x.shape[1])
+    weight = np.linalg.solve(gram, xs.T @ (y - y.mean(0)))
+    return Ridge(mean, scale, weight, y.mean(0))
+
+
+def r2_score(y: np.ndarray, pred: np.ndarray) -> float:
+    """R^2 averaged over the target columns: mean_j 1 - SSE_j / SST_j (1 perfect, 0 the
+    columns' means, below 0 worse than them). Columns without variance are left out."""
+    y, pred = np.asarray(y, np.float64), np.asarray(pred, np.float64)
+    sst = ((y - y.mean(0)) ** 2).sum(0)
+    sse = ((y - pred) ** 2).sum(0)
+    keep = sst > 1e-12
+    return float(np.mean(1.0 - sse[keep] / sst[keep])) if keep.any() else float("nan")
+
+
+def probe_r2(
+    x_fit: np.ndarray,
+    y_fit: np.ndarray,
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    alphas: Sequence[float] = ALPHAS,
+) -> float:
+    """Held-out R^2 of a ridge probe fit on (x_fit, y_fit): the penalty chosen on the last fifth
+    of the fitting set (fit on the rest), then refit on all of it and scored on the test set."""
+    cut = max(1, len(x_fit) - len(x_fit) // 5)
+    best = max(
+        alphas,
+        key=lambda a: r2_score(y_fit[cut:], fit_ridge(x_fit[:cut], y_fit[:cut], a).predict(x_fit[cut:])),
+    )
+    return r2_score(y_test, fit_ridge(x_fit, y_fit, best).predict(x_test))
+
+
+@dataclass
+class ProbeSet:
+    """Sequences to probe: frames (N, L, 1, 64, 64) uint8 and the digits' positions
+    (N, L, digits, 2) (``env.generate_sequences``)."""
+
+    frames: np.ndarray
+    positions: np.ndarray
+
+
+#: frames (M, 1, 64, 64) uint8 -> latents (M, D); the flag asks for the EMA target's.
+Encode = Callable[[torch.Tensor, bool], torch.Tensor]
+
+
+def probe_features(
+    encode: Encode, sets: Sequence[ProbeSet], context: int, every: int = 4
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The latents ({"online", "target", "context"}: (M, D), (M, D), (M, C * D)) and state
+    targets (``state_targets``) at every ``every``-th frame t >= max(C - 1, 1) of every
+    sequence."""
+    feats: dict[str, list[np.ndarray]] = {k: [] for k in LATENTS}
+    states: dict[str, list[np.ndarray]] = {k: [] for k in TARGETS}
+    for s in sets:
+        n, length = s.frames.shape[:2]
+        ts = np.arange(max(context - 1, 1), length, every)
+        for i in range(n):
+            frames = torch.from_numpy(np.ascontiguousarray(s.frames[i, : ts[-1] + 1]))
+            z = encode(frames, False).float().cpu().numpy()  # (L', D)
+            zt = encode(frames[ts], True).float().cpu().numpy()
+            feats["online"].append(z[ts])
+            feats["target"].append(zt)
+            feats["context"].append(np.concatenate([z[ts - j] for j in range(context - 1, -1, -1)], 1))
+            for k, v in state_targets(s.positions[i, ts], s.positions[i, ts - 1]).items():
+                states[k].append(v)
+    return ({k: np.concatenate(v) for k, v in feats.items()},
+            {k: np.concatenate(v) for k, v in states.items()})  # fmt: skip
+
+
+def probe_report(
+    encode: Encode, fit: Sequence[ProbeSet], test: Sequence[ProbeSet], context: int
+) -> dict[str, dict[str, float]]:
+    """{latent: {target: held-out R^2}}: probes fit on ``fit``'s sequences, scored on ``test``'s
+    (for every latent of ``LATENTS`` and target of ``TARGETS``)."""
+    x_fit, y_fit = probe_features(encode, fit, context)
+    x_test, y_test = probe_features(encode, test, context)
+    return {
+        latent: {t: probe_r2(x_fit[latent], y_fit[t], x_test[latent], y_test[t]) for t in TARGETS}
+        for latent in LATENTS
+    }
