@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from agent.learner import Learner
-from agent.metrics import NormErrorSums, norm_error, score_predictions
+from agent.metrics import NormErrorSums, norm_error, norm_error_sums, score_predictions
 from agent.step import MemoryView, modulated_prediction
 
 MEMORIES = ("own", "same", "wrong")
@@ -172,6 +172,50 @@ def world_curves(
                 curve.sigma_embed.append(sigma)
                 curve.excluded.append(int(sums.excluded))
             out.append(curve)
+    return out
+
+
+REFERENCES = ("d", "d_target_ref", "d_future_online")
+
+
+@torch.no_grad()
+def reference_check(learner: Learner, worlds: list[WorldSet]) -> dict[str, dict[str, list[float]]]:
+    """How much of D is predicted motion: per family, per horizon (then their mean, last), with
+    an empty memory, at each sequence's first input frame (C - 1):
+
+    - ``d``: the learner's D (the paper's: against the online latent's "no change" z_t);
+    - ``d_target_ref``: the same predictions against the EMA target's own "no change" zbar_t;
+    - ``d_future_online``: D of the online latent of the true future frame, z_{t+h}: a predictor
+      that knows the future exactly but answers in the online encoder's space. Its distance
+      from 0 is the gap between the online and the EMA-target encoders, which the paper's
+      "no change" pays and a predictor can learn without predicting any motion.
+    """
+    cfg, eps = learner.cfg, learner.cfg.norm_eps
+    c, hs = cfg.context_frames, list(cfg.horizons)
+    future = np.asarray([c - 1 + h for h in hs])
+    empty = MemoryView(torch.zeros(1, 1, 2, cfg.latent_dim), torch.zeros(1, 1, dtype=torch.bool))
+    sums: dict[tuple[str, str], list[NormErrorSums]] = {}
+    for world in worlds:
+        arr = torch.from_numpy(np.ascontiguousarray(np.asarray(world.frames)[:, : future[-1] + 1]))
+        b = arr.shape[0]
+        online = learner.encode(arr.flatten(0, 1)).view(b, arr.shape[1], -1)
+        target = learner.encode(arr.flatten(0, 1), target=True).view(b, arr.shape[1], -1)
+        z, zbar, targets = online[:, c - 1], target[:, c - 1], target[:, future]
+        physics = torch.as_tensor(world.physics, dtype=torch.float32).expand(b, -1)
+        view = MemoryView(empty.pairs.expand(b, -1, -1, -1).to(learner.device),
+                          empty.mask.expand(b, -1).to(learner.device))  # fmt: skip
+        ctx = online[:, :c] if c > 1 else z
+        with learner.autocast():
+            pred = modulated_prediction(learner.nets, ctx, view, learner.spec,
+                                        physics.to(learner.device))[0].pred.float()  # fmt: skip
+        for name, p, ref in (("d", pred, z), ("d_target_ref", pred, zbar),
+                             ("d_future_online", online[:, future], z)):  # fmt: skip
+            sums.setdefault((world.family, name), []).append(norm_error_sums(p, ref, targets, eps))
+    out: dict[str, dict[str, list[float]]] = {}
+    for (fam, name), parts in sums.items():
+        total = NormErrorSums(*(sum(x) for x in zip(*parts, strict=True)))
+        d, d_h = norm_error(total)
+        out.setdefault(fam, {})[name] = [*d_h.tolist(), float(d)]
     return out
 
 

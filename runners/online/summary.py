@@ -217,7 +217,31 @@ def held_out_text(held: dict[str, Any] | None, when: str) -> list[str]:
     for fam, mems in held["families"].items():
         for m, d in mems.items():
             out.append(f"  {fam:<7} {m:<6} " + " ".join(f"{_fmt(x):>6}" for x in d))
-    return out + probes_text(held.get("probes"))
+    return out + probes_text(held.get("probes")) + reference_text(held.get("reference"),
+                                                                  held.get("horizons", []))
+
+
+#: What each row of the reference check is (agent.adaptation.reference_check).
+REFERENCE_ROWS = {
+    "d": "D (the paper's: against the online z_t)",
+    "d_target_ref": "D against the EMA target's zbar_t",
+    "d_future_online": "D of the online latent of the true future",
+}
+REFERENCE_CAPTION = ("how much of D is predicted motion (held-out worlds, empty memory; "
+                     "docs/definitions.md#the-reference-check)")
+
+
+def reference_text(ref: dict[str, dict[str, list[float]]] | None, horizons: list[int]) -> list[str]:
+    """The reference check as aligned text lines, per family: per horizon, then the mean."""
+    if not ref:
+        return []
+    head = "".join(f"{f'h={h}':>7}" for h in horizons) + f"{'mean':>7}"
+    w = max(len(v) for v in REFERENCE_ROWS.values())
+    out = ["", REFERENCE_CAPTION + ":", f"  {'':<7} {'':<{w}}" + head]
+    for fam, rows in ref.items():
+        for key, label in REFERENCE_ROWS.items():
+            out.append(f"  {fam:<7} {label:<{w}}" + "".join(f"{_fmt(x):>7}" for x in rows[key]))
+    return out
 
 
 PROBES_CAPTION = ("linear probes of the digits' state, R^2 on held-out worlds (fit on "
@@ -313,6 +337,14 @@ def held_out_markdown(held: dict[str, Any] | None) -> list[str]:
                   "| latent | " + " | ".join(targets) + " |", "|---|" + "---:|" * len(targets)]
         lines += [f"| {latent} | " + " | ".join(_fmt(row[t]) for t in targets) + " |"
                   for latent, row in probes.items()]
+    ref = held.get("reference")
+    if ref:
+        hs = held.get("horizons", [])
+        lines += ["", REFERENCE_CAPTION[0].upper() + REFERENCE_CAPTION[1:] + ":", "",
+                  "| family | | " + " | ".join(f"h={h}" for h in hs) + " | mean |",
+                  "|---|---|" + "---:|" * (len(hs) + 1)]
+        lines += [f"| {fam} | {label} | " + " | ".join(_fmt(x) for x in rows[key]) + " |"
+                  for fam, rows in ref.items() for key, label in REFERENCE_ROWS.items()]
     return lines
 
 

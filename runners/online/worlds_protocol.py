@@ -27,7 +27,14 @@ import numpy as np
 
 import env
 from agent import Batch, EvalResult, Learner, StreamSource
-from agent.adaptation import WorldCurve, WorldSet, family_means, sequence_length, world_curves
+from agent.adaptation import (
+    WorldCurve,
+    WorldSet,
+    family_means,
+    reference_check,
+    sequence_length,
+    world_curves,
+)
 from agent.probes import ProbeSet, probe_report
 from runners.online.evaluation import CurveEvaluator
 
@@ -176,7 +183,9 @@ class WorldsEvaluator(CurveEvaluator):
         """The held-out worlds' D^n for every memory source (``own``, ``same``, ``wrong``; only
         ``own`` for a learner without memory: track A, the oracle), per world and per family;
         and ``probes``: held-out R^2 of linear probes of the digits' state from the latents
-        (``agent.probes``), fit on the training-family worlds' sequences."""
+        (``agent.probes``), fit on the training-family worlds' sequences; and ``reference``:
+        D against the EMA target's own "no change" beside the paper's, and the online-target
+        gap (``agent.adaptation.reference_check``)."""
         cfg = learner.cfg
         memories = ("own",) if cfg.track == "A" or cfg.oracle else ("own", "same", "wrong")
         curves = world_curves(learner, self.sets.held_out, tuple(ns), memories)
@@ -192,6 +201,7 @@ class WorldsEvaluator(CurveEvaluator):
                 for w in self.sets.held_out if w.name == c.world
             ],
             "probes": probes(learner, self.sets),
+            "reference": reference_check(learner, self.sets.held_out),
         }  # fmt: skip
 
 

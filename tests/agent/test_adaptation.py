@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from agent import AgentConfig, Learner
-from agent.adaptation import WorldSet, family_means, input_index, sequence_length, world_curves
+from agent.adaptation import (
+    WorldSet,
+    family_means,
+    input_index,
+    reference_check,
+    sequence_length,
+    world_curves,
+)
 
 NS = (0, 1, 3)
 
@@ -75,3 +83,24 @@ def test_bad_requests() -> None:
         world_curves(Learner(cfg), worlds(cfg), NS, ("elsewhere",))
     with pytest.raises(ValueError, match="two worlds"):
         world_curves(Learner(cfg), worlds(cfg)[:1], NS)
+
+
+@pytest.mark.parametrize("predictor", ["direct", "rollout"])
+def test_reference_check_is_exact_where_the_encoders_agree(predictor: str) -> None:
+    """A fresh learner's EMA target is its online encoder: the two references give the same D
+    and the online latent of the true future is the target itself (D 0). Once they differ,
+    so do the references."""
+    cfg = cfg_of("C", predictor=predictor)
+    learner = Learner(cfg)
+    ws = worlds(cfg)
+    ref = reference_check(learner, ws)
+    assert set(ref) == {"interp", "extrap"}
+    for rows in ref.values():
+        assert all(len(v) == cfg.n_horizons + 1 for v in rows.values())  # per horizon, mean
+        assert rows["d"] == rows["d_target_ref"]
+        assert rows["d_future_online"] == [0.0] * (cfg.n_horizons + 1)
+    with torch.no_grad():  # move the EMA target away from the online encoder
+        for p in learner.nets.target.parameters():
+            p.mul_(1.1)
+    moved = reference_check(learner, ws)["interp"]
+    assert moved["d"] != moved["d_target_ref"] and min(moved["d_future_online"]) > 0

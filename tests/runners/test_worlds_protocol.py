@@ -148,6 +148,12 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
     assert all(set(row) == {"position", "centroid", "velocity"} for row in probes.values())
     assert all(np.isfinite(v) and v <= 1.0 for row in probes.values() for v in row.values())
     assert "linear probes of the digits' state" in res.stdout
+    ref = held["reference"]  # agent.adaptation.reference_check, per family
+    assert set(ref) == {"interp", "extrap"}
+    k = len(held["horizons"]) + 1  # per horizon, then the mean
+    assert all(set(r) == {"d", "d_target_ref", "d_future_online"} for r in ref.values())
+    assert all(len(v) == k for r in ref.values() for v in r.values())
+    assert "how much of D is predicted motion" in res.stdout
     # The collapse guard admitted no evaluation: no best.pt, and the summary says so.
     assert s["best"] == {"d_shift": None, "step": None, "min_sigma": 1e6}
     assert not (tmp_path / "w" / "checkpoints" / "best.pt").exists()
@@ -162,6 +168,7 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
     rep = json.loads((tmp_path / "w" / "checkpoints" / "latest.eval.json").read_text())
     assert [r["n"] for r in rep["curve"]] == [0, 3] and rep["held_out"]["ns"] == [0, 3]
     assert rep["held_out"]["probes"] == probes  # the same checkpoint, the same probes
+    assert rep["held_out"]["reference"] == ref
     assert "held-out worlds at step" in ev.stdout and "linear probes" in ev.stdout
     refused = cli("evaluate", str(tmp_path / "w"), "--target-reference")
     assert refused.returncode == 2 and "paper-protocol run" in refused.stderr
