@@ -193,7 +193,6 @@ def reference_check(learner: Learner, worlds: list[WorldSet]) -> dict[str, dict[
     cfg, eps = learner.cfg, learner.cfg.norm_eps
     c, hs = cfg.context_frames, list(cfg.horizons)
     future = np.asarray([c - 1 + h for h in hs])
-    empty = MemoryView(torch.zeros(1, 1, 2, cfg.latent_dim), torch.zeros(1, 1, dtype=torch.bool))
     sums: dict[tuple[str, str], list[NormErrorSums]] = {}
     for world in worlds:
         arr = torch.from_numpy(np.ascontiguousarray(np.asarray(world.frames)[:, : future[-1] + 1]))
@@ -202,8 +201,8 @@ def reference_check(learner: Learner, worlds: list[WorldSet]) -> dict[str, dict[
         target = learner.encode(arr.flatten(0, 1), target=True).view(b, arr.shape[1], -1)
         z, zbar, targets = online[:, c - 1], target[:, c - 1], target[:, future]
         physics = torch.as_tensor(world.physics, dtype=torch.float32).expand(b, -1)
-        view = MemoryView(empty.pairs.expand(b, -1, -1, -1).to(learner.device),
-                          empty.mask.expand(b, -1).to(learner.device))  # fmt: skip
+        empty = _memory(online, 0, 0)  # one masked slot per sample: e_agg = 0
+        view = MemoryView(empty.pairs.to(learner.device), empty.mask.to(learner.device))
         ctx = online[:, :c] if c > 1 else z
         with learner.autocast():
             pred = modulated_prediction(learner.nets, ctx, view, learner.spec,
