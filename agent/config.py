@@ -33,7 +33,7 @@ PRECISIONS = ("fp32", "bf16")
 PUSH_PAIRS = ("newest", "input")
 MEMORY_WRITES = ("boundary", "every")
 MEMORY_SCOPES = ("global", "per_stream")
-PREDICTORS = ("direct", "rollout")
+PREDICTORS = ("direct", "residual", "rollout")
 # The oracle's input: the true physics of a sample's world, (gravity_x, gravity_y, restitution,
 # friction) as ``env.PHYSICS_FEATURES`` (a test keeps the two in step; agent never imports env).
 PHYSICS_DIM = 4
@@ -155,10 +155,14 @@ class AgentConfig:
     freeze_buffer_at: int | None = None  # no buffer writes from this step on
     freeze_ema_at: int | None = None  # EMA target fixed from this step on
     freeze_weights_at: int | None = None  # no weight updates from this step on (memory mode)
+    # the online encoder stops learning from this step on; the predictor, the modulator and the
+    # memory's encoder keep learning on its fixed latents (the EMA target converges to it)
+    freeze_encoder_at: int | None = None
     # Beyond the paper (docs/agent.md, "Beyond the paper"); the defaults are the paper's.
     context_frames: int = 1  # predictor input: the latents of the last C frames (1: the paper)
     per_horizon: bool = False  # one predicted latent per horizon (False: the paper's single one)
     # "direct": the predictor maps the context to the horizons' latents at once (the paper);
+    # "residual": the same, each latent a change of the newest context latent, norm(z_t + f(.));
     # "rollout": a one-step transition z_{t+1} = norm(z_t + f(z_{t-C+1..t})), modulated at every
     # step, applied max(horizons) times, its outputs at the horizons (one latent per horizon, so
     # per_horizon is moot). docs/agent.md, "A predictor that rolls forward".
@@ -205,7 +209,7 @@ class AgentConfig:
             self._bad("tau_end", "must be in [tau_base, 1]")
         if self.total_steps is not None and (not _is_int(self.total_steps) or self.total_steps < 1):
             self._bad("total_steps", "must be a positive integer (or None: a runner sets it)")
-        for name in ("freeze_buffer_at", "freeze_ema_at", "freeze_weights_at"):
+        for name in ("freeze_buffer_at", "freeze_ema_at", "freeze_weights_at", "freeze_encoder_at"):
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < 0):
                 self._bad(name, "must be None or an integer step >= 0")
@@ -262,6 +266,11 @@ class AgentConfig:
         raise ValueError(f"{name}: {why} (got {getattr(self, name)!r})")
 
     # ----------------------------------------------------------------------------------
+    @property
+    def residual(self) -> bool:
+        """The predictor gives a change of the newest context latent: norm(z_t + ...)."""
+        return self.predictor in ("residual", "rollout")
+
     @property
     def n_horizons(self) -> int:
         """K, the number of prediction horizons."""

@@ -146,6 +146,7 @@ class Learner:
             learn=not self.weights_frozen,
             ema=not self._frozen_at(cfg.freeze_ema_at),
             write=not self._frozen_at(cfg.freeze_buffer_at),
+            encoder=not self._frozen_at(cfg.freeze_encoder_at),
         )
         memory = self.memory_view(training=knobs.learn)
         metrics = jepa_step(self.model, batch.to(self.device), memory, knobs, self.paths)

@@ -102,7 +102,7 @@ class Predictor(nn.Module):
 
     @classmethod
     def from_config(cls, cfg: AgentConfig) -> Predictor:
-        return cls(cfg.latent_dim, cfg.hidden_dim, cfg.context_frames, cfg.out_heads, cfg.rollout)
+        return cls(cfg.latent_dim, cfg.hidden_dim, cfg.context_frames, cfg.out_heads, cfg.residual)
 
     def hidden(self, z: torch.Tensor) -> torch.Tensor:
         """(B, in_dim) -> (B, hidden): act(fc1(z))."""
@@ -112,11 +112,11 @@ class Predictor(nn.Module):
         """fc2's output (B, out_dim) -> the prediction: norm(y), (B, latent); per horizon
         (B, K, latent), each normalised. ``z`` (B, in_dim) is the input, read when
         ``residual``: norm(z_last + y)."""
-        if self.residual:
-            y = y + z[:, -self.latent_dim :]
+        last = z[:, -self.latent_dim :]
         if self.heads == 1:
-            return self.norm(y)
-        return self.norm(y.unflatten(-1, (self.heads, self.latent_dim)))
+            return self.norm(y + last if self.residual else y)
+        y = y.unflatten(-1, (self.heads, self.latent_dim))
+        return self.norm(y + last.unsqueeze(1) if self.residual else y)
 
     def readout(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """(B, hidden) -> the prediction: finish(fc2(h), z) for the input z."""

@@ -107,6 +107,7 @@ class Knobs(NamedTuple):
     learn: bool  # weights and optimiser update (False: frozen weights, memory mode)
     ema: bool  # the EMA target follows the encoder (``freeze_ema_at``)
     write: bool  # the memory is written (``freeze_buffer_at``)
+    encoder: bool = True  # the online encoder learns (``freeze_encoder_at``)
 
 
 class MemoryView(NamedTuple):
@@ -160,7 +161,8 @@ def jepa_step(
     codes = paths.codes(m, memory, knobs.learn)  # -> (.., cap, exp_dim) | None: experience enc.
     targets = paths.targets(m, batch)  # -> (B, K, D): EMA encoder, no gradient
     with spec.autocast(), torch.set_grad_enabled(knobs.learn):
-        z = context_latents(nets, batch.frames, spec)  # (B, C, D), or (B, D) when C = 1
+        with torch.set_grad_enabled(knobs.learn and knobs.encoder):
+            z = context_latents(nets, batch.frames, spec)  # (B, C, D), or (B, D) when C = 1
         mod, agg = modulated_prediction(nets, z, memory, spec, batch.physics, codes.result())
     pred, targets = mod.pred.float(), targets.result().float()  # (B, [K,] D), (B, K, D)
 

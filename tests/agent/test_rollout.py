@@ -25,17 +25,25 @@ def test_config() -> None:
     assert cfg.replace(per_horizon=True).out_heads == 1  # moot: a rollout is per horizon
     assert AgentConfig(per_horizon=True, horizons=(1, 2)).out_heads == 2
     assert not AgentConfig().rollout  # the paper's direct predictor
-    with pytest.raises(ValueError, match="predictor: expected one of direct, rollout"):
+    with pytest.raises(ValueError, match="predictor: expected one of direct, residual, rollout"):
         AgentConfig(predictor="recurrent")
 
 
-def test_residual_transition_is_no_change_at_zero() -> None:
-    """With fc2 = 0 the transition's output is norm(z_last): "no change" of the newest latent."""
-    pred = Predictor(8, 16, context=2, residual=True)
+@pytest.mark.parametrize("heads", [1, 3])
+def test_residual_predictor_is_no_change_at_zero(heads: int) -> None:
+    """With fc2 = 0 the residual predictor's output (the rollout's transition, or each head of
+    ``predictor="residual"``) is norm(z_last): "no change" of the newest latent."""
+    pred = Predictor(8, 16, context=2, heads=heads, residual=True)
     torch.nn.init.zeros_(pred.fc2.weight)
     torch.nn.init.zeros_(pred.fc2.bias)
     z = torch.randn(5, 16)
-    torch.testing.assert_close(pred(z), torch.nn.functional.layer_norm(z[:, 8:], (8,), eps=1e-5))
+    still = torch.nn.functional.layer_norm(z[:, 8:], (8,), eps=1e-5)
+    out = pred(z)
+    assert out.shape == ((5, 8) if heads == 1 else (5, heads, 8))
+    torch.testing.assert_close(out, still if heads == 1 else still.unsqueeze(1).expand(5, heads, 8))
+    cfg = AgentConfig.from_preset("tiny", predictor="residual", per_horizon=True, context_frames=2)
+    assert cfg.residual and not cfg.rollout and cfg.out_heads == cfg.n_horizons
+    assert Predictor.from_config(cfg).residual and not Predictor.from_config(AgentConfig()).residual
 
 
 @pytest.mark.parametrize("track", ["A", "B", "C", "D", "E"])
