@@ -27,12 +27,14 @@ import tyro
 from agent.config import Track, preferred_precision
 from runners.cli import CliError, parse
 from runners.online.config import (
+    PRESET_STEPS,
     PROTOCOLS,
     Device,
     Paper,
     Preset,
     ProtocolName,
     RunConfig,
+    Schedule,
     Source,
     flat,
     preset_agent,
@@ -232,7 +234,9 @@ def default_config(tokens: Sequence[str]) -> RunConfig:
     device = d.device if d.device != "auto" else _auto_device()
     agent = preset_agent(d.preset, d.track, protocol, protocol.source if isinstance(
         protocol, Paper) else "stream", preferred_precision(device))
-    return RunConfig(protocol=protocol, preset=d.preset, device=d.device, agent=agent)
+    schedule = Schedule(steps=PRESET_STEPS.get(d.preset, Schedule.steps))
+    return RunConfig(protocol=protocol, preset=d.preset, device=d.device, agent=agent,
+                     schedule=schedule)
 
 
 def _auto_device() -> str:

@@ -95,6 +95,21 @@ def test_the_defaults_follow_protocol_preset_track_and_device() -> None:
     assert build("--precision", "fp32").agent.precision == "fp32"
     # Set anywhere, --set included, they still choose the defaults of the rest.
     assert build("--set", "track=B").agent.kappa == 2.0
+    # The worlds protocol's fast EMA target; the paper keeps its own.
+    assert (build_config([]).agent.tau_base, build_config([]).agent.tau_end) == (0.98, 0.99)
+    assert (build().agent.tau_base, build().agent.tau_end) == (0.996, 0.9999)
+
+
+def test_the_study_preset_is_the_cpu_learner_grown_and_trained_longer() -> None:
+    cpu, study = build_config([]), build_config(["--preset", "study"])
+    assert (study.agent.latent_dim, study.agent.hidden_dim, study.agent.predictor) == (
+        64, 256, "rollout")
+    assert (cpu.agent.latent_dim, cpu.agent.predictor) == (16, "direct")
+    assert (study.schedule.steps, cpu.schedule.steps) == (12_000, 4_500)
+    assert study.schedule.switches[0].step == 8_000 and study.agent.total_steps == 8_000
+    same = {"batch_size", "lr", "lambda_reg", "buffer_capacity", "horizons"}
+    assert all(getattr(study.agent, f) == getattr(cpu.agent, f) for f in same)
+    assert build_config(["--preset", "study", "--steps", "300"]).schedule.steps == 300
 
 
 def test_default_switch_follows_steps() -> None:
