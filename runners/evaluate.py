@@ -38,7 +38,7 @@ from runners.online.config import Device, Paper, RunConfig, Schedule, Worlds, re
 from runners.online.job import set_threads
 from runners.online.parts import make_evaluator, open_store, resolve_device
 from runners.online.rundir import RunFolder
-from runners.online.summary import curve_report, format_curve, held_out_text
+from runners.online.summary import curve_report, format_curve, held_out_text, world_probe_text
 
 PROG = "evaluate"
 CURVE = (0, 10, 25, 50, 100, 256)
@@ -59,6 +59,12 @@ class Evaluate:
     """memory sizes (default 0 10 25 50 100 256; a worlds-protocol run: 0 1 5 10 25 50)"""
     target_reference: bool = False
     """also D_shift^50 against the EMA target's own 'no change' and the gap between the online and EMA latents of the input frames (paper protocol; see agent.target_reference): a frozen EMA target lowers D through that gap"""
+    world_probe: bool = False
+    """worlds protocol: also the world probe, D of two predictors fit offline on the frozen EMA-target latents of training-family worlds, one also told the world's physics, on the held-out worlds: what knowing the world is worth on these latents (docs/definitions.md#the-world-probe; about a minute on a CPU)"""
+    probe_worlds: int = 40
+    """--world-probe: training-family worlds to fit on (96 sequences each)"""
+    probe_steps: int = 4000
+    """--world-probe: Adam steps of each predictor"""
     device: Device = "auto"
     """where the learner runs"""
     out: Annotated[str | None, tyro.conf.arg(metavar="FILE.json")] = None
@@ -125,6 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg.agent = agent_cfg
     ns = tuple(sorted(set(args.n if args.n is not None else
                           WORLDS_CURVE if cfg.worlds else CURVE)))  # fmt: skip
+    if args.world_probe and not cfg.worlds:
+        raise CliError("--world-probe: a worlds-protocol run only")
+    if args.probe_worlds < 1 or args.probe_steps < 1:
+        raise CliError("--probe-worlds and --probe-steps must be at least 1")
     if args.target_reference and (cfg.worlds or agent_cfg.context_frames != 1):
         raise CliError("--target-reference: a paper-protocol run (one context frame) only")
     store = None
@@ -151,6 +161,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if cfg.worlds:
         rep["held_out"] = evaluator.report(learner, ns)
+    if args.world_probe:
+        from agent.world_probe import ProbeConfig
+        from runners.online.worlds_protocol import world_probe_report
+
+        rep["world_probe"] = world_probe_report(
+            learner, evaluator.sets.held_out, worlds=args.probe_worlds,
+            cfg=ProbeConfig(steps=args.probe_steps))
     if args.target_reference:
         ref = target_reference(learner, evaluator.data, n=50)  # type: ignore[attr-defined]
         rep["target_reference"] = dataclasses.asdict(ref)
@@ -161,6 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(held_out_text(rep["held_out"], f"at step {learner.step}")))
     if args.target_reference:
         print(format_reference(rep["target_reference"]))
+    if args.world_probe:
+        print("\n".join(world_probe_text(rep["world_probe"])))
     try:
         out.write_text(json.dumps(rep, indent=2) + "\n")
     except OSError as err:

@@ -244,6 +244,32 @@ def reference_text(ref: dict[str, dict[str, list[float]]] | None, horizons: list
     return out
 
 
+#: The world probe's rows (agent.world_probe).
+WORLD_PROBE_ROWS = {
+    "latent": "D, the latents only",
+    "latent_world": "D, the latents and the world",
+    "gain": "the world's worth (1 - ratio)",
+}
+
+
+def world_probe_text(probe: dict[str, Any] | None) -> list[str]:
+    """The world probe as aligned text lines, per family and pooled: per horizon, then the
+    mean (none without it)."""
+    if not probe:
+        return []
+    fit = probe["fit"]
+    head = "".join(f"{f'h={h}':>7}" for h in probe["horizons"]) + f"{'mean':>7}"
+    w = max(len(v) for v in WORLD_PROBE_ROWS.values())
+    out = ["", "the world probe: predictors fit offline on the frozen EMA-target latents of "
+           f"{fit['sequences']} sequences of {fit['worlds']} training worlds ({fit['predictor']}), "
+           "on held-out worlds (docs/definitions.md#the-world-probe):",
+           f"  {'':<7} {'':<{w}}" + head]
+    for fam, rows in probe["families"].items():
+        for key, label in WORLD_PROBE_ROWS.items():
+            out.append(f"  {fam:<7} {label:<{w}}" + "".join(f"{_fmt(x):>7}" for x in rows[key]))
+    return out
+
+
 PROBES_CAPTION = ("linear probes of the digits' state, R^2 on held-out worlds (fit on "
                   "training worlds; docs/definitions.md#probes)")
 

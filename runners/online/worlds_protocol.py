@@ -14,7 +14,10 @@ memory holds n transitions of it?
   deterministically from the run's seed;
 - ``WorldsEvaluator``: the periodic evaluation (D_shift^n = the switch world's own-memory D^n,
   D_base^n = the training worlds'), a ``runners.online.evaluation.CurveEvaluator`` like the
-  paper's, and ``report``: the held-out worlds' curves for the summary.
+  paper's, and ``report``: the held-out worlds' curves for the summary;
+- ``world_probe_report``: the world probe (``agent.world_probe``) of a learner, fit on freshly
+  drawn training-family worlds and scored on the held-out ones (``runners.evaluate
+  --world-probe``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from agent.adaptation import (
     world_curves,
 )
 from agent.probes import ProbeSet, probe_report
+from agent.world_probe import ProbeConfig, ProbeWorld, world_probe
 from runners.online.evaluation import CurveEvaluator
 
 HELD_OUT_FAMILIES = env.HELD_OUT
@@ -217,3 +221,28 @@ def probes(learner: Learner, sets: WorldSets) -> dict[str, dict[str, float]]:
 
     return probe_report(encode, probe_sets(sets.base), probe_sets(sets.held_out),
                         learner.cfg.context_frames)
+
+
+def world_probe_report(learner: Learner, held_out: Sequence[WorldSet], *, worlds: int = 40,
+                       seqs: int = 96, seed: int = 0,
+                       cfg: ProbeConfig = ProbeConfig()) -> dict[str, Any]:
+    """``agent.world_probe.world_probe`` on the learner's EMA-target latents: fit on ``worlds``
+    worlds drawn from the training family (``seqs`` sequences of the MNIST training digits each,
+    generated from ``seed``), scored on ``held_out`` (the test digits). Returns its result with the fitting set's size."""
+    c, hs = learner.cfg.context_frames, learner.cfg.horizons
+    length = c + hs[-1]
+    drawn = env.FAMILIES["train"].sample(np.random.default_rng(seed), worlds)
+    fit = []
+    for k, physics in enumerate(drawn):  # the training digits: the held-out sets have the test's
+        s = env.generate_sequences(seqs, seed=[seed, k], split="train", seq_len=length,
+                                   **physics.as_dict())
+        fit.append(ProbeWorld(s["frames"], env.physics_features(physics), "train"))
+    test = [ProbeWorld(np.asarray(w.frames), np.asarray(w.physics), w.family) for w in held_out]
+
+    def encode(frames: Any) -> Any:
+        return learner.encode(frames, target=True)
+
+    out = world_probe(encode, fit, test, c, hs, cfg)
+    return {"fit": {"worlds": worlds, "sequences": worlds * seqs, "seed": seed,
+                    "predictor": f"{cfg.layers} x {cfg.hidden} GELU, {cfg.steps} Adam steps"},
+            "horizons": list(hs), "families": out}

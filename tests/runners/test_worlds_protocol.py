@@ -173,6 +173,17 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
     refused = cli("evaluate", str(tmp_path / "w"), "--target-reference")
     assert refused.returncode == 2 and "paper-protocol run" in refused.stderr
     assert "Traceback" not in refused.stderr
+    probe = cli("evaluate", str(tmp_path / "w"), "--n", "0", "--world-probe", "--probe-worlds",
+                "2", "--probe-steps", "5", "--out", str(tmp_path / "probe.json"))
+    assert probe.returncode == 0, probe.stderr
+    wp = json.loads((tmp_path / "probe.json").read_text())["world_probe"]
+    assert wp["fit"]["worlds"] == 2 and wp["horizons"] == held["horizons"]
+    assert set(wp["families"]) == {"interp", "extrap", "pooled"}
+    assert all(set(r) == {"latent", "latent_world", "gain"} and len(r["gain"]) == k
+               and np.isfinite(r["latent"]).all() for r in wp["families"].values())
+    assert "the world probe" in probe.stdout
+    bad = cli("evaluate", str(tmp_path / "w"), "--world-probe", "--probe-steps", "0")
+    assert bad.returncode == 2 and "--probe-steps" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_stream_error_since_the_switch_is_binned_exactly() -> None:

@@ -1,0 +1,162 @@
+"""The world probe: how much knowing the world is worth on a learner's latents.
+
+The linear probes (``agent.probes``) say what a latent holds of the digits' state; the learner's
+own D, with and without the oracle, says how much of that its predictor turns into prediction.
+Between them is the question the world model exists for: *could* a predictor do better on these
+latents if it knew the world? The world probe answers it by fitting two predictors offline on the
+learner's frozen latents, one that reads the context latents only and one that also reads the
+world's true physics, and scoring both by D on held-out worlds (docs/definitions.md#the-world-probe).
+
+Everything is in the EMA target's space (context, targets and "no change" alike), so no
+online-target gap enters. Each predictor is an MLP (``layers`` hidden layers of ``hidden`` units,
+GELU) that gives the change of the newest context latent at every horizon, fit by Adam on the
+squared error for ``steps`` minibatches of ``batch`` windows drawn from the fitting worlds. Both
+start from the same initial weights (seeded) and see the same minibatches; the world's
+features (``PHYSICS_DIM``: gravity x and y, restitution, friction) enter the second one
+concatenated to its input. Both are seeded alike and see the same minibatches. The two scores'
+ratio is the world's worth on this latent: ``gain = 1 - D_world / D_latent``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+#: The two predictors: context latents only, and context latents with the world's physics.
+PROBES = ("latent", "latent_world")
+
+
+@dataclass(frozen=True)
+class ProbeWorld:
+    """Sequences of one world: ``frames`` (N, L, ...) as ``encode`` reads them (L >= C +
+    max(horizons)), ``physics`` (PHYSICS_DIM,) its true parameters, ``family`` its family."""
+
+    frames: np.ndarray
+    physics: np.ndarray
+    family: str
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """The offline predictors' size and fitting budget."""
+
+    hidden: int = 256
+    layers: int = 2
+    steps: int = 4000
+    batch: int = 256
+    lr: float = 1e-3
+    seed: int = 0
+
+
+Encode = Callable[[torch.Tensor], torch.Tensor]  # frames (M, ...) -> EMA-target latents (M, D)
+
+
+@torch.no_grad()
+def windows(
+    encode: Encode, worlds: Sequence[ProbeWorld], context: int, horizons: Sequence[int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[str]]:
+    """Every sequence's first window: context latents (N, C, D) of frames 0..C-1, targets (N, K,
+    D) at C-1+h, physics (N, PHYSICS_DIM); and each row's family."""
+    frames_at = [*range(context), *(context - 1 + h for h in horizons)]
+    ctx, tgt, phys, fams = [], [], [], []
+    for w in worlds:
+        x = torch.from_numpy(np.ascontiguousarray(np.asarray(w.frames)[:, frames_at]))
+        n = x.shape[0]
+        z = encode(x.flatten(0, 1)).float().view(n, len(frames_at), -1)
+        ctx.append(z[:, :context])
+        tgt.append(z[:, context:])
+        phys.append(torch.as_tensor(np.asarray(w.physics), dtype=torch.float32).expand(n, -1))
+        fams += [w.family] * n
+    return torch.cat(ctx), torch.cat(tgt), torch.cat(phys), fams
+
+
+class _Predictor(nn.Module):
+    """Context latents (B, C, D) [and physics (B, P)] -> the horizons' latents (B, K, D) as
+    changes of the newest context latent."""
+
+    def __init__(self, in_dim: int, latent: int, k: int, cfg: ProbeConfig) -> None:
+        super().__init__()
+        dims = [in_dim] + [cfg.hidden] * cfg.layers
+        layers: list[nn.Module] = []
+        for a, b in zip(dims[:-1], dims[1:], strict=True):
+            layers += [nn.Linear(a, b), nn.GELU()]
+        self.net = nn.Sequential(*layers, nn.Linear(dims[-1], k * latent))
+        self.k, self.latent = k, latent
+
+    def forward(self, ctx: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([ctx.flatten(1), extra], dim=1)
+        return ctx[:, -1:] + self.net(x).view(-1, self.k, self.latent)
+
+
+def fit_predictor(
+    ctx: torch.Tensor, tgt: torch.Tensor, extra: torch.Tensor, cfg: ProbeConfig
+) -> _Predictor:
+    """Adam on the squared error over ``cfg.steps`` minibatches; ``extra`` (N, E) is read beside
+    the context (E = 0: none). The initial weights and the minibatches depend only on
+    ``cfg.seed`` and the shapes, so the fit is deterministic; the caller's random state is
+    left as it was."""
+    gen = torch.Generator().manual_seed(cfg.seed)
+    n, _, d = ctx.shape
+    with torch.random.fork_rng(devices=[]):  # nn.Linear's init draws from the global generator
+        torch.manual_seed(cfg.seed)
+        net = _Predictor(ctx[0].numel() + extra.shape[1], d, tgt.shape[1], cfg)
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
+    for _ in range(cfg.steps):
+        i = torch.randint(0, n, (min(cfg.batch, n),), generator=gen)
+        loss = (net(ctx[i], extra[i]) - tgt[i]).pow(2).sum(-1).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return net.eval()
+
+
+def d_per_horizon(pred: torch.Tensor, still: torch.Tensor, tgt: torch.Tensor,
+                  eps: float = 1e-3) -> np.ndarray:
+    """D per horizon (K,): the mean over samples of ||zbar_{t+h} - pred|| / ||zbar_{t+h} -
+    zbar_t||, samples whose denominator is below ``eps`` left out (docs/definitions.md)."""
+    num = (tgt - pred).norm(dim=-1)
+    den = (tgt - still.unsqueeze(1)).norm(dim=-1)
+    ok = den >= eps
+    ratio = torch.where(ok, num / den.clamp_min(eps), 0.0)
+    return (ratio.sum(0) / ok.sum(0).clamp_min(1)).double().numpy()
+
+
+def world_probe(
+    encode: Encode,
+    fit: Sequence[ProbeWorld],
+    test: Sequence[ProbeWorld],
+    context: int,
+    horizons: Sequence[int],
+    cfg: ProbeConfig = ProbeConfig(),
+) -> dict[str, dict[str, list[float]]]:
+    """{family: {"latent" | "latent_world": [D at each horizon..., their mean], "gain": [1 -
+    D_world / D_latent at each horizon..., of the means]}} on the ``test`` worlds' families,
+    and ``"pooled"`` (the families' mean), for predictors fit on the ``fit`` worlds."""
+    ctx, tgt, phys, _ = windows(encode, fit, context, horizons)
+    none = torch.zeros(len(ctx), 0)
+    nets = {"latent": fit_predictor(ctx, tgt, none, cfg),
+            "latent_world": fit_predictor(ctx, tgt, phys, cfg)}  # fmt: skip
+    t_ctx, t_tgt, t_phys, fams = windows(encode, test, context, horizons)
+    out: dict[str, dict[str, list[float]]] = {}
+    per_family: dict[str, dict[str, np.ndarray]] = {}
+    with torch.no_grad():
+        for fam in dict.fromkeys(fams):
+            rows = torch.as_tensor([f == fam for f in fams])
+            c, t = t_ctx[rows], t_tgt[rows]
+            extra = {"latent": torch.zeros(len(c), 0), "latent_world": t_phys[rows]}
+            per_family[fam] = {
+                name: d_per_horizon(net(c, extra[name]), c[:, -1], t) for name, net in nets.items()
+            }
+    per_family["pooled"] = {
+        name: np.mean([v[name] for v in per_family.values()], axis=0) for name in PROBES
+    }
+    for fam, ds in per_family.items():
+        rows = {name: [*ds[name].tolist(), float(ds[name].mean())] for name in PROBES}
+        rows["gain"] = [1.0 - w / a for a, w in zip(rows["latent"], rows["latent_world"],
+                                                      strict=True)]  # fmt: skip
+        out[fam] = rows
+    return out
