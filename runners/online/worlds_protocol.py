@@ -225,7 +225,7 @@ def probes(learner: Learner, sets: WorldSets) -> dict[str, dict[str, float]]:
 
 def world_probe_report(learner: Learner, held_out: Sequence[WorldSet], *, worlds: int = 40,
                        seqs: int = 96, seed: int = 0,
-                       cfg: ProbeConfig = ProbeConfig()) -> dict[str, Any]:
+                       cfg: ProbeConfig | None = None) -> dict[str, Any]:
     """``agent.world_probe.world_probe`` on the learner's EMA-target latents: fit on ``worlds``
     worlds drawn from the training family (``seqs`` sequences of the MNIST training digits each,
     generated from ``seed``), scored on ``held_out`` (the test digits). Returns its result with the fitting set's size."""
@@ -242,6 +242,7 @@ def world_probe_report(learner: Learner, held_out: Sequence[WorldSet], *, worlds
     def encode(frames: Any) -> Any:
         return learner.encode(frames, target=True)
 
+    cfg = cfg or ProbeConfig()
     out = world_probe(encode, fit, test, c, hs, cfg)
     return {"fit": {"worlds": worlds, "sequences": worlds * seqs, "seed": seed,
                     "predictor": f"{cfg.layers} x {cfg.hidden} GELU, {cfg.steps} Adam steps"},
