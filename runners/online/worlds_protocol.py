@@ -228,7 +228,8 @@ def world_probe_report(learner: Learner, held_out: Sequence[WorldSet], *, worlds
                        cfg: ProbeConfig | None = None) -> dict[str, Any]:
     """``agent.world_probe.world_probe`` on the learner's EMA-target latents: fit on ``worlds``
     worlds drawn from the training family (``seqs`` sequences of the MNIST training digits each,
-    generated from ``seed``), scored on ``held_out`` (the test digits). Returns its result with the fitting set's size."""
+    generated from ``seed``), scored on ``held_out`` (the test digits); ``cfg``: the predictors
+    (None: ``ProbeConfig()``). Returns its result with the fitting set's size."""
     c, hs = learner.cfg.context_frames, learner.cfg.horizons
     length = c + hs[-1]
     drawn = env.FAMILIES["train"].sample(np.random.default_rng(seed), worlds)
