@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from agent.metrics import normalised_error
+
 #: The two predictors: context latents only, and context latents with the world's physics.
 PROBES = ("latent", "latent_world")
 
@@ -116,13 +118,9 @@ def fit_predictor(
 
 def d_per_horizon(pred: torch.Tensor, still: torch.Tensor, tgt: torch.Tensor,
                   eps: float = 1e-3) -> np.ndarray:
-    """D per horizon (K,): the mean over samples of ||zbar_{t+h} - pred|| / ||zbar_{t+h} -
-    zbar_t||, samples whose denominator is below ``eps`` left out (docs/definitions.md)."""
-    num = (tgt - pred).norm(dim=-1)
-    den = (tgt - still.unsqueeze(1)).norm(dim=-1)
-    ok = den >= eps
-    ratio = torch.where(ok, num / den.clamp_min(eps), 0.0)
-    return (ratio.sum(0) / ok.sum(0).clamp_min(1)).double().numpy()
+    """D per horizon (K,) of pred (B, K, D) against the targets (B, K, D) with "no change"
+    ``still`` (B, D): ``agent.metrics.normalised_error`` (docs/definitions.md)."""
+    return normalised_error(pred, still, tgt, eps)[1].numpy()
 
 
 def world_probe(
