@@ -48,8 +48,8 @@ DEFAULT_WORLD_SWITCH = (("gravity", 0.3), ("gravity_direction", 45.0))
 # hinge, measured to beat "no change" within minutes on a 2-core CPU without collapsing
 # (the tiny preset as is collapses in the stream: sigma_embed ~0.02, see docs/train_online.md).
 # "study" is the cpu learner grown for studies (docs/results.md, issue 22): a 64-d latent, a
-# 256-wide predictor that rolls forward, trained 12,000 steps (PRESET_STEPS; about 4 minutes a
-# run on a 2-core CPU).
+# 256-wide predictor that rolls forward, trained 12,000 steps (PRESET_STEPS; 4.5-6.5 minutes a
+# run on a 2-core CPU, two runs at a time).
 _CPU: dict[str, Any] = {"batch_size": 64, "lr": 1e-3, "lambda_reg": 0.2, "buffer_capacity": 64}
 RUN_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "cpu": ("tiny", _CPU),
@@ -177,7 +177,7 @@ class RunConfig:
     schedule: Annotated[Schedule, tyro.conf.OmitArgPrefixes] = field(default_factory=Schedule)
     output: Annotated[Output, tyro.conf.OmitArgPrefixes] = field(default_factory=Output)
     preset: Preset = "cpu"
-    """Learner size: cpu (tiny networks, 64 streams, learns in minutes), study (cpu with a 64-d latent and a 256-wide rolling predictor, 12,000 steps: about 4 minutes), tiny (seconds, tests), paper (Tables 4-5)."""
+    """Learner size: cpu (tiny networks, 64 streams, learns in minutes), study (cpu with a 64-d latent and a 256-wide rolling predictor, 12,000 steps: 4.5-6.5 minutes), tiny (seconds, tests), paper (Tables 4-5)."""
     device: Device = "auto"
     """auto = cuda when available, else cpu."""
 
