@@ -15,8 +15,10 @@ uniformly. The families below are disjoint by construction, so a learner trained
 (The paper's single shift, gravity 0.5 straight down, lies on the edge of ``train``.)
 
 A ``WorldSchedule`` wraps the vector env so that every episode of every stream runs in a world
-freshly drawn from a family, with a random length; ``hold`` moves streams into one given
-(e.g. held-out) world mid-episode.
+drawn from a family, with a random length; ``hold`` moves streams into one given (e.g.
+held-out) world mid-episode. With ``group_size=S`` the streams form groups of S that share one
+world for a *residency* of several episodes (a random number), then draw the next: the world
+that a shared memory (``memory_scope="world"`` in ``agent``) is about.
 """
 
 from __future__ import annotations
@@ -155,6 +157,17 @@ class WorldSchedule(VectorWrapper):
     ``_world_id`` mask, all True): a counter that gives every draw a new id, never reused, so
     two frames share an id only if they are in the same world (-1 before the first reset).
 
+    **Groups.** With ``group_size=S`` (dividing N) sub-envs ``g*S .. g*S+S-1`` form group ``g``.
+    The group is the unit of the schedule: its S sub-envs share one world (one ``world_id``) and
+    one length per episode, so they end their episodes together, each then starting its own
+    next episode (its own digits, positions and velocities, from its own generator). A group
+    keeps its world for a residency of R episodes, R drawn uniformly from ``residency`` = (low,
+    high) when the world is drawn, and draws a new world at the end of its R-th episode. ``infos``
+    gain ``group`` (N,) int64 (and ``_group``). ``group_size=1, residency=(1, 1)`` (the defaults)
+    is one world per episode of every sub-env, with the same draws as before groups existed.
+    Masks given to :meth:`hold`, :meth:`release`, :meth:`set_physics` and ``reset_mask`` must
+    select whole groups.
+
     :meth:`hold` puts sub-envs in one given world from the next step, mid-episode, and keeps
     them there across episode ends (lengths still drawn, or, ``endless``, one last episode that
     never ends) until :meth:`release`. Reset
@@ -166,6 +179,8 @@ class WorldSchedule(VectorWrapper):
         family: the worlds, a :class:`WorldFamily` or the name of one (:func:`family`).
         episode_steps: (low, high) integers, 1 <= low <= high: each episode's steps.
         seed: seeds the schedule's generator (as ``reset(seed=seed)`` would).
+        group_size: sub-envs per group (a divisor of N).
+        residency: (low, high) integers, 1 <= low <= high: episodes a group spends in one world.
     """
 
     def __init__(
@@ -174,6 +189,8 @@ class WorldSchedule(VectorWrapper):
         family: WorldFamily | str,
         episode_steps: tuple[int, int] = (100, 400),
         seed: int | None = None,
+        group_size: int = 1,
+        residency: tuple[int, int] = (1, 1),
     ) -> None:
         if not isinstance(env, MovingMNISTVectorEnv):
             raise ValueError(f"env must be a MovingMNISTVectorEnv, got {type(env).__name__}")
@@ -183,19 +200,41 @@ class WorldSchedule(VectorWrapper):
             raise ValueError(f"family must be a WorldFamily or a family name, got {family!r}")
         self.family = family
         self.episode_steps = _check_episode_steps(episode_steps)
+        self.residency = _check_episode_steps(residency, "residency")
+        n = env.num_envs
+        if (
+            isinstance(group_size, bool)
+            or not isinstance(group_size, int | np.integer)
+            or group_size < 1
+            or n % group_size
+        ):
+            raise ValueError(
+                f"group_size must be a positive divisor of num_envs={n}, got {group_size!r}"
+            )
+        self.group_size = int(group_size)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer)):
             raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
         super().__init__(env)
         self.env: MovingMNISTVectorEnv = env
         self._rng = _schedule_rng(seed) or np.random.default_rng()
-        n = env.num_envs
         self._world_ids = np.full(n, -1, dtype=np.int64)  # (N,) id of each sub-env's world
         self._next_id = 0
         self._held = np.zeros(n, dtype=bool)  # (N,) sub-envs kept in their world
         self._endless = np.zeros(n, dtype=bool)  # (N,) held ones whose next episodes never end
+        self._left = np.zeros(self.num_groups, dtype=np.int64)  # (W,) episodes left in a world
         self._has_reset = False
 
     # ------------------------------------------------------------------ properties
+
+    @property
+    def num_groups(self) -> int:
+        """W = N / group_size."""
+        return self.num_envs // self.group_size
+
+    @property
+    def groups(self) -> np.ndarray:
+        """(N,) int64 group of each sub-env: ``i // group_size``."""
+        return np.arange(self.num_envs, dtype=np.int64) // self.group_size
 
     @property
     def world_ids(self) -> np.ndarray:
@@ -238,7 +277,7 @@ class WorldSchedule(VectorWrapper):
             raise ValueError(
                 f"options may hold only reset_mask (the schedule owns the physics), got {extra}"
             )
-        mask = check_mask(options.get("reset_mask"), self.num_envs)
+        mask = self._group_mask(options.get("reset_mask"))
         if seed is not None and not isinstance(seed, int | np.integer):
             try:
                 seed = list(seed)
@@ -249,6 +288,7 @@ class WorldSchedule(VectorWrapper):
         rng = _schedule_rng(seed)  # validates before anything changes
         if rng is not None:
             self._rng = rng
+        self._left[self._of_groups(mask)] = 0  # a reset starts a group's residency afresh
         self._draw(mask)
         obs, infos = self.env.reset(seed=seed, options=options)
         self._has_reset = True
@@ -278,7 +318,7 @@ class WorldSchedule(VectorWrapper):
         its length."""
         if not isinstance(world, PhysicsParams):
             raise ValueError(f"world must be a PhysicsParams, got {world!r}")
-        mask = check_mask(mask, self.num_envs)
+        mask = self._group_mask(mask)
         self.env.set_physics(mask=mask, **world.as_dict())
         self._world_ids[mask] = self._new_ids(1)[0]
         self._held |= mask
@@ -289,7 +329,8 @@ class WorldSchedule(VectorWrapper):
         """Resume drawing worlds for all sub-envs, or those in ``mask``, at their next episode
         end (the current episode, and one already pending reset, stay in the held world). An
         endless held episode gets a drawn length, counted from now."""
-        mask = check_mask(mask, self.num_envs)
+        mask = self._group_mask(mask)
+        self._left[self._of_groups(mask & self._held)] = 1  # a new world at the next end
         self._held &= ~mask
         ending = mask & self._endless
         self._endless &= ~mask
@@ -304,9 +345,10 @@ class WorldSchedule(VectorWrapper):
         """Change the current world of all sub-envs or those in ``mask`` from the next step
         (see :meth:`MovingMNISTVectorEnv.set_physics`); each gets a new ``world_id``. The
         schedule replaces it at the sub-env's episode end unless it is held."""
-        mask = check_mask(mask, self.num_envs)
+        mask = self._group_mask(mask)
         self.env.set_physics(mask=mask, **params)
-        self._world_ids[mask] = self._new_ids(int(mask.sum()))
+        groups = self._of_groups(mask)
+        self._world_ids[mask] = np.repeat(self._new_ids(int(groups.sum())), self.group_size)
 
     def set_gravity(self, gravity: float, mask: Any = None) -> None:
         """``set_physics(mask, gravity=gravity)``."""
@@ -319,6 +361,9 @@ class WorldSchedule(VectorWrapper):
             "env": self.env.get_state(),
             "family": self.family.name,
             "episode_steps": self.episode_steps,
+            "group_size": self.group_size,
+            "residency": self.residency,
+            "left": self._left.copy(),
             "rng": self._rng.bit_generator.state,
             "world_ids": self._world_ids.copy(),
             "next_world_id": self._next_id,
@@ -339,7 +384,15 @@ class WorldSchedule(VectorWrapper):
                 f"state is for episode_steps {tuple(state['episode_steps'])}, this schedule "
                 f"has {self.episode_steps}"
             )
+        # States written before groups existed: groups of 1, one episode per world.
+        layout = (int(state.get("group_size", 1)), tuple(state.get("residency", (1, 1))))
+        if layout != (self.group_size, self.residency):
+            raise ValueError(
+                f"state is for group_size {layout[0]}, residency {layout[1]}; this schedule has "
+                f"group_size {self.group_size}, residency {self.residency}"
+            )
         self.env.set_state(state["env"])
+        self._left = np.asarray(state.get("left", np.ones(self.num_groups)), np.int64).copy()
         self._rng = rng_from_state(state["rng"])
         self._world_ids = np.asarray(state["world_ids"], dtype=np.int64).copy()
         self._next_id = int(state["next_world_id"])
@@ -356,36 +409,67 @@ class WorldSchedule(VectorWrapper):
         self._next_id += k
         return ids
 
+    def _group_mask(self, mask: Any) -> np.ndarray:
+        """A validated (N,) bool mask (None: all) that selects whole groups."""
+        mask = check_mask(mask, self.num_envs)
+        rows = mask.reshape(self.num_groups, self.group_size)
+        if not (rows.all(1) | ~rows.any(1)).all():
+            raise ValueError(
+                f"mask must select whole groups of {self.group_size} sub-envs "
+                f"(sub-envs g*{self.group_size} .. g*{self.group_size}+{self.group_size - 1}), "
+                f"got {mask!r}"
+            )
+        return mask
+
+    def _of_groups(self, mask: np.ndarray) -> np.ndarray:
+        """(W,) bool: the groups with a sub-env in the (N,) ``mask``."""
+        return mask.reshape(self.num_groups, self.group_size).any(1)
+
     def _draw(self, mask: np.ndarray) -> None:
-        """Next worlds (not for held sub-envs) then lengths for the sub-envs in ``mask``, in
-        index order, from the schedule's generator; set on the env from its next step."""
-        drawn = mask & ~self._held
-        self.env.set_worlds(self.family.sample(self._rng, int(drawn.sum())), mask=drawn)
-        self._world_ids[drawn] = self._new_ids(int(drawn.sum()))
+        """For the groups in ``mask`` (whose episodes end): count the episode off their
+        residency; those at its end (and not held) draw their next world, in group order; then
+        every one of them its next episode length; then the new worlds' residencies (drawn only
+        when low < high). All from the schedule's generator; set on the env from its next step."""
+        s = self.group_size
+        groups = self._of_groups(mask)
+        held = self._of_groups(self._held)
+        self._left[groups] -= 1
+        new = groups & ~held & (self._left <= 0)
+        k = int(new.sum())
+        drawn = np.repeat(new, s)
+        self.env.set_worlds(
+            [w for w in self.family.sample(self._rng, k) for _ in range(s)], mask=drawn
+        )
+        self._world_ids[drawn] = np.repeat(self._new_ids(k), s)
         lo, hi = self.episode_steps
         lengths = self.env.episode_limits
-        lengths[mask] = self._rng.integers(lo, hi, endpoint=True, size=int(mask.sum()))
-        lengths[mask & self._endless] = NO_EPISODE_LIMIT
-        self.env.set_episode_limits(lengths, mask=mask)
+        per_group = self._rng.integers(lo, hi, endpoint=True, size=int(groups.sum()))
+        lengths[np.repeat(groups, s)] = np.repeat(per_group, s)
+        ending = np.repeat(groups, s)
+        lengths[ending & self._endless] = NO_EPISODE_LIMIT
+        self.env.set_episode_limits(lengths, mask=ending)
+        r_lo, r_hi = self.residency
+        if r_lo == r_hi:
+            self._left[new] = r_lo
+        else:
+            self._left[new] = self._rng.integers(r_lo, r_hi, endpoint=True, size=k)
 
     def _infos(self, infos: dict[str, Any]) -> dict[str, Any]:
         infos["world_id"] = self._world_ids.copy()
         infos["_world_id"] = np.ones(self.num_envs, dtype=bool)
+        infos["group"] = self.groups
+        infos["_group"] = np.ones(self.num_envs, dtype=bool)
         return infos
 
 
-def _check_episode_steps(episode_steps: Any) -> tuple[int, int]:
-    """``(low, high)`` ints with 1 <= low <= high, else ``ValueError``."""
+def _check_episode_steps(episode_steps: Any, name: str = "episode_steps") -> tuple[int, int]:
+    """``(low, high)`` ints with 1 <= low <= high, else ``ValueError`` naming ``name``."""
     try:
         lo, hi = episode_steps
     except (TypeError, ValueError):
-        raise ValueError(
-            f"episode_steps must be a pair (low, high), got {episode_steps!r}"
-        ) from None
+        raise ValueError(f"{name} must be a pair (low, high), got {episode_steps!r}") from None
     if any(isinstance(v, bool) or not isinstance(v, int | np.integer) for v in (lo, hi)) or not (
         1 <= lo <= hi
     ):
-        raise ValueError(
-            f"episode_steps must be integers with 1 <= low <= high, got {episode_steps!r}"
-        )
+        raise ValueError(f"{name} must be integers with 1 <= low <= high, got {episode_steps!r}")
     return int(lo), int(hi)
