@@ -15,6 +15,7 @@ from agent.memory import (
     ExperienceBuffer,
     ExperienceEncoder,
     OracleContext,
+    WorldBuffer,
 )
 from agent.modulators import Modulator, build_modulator
 from agent.networks import Encoder, Predictor
@@ -57,7 +58,7 @@ class Parts:
 
     nets: Networks
     detector: BoundaryDetector
-    buffer: ExperienceBuffer
+    buffer: ExperienceBuffer | WorldBuffer
 
 
 def build_networks(cfg: AgentConfig) -> Networks:
@@ -83,16 +84,20 @@ def build_networks(cfg: AgentConfig) -> Networks:
 
 def build_parts(cfg: AgentConfig, device: torch.device | str = "cpu") -> Parts:
     """Networks, detector and buffer on ``device`` (one detector statistic and one FIFO per
-    stream with ``memory_scope="per_stream"``: the batch's B samples are B streams)."""
-    streams = cfg.batch_size if cfg.memory_scope == "per_stream" else None
+    stream with ``memory_scope="per_stream"``: the batch's B samples are B streams; one per
+    group of ``group_size`` streams with ``memory_scope="world"``)."""
+    scope = cfg.memory_scope
+    streams = {"per_stream": cfg.batch_size, "world": cfg.num_groups}.get(scope)
     detector = BoundaryDetector(
         cfg.kappa, cfg.detector_momentum, cfg.detector_warmup, device, streams=streams
     )
-    return Parts(
-        nets=build_networks(cfg).to(device),
-        detector=detector,
-        buffer=ExperienceBuffer(cfg.buffer_capacity, cfg.latent_dim, device, streams=streams),
-    )
+    if scope == "world":
+        buffer: ExperienceBuffer | WorldBuffer = WorldBuffer(
+            cfg.num_groups, cfg.buffer_capacity, cfg.latent_dim, device
+        )
+    else:
+        buffer = ExperienceBuffer(cfg.buffer_capacity, cfg.latent_dim, device, streams=streams)
+    return Parts(nets=build_networks(cfg).to(device), detector=detector, buffer=buffer)
 
 
 def build_optimizer(cfg: AgentConfig, nets: Networks) -> torch.optim.Optimizer:

@@ -32,7 +32,8 @@ PRESETS = ("paper", "tiny")
 PRECISIONS = ("fp32", "bf16")
 PUSH_PAIRS = ("newest", "input")
 MEMORY_WRITES = ("boundary", "every")
-MEMORY_SCOPES = ("global", "per_stream")
+MEMORY_SCOPES = ("global", "per_stream", "world")
+MEMORY_READS = ("peer", "all")
 PREDICTORS = ("direct", "residual", "rollout")
 # The oracle's input: the true physics of a sample's world, (gravity_x, gravity_y, restitution,
 # friction) as ``env.PHYSICS_FEATURES`` (a test keeps the two in step; agent never imports env).
@@ -168,7 +169,13 @@ class AgentConfig:
     # per_horizon is moot). docs/agent.md, "A predictor that rolls forward".
     predictor: str = "direct"
     push_pair: str = "newest"  # memory pair: "newest" frames (paper) or "input" (the input's own)
-    memory_scope: str = "global"  # "global" one FIFO of batch means (paper), "per_stream" its own
+    # "global" one FIFO of batch means (paper), "per_stream" each stream its own, "world" one
+    # FIFO per group of ``group_size`` streams that share a world (agent/memory/world.py)
+    memory_scope: str = "global"
+    group_size: int = 1  # memory_scope "world": streams b*S .. b*S+S-1 share memory S = this
+    # memory_scope "world": a sample reads its world's entries but those of its own episode
+    # ("peer"), or all of them ("all")
+    memory_read: str = "peer"
     vary_memory: bool = False  # training: each sample sees only its newest k entries, k ~ U{0..n}
     memory_write: str = "boundary"  # push on a detector "boundary" (paper) or at "every" valid step
     oracle: bool = False  # feed the true physics (Batch.physics) in place of e_agg: the ceiling
@@ -223,6 +230,7 @@ class AgentConfig:
             "push_pair": PUSH_PAIRS,
             "memory_scope": MEMORY_SCOPES,
             "memory_write": MEMORY_WRITES,
+            "memory_read": MEMORY_READS,
             "predictor": PREDICTORS,
         }
 
@@ -230,10 +238,22 @@ class AgentConfig:
         """The integer fields beyond positivity, and the fields that constrain each other."""
         if self.oracle and self.track == "A":
             self._bad("oracle", "track A has no pathway to feed (the oracle needs a track B-E)")
-        if self.memory_scope == "per_stream" and self.push_pair != "input":
+        if self.memory_scope in ("per_stream", "world") and self.push_pair != "input":
             self._bad(
-                "memory_scope", "per_stream memory keeps each stream's own pairs: push_pair 'input'"
+                "memory_scope",
+                f"{self.memory_scope} memory keeps the streams' own pairs: push_pair 'input'",
             )
+        if not _is_int(self.group_size) or self.group_size < 1:
+            self._bad("group_size", "must be a positive integer")
+        if self.memory_scope == "world":
+            if _is_int(self.batch_size) and self.batch_size % self.group_size:
+                self._bad("group_size", f"must divide batch_size={self.batch_size}")
+            if self.buffer_capacity < self.group_size:
+                self._bad(
+                    "group_size",
+                    f"larger than buffer_capacity={self.buffer_capacity} (a step writes up to "
+                    f"group_size entries into a world's memory)",
+                )
         if not _is_int(self.seed):
             self._bad("seed", "must be an integer")
         if not _is_int(self.batch_size) or self.batch_size < 2:
@@ -270,6 +290,11 @@ class AgentConfig:
     def residual(self) -> bool:
         """The predictor gives a change of the newest context latent: norm(z_t + ...)."""
         return self.predictor in ("residual", "rollout")
+
+    @property
+    def num_groups(self) -> int:
+        """W, the worlds' memories of ``memory_scope="world"``: batch_size / group_size."""
+        return self.batch_size // self.group_size
 
     @property
     def n_horizons(self) -> int:

@@ -16,7 +16,7 @@ import torch
 from agent.build import Parts, build_optimizer, build_parts
 from agent.config import AgentConfig
 from agent.latents import StreamLatents
-from agent.memory import Aggregate, ExperienceBuffer
+from agent.memory import Aggregate, ExperienceBuffer, WorldBuffer
 from agent.metrics import StepMetrics
 from agent.modulators import Modulated
 from agent.schedules import lr_at, tau_at
@@ -29,6 +29,7 @@ from agent.step import (
     StepSpec,
     aggregate,
     encode,
+    episode_key,
     jepa_step,
     modulated_prediction,
 )
@@ -59,6 +60,8 @@ class Learner:
         self.nets = parts.nets
         self.detector = parts.detector
         self.buffer = parts.buffer
+        # The world memory each sample (stream) reads: streams b*S .. b*S+S-1 share one.
+        self.groups = torch.arange(cfg.batch_size, device=self.device) // cfg.group_size
         self.optimizer = build_optimizer(cfg, self.nets)
         self.step = 0
         self._manual_freeze = False
@@ -109,29 +112,53 @@ class Learner:
         with self.autocast():
             return encode(enc, self.encoder_input(frames), self.spec).float()
 
-    def aggregate(self, z: torch.Tensor, buffer: ExperienceBuffer) -> Aggregate | None:
-        """e_agg (B, exp_dim) and attention (B, cap) for each z (B, latent) from ``buffer``;
-        None for tracks without a memory pathway (``agent.step.aggregate``)."""
-        return aggregate(self.nets, z, MemoryView.of(buffer), self.spec)
+    def view(self, buffer: ExperienceBuffer | WorldBuffer, n: int) -> MemoryView:
+        """What n samples read of ``buffer``: all of it; of a world memory, sample b the whole
+        memory of the world of stream b (so n must be the batch size)."""
+        if not isinstance(buffer, WorldBuffer):
+            return MemoryView.of(buffer)
+        if n != self.cfg.batch_size:
+            raise ValueError(
+                f"a world memory is read by its streams: {n} samples, {self.cfg.batch_size} streams"
+            )
+        return MemoryView.world(buffer, self.groups, None)
+
+    def aggregate(self, z: torch.Tensor, buffer: ExperienceBuffer | WorldBuffer) -> Aggregate | None:
+        """e_agg (B, exp_dim) and attention (B, cap) for each z (B, latent) from ``buffer``
+        (``view``); None for tracks without a memory pathway (``agent.step.aggregate``)."""
+        return aggregate(self.nets, z, self.view(buffer, z.shape[0]), self.spec)
 
     def predict(
         self,
         z: torch.Tensor,
-        buffer: ExperienceBuffer,
+        buffer: ExperienceBuffer | WorldBuffer,
         physics: torch.Tensor | None = None,
     ) -> tuple[Modulated, Aggregate | None]:
         """The modulated prediction for the context latents z (B, C, latent), or (B, latent),
-        given ``buffer`` (``agent.step.modulated_prediction``, the step's own); ``physics``
-        (B, PHYSICS_DIM) the true worlds, read instead of the memory by the oracle."""
-        return modulated_prediction(self.nets, z, MemoryView.of(buffer), self.spec, physics)
+        given ``buffer`` (``view``; ``agent.step.modulated_prediction``, the step's own);
+        ``physics`` (B, PHYSICS_DIM) the true worlds, read instead of the memory by the oracle."""
+        view = self.view(buffer, z.shape[0])
+        return modulated_prediction(self.nets, z, view, self.spec, physics)
 
-    def memory_view(self, training: bool) -> MemoryView:
+    def memory_view(self, training: bool, batch: Batch | None = None) -> MemoryView:
         """What this step's samples read of the buffer: all of it, or while training with
-        ``cfg.vary_memory`` each sample its newest k entries, k uniform over 0..size."""
-        if not (training and self.cfg.vary_memory):
+        ``cfg.vary_memory`` each sample its newest k entries, k uniform over 0..size. A world
+        memory (``memory_scope="world"``): each sample its world's, without its own episode's
+        entries under ``memory_read="peer"`` (the episodes of ``batch``)."""
+        cfg = self.cfg
+        vary = training and cfg.vary_memory
+        u = None
+        if vary:
+            u = torch.rand(cfg.batch_size, generator=self.memory_rng, device=self.device)
+        if cfg.memory_scope == "world":
+            episode = None
+            if cfg.memory_read == "peer":
+                if batch is None:
+                    raise ValueError("memory_view: a peer read needs the batch's episodes")
+                episode = episode_key(batch.to(self.device))
+            return MemoryView.world(self.buffer, self.groups, episode, u)
+        if u is None:
             return MemoryView.of(self.buffer)
-        b = self.cfg.batch_size
-        u = torch.rand(b, generator=self.memory_rng, device=self.device)
         return MemoryView.visible(self.buffer, u)
 
     # ---------------------------------------------------------------- the step
@@ -148,8 +175,9 @@ class Learner:
             write=not self._frozen_at(cfg.freeze_buffer_at),
             encoder=not self._frozen_at(cfg.freeze_encoder_at),
         )
-        memory = self.memory_view(training=knobs.learn)
-        metrics = jepa_step(self.model, batch.to(self.device), memory, knobs, self.paths)
+        batch = batch.to(self.device)
+        memory = self.memory_view(training=knobs.learn, batch=batch)
+        metrics = jepa_step(self.model, batch, memory, knobs, self.paths)
         self.step += 1
         return metrics
 

@@ -32,12 +32,21 @@ class Batch:
     # streams one frame on), which lets the learner reuse latents of shared frames
     # (``agent.latents``); None for i.i.d. batches.
     clock: int | None = None
+    # (B,) int64: a key of each sample's episode, unique over streams and episodes (the peer
+    # read of ``memory_scope="world"`` masks a sample's own episode); None for i.i.d. batches.
+    episode: torch.Tensor | None = None
+    # (B,) int64: the id of each sample's world (``env.WorldSchedule``'s ``world_id``; two
+    # samples share it only in the same world); None where the source has no such ids.
+    world_key: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> Batch:
-        physics = None if self.physics is None else self.physics.to(device)
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device)
+
         return Batch(
-            self.frames.to(device), self.valid.to(device), self.world.to(device), physics, self.clock
-        )
+            self.frames.to(device), self.valid.to(device), self.world.to(device),
+            move(self.physics), self.clock, move(self.episode), move(self.world_key),
+        )  # fmt: skip
 
 
 class DatasetSource:
@@ -152,6 +161,7 @@ class StreamSource:
         self.done = np.zeros(n, bool)  # last step ended the episode: next frame starts anew
         self.world = np.zeros(n, np.int64)
         self.physics = np.zeros((n, PHYSICS_DIM), np.float32)  # infos["physics"] of the newest
+        self.world_key = np.full(n, -1, np.int64)  # infos["world_id"] of the newest frame
         self.started = False
         self.t = 0  # env steps taken
 
@@ -172,6 +182,8 @@ class StreamSource:
             return
         if "physics" in infos:
             self.physics = np.asarray(infos["physics"], np.float32).copy()
+        if "world_id" in infos:
+            self.world_key = np.asarray(infos["world_id"], np.int64).copy()
         if "world" in infos:
             self.world = np.asarray(infos["world"], np.int64).copy()
         elif self.base_gravity is not None and "gravity" in infos:
@@ -203,12 +215,16 @@ class StreamSource:
         x = self.frames[:, order]  # (B, F, 1, 64, 64)
         ep = self.episode  # (B, W)
         valid = (ep == ep[:, :1]).all(axis=1) & (ep[:, 0] >= 0)
+        newest = ep[:, (self.head - 1) % self.window]
+        episode = newest * self.num_envs + np.arange(self.num_envs)  # unique per stream, episode
         return Batch(
             torch.from_numpy(x).to(self.device),
             torch.from_numpy(valid).to(self.device),
             torch.from_numpy(self.world.copy()).to(self.device),
             torch.from_numpy(self.physics.copy()).to(self.device),
             clock=self.t,
+            episode=torch.from_numpy(episode).to(self.device),
+            world_key=torch.from_numpy(self.world_key.copy()).to(self.device),
         )
 
     def state_dict(self) -> dict[str, Any]:
@@ -221,6 +237,7 @@ class StreamSource:
             "done": self.done.copy(),
             "world": self.world.copy(),
             "physics": self.physics.copy(),
+            "world_key": self.world_key.copy(),
             "started": self.started,
             "t": self.t,
             "env": self.env.get_state(),
@@ -235,6 +252,8 @@ class StreamSource:
         self.world = np.array(state["world"], np.int64)
         if "physics" in state:  # absent in checkpoints written before the oracle existed
             self.physics = np.array(state["physics"], np.float32)
+        if "world_key" in state:  # absent in checkpoints written before world memory
+            self.world_key = np.array(state["world_key"], np.int64)
         self.started = bool(state["started"])
         self.t = int(state["t"])
         self.env.set_state(state["env"])

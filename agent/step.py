@@ -24,7 +24,7 @@ import torch
 
 from agent.build import Networks
 from agent.config import AgentConfig
-from agent.memory import Aggregate, BoundaryDetector, ExperienceBuffer
+from agent.memory import Aggregate, BoundaryDetector, ExperienceBuffer, WorldBuffer
 from agent.metrics import StepMetrics, normalised_error, per_horizon
 from agent.modulators import Modulated
 from agent.networks import Encoder
@@ -51,6 +51,7 @@ class StepSpec:
     write_every: bool = False  # write the memory at every valid step (``cfg.memory_write``)
     horizons: tuple[int, ...] = ()  # ``cfg.horizons`` (the rollout's outputs)
     rollout: bool = False  # the predictor is a transition rolled forward (``cfg.predictor``)
+    world_memory: bool = False  # one memory and detector per world (``cfg.memory_scope``)
 
     @classmethod
     def from_config(cls, cfg: AgentConfig, device: torch.device | str) -> StepSpec:
@@ -70,6 +71,7 @@ class StepSpec:
             write_every=cfg.memory_write == "every",
             horizons=cfg.horizons,
             rollout=cfg.rollout,
+            world_memory=cfg.memory_scope == "world",
         )
 
     def frames(self, x: torch.Tensor) -> torch.Tensor:
@@ -94,7 +96,7 @@ class Model:
     nets: Networks
     optimizer: torch.optim.Optimizer
     detector: BoundaryDetector
-    buffer: ExperienceBuffer
+    buffer: ExperienceBuffer | WorldBuffer
     spec: StepSpec
 
 
@@ -114,12 +116,35 @@ class MemoryView(NamedTuple):
     """What the forward reads of the experience buffer (nothing is written through it).
 
     One memory for every sample (the paper's global FIFO): pairs (cap, 2, D); or one per sample
-    (``memory_scope="per_stream"``: sample b is stream b): pairs (B, cap, 2, D). ``mask`` is
-    (cap,) or (B, cap) - (B, cap) also over shared pairs when each sample sees a different part
-    (``visible``)."""
+    (``memory_scope="per_stream"``: sample b is stream b): pairs (B, cap, 2, D); or one per
+    world (``memory_scope="world"``): pairs (W, cap, 2, D) and ``group`` (B,), sample b reading
+    world ``group[b]``'s. ``mask`` is (cap,) or (B, cap) - (B, cap) also over shared pairs when
+    each sample sees a different part (``visible``, ``world``)."""
 
-    pairs: torch.Tensor  # (cap, 2, D) or (B, cap, 2, D) float32
+    pairs: torch.Tensor  # (cap, 2, D), (B, cap, 2, D) or (W, cap, 2, D) float32
     mask: torch.Tensor  # (cap,) or (B, cap) bool, True for the slots a sample attends to
+    group: torch.Tensor | None = None  # (B,) int64: the world memory each sample reads
+
+    @classmethod
+    def world(
+        cls,
+        buffer: WorldBuffer,
+        group: torch.Tensor,
+        episode: torch.Tensor | None,
+        u: torch.Tensor | None = None,
+    ) -> MemoryView:
+        """Sample b reads world ``group[b]``'s memory: its filled slots, without those its own
+        episode wrote when ``episode`` (B,) is given (the peer read), and, with ``u`` (B,)
+        uniform in [0, 1) (``cfg.vary_memory``, training), only the newest k of them,
+        k = floor(u * (size + 1))."""
+        mask = buffer.mask()[group]  # (B, cap)
+        if episode is not None:
+            mask = mask & (buffer.episode[group] != episode.unsqueeze(1))
+        if u is not None:
+            size = buffer.size[group]
+            k = (u * (size + 1).float()).long().clamp(max=size)  # (B,)
+            mask = mask & (buffer.age()[group] < k.unsqueeze(1))
+        return cls(buffer.pairs, mask, group)
 
     @classmethod
     def of(cls, buffer: ExperienceBuffer) -> MemoryView:
@@ -173,7 +198,7 @@ def jepa_step(
     #    circular coupling with the memory); the memory pair, while the weights are this step's.
     with torch.no_grad():
         err = base_error(nets, z, mod, targets, spec)  # (B,) mean_k ||zbar_k - P_base(z)||
-        fired, write = boundary(m, err, batch.valid, w)  # () or (B,) bool
+        fired, write = boundary(m, err, batch.valid, w, memory.group)  # (), (W,) or (B,) bool
         pairs = None
         if knobs.write and paths.pair_needed(write):
             pairs = memory_pairs(m, batch, z, paths)  # (B, 2, D) float32
@@ -191,12 +216,15 @@ def jepa_step(
         nets.target.update(nets.encoder, knobs.tau)
 
     # 6. Memory write (after the backward, which reads the buffer). Per stream: a stream whose
-    #    window spans an episode start (a new world) empties its memory first.
+    #    window spans an episode start (a new world) empties its memory first; per world: a
+    #    world's memory is emptied when its group's world changes.
     with torch.no_grad():
         if spec.per_stream:
             m.buffer.clear(~batch.valid)
+        if spec.world_memory:
+            m.buffer.enter(memory.group, world_key(batch))
         if pairs is not None:
-            push(m, pairs, batch, w, write, knobs.step)
+            push(m, pairs, batch, w, write, knobs.step, memory.group)
         paths.done(batch, input_latent(z))
         return step_metrics(m, knobs, loss, err, w, fired, Forward(pred, targets, z, mod, agg))
 
@@ -253,10 +281,16 @@ def memory_codes(
         pairs = memory.pairs
         if not (visible_only and pairs.dim() == 4):
             return nets.experience(pairs.flatten(0, -3)).view(*pairs.shape[:-2], -1)
-        idx = memory.mask.flatten().nonzero().squeeze(1)  # (M,) visible slots: a host read
+        shown = memory.mask  # (B, cap): the slots each sample sees, of its own memory ...
+        if memory.group is not None:  # ... or of its world's: a slot any of its samples sees
+            cap = pairs.shape[1]
+            slots = (memory.group.unsqueeze(1) * cap + torch.arange(cap, device=shown.device))
+            seen = torch.zeros(pairs.shape[0] * cap, device=shown.device)
+            shown = seen.index_add_(0, slots.flatten(), shown.flatten().float()).view(-1, cap) > 0
+        idx = shown.flatten().nonzero().squeeze(1)  # (M,) visible slots: a host read
         e_visible = nets.experience(pairs.flatten(0, 1).index_select(0, idx))  # (M, d)
-        e = e_visible.new_zeros(memory.mask.numel(), e_visible.shape[-1])
-        return e.index_copy(0, idx, e_visible).view(*memory.mask.shape, -1)
+        e = e_visible.new_zeros(shown.numel(), e_visible.shape[-1])
+        return e.index_copy(0, idx, e_visible).view(*shown.shape, -1)
 
 
 def aggregate(
@@ -274,7 +308,7 @@ def aggregate(
     if codes is None:
         codes = memory_codes(nets, memory, spec)
     with torch.autocast(spec.device_type, enabled=False):
-        return nets.aggregator(z.float(), codes, memory.mask)
+        return nets.aggregator(z.float(), codes, memory.mask, memory.group)
 
 
 def unroll(
@@ -350,11 +384,23 @@ def base_error(
 
 
 def boundary(
-    m: Model, err: torch.Tensor, valid: torch.Tensor, w: torch.Tensor
+    m: Model,
+    err: torch.Tensor,
+    valid: torch.Tensor,
+    w: torch.Tensor,
+    group: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(fired, write): the detector's boundary on the surprisal, and whether the memory is written
     (on a boundary, or at every valid step with ``memory_write="every"``). Global memory: one
-    detector on the valid samples' mean surprisal, () bools; per stream: (B,), each its own."""
+    detector on the valid samples' mean surprisal, () bools; per stream: (B,), each its own; per
+    world: one detector per group on its valid samples' mean surprisal, fired (W,), and every
+    valid sample of a group that fired writes, write (B,)."""
+    if m.spec.world_memory:
+        n = m.buffer.groups
+        total = torch.zeros(n, device=err.device).index_add_(0, group, err.float() * w)
+        count = torch.zeros(n, device=err.device).index_add_(0, group, w)
+        fired = m.detector.update(total / count.clamp(min=1.0), count > 0)
+        return fired, (valid if m.spec.write_every else valid & fired[group])
     if not m.spec.per_stream:
         valid = w.sum() > 0
         err = (err * w).sum() / w.sum().clamp(min=1.0)
@@ -380,13 +426,35 @@ def valid_mean(pairs: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return (pairs.float() * w.view(-1, 1, 1)).sum(0) / w.sum().clamp(min=1.0)
 
 
+def world_key(batch: Batch) -> torch.Tensor:
+    """(B,) the id of each sample's world: ``batch.world_key``, or without one its 0/1 tag."""
+    return batch.world if batch.world_key is None else batch.world_key
+
+
+def episode_key(batch: Batch) -> torch.Tensor:
+    """(B,) each sample's episode key; a batch without them (i.i.d.) has one episode a sample."""
+    if batch.episode is not None:
+        return batch.episode
+    return torch.arange(batch.valid.shape[0], device=batch.valid.device)
+
+
 def push(
-    m: Model, pairs: torch.Tensor, batch: Batch, w: torch.Tensor, write: torch.Tensor, step: int
+    m: Model,
+    pairs: torch.Tensor,
+    batch: Batch,
+    w: torch.Tensor,
+    write: torch.Tensor,
+    step: int,
+    group: torch.Tensor | None = None,
 ) -> None:
-    """Write the memory where ``write``: per stream each stream's own pair and world; global
-    memory the valid samples' mean pair, with their majority world (ties: 0)."""
+    """Write the memory where ``write``: per stream each stream's own pair and world; per world
+    each writing stream's pair into its group's memory, tagged with its episode; global memory
+    the valid samples' mean pair, with their majority world (ties: 0)."""
     if m.spec.per_stream:
         m.buffer.push(pairs, batch.world, step, write)
+        return
+    if m.spec.world_memory:
+        m.buffer.push(pairs, group, episode_key(batch), batch.world, step, write)
         return
     majority = ((batch.world.float() * w).sum() * 2 > w.sum()).long()
     m.buffer.push(valid_mean(pairs, w), majority, step, write)

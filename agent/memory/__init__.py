@@ -5,6 +5,7 @@ from agent.memory.buffer import ExperienceBuffer
 from agent.memory.detector import BoundaryDetector
 from agent.memory.experience import ExperienceEncoder
 from agent.memory.oracle import OracleContext
+from agent.memory.world import WorldBuffer
 
 __all__ = [
     "Aggregate",
@@ -13,4 +14,5 @@ __all__ = [
     "ExperienceBuffer",
     "ExperienceEncoder",
     "OracleContext",
+    "WorldBuffer",
 ]

@@ -32,14 +32,24 @@ class AttentionAggregator(nn.Module):
     def from_config(cls, cfg: AgentConfig) -> AttentionAggregator:
         return cls(cfg.latent_dim, cfg.exp_dim)
 
-    def forward(self, z: torch.Tensor, e: torch.Tensor, mask: torch.Tensor) -> Aggregate:
+    def forward(
+        self,
+        z: torch.Tensor,
+        e: torch.Tensor,
+        mask: torch.Tensor,
+        group: torch.Tensor | None = None,
+    ) -> Aggregate:
         """z (B, latent), e (cap, d) shared by all samples or (B, cap, d) one memory per sample,
-        mask (cap,) or (B, cap) bool -> Aggregate(e_agg (B, d), attn (B, cap))."""
+        or (W, cap, d) one per world with ``group`` (B,) the world each sample reads; mask (cap,)
+        or (B, cap) bool -> Aggregate(e_agg (B, d), attn (B, cap))."""
         q = self.w_q(z)  # (B, d)
+        keys = self.w_k(e)  # each world's keys once
+        if group is not None:
+            e, keys = e[group], keys[group]  # (B, cap, d)
         if e.dim() == 2:
-            scores = q @ self.w_k(e).T  # (B, cap)
+            scores = q @ keys.T  # (B, cap)
         else:
-            scores = torch.einsum("bd,bcd->bc", q, self.w_k(e))
+            scores = torch.einsum("bd,bcd->bc", q, keys)
         scores = (scores * self.scale).masked_fill(~mask, torch.finfo(scores.dtype).min)
         # All slots empty: softmax is uniform over garbage; the mask product zeroes it.
         attn = torch.softmax(scores, dim=-1) * mask

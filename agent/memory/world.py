@@ -1,0 +1,156 @@
+"""WorldBuffer: one FIFO of transitions per world, written by the streams that live in it.
+
+The paper keeps one buffer that every stream writes into, in a world all streams share. Under
+the worlds protocol the streams live in many worlds at once, in groups of S that share a world
+for several episodes (``env.WorldSchedule(group_size=S)``): streams ``g*S .. g*S+S-1`` form
+group ``g``. ``memory_scope="world"`` gives each group one FIFO, written by its streams (each
+writing stream its own pair, tagged with its episode), emptied when the group's world changes,
+and read by every sample of the group: by default without the entries of the sample's own
+episode (a *peer read*, ``memory_read="peer"``), so what the memory can tell a sample is what
+other sequences of its world did, not its own history.
+
+Writes keep the device busy and the host out: a step's writes are scattered through an index
+tensor (non-writing streams into one spare slot), so nothing waits for the decision.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class WorldBuffer:
+    """W FIFOs of ``capacity`` (z_prev, z_new) pairs, each entry with its writer's episode key,
+    its world tag (0 base, 1 shift) and the step it was written.
+
+    Tensors: ``pairs`` (W, cap, 2, D) float32, ``episode`` (W, cap) int64 (-1 empty), ``world``
+    and ``steps`` (W, cap) int64, ``ptr`` and ``size`` (W,) int64 (slot ``ptr`` is the next one
+    written, the oldest once full), ``key`` (W,) int64: the id of the world the entries were
+    written in (-1 none yet). A push of S streams' pairs writes each group's writing streams in
+    stream order into consecutive slots (capacity >= S).
+    """
+
+    def __init__(
+        self, groups: int, capacity: int, latent_dim: int, device: torch.device | str = "cpu"
+    ) -> None:
+        self.groups = int(groups)
+        self.capacity = int(capacity)
+        self.latent_dim = int(latent_dim)
+        self.device = torch.device(device)
+        self.clear()
+
+    def clear(self, mask: torch.Tensor | None = None) -> None:
+        """Empty every world's memory, or those where ``mask`` ((W,) bool, no host sync)."""
+        if mask is not None:
+            self.ptr = torch.where(mask, 0, self.ptr)
+            self.size = torch.where(mask, 0, self.size)
+            return
+        w, cap, d = self.groups, self.capacity, self.device
+        # Flat storage with one spare row at the end (where non-writing streams scatter).
+        self._pairs = torch.zeros(w * cap + 1, 2, self.latent_dim, device=d)
+        self._episode = torch.full((w * cap + 1,), -1, dtype=torch.long, device=d)
+        self._world = torch.zeros(w * cap + 1, dtype=torch.long, device=d)
+        self._steps = torch.full((w * cap + 1,), -1, dtype=torch.long, device=d)
+        self.ptr = torch.zeros(w, dtype=torch.long, device=d)
+        self.size = torch.zeros(w, dtype=torch.long, device=d)
+        self.key = torch.full((w,), -1, dtype=torch.long, device=d)
+
+    def _view(self, flat: torch.Tensor) -> torch.Tensor:
+        return flat[:-1].view(self.groups, self.capacity, *flat.shape[1:])
+
+    @property
+    def pairs(self) -> torch.Tensor:
+        """(W, cap, 2, D) float32 (a view: a later push changes it)."""
+        return self._view(self._pairs)
+
+    @property
+    def episode(self) -> torch.Tensor:
+        """(W, cap) int64 episode key of each entry's writer."""
+        return self._view(self._episode)
+
+    @property
+    def world(self) -> torch.Tensor:
+        """(W, cap) int64 world tag (0 base, 1 shift) of each entry."""
+        return self._view(self._world)
+
+    @property
+    def steps(self) -> torch.Tensor:
+        """(W, cap) int64 step each entry was written at."""
+        return self._view(self._steps)
+
+    @torch.no_grad()
+    def enter(self, group: torch.Tensor, key: torch.Tensor) -> None:
+        """Empty the memories whose world changed: ``key`` (B,) the world id of each sample's
+        stream (``Batch.world_key``), ``group`` (B,) its group. A group's streams share one id."""
+        now = self.key.clone().scatter_(0, group, key)  # (W,) the id each group is in now
+        self.clear(now != self.key)
+        self.key = now
+
+    @torch.no_grad()
+    def push(
+        self,
+        pairs: torch.Tensor,
+        group: torch.Tensor,
+        episode: torch.Tensor,
+        world: torch.Tensor,
+        step: int,
+        write: torch.Tensor,
+    ) -> None:
+        """Append the pair (B, 2, D) of every stream whose ``write`` (B,) bool is True to its
+        group's FIFO (``group`` (B,)), tagged with ``episode`` and ``world`` (B,) and ``step``."""
+        w, cap = self.groups, self.capacity
+        write = write.to(self.device, torch.bool)
+        per_group = torch.zeros(w, dtype=torch.long, device=self.device)
+        per_group.index_add_(0, group, write.long())  # (W,) entries each group gets
+        # A writing stream's rank among its group's writers (groups are any labelling).
+        same = group.unsqueeze(0) == group.unsqueeze(1)  # (B, B)
+        before = torch.ones_like(same).tril(-1)  # b' < b
+        rank = (same & before & write.unsqueeze(0)).sum(1)  # (B,)
+        slot = (self.ptr[group] + rank) % cap
+        flat = torch.where(write, group * cap + slot, w * cap)  # non-writers: the spare row
+        self._pairs[flat] = pairs.detach().to(self._pairs.dtype)
+        self._episode[flat] = episode.to(torch.long)
+        self._world[flat] = world.to(torch.long)
+        self._steps[flat] = int(step)
+        self.ptr = (self.ptr + per_group) % cap
+        self.size = torch.clamp(self.size + per_group, max=cap)
+
+    def mask(self) -> torch.Tensor:
+        """(W, cap) bool, True for filled slots."""
+        return torch.arange(self.capacity, device=self.device) < self.size.unsqueeze(-1)
+
+    def age(self) -> torch.Tensor:
+        """(W, cap) int64: 0 for the newest entry of a world, 1 the one before, ...; >= size for
+        empty slots."""
+        slots = torch.arange(self.capacity, device=self.device)
+        return (self.ptr.unsqueeze(-1) - 1 - slots) % self.capacity
+
+    def shift_share(self) -> torch.Tensor:
+        """0-dim float: share of filled entries tagged world 1 (0 when empty)."""
+        n = (self.world.eq(1) & self.mask()).sum()
+        return n.float() / self.size.sum().clamp(min=1).float()
+
+    _STATE = ("_pairs", "_episode", "_world", "_steps", "ptr", "size", "key")
+
+    def clone(self) -> WorldBuffer:
+        """An independent copy."""
+        other = WorldBuffer.__new__(WorldBuffer)
+        other.groups, other.capacity = self.groups, self.capacity
+        other.latent_dim, other.device = self.latent_dim, self.device
+        for name in self._STATE:
+            setattr(other, name, getattr(self, name).clone())
+        return other
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {n: getattr(self, n).clone() for n in self._STATE}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        shape = (self.groups * self.capacity + 1, 2, self.latent_dim)
+        if tuple(state["_pairs"].shape) != shape:
+            raise ValueError(f"world memory shape {tuple(state['_pairs'].shape)} != {shape}")
+        for name in self._STATE:
+            setattr(self, name, state[name].to(self.device).clone())
+
+    def to(self, device: torch.device | str) -> WorldBuffer:
+        self.device = torch.device(device)
+        self.load_state_dict(self.state_dict())
+        return self

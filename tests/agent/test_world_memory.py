@@ -1,0 +1,225 @@
+"""World memory: one FIFO per group of streams sharing a world, read by its peers."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+import env
+from agent import AgentConfig, Learner, StreamSource
+from agent.memory import AttentionAggregator, WorldBuffer
+from agent.metrics import stack
+from agent.speed import Speed
+from agent.step import MemoryView, memory_codes
+
+
+def world_cfg(track: str = "C", **kw) -> AgentConfig:
+    base = {"push_pair": "input", "memory_scope": "world", "batch_size": 6, "group_size": 3,
+            "memory_write": "every", "buffer_capacity": 8, "context_frames": 2,
+            "horizons": (2, 4), "per_horizon": True, "input_scale": 1 / 255}  # fmt: skip
+    return AgentConfig.from_preset("tiny", track=track, **{**base, **kw})
+
+
+def grouped_source(cfg: AgentConfig, seed: int = 0, residency=(2, 3)) -> StreamSource:
+    vec = env.MovingMNISTVectorEnv(cfg.batch_size, max_episode_steps=None)
+    sched = env.WorldSchedule(vec, "train", episode_steps=(8, 12), seed=seed,
+                              group_size=cfg.group_size, residency=residency)  # fmt: skip
+    return StreamSource(sched, cfg, seed=seed)
+
+
+# ---------------------------------------------------------------------------- the buffer
+def test_world_buffer_writes_each_groups_writers_in_order_and_wraps() -> None:
+    buf = WorldBuffer(2, 3, 1)
+    group = torch.tensor([0, 0, 1, 1])
+    episode = torch.tensor([10, 11, 12, 13])
+    for step in range(3):  # group 0: both streams write; group 1: only its second stream
+        pairs = torch.tensor([1.0, 2.0, 3.0, 4.0]).add(10 * step).view(4, 1, 1).expand(4, 2, 1)
+        write = torch.tensor([True, True, False, True])
+        buf.push(pairs, group, episode, torch.zeros(4, dtype=torch.long), step, write)
+    assert buf.size.tolist() == [3, 3] and buf.ptr.tolist() == [0, 0]
+    # group 0 wrote 6 entries into 3 slots: the newest three, oldest first from ptr
+    assert buf.pairs[0, :, 0, 0].tolist() == [12.0, 21.0, 22.0]
+    assert buf.episode[0].tolist() == [11, 10, 11]
+    assert buf.pairs[1, :, 0, 0].tolist() == [4.0, 14.0, 24.0]
+    assert buf.steps[1].tolist() == [0, 1, 2]
+    assert buf.age()[0].tolist() == [2, 1, 0]
+    other = WorldBuffer(2, 3, 1)
+    other.load_state_dict(buf.state_dict())
+    assert torch.equal(other.pairs, buf.pairs) and torch.equal(other.episode, buf.episode)
+    with pytest.raises(ValueError, match="world memory shape"):
+        WorldBuffer(3, 3, 1).load_state_dict(buf.state_dict())
+    # a group whose world id changes is emptied; the other keeps its entries
+    buf.enter(group, torch.tensor([5, 5, 7, 7]))
+    assert buf.size.tolist() == [0, 0]  # the first ids: both worlds are new
+    buf.push(torch.ones(4, 2, 1), group, episode, torch.zeros(4, dtype=torch.long), 3,
+             torch.ones(4, dtype=torch.bool))  # fmt: skip
+    buf.enter(group, torch.tensor([5, 5, 9, 9]))
+    assert buf.size.tolist() == [2, 0]
+
+
+def test_a_peer_read_masks_the_samples_own_episode_and_vary_shows_the_newest_k() -> None:
+    buf = WorldBuffer(1, 4, 1)
+    group = torch.zeros(2, dtype=torch.long)
+    for step in range(2):
+        buf.push(torch.zeros(2, 2, 1), group, torch.tensor([100, 200]), torch.zeros(2).long(),
+                 step, torch.ones(2, dtype=torch.bool))  # fmt: skip
+    mine = torch.tensor([100, 200])
+    peer = MemoryView.world(buf, group, mine)
+    assert peer.mask.tolist() == [[False, True, False, True], [True, False, True, False]]
+    everything = MemoryView.world(buf, group, None)
+    assert everything.mask.all()
+    newest_two = MemoryView.world(buf, group, None, torch.tensor([0.5, 0.0]))  # k = 2, 0
+    assert newest_two.mask.tolist() == [[False, False, True, True], [False] * 4]
+
+
+# ---------------------------------------------------------------------------- the forward
+def test_each_worlds_entries_are_encoded_once_and_read_by_its_samples() -> None:
+    cfg = world_cfg()
+    learner = Learner(cfg)
+    buf = learner.buffer
+    g = torch.Generator().manual_seed(0)
+    for step in range(5):
+        buf.push(torch.randn(6, 2, cfg.latent_dim, generator=g), learner.groups,
+                 torch.arange(6), torch.zeros(6).long(), step, torch.ones(6, dtype=torch.bool))
+    rows = []
+    handle = learner.nets.experience.register_forward_hook(
+        lambda mod, inp, out: rows.append(inp[0].shape[0])
+    )
+    view = MemoryView.world(buf, learner.groups, torch.arange(6))
+    codes = memory_codes(learner.nets, view, learner.spec)
+    handle.remove()
+    assert rows == [cfg.num_groups * cfg.buffer_capacity]  # W x cap rows, not B x cap
+    assert codes.shape == (2, 8, cfg.exp_dim)
+    # the grouped attention equals a per-sample memory holding each sample's world
+    z = torch.randn(6, cfg.latent_dim, generator=g)
+    agg: AttentionAggregator = learner.nets.aggregator
+    grouped = agg(z, codes, view.mask, learner.groups)
+    per_sample = agg(z, codes[learner.groups], view.mask)
+    torch.testing.assert_close(grouped.e_agg, per_sample.e_agg, rtol=0, atol=0)
+    assert (grouped.attn[~view.mask] == 0).all()
+    # only the visible slots: the same e_i where a sample of the world looks
+    u = torch.tensor([0.3, 0.2, 0.1, 0.0, 0.0, 0.3])  # each sees its newest k = 2, 1, 0, 0, 0, 2
+    view = MemoryView.world(buf, learner.groups, torch.arange(6), u)
+    visible = memory_codes(learner.nets, view, learner.spec, visible_only=True)
+    seen = view.mask.view(2, 3, 8).any(1)  # (W, cap): a slot some sample of the world sees
+    assert not seen.all()
+    torch.testing.assert_close(visible[seen], codes[seen])
+    assert not visible[~seen].any()
+
+
+# ---------------------------------------------------------------------------- the step
+def _train(cfg: AgentConfig, steps: int, speed: Speed | None = None) -> tuple[Learner, list]:
+    learner = Learner(cfg, speed=speed)
+    source = grouped_source(cfg)
+    batches = [source.next() for _ in range(steps)]
+    return learner, [learner.update(b) for b in batches], batches
+
+
+def test_streams_write_their_worlds_memory_which_empties_when_the_world_changes() -> None:
+    cfg = world_cfg(total_steps=200)
+    learner = Learner(cfg, speed=Speed())
+    source = grouped_source(cfg)
+    changes = 0
+    for _ in range(70):
+        batch = source.next()
+        before = learner.buffer.key.clone()
+        learner.update(batch)
+        buf = learner.buffer
+        key = batch.world_key.view(2, 3)[:, 0]
+        assert torch.equal(buf.key, key)
+        changed = key != before
+        changes += int(changed.sum())
+        # every filled entry was written in the group's current world, by one of its streams
+        for g in range(2):
+            filled = buf.mask()[g]
+            writers = buf.episode[g][filled] % cfg.batch_size
+            assert ((writers // cfg.group_size) == g).all()
+            world_steps = buf.steps[g][filled]
+            assert int(buf.size[g]) <= cfg.buffer_capacity
+            if changed[g] and before[g] >= 0:
+                assert int(buf.size[g]) == 0  # the first frame of a new world: none valid yet
+            assert (world_steps >= 0).all()
+    assert changes >= 2 + 2  # the first worlds, then at least one redraw per group
+
+
+def test_group_size_one_reading_all_is_the_per_stream_memory() -> None:
+    common = {"group_size": 1, "batch_size": 6, "total_steps": 50}
+    world = world_cfg(memory_read="all", vary_memory=True, **common)
+    per_stream = world.replace(memory_scope="per_stream")
+    vec = env.MovingMNISTVectorEnv(6, max_episode_steps=None)
+    sched = env.WorldSchedule(vec, "train", episode_steps=(8, 12), seed=0)
+    source = StreamSource(sched, world, seed=0)
+    batches = [source.next() for _ in range(40)]
+    runs = []
+    for cfg in (world, per_stream):
+        learner = Learner(cfg, speed=Speed())
+        runs.append(stack([learner.update(b) for b in batches]))
+    for key in runs[0]:
+        np.testing.assert_array_equal(runs[0][key], runs[1][key], err_msg=key)
+
+
+def test_world_memory_is_deterministic_and_resumes_exactly() -> None:
+    cfg = world_cfg(total_steps=60, vary_memory=True)
+    source = grouped_source(cfg)
+    batches = [source.next() for _ in range(30)]
+    a = Learner(cfg, speed=Speed())
+    for b in batches[:15]:
+        a.update(b)
+    state = copy.deepcopy(a.state_dict())  # (the live tensors go on changing)
+    rest_a = stack([a.update(b) for b in batches[15:]])
+    c = Learner(cfg, speed=Speed())
+    c.load_state_dict(state)
+    rest_c = stack([c.update(b) for b in batches[15:]])
+    for key in rest_a:
+        np.testing.assert_array_equal(rest_a[key], rest_c[key], err_msg=key)
+
+
+def test_the_speed_layers_give_the_plain_steps_numbers() -> None:
+    cfg = world_cfg(total_steps=60, vary_memory=True)
+    plain = _train(cfg, 25, Speed())[1]
+    fast = _train(cfg, 25, Speed(visible_slots=True, beside=True))[1]
+    a, b = stack(plain), stack(fast)
+    for key in a:
+        np.testing.assert_allclose(a[key], b[key], rtol=1e-4, atol=1e-5, err_msg=key)
+
+
+def test_the_boundary_detector_runs_per_world() -> None:
+    cfg = world_cfg(memory_write="boundary", total_steps=60, detector_warmup=2, kappa=0.5)
+    learner = Learner(cfg, speed=Speed())
+    source = grouped_source(cfg)
+    assert learner.detector.mu.shape == (cfg.num_groups,)
+    decisions = []
+    update = learner.detector.update
+    learner.detector.update = lambda s, active: decisions.append(update(s, active)) or decisions[-1]
+    fired_any = 0
+    for _ in range(40):
+        batch = source.next()
+        ptr, key = learner.buffer.ptr.clone(), learner.buffer.key.clone()
+        learner.update(batch)
+        fired = decisions[-1]
+        assert fired.shape == (cfg.num_groups,)
+        same_world = learner.buffer.key == key  # (a new world empties its memory)
+        wrote = (learner.buffer.ptr != ptr) & same_world
+        fired = fired & same_world
+        writers = batch.valid.view(2, 3).sum(1)
+        assert torch.equal(wrote, fired & (writers > 0))  # a world is written when it fired
+        fired_any += int(fired.sum())
+    assert 0 < fired_any < 40 * cfg.num_groups
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"group_size": 4}, "group_size: must divide batch_size=6"),
+        ({"group_size": 0}, "group_size: must be a positive integer"),
+        ({"group_size": 6, "buffer_capacity": 4}, "group_size: larger than buffer_capacity=4"),
+        ({"memory_read": "own"}, "memory_read: expected one of peer, all"),
+        ({"push_pair": "newest"}, "memory_scope: world memory keeps the streams' own pairs"),
+    ],
+)
+def test_bad_options_are_one_line_errors(kw, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        world_cfg(**kw)
