@@ -11,8 +11,9 @@ Sample b's memory holds n pairs (z_{j-1}, z_j), j = i-n .. i-1 (online encoder, 
 stream pushes at step j: no frame at or after the input), taken from one of three sources:
 
 - ``own``: its own sequence (its stream's history: same world, same digits);
-- ``same``: another sequence of the same world (same world, other digits);
-- ``wrong``: a sequence of another held-out world (the control: memory of the wrong world).
+- ``same``: other sequences of the same world (same world, other digits): one, or with
+  ``peers=P`` the P sequences a world memory shares with a stream (the *peer* read);
+- ``wrong``: as many sequences of another held-out world (the control: the wrong world).
 
 ``same`` vs ``wrong`` isolates what the memory says about the *world*; ``own`` is what a stream
 has after a switch. The oracle learner (``cfg.oracle``) reads the world's true physics instead,
@@ -95,14 +96,19 @@ def _encode(learner: Learner, frames: Any, n_max: int) -> tuple[torch.Tensor, to
     return torch.cat(zs), torch.cat(ts)
 
 
-def _memory(z_src: torch.Tensor, i: int, n: int) -> MemoryView:
-    """The n pairs (z_{j-1}, z_j), j = i-n .. i-1, of each source sequence: (B, max(n,1), 2, D)
-    (an empty memory is one masked slot: e_agg = 0 exactly)."""
-    b, _, d = z_src.shape
+def _memory(z_src: torch.Tensor | list[torch.Tensor], i: int, n: int) -> MemoryView:
+    """The newest n pairs (z_{j-1}, z_j), j < i, of each sample's source sequences, as a shared
+    FIFO holds them when every source writes one pair a step (step by step, sources in order):
+    (B, max(n,1), 2, D). One source: its pairs j = i-n .. i-1. (An empty memory is one masked
+    slot: e_agg = 0 exactly.)"""
+    sources = z_src if isinstance(z_src, list) else [z_src]
+    b, _, d = sources[0].shape
     if n == 0:
-        return MemoryView(z_src.new_zeros(b, 1, 2, d), torch.zeros(b, 1, dtype=torch.bool))
-    j = torch.arange(i - n, i)
-    pairs = torch.stack([z_src[:, j - 1], z_src[:, j]], dim=2)  # (B, n, 2, D)
+        return MemoryView(sources[0].new_zeros(b, 1, 2, d), torch.zeros(b, 1, dtype=torch.bool))
+    steps = -(-n // len(sources))  # ceil: the steps that fill n entries
+    j = torch.arange(i - steps, i)
+    per_step = torch.stack([torch.stack([z[:, j - 1], z[:, j]], 2) for z in sources], 2)
+    pairs = per_step.flatten(1, 2)[:, -n:]  # (B, steps * P, 2, D) oldest first -> newest n
     return MemoryView(pairs, torch.ones(b, n, dtype=torch.bool))
 
 
@@ -135,11 +141,14 @@ def world_curves(
     worlds: list[WorldSet],
     ns: tuple[int, ...] = WORLD_NS,
     memories: tuple[str, ...] = MEMORIES,
+    peers: int = 1,
 ) -> list[WorldCurve]:
     """D^n of the frozen learner on every world for every memory source (see the module doc).
 
-    ``same`` pairs sample b with sequence b+1 of its world, ``wrong`` with sequence b of the
-    next world in ``worlds`` (cyclically; needs two worlds). The learner is not changed.
+    ``same`` gives sample b the pairs of sequences b+1 .. b+peers of its world (the peer read
+    of a world memory shared by peers + 1 streams: the newest n of their pairs, as their shared
+    FIFO holds them), ``wrong`` those of sequences b .. b+peers-1 of the next world in
+    ``worlds`` (cyclically; needs two worlds). The learner is not changed.
     """
     unknown = sorted(set(memories) - set(MEMORIES))
     if unknown:
@@ -159,10 +168,11 @@ def world_curves(
             if source == "own":
                 z_src = z
             elif source == "same":
-                z_src = z.roll(-1, dims=0)
+                z_src = [z.roll(-p, dims=0) for p in range(1, peers + 1)]
             else:
                 other = encoded[(wi + 1) % len(worlds)][0]
-                z_src = other[torch.arange(z.shape[0]) % other.shape[0]]
+                rows = torch.arange(z.shape[0])
+                z_src = [other[(rows + p) % other.shape[0]] for p in range(peers)]
             curve = WorldCurve(world.name, world.family, source, list(ns), [])
             for n in ns:
                 sums, sigma = _score(learner, z_in, targets, _memory(z_src, i, n), physics)

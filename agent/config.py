@@ -172,7 +172,7 @@ class AgentConfig:
     # "global" one FIFO of batch means (paper), "per_stream" each stream its own, "world" one
     # FIFO per group of ``group_size`` streams that share a world (agent/memory/world.py)
     memory_scope: str = "global"
-    group_size: int = 1  # memory_scope "world": streams b*S .. b*S+S-1 share memory S = this
+    group_size: int = 1  # memory_scope "world": the streams that share a world and its memory
     # memory_scope "world": a sample reads its world's entries but those of its own episode
     # ("peer"), or all of them ("all")
     memory_read: str = "peer"

@@ -90,7 +90,9 @@ class Worlds:
     train_family: Literal["train"] = "train"
     """The family (env.FAMILIES) each stream's episodes are drawn from before the switch."""
     episode_steps: tuple[int, int] = (100, 400)
-    """Each episode (one world) lasts a number of steps drawn uniformly from this range."""
+    """Each episode lasts a number of steps drawn uniformly from this range."""
+    residency: tuple[int, int] = (1, 1)
+    """A world lasts this many episodes (drawn uniformly) of its streams; with --memory-scope world the --group-size streams of a group share it (env.WorldSchedule)."""
     eval_worlds: int = 3
     """Worlds per family (training, interp, extrap) in the evaluation."""
     eval_world_seqs: int = 48
@@ -320,6 +322,9 @@ def _protocol_counts(p: Worlds | Paper) -> list[tuple[str, int]]:
         lo, hi = p.episode_steps
         if not 21 <= lo <= hi:
             raise CliError(f"episode_steps must be LOW HIGH with 21 <= LOW <= HIGH, got {lo} {hi}")
+        r_lo, r_hi = p.residency
+        if not 1 <= r_lo <= r_hi:
+            raise CliError(f"residency must be LOW HIGH with 1 <= LOW <= HIGH, got {r_lo} {r_hi}")
         if p.eval_world_seqs < 2:
             raise CliError(f"eval_world_seqs must be at least 2, got {p.eval_world_seqs}")
         return [("eval_worlds", p.eval_worlds)]

@@ -90,7 +90,10 @@ def _floats(x: Any) -> list[float]:
 class CurveEvaluator:
     """What every evaluator of a run shares: the periodic memory sizes ``ns`` and ``horizons``,
     ``curve`` (D^n for some n, by default the periodic ones) and the periodic ``EvalRecord``.
-    A protocol's evaluator says how its ``results`` are computed."""
+    A protocol's evaluator says how its ``results`` are computed, and ``reads_memory``: whether
+    they read the learner's live memory (else they change only with the weights)."""
+
+    reads_memory = False
 
     def __init__(self, ns: Sequence[int], horizons: Sequence[int]) -> None:
         self.ns = tuple(sorted(set(int(n) for n in ns)))
@@ -110,6 +113,8 @@ class CurveEvaluator:
 
 class Evaluator(CurveEvaluator):
     """The paper protocol's evaluations of one learner on fixed splits (``agent.EvalData``)."""
+
+    reads_memory = True  # ``adaptation_curve`` adds the shift transitions to the live buffer
 
     def __init__(self, data: EvalData, ns: Sequence[int], horizons: Sequence[int]) -> None:
         super().__init__(ns, horizons)

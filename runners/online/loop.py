@@ -16,7 +16,9 @@ Per step (``step()``):
      appends them to ``run.zarr`` with the world's physics of each step; every N-th frame batch
      too with ``record_frames``.
   4. periodic work (``Schedule``): flush every ``log_every`` steps; evaluate every
-     ``eval_every`` steps, at each switch (before it applies) and at the end; checkpoint
+     ``eval_every`` steps, at each switch (before it applies) and at the end, but only what can
+     change: once the weights are frozen, an evaluation that reads only the weights (the worlds
+     protocol's) is taken once, at the switch; checkpoint
      ``latest.pt`` every ``checkpoint_every`` steps and at the end (atomic), ``best.pt`` on a
      new lowest D_shift^n. A flush comes before every evaluation and checkpoint, so the metrics
      on disk never lag a checkpoint.
@@ -270,7 +272,7 @@ class OnlineLoop:
         due = self.schedule.due(s + 1)
         if due.flush:
             result.block = self.flush()
-        if due.evaluate:
+        if due.evaluate and self.evaluation_can_change():
             result.evaluation = self.evaluate()
         if due.checkpoint:
             self.checkpoint()
@@ -316,6 +318,13 @@ class OnlineLoop:
             state = self.vec_env.get_state()["world"]
             pos, vel = state.get("positions"), state.get("velocities")
         self.recorder.append_frames(s, frames, pos, vel, np.full(frames.shape[0], self.gravity))
+
+    def evaluation_can_change(self) -> bool:
+        """False once the weights are frozen and evaluated, when the evaluation reads nothing
+        else of the learner (``CurveEvaluator.reads_memory``): it would repeat itself."""
+        if not self.frozen or self.evaluator.reads_memory or not self.evals:
+            return True
+        return self.evals[-1].step < (self.cfg.first_switch or 0)
 
     def evaluate(self) -> EvalRecord:
         """The periodic evaluation (D_shift^n for n in eval_ns, D_base, sigma_embed), recorded

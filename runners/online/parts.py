@@ -149,9 +149,12 @@ def make_world(
     """The run's world before any switch: streams in the training worlds (worlds protocol), or
     live streams in the base physics, or the store's base split (paper protocol)."""
     if isinstance(w := cfg.protocol, Worlds):
+        a = cfg.agent
+        group = a.group_size if a.memory_scope == "world" else 1
         return make_scheduled_world(
-            cfg.agent.batch_size, w.train_family, w.episode_steps, cfg.agent, device, cfg.agent.seed
-        )
+            a.batch_size, w.train_family, w.episode_steps, a, device, a.seed,
+            group_size=group, residency=w.residency,
+        )  # fmt: skip
     if cfg.paper.source == "dataset":
         if store is None:
             raise CliError("--source dataset needs --data PATH.zarr (written by runners.make_dataset)")

@@ -82,11 +82,13 @@ class ScheduledWorld:
 
 def make_scheduled_world(
     n_streams: int, family: str, episode_steps: tuple[int, int], source_cfg: Any, device: Any,
-    seed: int,
+    seed: int, group_size: int = 1, residency: tuple[int, int] = (1, 1),
 ) -> ScheduledWorld:  # fmt: skip
-    """The run's streams under a world schedule, started (the first windows full)."""
+    """The run's streams under a world schedule (groups of ``group_size`` streams sharing a
+    world for ``residency`` episodes), started (the first windows full)."""
     vec_env = env.MovingMNISTVectorEnv(n_streams, max_episode_steps=None)
-    schedule = env.WorldSchedule(vec_env, family, episode_steps=episode_steps, seed=seed)
+    schedule = env.WorldSchedule(vec_env, family, episode_steps=episode_steps, seed=seed,
+                                 group_size=group_size, residency=residency)  # fmt: skip
     source = StreamSource(schedule, source_cfg, device, seed=seed)
     source.start()
     return ScheduledWorld(schedule, source)
@@ -192,7 +194,7 @@ class WorldsEvaluator(CurveEvaluator):
         gap (``agent.adaptation.reference_check``)."""
         cfg = learner.cfg
         memories = ("own",) if cfg.track == "A" or cfg.oracle else ("own", "same", "wrong")
-        curves = world_curves(learner, self.sets.held_out, tuple(ns), memories)
+        curves = world_curves(learner, self.sets.held_out, tuple(ns), memories, peers(cfg))
         return {
             "ns": [int(n) for n in ns],
             "horizons": self.horizons,
@@ -207,6 +209,12 @@ class WorldsEvaluator(CurveEvaluator):
             "probes": probes(learner, self.sets),
             "reference": reference_check(learner, self.sets.held_out),
         }  # fmt: skip
+
+
+def peers(cfg: Any) -> int:
+    """The sequences a held-out sample's same-world memory comes from: the other streams of
+    its world memory (``group_size - 1``), or one."""
+    return max(1, cfg.group_size - 1) if cfg.memory_scope == "world" else 1
 
 
 def probes(learner: Learner, sets: WorldSets) -> dict[str, dict[str, float]]:

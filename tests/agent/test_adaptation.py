@@ -104,3 +104,32 @@ def test_reference_check_is_exact_where_the_encoders_agree(predictor: str) -> No
             p.mul_(1.1)
     moved = reference_check(learner, ws)["interp"]
     assert moved["d"] != moved["d_target_ref"] and min(moved["d_future_online"]) > 0
+
+
+def test_a_peer_memory_holds_the_newest_pairs_of_its_peers_as_their_shared_fifo_would() -> None:
+    from agent.adaptation import _memory
+
+    # z[b, t] = 100 * b + t (a 1-d latent), so every pair names its sequence and frame
+    z = (100 * torch.arange(3).view(3, 1) + torch.arange(8).view(1, 8)).float().unsqueeze(-1)
+    peers = [z.roll(-1, 0), z.roll(-2, 0)]
+    view = _memory(peers, i=6, n=3)  # steps 4 and 5 written by both peers; the newest 3
+    newest = view.pairs[0, :, 1, 0].tolist()  # sample 0: its peers are sequences 1 and 2
+    assert newest == [204.0, 105.0, 205.0]
+    assert view.pairs[0, :, 0, 0].tolist() == [203.0, 104.0, 204.0]
+    assert view.mask.all() and view.pairs.shape == (3, 3, 2, 1)
+    one = _memory(z.roll(-1, 0), i=6, n=3)  # one source: its pairs j = 3, 4, 5
+    assert one.pairs[0, :, 1, 0].tolist() == [103.0, 104.0, 105.0]
+    empty = _memory(peers, i=6, n=0)
+    assert not empty.mask.any()
+
+
+def test_peer_curves_read_more_sequences_of_the_world() -> None:
+    cfg = cfg_of()
+    learner = Learner(cfg)
+    ws = worlds(cfg)
+    one = {(c.world, c.memory): c.d for c in world_curves(learner, ws, NS)}
+    three = {(c.world, c.memory): c.d for c in world_curves(learner, ws, NS, peers=3)}
+    for w in ws:
+        assert one[(w.name, "own")] == three[(w.name, "own")]
+        assert one[(w.name, "same")][0] == three[(w.name, "same")][0]  # n = 0: empty
+        assert one[(w.name, "same")][2] != three[(w.name, "same")][2]

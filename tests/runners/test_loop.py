@@ -183,3 +183,20 @@ def test_a_claimed_point_is_not_run_twice(tmp_path: Path) -> None:
     res = backends.execute(spec)
     assert res.action == "busy" and not (tmp_path / "p").exists()
     claim.release()
+
+
+@pytest.mark.parametrize("protocol", ["paper", "worlds"])
+def test_after_the_freeze_only_what_can_change_is_evaluated(tmp_path: Path, protocol: str) -> None:
+    """Memory mode freezes the weights at the switch (30). The worlds protocol's evaluation
+    reads only the weights, so it is taken at the switch and never again; the paper's reads the
+    live buffer, so it goes on (every 20 steps and at the end)."""
+    over: list[str] = []
+    if protocol == "worlds":
+        over = ["--switch", "30:gravity=0.3,direction=45", "--eval-world-seqs", "4",
+                "--eval-worlds", "2", "--episode-steps", "21", "40", "--final-ns", "0", "5"]
+    loop = open_loop(tmp_path / "run", tiny_config(*over, protocol=protocol))
+    evaluated = [res.step for res in loop.steps() if res.evaluation is not None]
+    loop.close()
+    rows = Recorder(tmp_path / "run", read_only=True).read_eval()["step"].tolist()
+    assert rows == evaluated
+    assert evaluated == ([20, 30] if protocol == "worlds" else [20, 30, 40, 60])
