@@ -65,9 +65,9 @@ class WorldCurve:
 
 
 def input_index(cfg: Any, n_max: int) -> int:
-    """Index i of the input frame in a world's test sequences: room for n_max pairs and the
-    C context frames before it."""
-    return max(n_max + 1, cfg.context_frames - 1)
+    """Index i of the input frame in a world's test sequences: room for n_max entries (of E =
+    ``entry_frames`` frames each; pairs: n_max + 1 frames) and the C context frames before it."""
+    return max(n_max + getattr(cfg, "entry_frames", 2) - 1, cfg.context_frames - 1)
 
 
 def sequence_length(cfg: Any, n_max: int) -> int:
@@ -96,19 +96,24 @@ def _encode(learner: Learner, frames: Any, n_max: int) -> tuple[torch.Tensor, to
     return torch.cat(zs), torch.cat(ts)
 
 
-def _memory(z_src: torch.Tensor | list[torch.Tensor], i: int, n: int) -> MemoryView:
-    """The newest n pairs (z_{j-1}, z_j), j < i, of each sample's source sequences, as a shared
-    FIFO holds them when every source writes one pair a step (step by step, sources in order):
-    (B, max(n,1), 2, D). One source: its pairs j = i-n .. i-1. (An empty memory is one masked
-    slot: e_agg = 0 exactly.)"""
+def _memory(
+    z_src: torch.Tensor | list[torch.Tensor], i: int, n: int, frames: int = 2
+) -> MemoryView:
+    """The newest n entries (z_{j-E+1}, ..., z_j), j < i, E = ``frames`` (2: pairs), of each
+    sample's source sequences, as a shared FIFO holds them when every source writes one entry a
+    step (step by step, sources in order): (B, max(n,1), E, D). One source: its entries j = i-n
+    .. i-1. (An empty memory is one masked slot: e_agg = 0 exactly.)"""
     sources = z_src if isinstance(z_src, list) else [z_src]
     b, _, d = sources[0].shape
     if n == 0:
-        return MemoryView(sources[0].new_zeros(b, 1, 2, d), torch.zeros(b, 1, dtype=torch.bool))
+        empty = sources[0].new_zeros(b, 1, frames, d)
+        return MemoryView(empty, torch.zeros(b, 1, dtype=torch.bool))
     steps = -(-n // len(sources))  # ceil: the steps that fill n entries
     j = torch.arange(i - steps, i)
-    per_step = torch.stack([torch.stack([z[:, j - 1], z[:, j]], 2) for z in sources], 2)
-    pairs = per_step.flatten(1, 2)[:, -n:]  # (B, steps * P, 2, D) oldest first -> newest n
+    entry = [
+        torch.stack([z[:, j - frames + 1 + e] for e in range(frames)], 2) for z in sources
+    ]  # each (B, steps, E, D)
+    pairs = torch.stack(entry, 2).flatten(1, 2)[:, -n:]  # (B, steps * P, E, D) -> newest n
     return MemoryView(pairs, torch.ones(b, n, dtype=torch.bool))
 
 
@@ -175,7 +180,8 @@ def world_curves(
                 z_src = [other[(rows + p) % other.shape[0]] for p in range(peers)]
             curve = WorldCurve(world.name, world.family, source, list(ns), [])
             for n in ns:
-                sums, sigma = _score(learner, z_in, targets, _memory(z_src, i, n), physics)
+                memory = _memory(z_src, i, n, learner.cfg.entry_frames)
+                sums, sigma = _score(learner, z_in, targets, memory, physics)
                 d, d_h = norm_error(sums)
                 curve.d.append(float(d))
                 curve.d_per_h.append(d_h.tolist())
@@ -211,7 +217,7 @@ def reference_check(learner: Learner, worlds: list[WorldSet]) -> dict[str, dict[
         target = learner.encode(arr.flatten(0, 1), target=True).view(b, arr.shape[1], -1)
         z, zbar, targets = online[:, c - 1], target[:, c - 1], target[:, future]
         physics = torch.as_tensor(world.physics, dtype=torch.float32).expand(b, -1)
-        empty = _memory(online, 0, 0)  # one masked slot per sample: e_agg = 0
+        empty = _memory(online, 0, 0, cfg.entry_frames)  # one masked slot a sample: e_agg = 0
         view = MemoryView(empty.pairs.to(learner.device), empty.mask.to(learner.device))
         ctx = online[:, :c] if c > 1 else z
         with learner.autocast():

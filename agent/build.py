@@ -93,10 +93,12 @@ def build_parts(cfg: AgentConfig, device: torch.device | str = "cpu") -> Parts:
     )
     if scope == "world":
         buffer: ExperienceBuffer | WorldBuffer = WorldBuffer(
-            cfg.num_groups, cfg.buffer_capacity, cfg.latent_dim, device
+            cfg.num_groups, cfg.buffer_capacity, cfg.latent_dim, device, frames=cfg.entry_frames
         )
     else:
-        buffer = ExperienceBuffer(cfg.buffer_capacity, cfg.latent_dim, device, streams=streams)
+        buffer = ExperienceBuffer(
+            cfg.buffer_capacity, cfg.latent_dim, device, streams=streams, frames=cfg.entry_frames
+        )
     return Parts(nets=build_networks(cfg).to(device), detector=detector, buffer=buffer)
 
 

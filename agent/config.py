@@ -176,6 +176,10 @@ class AgentConfig:
     # memory_scope "world": a sample reads its world's entries but those of its own episode
     # ("peer"), or all of them ("all")
     memory_read: str = "peer"
+    # frames per memory entry, the newest the input: 2 a transition pair (z_{t-1}, z_t), the
+    # paper's; 3 adds the frame before, so that an entry shows a change of velocity, which is
+    # where a world's gravity shows (per-stream and world memories, the input's own entries)
+    entry_frames: int = 2
     vary_memory: bool = False  # training: each sample sees only its newest k entries, k ~ U{0..n}
     memory_write: str = "boundary"  # push on a detector "boundary" (paper) or at "every" valid step
     oracle: bool = False  # feed the true physics (Batch.physics) in place of e_agg: the ceiling
@@ -243,6 +247,10 @@ class AgentConfig:
                 "memory_scope",
                 f"{self.memory_scope} memory keeps the streams' own pairs: push_pair 'input'",
             )
+        if not _is_int(self.entry_frames) or self.entry_frames < 2:
+            self._bad("entry_frames", "must be an integer >= 2")
+        if self.entry_frames > 2 and self.memory_scope == "global":
+            self._bad("entry_frames", "longer entries are for per_stream and world memories")
         if not _is_int(self.group_size) or self.group_size < 1:
             self._bad("group_size", "must be a positive integer")
         if self.memory_scope == "world":
@@ -315,8 +323,8 @@ class AgentConfig:
     @property
     def past_frames(self) -> int:
         """P, the frames a sample reads at or before its input frame: the C context frames, and
-        the input's predecessor when the memory pair is the input's own (1 in the paper)."""
-        return max(self.context_frames, 2 if self.push_pair == "input" else 1)
+        the frames of the input's own memory entry (E = ``entry_frames``; 1 in the paper)."""
+        return max(self.context_frames, self.entry_frames if self.push_pair == "input" else 1)
 
     @property
     def input_position(self) -> int:

@@ -12,8 +12,8 @@ online pass per sample per step where one EMA pass would do.
   and reused at its later horizons, so a target latent is at most max(h) - min(h) steps old
   (15 in the paper's (5, 10, 20), 6 in the worlds protocol's (2, 4, 8)): the EMA weights it
   was computed with have moved by at most 1 - tau^15 of the way (tau >= 0.996);
-- the online latent of each input frame (the step's own, detached), which the next step's
-  memory pair reuses as its older frame (one step old).
+- the online latent of each input frame (the step's own, detached), which later steps' memory
+  entries reuse as their older frames (one or more steps old).
 
 A frame the cache does not hold (the first steps, after a gap in the clock) is encoded exactly.
 Nothing here is read without a clock: the dataset source's i.i.d. batches share no frames.
@@ -75,9 +75,12 @@ class StreamLatents:
                 self.target[times[j]] = z[:, i]
         return torch.stack([self.target[s] for s in times], 1)
 
-    def previous_input(self, t: int) -> torch.Tensor | None:
-        """The online latent (B, D) of the frame before this batch's input, if held."""
-        return self.online.get(self.time_of(t, self.input_offset) - 1)
+    def earlier(self, t: int, context: int, k: int) -> torch.Tensor | None:
+        """The online latents (B, k, D) of the k frames before this batch's C = ``context``
+        context frames (earlier steps' inputs), if all are held."""
+        first = self.time_of(t, self.input_offset) - context - k + 1
+        held = [self.online.get(s) for s in range(first, first + k)]
+        return None if any(z is None for z in held) else torch.stack(held, 1)
 
     def keep_input(self, t: int, z: torch.Tensor) -> None:
         """Keep this batch's input latent z (B, D) (detached) for the next step's pair."""

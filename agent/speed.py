@@ -11,7 +11,8 @@ is switched on its own (``Speed``) and tested against ``Plain``:
   steps that write it (a host read of the detector's decision; a CPU's default). Same bits.
 - ``StreamCache``: stream frames meet the EMA encoder once (``agent.latents``,
   ``cfg.stream_cache``). Exact with still weights; while training a target latent is up to
-  max(h) - min(h) steps old (docs/agent.md, "The stream latent cache").
+  max(h) - min(h) steps old (docs/agent.md, "The stream latent cache"); a memory entry's older
+  frames are earlier steps' input latents.
 - ``Beside``: the EMA targets and the memory's e_i (forward and backward) on a second thread while
   this one runs the online encoder (a CPU with one torch thread and a spare core). Same bits.
 
@@ -54,10 +55,13 @@ class Plain:
         with torch.set_grad_enabled(grad):
             return done(memory_codes(m.nets, memory, m.spec))
 
-    def previous_input(self, m: Model, batch: Batch) -> torch.Tensor:
-        """(B, D): the online latent of the frame before the input (the input's memory pair)."""
+    def earlier(self, m: Model, batch: Batch, k: int) -> torch.Tensor:
+        """(B, k, D): the online latents of the k frames before the context frames (the
+        oldest of the input's memory entry)."""
+        p, c = m.spec.past, m.spec.context
+        x = batch.frames[:, p - c - k : p - c]
         with torch.no_grad(), m.spec.autocast():
-            return encode(m.nets.encoder, batch.frames[:, m.spec.past - 2], m.spec)
+            return encode(m.nets.encoder, x.flatten(0, 1), m.spec).view(x.shape[0], k, -1)
 
     def pair_needed(self, write: torch.Tensor) -> bool:
         """Whether to compute the memory pair: always (deciding from ``write`` is a host read)."""
@@ -82,8 +86,8 @@ class Layer(Plain):
     def codes(self, m: Model, memory: MemoryView, grad: bool) -> Future:
         return self.inner.codes(m, memory, grad)
 
-    def previous_input(self, m: Model, batch: Batch) -> torch.Tensor:
-        return self.inner.previous_input(m, batch)
+    def earlier(self, m: Model, batch: Batch, k: int) -> torch.Tensor:
+        return self.inner.earlier(m, batch, k)
 
     def pair_needed(self, write: torch.Tensor) -> bool:
         return self.inner.pair_needed(write)
@@ -115,7 +119,7 @@ class LazyPair(Layer):
 class StreamCache(Layer):
     """Each stream frame meets the EMA encoder once, and the input's latent is the next step's
     pair's older frame (``agent.latents.StreamLatents``). Batches without a clock (i.i.d. from a
-    dataset) pass through. ``previous_input`` is asked for after the targets are joined, so it
+    dataset) pass through. ``earlier`` is asked for after the targets are joined, so it
     sees this batch's ``begin`` even when the targets run on another thread."""
 
     def __init__(self, inner: Plain, latents: StreamLatents, keep_input: bool) -> None:
@@ -133,9 +137,11 @@ class StreamCache(Layer):
                 self.latents.targets(batch.clock, batch.frames, lambda f: encode(target, f, m.spec))
             )
 
-    def previous_input(self, m: Model, batch: Batch) -> torch.Tensor:
-        held = None if batch.clock is None else self.latents.previous_input(batch.clock)
-        return held if held is not None else self.inner.previous_input(m, batch)
+    def earlier(self, m: Model, batch: Batch, k: int) -> torch.Tensor:
+        held = None
+        if batch.clock is not None:
+            held = self.latents.earlier(batch.clock, m.spec.context, k)
+        return held if held is not None else self.inner.earlier(m, batch, k)
 
     def done(self, batch: Batch, z: torch.Tensor) -> None:
         if batch.clock is not None and self.keep_input:

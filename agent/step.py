@@ -52,6 +52,7 @@ class StepSpec:
     horizons: tuple[int, ...] = ()  # ``cfg.horizons`` (the rollout's outputs)
     rollout: bool = False  # the predictor is a transition rolled forward (``cfg.predictor``)
     world_memory: bool = False  # one memory and detector per world (``cfg.memory_scope``)
+    entry: int = 2  # E, latents a memory entry holds (``cfg.entry_frames``)
 
     @classmethod
     def from_config(cls, cfg: AgentConfig, device: torch.device | str) -> StepSpec:
@@ -72,6 +73,7 @@ class StepSpec:
             horizons=cfg.horizons,
             rollout=cfg.rollout,
             world_memory=cfg.memory_scope == "world",
+            entry=cfg.entry_frames,
         )
 
     def frames(self, x: torch.Tensor) -> torch.Tensor:
@@ -167,7 +169,7 @@ class Paths(Protocol):
 
     def targets(self, m: Model, batch: Batch) -> Future: ...  # -> (B, K, D) EMA latents
     def codes(self, m: Model, memory: MemoryView, grad: bool) -> Future: ...  # -> e_i | None
-    def previous_input(self, m: Model, batch: Batch) -> torch.Tensor: ...  # (B, D)
+    def earlier(self, m: Model, batch: Batch, k: int) -> torch.Tensor: ...  # (B, k, D)
     def pair_needed(self, write: torch.Tensor) -> bool: ...
     def backward(self, loss: torch.Tensor) -> None: ...
     def done(self, batch: Batch, z: torch.Tensor) -> None: ...
@@ -409,16 +411,19 @@ def boundary(
 
 
 def memory_pairs(m: Model, batch: Batch, z: torch.Tensor, paths: Paths) -> torch.Tensor:
-    """Each sample's memory pair (B, 2, D) float32: the paper's (z_{newest-1}, z_newest) by the
-    online encoder, or with ``push_pair="input"`` the input's own (z_{input-1}, z_input)."""
+    """Each sample's memory entry (B, E, D) float32: the paper's pair (z_{newest-1}, z_newest) by
+    the online encoder, or with ``push_pair="input"`` the input's own, the latents of the E
+    frames ending at the input (z_{input-E+1}, ..., z_input): the context's, and before them
+    earlier frames' (``paths.earlier``)."""
     spec = m.spec
     if spec.push_pair == "newest":
         with spec.autocast():
             return newest_pair(m.nets, batch.frames, spec).float()
-    if z.dim() == 3:  # C >= 2: the last two context latents
-        return z[:, -2:].detach().float()
-    prev = paths.previous_input(m, batch)  # (B, D): the input's predecessor, online encoder
-    return torch.stack([prev.to(z.dtype), z.detach()], 1).float()
+    ctx = (z if z.dim() == 3 else z.unsqueeze(1)).detach()  # (B, C, D)
+    if ctx.shape[1] >= spec.entry:
+        return ctx[:, -spec.entry :].float()
+    before = paths.earlier(m, batch, spec.entry - ctx.shape[1])  # (B, E - C, D), online encoder
+    return torch.cat([before.to(ctx.dtype), ctx], 1).float()
 
 
 def valid_mean(pairs: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

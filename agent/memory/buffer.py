@@ -18,7 +18,7 @@ class ExperienceBuffer:
     content when ``write`` is False) and the pointer advances by ``write``, so a step never
     asks the device whether a boundary fired.
 
-    Tensors: ``pairs`` (cap, 2, D) float32, ``world`` (cap,) int64, ``steps`` (cap,) int64,
+    Tensors: ``pairs`` (cap, E, D) float32 (E = ``frames`` latents an entry, 2 a pair), ``world`` (cap,) int64, ``steps`` (cap,) int64,
     ``ptr`` and ``size`` 0-dim int64. Slot ``ptr`` is the next one written (the oldest once full).
     With ``streams=S`` every tensor gains a leading (S,): one FIFO per stream, pushed together
     (``push`` with pair (S, 2, D), world / write (S,)) and emptied per stream (``clear(mask)``).
@@ -30,9 +30,11 @@ class ExperienceBuffer:
         latent_dim: int,
         device: torch.device | str = "cpu",
         streams: int | None = None,
+        frames: int = 2,
     ) -> None:
         self.capacity = int(capacity)
         self.latent_dim = int(latent_dim)
+        self.frames = int(frames)  # E latents an entry holds (2: a transition pair)
         self.device = torch.device(device)
         self.streams = None if streams is None else int(streams)
         self.clear()
@@ -52,7 +54,7 @@ class ExperienceBuffer:
             self.ptr = torch.where(mask, 0, self.ptr)
             self.size = torch.where(mask, 0, self.size)
             return
-        self.pairs = torch.zeros(*lead, cap, 2, self.latent_dim, device=d)
+        self.pairs = torch.zeros(*lead, cap, self.frames, self.latent_dim, device=d)
         self.world = torch.zeros(*lead, cap, dtype=torch.long, device=d)
         self.steps = torch.full((*lead, cap), -1, dtype=torch.long, device=d)
         self.ptr = torch.zeros(lead, dtype=torch.long, device=d)
@@ -146,6 +148,7 @@ class ExperienceBuffer:
         """An independent copy (evaluation pushes to a copy, never to the training buffer)."""
         other = ExperienceBuffer.__new__(ExperienceBuffer)
         other.capacity, other.latent_dim, other.device = self.capacity, self.latent_dim, self.device
+        other.frames = self.frames
         other.streams = self.streams
         for name in ("pairs", "world", "steps", "ptr", "size"):
             setattr(other, name, getattr(self, name).clone())
@@ -155,7 +158,7 @@ class ExperienceBuffer:
         return {n: getattr(self, n).clone() for n in ("pairs", "world", "steps", "ptr", "size")}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        shape = (*self.lead, self.capacity, 2, self.latent_dim)
+        shape = (*self.lead, self.capacity, self.frames, self.latent_dim)
         if tuple(state["pairs"].shape) != shape:
             raise ValueError(f"buffer shape {tuple(state['pairs'].shape)} != {shape}")
         for name, value in state.items():

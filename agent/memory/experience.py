@@ -36,26 +36,30 @@ class Block(nn.Module):
 
 
 class ExperienceEncoder(nn.Module):
-    """Pairs (M, 2, latent) -> e (M, exp_dim): input projection (identity when the widths
-    match), a learned 2-position embedding, ``layers`` transformer blocks, mean over the 2 tokens.
+    """Entries (M, E, latent) -> e (M, exp_dim): input projection (identity when the widths
+    match), a learned E-position embedding, ``layers`` transformer blocks, mean over the E tokens
+    (E = ``frames``: 2, a transition pair, in the paper).
 
     The position embedding is our call: without it the mean-pooled transformer is symmetric in
     its two tokens, so a transition (a, b) and its reverse (b, a) would encode the same.
     """
 
-    def __init__(self, latent_dim: int, dim: int, layers: int, heads: int, ff_dim: int) -> None:
+    def __init__(
+        self, latent_dim: int, dim: int, layers: int, heads: int, ff_dim: int, frames: int = 2
+    ) -> None:
         super().__init__()
         self.inp = nn.Identity() if latent_dim == dim else nn.Linear(latent_dim, dim)
-        self.pos = nn.Parameter(torch.zeros(2, dim))
+        self.pos = nn.Parameter(torch.zeros(frames, dim))
         nn.init.normal_(self.pos, std=0.02)
         self.blocks = nn.ModuleList(Block(dim, heads, ff_dim) for _ in range(layers))
 
     @classmethod
     def from_config(cls, cfg: AgentConfig) -> ExperienceEncoder:
-        return cls(cfg.latent_dim, cfg.exp_dim, cfg.exp_layers, cfg.exp_heads, cfg.exp_ff_dim)
+        return cls(cfg.latent_dim, cfg.exp_dim, cfg.exp_layers, cfg.exp_heads, cfg.exp_ff_dim,
+                   cfg.entry_frames)
 
     def forward(self, pairs: torch.Tensor) -> torch.Tensor:
-        """(M, 2, latent) -> (M, exp_dim)."""
+        """(M, E, latent) -> (M, exp_dim)."""
         x = self.inp(pairs) + self.pos
         for block in self.blocks:
             x = block(x)

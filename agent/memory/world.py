@@ -22,7 +22,7 @@ class WorldBuffer:
     """W FIFOs of ``capacity`` (z_prev, z_new) pairs, each entry with its writer's episode key,
     its world tag (0 base, 1 shift) and the step it was written.
 
-    Tensors: ``pairs`` (W, cap, 2, D) float32, ``episode`` (W, cap) int64 (-1 empty), ``world``
+    Tensors: ``pairs`` (W, cap, E, D) float32 (E = ``frames`` latents an entry, 2 a pair), ``episode`` (W, cap) int64 (-1 empty), ``world``
     and ``steps`` (W, cap) int64, ``ptr`` and ``size`` (W,) int64 (slot ``ptr`` is the next one
     written, the oldest once full), ``key`` (W,) int64: the id of the world the entries were
     written in (-1 none yet). A push of S streams' pairs writes each group's writing streams in
@@ -30,11 +30,17 @@ class WorldBuffer:
     """
 
     def __init__(
-        self, groups: int, capacity: int, latent_dim: int, device: torch.device | str = "cpu"
+        self,
+        groups: int,
+        capacity: int,
+        latent_dim: int,
+        device: torch.device | str = "cpu",
+        frames: int = 2,
     ) -> None:
         self.groups = int(groups)
         self.capacity = int(capacity)
         self.latent_dim = int(latent_dim)
+        self.frames = int(frames)  # E latents an entry holds (2: a transition pair)
         self.device = torch.device(device)
         self.clear()
 
@@ -46,7 +52,7 @@ class WorldBuffer:
             return
         w, cap, d = self.groups, self.capacity, self.device
         # Flat storage with one spare row at the end (where non-writing streams scatter).
-        self._pairs = torch.zeros(w * cap + 1, 2, self.latent_dim, device=d)
+        self._pairs = torch.zeros(w * cap + 1, self.frames, self.latent_dim, device=d)
         self._episode = torch.full((w * cap + 1,), -1, dtype=torch.long, device=d)
         self._world = torch.zeros(w * cap + 1, dtype=torch.long, device=d)
         self._steps = torch.full((w * cap + 1,), -1, dtype=torch.long, device=d)
@@ -59,7 +65,7 @@ class WorldBuffer:
 
     @property
     def pairs(self) -> torch.Tensor:
-        """(W, cap, 2, D) float32 (a view: a later push changes it)."""
+        """(W, cap, E, D) float32 (a view: a later push changes it)."""
         return self._view(self._pairs)
 
     @property
@@ -95,7 +101,7 @@ class WorldBuffer:
         step: int,
         write: torch.Tensor,
     ) -> None:
-        """Append the pair (B, 2, D) of every stream whose ``write`` (B,) bool is True to its
+        """Append the entry (B, E, D) of every stream whose ``write`` (B,) bool is True to its
         group's FIFO (``group`` (B,)), tagged with ``episode`` and ``world`` (B,) and ``step``."""
         w, cap = self.groups, self.capacity
         write = write.to(self.device, torch.bool)
@@ -135,7 +141,7 @@ class WorldBuffer:
         """An independent copy."""
         other = WorldBuffer.__new__(WorldBuffer)
         other.groups, other.capacity = self.groups, self.capacity
-        other.latent_dim, other.device = self.latent_dim, self.device
+        other.latent_dim, other.device, other.frames = self.latent_dim, self.device, self.frames
         for name in self._STATE:
             setattr(other, name, getattr(self, name).clone())
         return other
@@ -144,7 +150,7 @@ class WorldBuffer:
         return {n: getattr(self, n).clone() for n in self._STATE}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        shape = (self.groups * self.capacity + 1, 2, self.latent_dim)
+        shape = (self.groups * self.capacity + 1, self.frames, self.latent_dim)
         if tuple(state["_pairs"].shape) != shape:
             raise ValueError(f"world memory shape {tuple(state['_pairs'].shape)} != {shape}")
         for name in self._STATE:

@@ -38,6 +38,7 @@ from agent.adaptation import (
     sequence_length,
     world_curves,
 )
+from agent.context_probe import gravity_probe
 from agent.probes import ProbeSet, probe_report
 from agent.world_probe import ProbeConfig, ProbeWorld, world_probe
 from runners.online.evaluation import CurveEvaluator
@@ -102,6 +103,7 @@ class WorldSets:
     shift: WorldSet
     base: list[WorldSet]
     held_out: list[WorldSet]
+    seed: int = 0  # what they were drawn from (the gravity probe draws its own worlds from it)
 
 
 def family_of(physics: env.PhysicsParams) -> str:
@@ -150,6 +152,7 @@ def make_world_sets(
         shift=world_set("switch", shift, shift_seqs, length, [seed, 0x3E7A, 99]),
         base=draw(train_family, 0),
         held_out=[w for k, fam in enumerate(HELD_OUT_FAMILIES, 1) for w in draw(fam, k)],
+        seed=seed,
     )
 
 
@@ -188,6 +191,8 @@ class WorldsEvaluator(CurveEvaluator):
     def report(self, learner: Learner, ns: Sequence[int]) -> dict[str, Any]:
         """The held-out worlds' D^n for every memory source (``own``, ``same``, ``wrong``; only
         ``own`` for a learner without memory: track A, the oracle), per world and per family;
+        ``gravity_probe``: the held-out R^2 of a linear probe of gravity from e_agg with n =
+        max(ns) peer transitions (``gravity_probe_report``; None without memory);
         and ``probes``: held-out R^2 of linear probes of the digits' state from the latents
         (``agent.probes``), fit on the training-family worlds' sequences; and ``reference``:
         D against the EMA target's own "no change" beside the paper's, and the online-target
@@ -208,7 +213,30 @@ class WorldsEvaluator(CurveEvaluator):
             ],
             "probes": probes(learner, self.sets),
             "reference": reference_check(learner, self.sets.held_out),
+            "gravity_probe": None if memories == ("own",) else gravity_probe_report(
+                learner, n=max(ns), seed=self.sets.seed),
         }  # fmt: skip
+
+
+def gravity_probe_report(learner: Learner, *, n: int, seed: int, fit_worlds: int = 24,
+                         test_worlds: int = 8, seqs: int = 12) -> dict[str, Any]:
+    """``agent.context_probe.gravity_probe`` of a learner with memory: fit on ``fit_worlds``
+    worlds of the training family, scored on ``test_worlds`` of each held-out family, ``seqs``
+    sequences each (the test digits), all drawn from ``seed`` apart from the evaluation's own
+    worlds; memories of n peer transitions (``peers``)."""
+    cfg = learner.cfg
+    length = sequence_length(cfg, n)
+    rng = np.random.default_rng([seed, 0x6EA7])
+
+    def draw(fam: str, k: int, count: int) -> list[WorldSet]:
+        return [world_set(f"{fam}-probe-{i}", p, seqs, length, [seed, 0x6EA7, k, i])
+                for i, p in enumerate(env.family(fam).sample(rng, count))]  # fmt: skip
+
+    fit = draw("train", 0, fit_worlds)
+    test = [w for k, fam in enumerate(HELD_OUT_FAMILIES, 1) for w in draw(fam, k, test_worlds)]
+    r2 = gravity_probe(learner, fit, test, n=n, peers=peers(cfg))
+    return {"n": n, "peers": peers(cfg), "fit_worlds": fit_worlds, "test_worlds": test_worlds,
+            "sequences": seqs, "r2": r2}
 
 
 def peers(cfg: Any) -> int:

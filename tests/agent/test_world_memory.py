@@ -223,3 +223,35 @@ def test_the_boundary_detector_runs_per_world() -> None:
 def test_bad_options_are_one_line_errors(kw, match) -> None:
     with pytest.raises(ValueError, match=match):
         world_cfg(**kw)
+
+
+@pytest.mark.parametrize("context", [1, 2, 3])
+@pytest.mark.parametrize("cache", [True, False])
+def test_an_entry_of_three_frames_is_three_consecutive_frames_up_to_the_input(
+    fake_env_cls, pixel_encoder, context: int, cache: bool
+) -> None:
+    """Frames carry their time in a pixel; an encoder returning it makes entries readable: each
+    is (t-2, t-1, t) with t the writing step's input, whatever the context and the cache."""
+    cfg = AgentConfig.from_preset(
+        "tiny", track="C", push_pair="input", context_frames=context, memory_scope="world",
+        group_size=2, memory_write="every", entry_frames=3, stream_cache=cache,
+    )  # fmt: skip
+    assert cfg.past_frames == max(context, 3)
+    learner = Learner(cfg)
+    learner.nets.encoder = pixel_encoder(cfg.latent_dim, pixel=1)
+    learner.freeze_weights()
+    source = StreamSource(fake_env_cls([250] * cfg.batch_size), cfg)
+    checked = 0
+    for _ in range(30):
+        batch = source.next()
+        t_input = batch.frames[:, cfg.input_position, 0, 0, 1].float()
+        learner.update(batch)
+        buf = learner.buffer
+        entries = buf.pairs[buf.mask()][..., 0]  # (M, 3) frame times
+        assert entries.shape[1] == 3
+        np.testing.assert_array_equal(entries[:, 1] - entries[:, 0], 1)
+        np.testing.assert_array_equal(entries[:, 2] - entries[:, 1], 1)
+        newest = buf.pairs[..., -1, 0].gather(1, ((buf.ptr - 1) % buf.capacity).view(-1, 1))
+        assert torch.equal(newest.view(-1).repeat_interleave(cfg.group_size), t_input)
+        checked += len(entries)
+    assert checked > 0

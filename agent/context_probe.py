@@ -1,0 +1,79 @@
+"""The gravity probe: does what the memory tells the predictor (e_agg) carry the world?
+
+For each sequence of a world, the frozen learner reads a memory of n transitions from other
+sequences of the same world (the peer memory of ``agent.adaptation``: the pairs of ``peers``
+sequences, as their shared FIFO holds them) and aggregates it into e_agg, as it does before
+predicting that sequence's input frame. A linear (ridge) probe maps e_agg to the world's gravity
+vector (g_x, g_y) in px/frame^2; it is fit on worlds of the training family and scored by R^2
+on held-out worlds (docs/definitions.md#the-gravity-probe). R^2 near 1: the memory's summary
+says which way and how hard things fall in a world the learner never trained on; near 0 or
+below: it does not (whatever else it holds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from agent.adaptation import WorldSet, _encode, _memory, input_index
+from agent.learner import Learner
+from agent.probes import probe_r2
+from agent.step import MemoryView, aggregate
+
+
+@torch.no_grad()
+def context_codes(learner: Learner, world: WorldSet, n: int, peers: int = 1) -> np.ndarray:
+    """e_agg (N, exp_dim) of each of the world's N sequences at its input frame, read from the
+    newest n pairs of the next ``peers`` sequences of the same world."""
+    cfg = learner.cfg
+    i = input_index(cfg, n)
+    z, _ = _encode(learner, world.frames, n)  # (N, i+1, D) online latents
+    view = _memory([z.roll(-p, dims=0) for p in range(1, peers + 1)], i, n, cfg.entry_frames)
+    out = []
+    chunk = max(1, cfg.eval_batch_size)
+    for start in range(0, z.shape[0], chunk):
+        sl = slice(start, start + chunk)
+        part = MemoryView(view.pairs[sl].to(learner.device), view.mask[sl].to(learner.device))
+        agg = aggregate(learner.nets, z[sl, i].to(learner.device), part, learner.spec)
+        if agg is None:
+            raise ValueError("gravity probe: this learner reads no memory (track A, the oracle)")
+        out.append(agg.e_agg.float().cpu().numpy())
+    return np.concatenate(out)
+
+
+def _gravity(world: WorldSet, rows: int) -> np.ndarray:
+    """(rows, 2) the world's gravity vector (PHYSICS_FEATURES' first two), one row a sequence."""
+    return np.repeat(np.asarray(world.physics, np.float64)[None, :2], rows, axis=0)
+
+
+def gravity_probe(
+    learner: Learner,
+    fit: Sequence[WorldSet],
+    test: Sequence[WorldSet],
+    n: int = 50,
+    peers: int = 1,
+) -> dict[str, float]:
+    """Held-out R^2 of a ridge probe of the gravity vector from e_agg (``context_codes``): fit
+    on ``fit``'s worlds, scored on ``test``'s, per family and pooled (``"all"``). The penalty
+    is chosen on the last fifth of the fitting worlds (``agent.probes.probe_r2``)."""
+    x_fit, y_fit = [], []
+    for w in fit:
+        x_fit.append(context_codes(learner, w, n, peers))
+        y_fit.append(_gravity(w, len(x_fit[-1])))
+    xf, yf = np.concatenate(x_fit), np.concatenate(y_fit)
+    by_family: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+    for w in test:
+        x = context_codes(learner, w, n, peers)
+        xs, ys = by_family.setdefault(w.family, ([], []))
+        xs.append(x)
+        ys.append(_gravity(w, len(x)))
+    out = {}
+    everything = ([], [])
+    for fam, (xs, ys) in by_family.items():
+        out[fam] = probe_r2(xf, yf, np.concatenate(xs), np.concatenate(ys))
+        everything[0].extend(xs)
+        everything[1].extend(ys)
+    out["all"] = probe_r2(xf, yf, np.concatenate(everything[0]), np.concatenate(everything[1]))
+    return out
