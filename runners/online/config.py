@@ -182,6 +182,8 @@ class RunConfig:
     """Learner size: cpu (tiny networks, 64 streams, learns in minutes), study (cpu with a 64-d latent and a 256-wide rolling predictor, 12,000 steps: 4.5-6.5 minutes), tiny (seconds, tests), paper (Tables 4-5)."""
     device: Device = "auto"
     """auto = cuda when available, else cpu."""
+    bounds: bool = True
+    """Worlds protocol: also train the floor (track A) and the ceiling (the oracle) on the same stream, in the run folder's floor/ and ceiling/, and report the chosen track between them (--no-bounds: the chosen track alone)."""
 
     # -- derived ---------------------------------------------------------------------------
     @property

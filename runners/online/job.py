@@ -20,6 +20,7 @@ import torch
 from tqdm import tqdm
 
 from runners.cli import CliError, os_error_message
+from runners.online import bounds
 from runners.online.config import RunConfig, describe, precision_note
 from runners.online.loop import OnlineLoop, StepResult
 from runners.online.plots import make_figures
@@ -93,7 +94,31 @@ def iterate(loop: OnlineLoop) -> str | None:
 
 def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool) -> int:
     """Run (or continue) the online run in ``folder`` (held by this process) to its end or to a
-    stop request; 0 either way (a stopped run is continued with ``--resume``)."""
+    stop request, then its bounds (``runners.online.bounds``: the floor and the ceiling, in
+    ``folder``'s ``floor/`` and ``ceiling/``); 0 either way (a stopped run is continued with
+    ``--resume``)."""
+    s = run(cfg, folder, stop, resume=resume)
+    if s is None:
+        return 0
+    if bounds.wanted(cfg):
+        found = train_bounds(cfg, folder, stop)
+        if found is None:  # stopped: the bound run holds a checkpoint, the main run is complete
+            print(f"{PROG}: stopped while training the bounds; continue with:\n"
+                  f"  python -m runners.{PROG} --resume {folder.root}")
+            return 0
+        s["bounds"] = bounds.bounds_report(s, found["floor"], found["ceiling"],
+                                           cfg.schedule.headline_n)
+        write_summary(folder.root, s)
+        plot_bounds(folder.root, s, found)
+    print(format_table(s))
+    print(f"run folder: {folder.root}")
+    return 0
+
+
+def run(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool,
+        label: str = "") -> dict[str, Any] | None:  # fmt: skip
+    """Run (or continue) one run to its end (its summary) or to a stop request (None: a
+    checkpoint and a summary marked stopped are written)."""
     stop.pause_file = folder.pause
     try:
         loop = OnlineLoop.open(cfg, folder, resume=resume, stop=stop, log=print)
@@ -101,7 +126,7 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
         if not resume:
             remove_empty_run(folder)
         raise
-    print(f"{PROG}: {describe(cfg)}")
+    print(f"{PROG}: {label}{describe(cfg)}")
     print(f"{PROG}: {precision_note(cfg)}")
     print(f"{PROG}: run folder {folder.root} ({loop.device}, {cfg.agent.batch_size} streams)")
     if resume:
@@ -119,9 +144,7 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
         )
         raise CliError(f"{os_error_message(err)}; {kept}") from None
     if reason is None and loop.step_count >= cfg.schedule.steps:
-        print(format_table(finish(loop)))
-        print(f"run folder: {folder.root}")
-        return 0
+        return finish(loop)
     # Stopped early: the checkpoint holds everything; the metrics match it exactly.
     loop.checkpoint()
     summarise(loop, final_curve=None, stopped=reason)
@@ -130,7 +153,38 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
         f"(checkpoint written). Continue with:\n"
         f"  python -m runners.{PROG} --resume {folder.root}"
     )
-    return 0
+    return None
+
+
+def train_bounds(cfg: RunConfig, folder: RunFolder, stop: StopRequest
+                 ) -> dict[str, dict[str, Any]] | None:  # fmt: skip
+    """Train (or continue, or read when finished) the bound runs of ``cfg`` in ``folder``'s
+    subfolders; their summaries by name, or None when a stop request cut one short."""
+    found = {}
+    for name, sub, what in bounds.BOUNDS:
+        bound = RunFolder(folder.root / sub)
+        summary = bound.read_summary() if bound.is_finished() else None
+        if summary is None:
+            sub_cfg = bounds.bound_config(cfg, name)
+            state = bound.state()
+            if state == "stale":  # died before its first checkpoint: start it again
+                shutil.rmtree(bound.root)
+            bound.root.mkdir(exist_ok=True)
+            with bound:
+                bound.make()
+                summary = run(sub_cfg, bound, stop, resume=state == "interrupted",
+                              label=f"the {name} ({what}): ")  # fmt: skip
+            if summary is None:
+                return None
+        found[name] = summary
+    return found
+
+
+def plot_bounds(root: Any, s: dict[str, Any], found: dict[str, dict[str, Any]]) -> None:
+    """figures/bounds.png: the three learners after the switch (``plots.plot_bounds``)."""
+    from runners.online.plots import bounds_figure
+
+    bounds_figure(RunFolder(root), s, {k: RunFolder(v["run_dir"]) for k, v in found.items()})
 
 
 def finish(loop: OnlineLoop) -> dict[str, Any]:

@@ -356,3 +356,58 @@ def make_figures(run_dir: str | Path) -> list[Path]:
     )
     written.append(_finish(fig, out / "overview.png"))
     return written
+
+
+# -- the floor, the memory and the ceiling (runners.online.bounds) -------------------------------
+BOUND_STYLES = {"floor": ("#7f7f7f", "floor: track A (no memory)"),
+                "ceiling": ("#2ca02c", "ceiling: the oracle (true physics)")}
+MEMORY_LABELS = {"own": "own memory", "same": "peer memory (other sequences of the world)",
+                 "wrong": "wrong-world memory (control)"}
+
+
+def _after_switch_error(run: RunFolder, window: int = 50) -> tuple[np.ndarray, np.ndarray]:
+    """(steps since the first switch, rolling mean of the stream error) of one run."""
+    cfg, m, _ = _load(run.root)
+    switches = cfg.get("switches") or []
+    e = m.get("stream/norm_error")
+    if not switches or e is None or switches[0].step >= len(e):
+        return np.zeros(0), np.zeros(0)
+    fs = switches[0].step
+    after = np.asarray(e[fs:], np.float64)
+    return np.arange(len(after)), rolling_by_phase(after, window, [])
+
+
+def bounds_figure(main: RunFolder, s: dict[str, Any], runs: dict[str, RunFolder]) -> Path:
+    """figures/bounds.png: left, the stream error after the switch of the chosen track, the
+    floor and the ceiling (one scale, the same stream); right, the chosen track's held-out D^n
+    over n for each memory source, between the floor's and the ceiling's (pooled families)."""
+    b = s["bounds"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.6))
+    x, y = _after_switch_error(main)
+    left.plot(x, y, lw=1.6, color=PHASE_COLORS[1], label=f"track {b['track']}")
+    for name, run in runs.items():
+        color, label = BOUND_STYLES[name]
+        x, y = _after_switch_error(run)
+        left.plot(x, y, lw=1.4, color=color, label=label)
+    left.set_xscale("symlog", linthresh=10.0)
+    left.set_xlabel("steps since the switch (symlog)")
+    left.set_ylabel("normalised error on the stream (rolling mean, 50 steps)")
+    left.set_title("After the switch to a held-out world (weights frozen)", pad=10)
+    left.legend(loc="best", fontsize=8)
+    held = s["held_out"]
+    ns = held["ns"]
+    for mem, style in zip(held["memories"], ("-", "--", ":"), strict=False):
+        fams = held["families"]
+        d = np.mean([fams[f][mem] for f in fams], axis=0)
+        right.plot(ns, d, style, marker="o", ms=4, lw=1.6, color=PHASE_COLORS[1],
+                   label=f"track {b['track']}, {MEMORY_LABELS.get(mem, mem)}")
+    for name in ("floor", "ceiling"):
+        color, label = BOUND_STYLES[name]
+        right.axhline(b[name]["d"]["pooled"], color=color, lw=1.6, label=label)
+    right.set_xscale("symlog", linthresh=1.0)
+    right.set_xlim(left=0)
+    right.set_xlabel("transitions in memory n (symlog)")
+    right.set_ylabel("D^n on held-out worlds (lower is better)")
+    right.set_title("Held-out worlds: memory between the floor and the ceiling", pad=10)
+    right.legend(loc="best", fontsize=7)
+    return _finish(fig, main.figures / "bounds.png")

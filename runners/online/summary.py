@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from runners.cli import writing
+from runners.online import bounds
 from runners.online.config import RunConfig
 from runners.online.recorder import Recorder
 from runners.online.rundir import RunFolder
@@ -197,6 +198,8 @@ def format_table(s: dict[str, Any]) -> str:
     w2 = max(len(r[2]) for r in [*rows, head])
     line = f"{'-' * w0}  {'-' * w1}  {'-' * w2}"
     out = [f"{head[0]:<{w0}}  {head[1]:>{w1}}  {head[2]:>{w2}}", line]
+    if s.get("bounds"):
+        out = [bounds.story(s["bounds"]) + ".", "", *out]
     out += [f"{a:<{w0}}  {b:>{w1}}  {c:>{w2}}" for a, b, c in rows]
     since = since_switch_line(s)
     if since:
@@ -206,6 +209,8 @@ def format_table(s: dict[str, Any]) -> str:
         out += ["", "D_shift^n at the end (switch world, n own memories): " + ", ".join(
             f"n={r['n']} {_fmt(r['d_shift'])}" for r in curve)]
     out += held_out_text(s.get("held_out"), "at the end")
+    if s.get("bounds"):
+        out += bounds.bounds_text(s["bounds"])
     return "\n".join(out)
 
 
@@ -217,8 +222,22 @@ def held_out_text(held: dict[str, Any] | None, when: str) -> list[str]:
     for fam, mems in held["families"].items():
         for m, d in mems.items():
             out.append(f"  {fam:<7} {m:<6} " + " ".join(f"{_fmt(x):>6}" for x in d))
-    return out + probes_text(held.get("probes")) + reference_text(held.get("reference"),
-                                                                  held.get("horizons", []))
+    return (out + probes_text(held.get("probes")) + gravity_probe_text(held.get("gravity_probe"))
+            + reference_text(held.get("reference"), held.get("horizons", [])))
+
+
+GRAVITY_PROBE_CAPTION = ("the gravity probe: R^2 of a linear probe of the world's gravity from "
+                         "e_agg (docs/definitions.md#the-gravity-probe)")
+
+
+def gravity_probe_text(probe: dict[str, Any] | None) -> list[str]:
+    """The gravity probe in one line (none without it)."""
+    if not probe:
+        return []
+    r2 = probe["r2"]
+    return ["", f"{GRAVITY_PROBE_CAPTION}, n = {probe['n']} peer transitions, fit on "
+            f"{probe['fit_worlds']} training worlds: " + ", ".join(
+                f"{fam} {_fmt(v)}" for fam, v in r2.items())]
 
 
 #: What each row of the reference check is (agent.adaptation.reference_check).
@@ -309,6 +328,7 @@ def format_markdown(s: dict[str, Any]) -> str:
         f"({s['steps_per_s']} steps/s); {sw}; after the switch: {s['after_switch']} mode."
         + (f" Stopped early ({s['stopped']})." if s.get("stopped") else ""),
         "",
+        *([f"**{bounds.story(s['bounds'])}.**", ""] if s.get("bounds") else []),
         "| quantity | end of base training | end of run |",
         "|---|---:|---:|",
     ]
@@ -330,6 +350,8 @@ def format_markdown(s: dict[str, Any]) -> str:
                   "|---|" + "---:|" * len(curve),
                   "| D_shift^n | " + " | ".join(_fmt(r["d_shift"]) for r in curve) + " |"]
     lines += held_out_markdown(s.get("held_out"))
+    if s.get("bounds"):
+        lines += ["", "```", *bounds.bounds_text(s["bounds"])[1:], "```"]
     best = s.get("best") or {}
     if best.get("d_shift") is not None:
         guard = best.get("min_sigma") or 0.0

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--protocol", "paper", "--preset", "tiny", "--eval-every", "20", "--checkpoint-every", "20",
         "--set", "eval_shift_train=32", "eval_shift_test=16", "eval_base_test=16"]
 #: The same for the worlds protocol (the default): short episodes, few held-out worlds.
-TINY_WORLDS = ["--preset", "tiny", "--eval-every", "20", "--checkpoint-every", "20",
+TINY_WORLDS = ["--preset", "tiny", "--eval-every", "20", "--checkpoint-every", "20", "--no-bounds",
                "--set", "eval_shift_test=8", "eval_world_seqs=4", "eval_worlds=2",
                "episode_steps=21,40"]  # fmt: skip
 

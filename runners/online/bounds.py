@@ -1,0 +1,149 @@
+"""The floor and the ceiling beside the chosen track: what memory is measured against.
+
+A run of the worlds protocol trains, by default (``--bounds``), two more learners on the same
+stream (the same seed: the same worlds, digits and switch, whatever the learner does):
+
+- the **floor**: track A, the same learner without a memory pathway;
+- the **ceiling**: the chosen track's modulation fed the true physics of each sample's world in
+  place of e_agg (the oracle; track C's when the chosen track is A).
+
+Each is a complete run folder inside the main one (``floor/``, ``ceiling/``), trained after the
+chosen track and resumed like it. The main summary then gains ``bounds``: the three learners'
+held-out D^n, and how far the memory moved the chosen track from the floor towards the ceiling,
+``(D_A - D_memory) / (D_A - D_oracle)`` (docs/definitions.md#the-share-of-the-oracle-gap), per
+family and per horizon, for each memory source; its first line says it for the headline: n
+transitions from other sequences of the same world (the peer memory).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from runners.online.config import RunConfig
+
+#: The bound runs, in the order they are trained: (name, folder, what it is).
+BOUNDS = (("floor", "floor", "track A: no memory"), ("ceiling", "ceiling", "the oracle"))
+#: The memory source of the headline (agent.adaptation: ``same``, the peer memory).
+HEADLINE_MEMORY = "same"
+
+
+def wanted(cfg: RunConfig) -> bool:
+    """Whether this run trains its bounds: ``--bounds`` under the worlds protocol, and not for
+    a run that is itself a bound (the oracle)."""
+    return bool(cfg.bounds) and cfg.worlds and not cfg.agent.oracle
+
+
+def bound_config(cfg: RunConfig, name: str) -> RunConfig:
+    """The config of bound ``name`` ("floor" or "ceiling") of the run ``cfg``: the same run with
+    track A, or with the oracle (track C's for a track A run), and no bounds of its own."""
+    agent = cfg.agent
+    if name == "floor":
+        agent = agent.replace(track="A")
+    elif name == "ceiling":
+        agent = agent.replace(track="C" if agent.track == "A" else agent.track, oracle=True)
+    else:
+        raise ValueError(f"unknown bound {name!r}")
+    return dataclasses.replace(cfg, agent=agent, bounds=False)
+
+
+def _family_d(held: dict[str, Any], memory: str, j: int) -> dict[str, float]:
+    """{family: D^n} at the j-th n, and ``pooled`` (the families' mean)."""
+    out = {fam: float(mems[memory][j]) for fam, mems in held["families"].items() if memory in mems}
+    if out:
+        out["pooled"] = float(np.mean(list(out.values())))
+    return out
+
+
+def _family_d_per_h(held: dict[str, Any], memory: str, j: int) -> dict[str, list[float]]:
+    """{family: D^n per horizon} at the j-th n (mean over the family's worlds), and pooled."""
+    rows: dict[str, list[list[float]]] = {}
+    for w in held["worlds"]:
+        if w["memory"] == memory:
+            rows.setdefault(w["family"], []).append(w["d_per_h"][j])
+    out = {fam: np.mean(np.asarray(r, np.float64), axis=0).tolist() for fam, r in rows.items()}
+    if out:
+        out["pooled"] = np.mean(np.asarray(list(out.values())), axis=0).tolist()
+    return out
+
+
+def share(floor: float, memory: float, ceiling: float) -> float | None:
+    """The share of the oracle gap closed, (floor - memory) / (floor - ceiling); None when the
+    ceiling is not below the floor (there is no gap to close)."""
+    gap = floor - ceiling
+    if not (math.isfinite(gap) and math.isfinite(memory)) or gap <= 0:
+        return None
+    return (floor - memory) / gap
+
+
+def bounds_report(main: dict[str, Any], floor: dict[str, Any], ceiling: dict[str, Any],
+                  n: int) -> dict[str, Any]:  # fmt: skip
+    """The bounds section of the main summary from the three runs' summaries (their held-out
+    reports) at memory size n: D per family (and pooled) and per horizon for the floor, the
+    ceiling and each of the chosen track's memory sources, and the share of the oracle gap each
+    closed."""
+    held, held_a, held_o = main["held_out"], floor["held_out"], ceiling["held_out"]
+    j = held["ns"].index(n)
+    d_a, d_o = _family_d(held_a, "own", 0), _family_d(held_o, "own", 0)  # neither reads memory
+    h_a, h_o = _family_d_per_h(held_a, "own", 0), _family_d_per_h(held_o, "own", 0)
+    memories = {}
+    for mem in held["memories"]:
+        d, h = _family_d(held, mem, j), _family_d_per_h(held, mem, j)
+        memories[mem] = {
+            "d": d,
+            "d_per_h": h,
+            "share": {f: share(d_a[f], d[f], d_o[f]) for f in d},
+            "share_per_h": {f: [share(a, m, o) for a, m, o in zip(h_a[f], h[f], h_o[f], strict=True)]
+                            for f in h},
+        }  # fmt: skip
+    return {
+        "n": n,
+        "track": main["track"],
+        "horizons": held["horizons"],
+        "floor": {"run": floor["run_dir"], "d": d_a, "d_per_h": h_a},
+        "ceiling": {"run": ceiling["run_dir"], "d": d_o, "d_per_h": h_o},
+        "memories": memories,
+        "headline": HEADLINE_MEMORY if HEADLINE_MEMORY in memories else None,
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.0f}%"
+
+
+def story(b: dict[str, Any]) -> str:
+    """The summary's first line: how far n peer transitions of held-out worlds moved the chosen
+    track from the floor towards the ceiling (pooled over the held-out families)."""
+    head = b.get("headline")
+    a, o = b["floor"]["d"]["pooled"], b["ceiling"]["d"]["pooled"]
+    if head is None:  # a track without memory (A): its own floor
+        return (f"track {b['track']} has no memory: held-out D {a:.3f} (the floor), "
+                f"{o:.3f} with the true physics (the ceiling)")
+    m = b["memories"][head]
+    d, s = m["d"]["pooled"], m["share"]["pooled"]
+    moved = (f"{b['n']} transitions from other sequences of each held-out world moved track "
+             f"{b['track']} from the floor (track A, D {a:.3f}) to D {d:.3f}")
+    if s is None:
+        return f"{moved}; the ceiling (the oracle, D {o:.3f}) is not below the floor: no gap"
+    return f"{moved}: {_pct(s)} of the way to the ceiling (the oracle, D {o:.3f})"
+
+
+def bounds_text(b: dict[str, Any]) -> list[str]:
+    """The bounds as aligned text lines: D and the share of the gap per family, per memory."""
+    fams = [f for f in b["floor"]["d"] if f != "pooled"] + ["pooled"]
+    out = ["", f"floor, memory and ceiling on held-out worlds (D^{b['n']}; share of the oracle "
+           "gap closed, docs/definitions.md#the-share-of-the-oracle-gap):",
+           "  " + " " * 24 + "".join(f"{f:>16}" for f in fams)]
+    out.append("  " + f"{'floor (track A)':<24}" + "".join(
+        f"{b['floor']['d'][f]:>16.3f}" for f in fams))
+    for mem, row in b["memories"].items():
+        label = {"own": "own memory", "same": "peer memory", "wrong": "wrong-world memory"}.get(
+            mem, mem)
+        out.append("  " + f"{label:<24}" + "".join(
+            f"{row['d'][f]:>9.3f} {_pct(row['share'][f]):>6}" for f in fams))
+    out.append("  " + f"{'ceiling (oracle)':<24}" + "".join(
+        f"{b['ceiling']['d'][f]:>16.3f}" for f in fams))
+    return out

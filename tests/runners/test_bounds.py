@@ -1,0 +1,114 @@
+"""The floor and the ceiling beside the chosen track (runners.online.bounds)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runners.online import bounds
+from runners.online.command import build_config
+from runners.online.job import train_bounds
+from runners.online.rundir import RunFolder, StopRequest
+from tests.runners.cli_helpers import TINY_WORLDS, cli
+
+TINY = [a for a in TINY_WORLDS if a != "--no-bounds"]
+
+
+def test_the_bounds_are_the_same_run_without_memory_and_with_the_true_physics() -> None:
+    cfg = build_config(["--preset", "tiny", "--track", "B", "--steps", "60"])
+    floor, ceiling = bounds.bound_config(cfg, "floor"), bounds.bound_config(cfg, "ceiling")
+    assert (floor.agent.track, floor.agent.oracle) == ("A", False)
+    assert (ceiling.agent.track, ceiling.agent.oracle) == ("B", True)
+    assert not floor.bounds and not ceiling.bounds and bounds.wanted(cfg)
+    for other in (floor, ceiling):  # the same stream: seed, worlds, schedule
+        assert other.agent.seed == cfg.agent.seed and other.protocol == cfg.protocol
+        assert other.schedule == cfg.schedule
+        assert other.agent.replace(track="B", oracle=False) == cfg.agent
+    a = build_config(["--preset", "tiny", "--track", "A"])
+    assert bounds.bound_config(a, "ceiling").agent.track == "C"
+    assert not bounds.wanted(build_config(["--preset", "tiny", "--no-bounds"]))
+    assert not bounds.wanted(build_config(["--preset", "tiny", "--protocol", "paper"]))
+    assert not bounds.wanted(build_config(["--preset", "tiny", "--set", "oracle=true"]))
+
+
+def test_share_of_the_gap() -> None:
+    assert bounds.share(1.0, 0.95, 0.9) == pytest.approx(0.5)
+    assert bounds.share(1.0, 1.05, 0.9) == pytest.approx(-0.5)
+    assert bounds.share(1.0, 0.8, 0.9) == pytest.approx(2.0)
+    assert bounds.share(0.9, 0.8, 1.0) is None  # the ceiling above the floor: no gap
+
+
+def _held(d: dict[str, dict[str, list[float]]], per_h: dict[str, list[float]]) -> dict:
+    worlds = [{"world": f"{fam}-0", "family": fam, "memory": mem,
+               "d_per_h": [per_h[fam]] * len(ds)}
+              for fam, mems in d.items() for mem, ds in mems.items()]  # fmt: skip
+    return {"ns": [0, 50], "horizons": [2, 8], "memories": list(next(iter(d.values()))),
+            "families": d, "worlds": worlds}
+
+
+def test_the_report_places_every_memory_between_floor_and_ceiling() -> None:
+    main = {"track": "C", "held_out": _held(
+        {"interp": {"own": [1.0, 0.9], "same": [1.0, 0.95], "wrong": [1.0, 1.02]},
+         "extrap": {"own": [1.2, 1.0], "same": [1.2, 1.1], "wrong": [1.2, 1.25]}},
+        {"interp": [0.9, 1.0], "extrap": [1.0, 1.2]})}  # fmt: skip
+    floor = {"run_dir": "f", "held_out": _held(
+        {"interp": {"own": [1.0, 1.0]}, "extrap": {"own": [1.2, 1.2]}},
+        {"interp": [1.0, 1.0], "extrap": [1.2, 1.2]})}  # fmt: skip
+    ceiling = {"run_dir": "c", "held_out": _held(
+        {"interp": {"own": [0.9, 0.9]}, "extrap": {"own": [1.0, 1.0]}},
+        {"interp": [0.8, 0.8], "extrap": [1.0, 1.0]})}  # fmt: skip
+    b = bounds.bounds_report(main, floor, ceiling, n=50)
+    assert b["headline"] == "same"
+    peer = b["memories"]["same"]
+    assert peer["share"]["interp"] == pytest.approx(0.5)
+    assert peer["share"]["extrap"] == pytest.approx(0.5)
+    assert peer["d"]["pooled"] == pytest.approx(1.025)
+    assert peer["share"]["pooled"] == pytest.approx((1.1 - 1.025) / (1.1 - 0.95))
+    assert peer["share_per_h"]["interp"] == pytest.approx([0.5, 0.0])  # per horizon
+    assert b["memories"]["wrong"]["share"]["interp"] == pytest.approx(-0.2)
+    line = bounds.story(b)
+    assert line.startswith("50 transitions from other sequences of each held-out world moved "
+                           "track C from the floor (track A, D 1.100) to D 1.025: 50% of the way")
+    assert "ceiling (the oracle, D 0.950)" in line
+    text = "\n".join(bounds.bounds_text(b))
+    assert "peer memory" in text and "wrong-world memory" in text
+
+
+def test_the_default_run_trains_floor_and_ceiling_and_tells_the_story(tmp_path: Path) -> None:
+    res = cli("train_online", *TINY, "--steps", "60", "--out", str(tmp_path), "--name", "run")
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "run"
+    s = json.loads((run / "summary.json").read_text())
+    for name, track, oracle in (("floor", "A", False), ("ceiling", "C", True)):
+        sub = RunFolder(run / name)
+        assert sub.is_finished()
+        agent = json.loads(sub.config.read_text())["agent"]
+        assert (agent["track"], agent["oracle"]) == (track, oracle)
+        assert s["bounds"][name]["run"] == str(sub.root)
+    story = bounds.story(s["bounds"])
+    assert story in res.stdout  # the first line of the table printed at the end
+    assert res.stdout.index(story) < res.stdout.index("end of base training")
+    assert res.stdout.count("end of base training") == 1  # the bounds print no tables
+    assert (run / "figures" / "bounds.png").stat().st_size > 10_000
+    md = (run / "summary.md").read_text()
+    assert bounds.story(s["bounds"]) in md
+
+
+def test_bounds_stopped_midway_continue_on_resume(tmp_path: Path) -> None:
+    res = cli("train_online", *TINY, "--no-bounds", "--steps", "40", "--out", str(tmp_path),
+              "--name", "run")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    folder = RunFolder(tmp_path / "run")
+    cfg = build_config([*TINY, "--steps", "40"])
+    stop = StopRequest()
+    stop.request("test")
+    assert train_bounds(cfg, folder, stop) is None  # the floor stopped at once, checkpointed
+    assert RunFolder(folder.root / "floor").state() == "interrupted"
+    assert not (folder.root / "ceiling").exists()
+    found = train_bounds(cfg, folder, StopRequest())
+    assert found is not None and set(found) == {"floor", "ceiling"}
+    assert found["floor"]["steps_done"] == 40 and found["ceiling"]["steps_done"] == 40
+    again = train_bounds(cfg, folder, StopRequest())  # finished ones are read, not rerun
+    assert again == found
