@@ -91,6 +91,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="measure the reference right before each learner benchmark",
     )
+    group.addoption(
+        "--bench-set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="end to end: a train_online field for the loop (as its --set), e.g. "
+        "memory_scope=per_stream; repeatable",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -116,6 +124,7 @@ class BenchSettings:
     paired: bool = False
     timer: Callable[[], float] = time.perf_counter
     timer_name: str = "time.perf_counter"
+    sets: tuple[str, ...] = ()  # --bench-set FIELD=VALUE: train_online fields of the loop
 
 
 @pytest.fixture(scope="session")
@@ -146,6 +155,7 @@ def bench(pytestconfig: pytest.Config) -> BenchSettings:
         pytestconfig.getoption("--bench-paired"),
         _load_timer(timer_name),
         timer_name,
+        tuple(pytestconfig.getoption("--bench-set")),
     )
 
 

@@ -78,7 +78,7 @@ def make_loop(
         "--protocol", protocol, "--steps", str(NEVER), "--no-switch", "--preset", "paper",
         "--track", track, "--precision", precision, "--device", bench.device.type,
         "--eval-every", str(NEVER), "--checkpoint-every", str(NEVER), "--eval-shift-test", "8",
-        *own,
+        *own, *(["--set", *bench.sets] if bench.sets else []),
     ])
     root = tmp_path / f"run-{protocol}-{source}-{track}-{precision}"
     root.mkdir()
@@ -107,7 +107,7 @@ def test_train_online_loop(
     cfg = loop.cfg.agent
     if protocol == "paper":
         prefill(loop.learner, cfg.buffer_capacity)
-    else:  # per-stream memories: grown by the stream itself (a smoke run: one block)
+    else:  # per-stream / world memories: grown by the stream itself (a smoke run: one block)
         grow = track != "A" and not getattr(benchmark, "disabled", False)
         for _ in range(cfg.buffer_capacity if grow else loop.cfg.schedule.log_every):
             loop.step()
@@ -158,4 +158,6 @@ def test_train_online_loop(
         log_every=block,
         stream_cache=cfg.stream_cache,
         memory_scope=cfg.memory_scope,
+        group_size=cfg.group_size,
+        bench_set=list(bench.sets),
     )

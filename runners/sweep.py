@@ -59,7 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parse(Sweep, argv, PROG, unknown=True)
     specs_grid = grid.parse_grid([s for group in args.grid for s in group])
     launch.check_fields(list(specs_grid))
-    common = launch.check_passthrough(extra)
+    # A sweep's points are its arms: no run trains its own floor and ceiling (unless --bounds).
+    common = ["--no-bounds", *launch.check_passthrough(extra)]
     points = grid.expand(specs_grid, prefix=args.prefix)
     out = Path(args.out)
     specs = launch.make_specs(points, out, common)

@@ -75,7 +75,8 @@ def make_specs(args: WorldsStudy, passthrough: Sequence[str]
                ) -> list[tuple[str, grid.Point, backends.RunSpec]]:
     steps = [] if args.steps is None else ["--steps", str(args.steps)]
     group = Path(args.out) / "runs" / f"{args.preset}-{args.steps or 'default'}"
-    common = ["--protocol", "worlds", "--preset", args.preset, *steps, *passthrough]
+    # Track A and the oracle are arms of the study: no run trains its own floor and ceiling.
+    common = ["--protocol", "worlds", "--preset", args.preset, "--no-bounds", *steps, *passthrough]
     points = make_points(args)
     specs = launch.make_specs([p for _, p in points], group, common)
     return [(arm, p, s) for (arm, p), s in zip(points, specs, strict=True)]

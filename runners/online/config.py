@@ -61,19 +61,25 @@ RUN_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 PRESET_STEPS: dict[str, int] = {"study": 12_000}
 # The worlds protocol's learner on top of the preset (docs/train_online.md): the last two frames
 # in (velocity visible, acceleration, and so the world, not), one prediction per horizon at
-# horizons short enough to learn in minutes, each stream's own memory of its every transition,
-# emptied at every new world, and a varied amount of it in training (so it works from its first
-# entry); frames scaled to 0..1 (the paper feeds raw 0..255); a fast EMA target (tau 0.98 -> 0.99,
-# the paper's 0.996 -> 0.9999), which keeps the target encoder within a step of the online one,
-# so that D's "no change" (the online z_t) is the target's own and D measures predicted motion
-# (docs/results.md, "The online-target gap inflates 'no change'").
+# horizons short enough to learn in minutes; one memory per world shared by the 8 streams that
+# live in it (the paper's one buffer, generalised: docs/definitions.md#world-memory), read
+# without the sample's own episode, written at every step, emptied at a new world, its entries
+# three frames long (a pair shows a velocity, which the context already holds; three show its
+# change, where the world's gravity is), and a varied amount of it in training (so it works
+# from its first entry); frames scaled to 0..1 (the paper feeds raw 0..255); a fast EMA target
+# (tau 0.98 -> 0.99, the paper's 0.996 -> 0.9999), which keeps the target encoder within a step
+# of the online one, so that D's "no change" (the online z_t) is the target's own and D measures
+# predicted motion (docs/results.md, "The online-target gap inflates 'no change'").
 WORLDS_AGENT: dict[str, Any] = {
     "tau_base": 0.98,
     "tau_end": 0.99,
     "context_frames": 2,
     "per_horizon": True,
     "horizons": (2, 4, 8),
-    "memory_scope": "per_stream",
+    "memory_scope": "world",
+    "group_size": 8,
+    "memory_read": "peer",
+    "entry_frames": 3,
     "memory_write": "every",
     "vary_memory": True,
     "input_scale": 1.0 / 255.0,
@@ -83,15 +89,16 @@ WORLDS_AGENT: dict[str, Any] = {
 # -- the concerns ------------------------------------------------------------------------------
 @dataclass
 class Worlds:
-    """The worlds protocol: every stream in its own world drawn from --train-family, redrawn at
-    every episode; at the switch every stream moves to the held-out world."""
+    """The worlds protocol: the streams in worlds drawn from --train-family (in groups that share
+    a world for a residency of episodes, with a world memory), redrawn at a residency's end; at
+    the switch every stream moves to the held-out world."""
 
     kind: ClassVar[str] = "worlds"
     train_family: Literal["train"] = "train"
     """The family (env.FAMILIES) each stream's episodes are drawn from before the switch."""
     episode_steps: tuple[int, int] = (100, 400)
     """Each episode lasts a number of steps drawn uniformly from this range."""
-    residency: tuple[int, int] = (1, 1)
+    residency: tuple[int, int] = (2, 6)
     """A world lasts this many episodes (drawn uniformly) of its streams; with --memory-scope world the --group-size streams of a group share it (env.WorldSchedule)."""
     eval_worlds: int = 3
     """Worlds per family (training, interp, extrap) in the evaluation."""

@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -116,10 +117,11 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
 
 
 def run(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool,
-        label: str = "") -> dict[str, Any] | None:  # fmt: skip
+        label: str = "", pause: Path | None = None) -> dict[str, Any] | None:  # fmt: skip
     """Run (or continue) one run to its end (its summary) or to a stop request (None: a
-    checkpoint and a summary marked stopped are written)."""
-    stop.pause_file = folder.pause
+    checkpoint and a summary marked stopped are written). ``pause``: the PAUSE file that stops
+    it (default: the folder's own)."""
+    stop.pause_file = pause or folder.pause
     try:
         loop = OnlineLoop.open(cfg, folder, resume=resume, stop=stop, log=print)
     except CliError:
@@ -173,7 +175,7 @@ def train_bounds(cfg: RunConfig, folder: RunFolder, stop: StopRequest
             with bound:
                 bound.make()
                 summary = run(sub_cfg, bound, stop, resume=state == "interrupted",
-                              label=f"the {name} ({what}): ")  # fmt: skip
+                              label=f"the {name} ({what}): ", pause=folder.pause)  # fmt: skip
             if summary is None:
                 return None
         found[name] = summary

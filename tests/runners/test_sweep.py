@@ -122,7 +122,7 @@ def test_dry_run_lists_points_and_their_arguments(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2
     assert out[0].startswith("new") and "track-A_seed-1:" in out[0]
-    assert "--track A --seed 1 --preset tiny --steps 20" in out[0]
+    assert "--track A --seed 1 --no-bounds --preset tiny --steps 20" in out[0]
     assert f"--out {tmp_path.resolve()} --name track-A_seed-1" in out[0]
 
 

@@ -100,7 +100,7 @@ def test_world_sets_are_deterministic_and_held_out() -> None:
     assert [w.family for w in a.base] == ["train"] * 2
     assert [w.family for w in a.held_out] == ["interp", "interp", "extrap", "extrap"]
     assert a.shift.family == "interp"
-    length = max(5 + 1, cfg.context_frames - 1) + cfg.horizons[-1] + 1
+    length = max(5 + cfg.entry_frames - 1, cfg.context_frames - 1) + cfg.horizons[-1] + 1
     assert a.shift.frames.shape == (3, length, 1, 64, 64)
     for x, y in zip([a.shift, *a.base, *a.held_out], [b.shift, *b.base, *b.held_out], strict=True):
         np.testing.assert_array_equal(x.frames, y.frames)
