@@ -27,7 +27,14 @@ from env.moving_mnist import MovingMNISTEnv
 from env.physics import PHYSICS_FEATURES, PHYSICS_FIELDS, PhysicsParams, physics_features
 from env.render import render_frames
 from env.vector import NO_EPISODE_LIMIT, MovingMNISTVectorEnv
-from env.worlds import FAMILIES, HELD_OUT, WorldFamily, WorldSchedule, family
+from env.worlds import (
+    FAMILIES,
+    HELD_OUT,
+    WorldFamily,
+    WorldSchedule,
+    check_disjoint,
+    family,
+)
 
 ENV_ID = "MovingMNIST-v0"
 
@@ -57,6 +64,7 @@ __all__ = [
     "SplitView",
     "WorldFamily",
     "WorldSchedule",
+    "check_disjoint",
     "family",
     "generate_sequences",
     "generate_split",

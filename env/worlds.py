@@ -79,6 +79,24 @@ class WorldFamily:
             for i in range(n)
         ]
 
+    def overlaps(self, other: WorldFamily) -> bool:
+        """Whether some world lies in both families: their gravity, restitution and friction
+        ranges intersect and so do their direction arcs (a shared edge counts)."""
+
+        def meet(a: tuple[float, float], b: tuple[float, float]) -> bool:
+            return a[0] <= b[1] + 1e-12 and b[0] <= a[1] + 1e-12
+
+        def arcs_meet(a: tuple[float, float], b: tuple[float, float]) -> bool:
+            # b's start within a (mod 360), or a's start within b: half-open arcs [s, e)
+            return (b[0] - a[0]) % 360.0 < a[1] - a[0] or (a[0] - b[0]) % 360.0 < b[1] - b[0]
+
+        return (
+            meet(self.gravity, other.gravity)
+            and meet(self.restitution, other.restitution)
+            and meet(self.friction, other.friction)
+            and any(arcs_meet(a, b) for a in self.arcs for b in other.arcs)
+        )
+
     def contains(self, world: PhysicsParams) -> bool:
         """Whether ``world`` lies in this family (ranges closed; an arc's end excluded)."""
 
@@ -107,6 +125,17 @@ FAMILIES: dict[str, WorldFamily] = {
     "extrap": WorldFamily("extrap", (0.6, 0.8), _around(AXES, 30.0)),
 }
 HELD_OUT = ("interp", "extrap")
+
+
+def check_disjoint(families: Sequence[WorldFamily]) -> None:
+    """``ValueError`` naming the first two families that share a world."""
+    for i, a in enumerate(families):
+        for b in families[i + 1 :]:
+            if a.overlaps(b):
+                raise ValueError(
+                    f"world families {a.name} and {b.name} overlap (their gravity, direction, "
+                    f"restitution and friction ranges all meet): held-out worlds must be unseen"
+                )
 
 
 def family(name: str) -> WorldFamily:

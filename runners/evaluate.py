@@ -167,7 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         rep["world_probe"] = world_probe_report(
             learner, evaluator.sets.held_out, worlds=args.probe_worlds,
-            cfg=ProbeConfig(steps=args.probe_steps))
+            cfg=ProbeConfig(steps=args.probe_steps),
+            family=next(iter(evaluator.sets.families.values())))  # the training family
     if args.target_reference:
         ref = target_reference(learner, evaluator.data, n=50)  # type: ignore[attr-defined]
         rep["target_reference"] = dataclasses.asdict(ref)

@@ -95,7 +95,31 @@ class Worlds:
 
     kind: ClassVar[str] = "worlds"
     train_family: Literal["train"] = "train"
-    """The family (env.FAMILIES) each stream's episodes are drawn from before the switch."""
+    """The name of the family each stream's worlds are drawn from before the switch (its worlds: --train-gravity, --train-arcs, --train-restitution, --train-friction)."""
+    train_gravity: tuple[float, float] = (0.1, 0.5)
+    """Training worlds: gravity range LOW HIGH (px/frame^2), drawn uniformly."""
+    train_arcs: tuple[float, ...] = (-30.0, 30.0, 60.0, 120.0, 150.0, 210.0, 240.0, 300.0)
+    """Training worlds: gravity directions, arcs as START END pairs in degrees (0 right, 90 down; END > START, may pass 360)."""
+    train_restitution: tuple[float, float] = (1.0, 1.0)
+    """Training worlds: restitution range LOW HIGH (1: elastic walls)."""
+    train_friction: tuple[float, float] = (0.0, 0.0)
+    """Training worlds: friction range LOW HIGH (velocity lost per frame, below 1)."""
+    interp_gravity: tuple[float, float] = (0.15, 0.45)
+    """Held-out worlds between the training ones (interp): gravity range."""
+    interp_arcs: tuple[float, ...] = (30.0, 60.0, 120.0, 150.0, 210.0, 240.0, 300.0, 330.0)
+    """interp: direction arcs (START END pairs, degrees)."""
+    interp_restitution: tuple[float, float] = (1.0, 1.0)
+    """interp: restitution range."""
+    interp_friction: tuple[float, float] = (0.0, 0.0)
+    """interp: friction range."""
+    extrap_gravity: tuple[float, float] = (0.6, 0.8)
+    """Held-out worlds beyond the training ones (extrap): gravity range."""
+    extrap_arcs: tuple[float, ...] = (-30.0, 30.0, 60.0, 120.0, 150.0, 210.0, 240.0, 300.0)
+    """extrap: direction arcs (START END pairs, degrees)."""
+    extrap_restitution: tuple[float, float] = (1.0, 1.0)
+    """extrap: restitution range."""
+    extrap_friction: tuple[float, float] = (0.0, 0.0)
+    """extrap: friction range."""
     episode_steps: tuple[int, int] = (100, 400)
     """Each episode lasts a number of steps drawn uniformly from this range."""
     residency: tuple[int, int] = (2, 6)
@@ -326,8 +350,38 @@ def resolve(cfg: RunConfig) -> RunConfig:
     return cfg
 
 
+#: The worlds protocol's families, in order: the training one, then the held-out ones.
+FAMILY_NAMES = ("train", "interp", "extrap")
+
+
+def world_families(p: Worlds) -> dict[str, Any]:
+    """The protocol's world families (``env.WorldFamily``) by name, from its options; a bad or
+    empty range, or two families that share a world, is one ``CliError`` line."""
+    import env
+
+    out = {}
+    for name in FAMILY_NAMES:
+        arcs = getattr(p, f"{name}_arcs")
+        if len(arcs) % 2 or not arcs:
+            raise CliError(f"--{name}-arcs must be START END pairs of degrees, got {list(arcs)}")
+        try:
+            out[name] = env.WorldFamily(
+                name, getattr(p, f"{name}_gravity"),
+                tuple(zip(arcs[::2], arcs[1::2], strict=True)),
+                getattr(p, f"{name}_restitution"), getattr(p, f"{name}_friction"),
+            )  # fmt: skip
+        except ValueError as err:
+            raise CliError(f"the {name} worlds (--{name}-*): {err}") from None
+    try:
+        env.check_disjoint(list(out.values()))
+    except ValueError as err:
+        raise CliError(str(err)) from None
+    return out
+
+
 def _protocol_counts(p: Worlds | Paper) -> list[tuple[str, int]]:
     if isinstance(p, Worlds):
+        world_families(p)  # every family valid, no two sharing a world
         lo, hi = p.episode_steps
         if not 21 <= lo <= hi:
             raise CliError(f"episode_steps must be LOW HIGH with 21 <= LOW <= HIGH, got {lo} {hi}")

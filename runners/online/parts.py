@@ -28,7 +28,7 @@ import torch
 import env
 from agent import Batch, DatasetSource, EvalData, Learner, StreamSource
 from runners.cli import CliError
-from runners.online.config import RunConfig, Worlds
+from runners.online.config import RunConfig, Worlds, world_families
 from runners.online.evaluation import CurveEvaluator, Evaluator
 from runners.online.recorder import Recorder
 from runners.online.rundir import RunFolder
@@ -152,7 +152,7 @@ def make_world(
         a = cfg.agent
         group = a.group_size if a.memory_scope == "world" else 1
         return make_scheduled_world(
-            a.batch_size, w.train_family, w.episode_steps, a, device, a.seed,
+            a.batch_size, world_families(w)["train"], w.episode_steps, a, device, a.seed,
             group_size=group, residency=w.residency,
         )  # fmt: skip
     if cfg.paper.source == "dataset":
@@ -231,7 +231,7 @@ def make_evaluator(
             cfg.agent, cfg.shift_physics, train_family=w.train_family,
             n_max=max(s.eval_ns + tuple(s.final_ns or ())), shift_seqs=s.eval_shift_test,
             world_seqs=w.eval_world_seqs, worlds_per_family=w.eval_worlds,
-            seed=cfg.agent.seed + s.eval_seed_offset,
+            seed=cfg.agent.seed + s.eval_seed_offset, families=world_families(w),
         )  # fmt: skip
         return WorldsEvaluator(sets, s.eval_ns, list(cfg.agent.horizons))
     return Evaluator(make_eval_data(cfg, store), s.eval_ns, list(cfg.agent.horizons))

@@ -152,9 +152,11 @@ def since_switch(err: np.ndarray | None, fs: int | None) -> list[dict[str, Any]]
 
 
 def _family_of(cfg: RunConfig) -> str:
+    from runners.online.config import Worlds, world_families
     from runners.online.worlds_protocol import family_of
 
-    return family_of(cfg.shift_physics)
+    fams = world_families(cfg.protocol) if isinstance(cfg.protocol, Worlds) else None
+    return family_of(cfg.shift_physics, fams)
 
 
 def _fmt(x: Any, digits: int = 3) -> str:

@@ -23,7 +23,7 @@ memory holds n transitions of it?
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,8 +42,6 @@ from agent.context_probe import gravity_probe
 from agent.probes import ProbeSet, probe_report
 from agent.world_probe import ProbeConfig, ProbeWorld, world_probe
 from runners.online.evaluation import CurveEvaluator
-
-HELD_OUT_FAMILIES = env.HELD_OUT
 
 
 class ScheduledWorld:
@@ -82,7 +80,7 @@ class ScheduledWorld:
 
 
 def make_scheduled_world(
-    n_streams: int, family: str, episode_steps: tuple[int, int], source_cfg: Any, device: Any,
+    n_streams: int, family: str | env.WorldFamily, episode_steps: tuple[int, int], source_cfg: Any, device: Any,
     seed: int, group_size: int = 1, residency: tuple[int, int] = (1, 1),
 ) -> ScheduledWorld:  # fmt: skip
     """The run's streams under a world schedule (groups of ``group_size`` streams sharing a
@@ -104,25 +102,31 @@ class WorldSets:
     base: list[WorldSet]
     held_out: list[WorldSet]
     seed: int = 0  # what they were drawn from (the gravity probe draws its own worlds from it)
+    # the run's families by name (the training one first; the gravity probe draws from them)
+    families: dict[str, env.WorldFamily] = field(default_factory=lambda: dict(env.FAMILIES))
 
 
-def family_of(physics: env.PhysicsParams) -> str:
-    """The name of the family ``physics`` lies in (``"none"`` outside every family)."""
-    for name, fam in env.FAMILIES.items():
+def family_of(physics: env.PhysicsParams,
+              families: dict[str, env.WorldFamily] | None = None) -> str:  # fmt: skip
+    """The name of the family ``physics`` lies in (``"none"`` outside every family);
+    ``families``: the run's (default ``env.FAMILIES``)."""
+    for name, fam in (families or env.FAMILIES).items():
         if fam.contains(physics):
             return name
     return "none"
 
 
 def world_set(
-    name: str, physics: env.PhysicsParams, n: int, seq_len: int, seed: Sequence[int]
-) -> WorldSet:
-    """``n`` test sequences (unseen digits) of one world, with their digits' positions."""
+    name: str, physics: env.PhysicsParams, n: int, seq_len: int, seed: Sequence[int],
+    family: str | None = None,
+) -> WorldSet:  # fmt: skip
+    """``n`` test sequences (unseen digits) of one world, with their digits' positions;
+    ``family``: its family's name (default: the ``env.FAMILIES`` one it lies in)."""
     seqs = env.generate_sequences(
         n, seed=list(seed), split="test", seq_len=seq_len, **physics.as_dict()
     )
-    return WorldSet(name, family_of(physics), env.physics_features(physics), seqs["frames"],
-                    seqs["positions"])
+    return WorldSet(name, family or family_of(physics), env.physics_features(physics),
+                    seqs["frames"], seqs["positions"])  # fmt: skip
 
 
 def make_world_sets(
@@ -135,25 +139,31 @@ def make_world_sets(
     world_seqs: int,
     worlds_per_family: int,
     seed: int,
+    families: dict[str, env.WorldFamily] | None = None,
 ) -> WorldSets:
     """Deterministic evaluation worlds for a run: ``shift_seqs`` sequences of the switch world,
     ``world_seqs`` of each of ``worlds_per_family`` worlds drawn from the training family and
-    from each held-out family (``env.HELD_OUT``), long enough for memories of ``n_max`` pairs."""
+    from each held-out family (``families`` but the training one; default ``env.FAMILIES``),
+    long enough for memories of ``n_max`` entries."""
+    families = dict(families or env.FAMILIES)
     length = sequence_length(agent_cfg, n_max)
     rng = np.random.default_rng([seed, 0x3E7A])
 
     def draw(fam: str, k: int) -> list[WorldSet]:
         return [
-            world_set(f"{fam}-{i}", p, world_seqs, length, [seed, 0x3E7A, k, i])
-            for i, p in enumerate(env.family(fam).sample(rng, worlds_per_family))
+            world_set(f"{fam}-{i}", p, world_seqs, length, [seed, 0x3E7A, k, i], fam)
+            for i, p in enumerate(families[fam].sample(rng, worlds_per_family))
         ]
 
+    held = [name for name in families if name != train_family]
     return WorldSets(
-        shift=world_set("switch", shift, shift_seqs, length, [seed, 0x3E7A, 99]),
+        shift=world_set("switch", shift, shift_seqs, length, [seed, 0x3E7A, 99],
+                        family_of(shift, families)),
         base=draw(train_family, 0),
-        held_out=[w for k, fam in enumerate(HELD_OUT_FAMILIES, 1) for w in draw(fam, k)],
+        held_out=[w for k, fam in enumerate(held, 1) for w in draw(fam, k)],
         seed=seed,
-    )
+        families={train_family: families[train_family], **{f: families[f] for f in held}},
+    )  # fmt: skip
 
 
 def _mean_rows(curves: list[WorldCurve], attr: str) -> np.ndarray:
@@ -214,26 +224,30 @@ class WorldsEvaluator(CurveEvaluator):
             "probes": probes(learner, self.sets),
             "reference": reference_check(learner, self.sets.held_out),
             "gravity_probe": None if memories == ("own",) else gravity_probe_report(
-                learner, n=max(ns), seed=self.sets.seed),
+                learner, n=max(ns), seed=self.sets.seed, families=self.sets.families),
         }  # fmt: skip
 
 
-def gravity_probe_report(learner: Learner, *, n: int, seed: int, fit_worlds: int = 24,
-                         test_worlds: int = 8, seqs: int = 12) -> dict[str, Any]:
+def gravity_probe_report(learner: Learner, *, n: int, seed: int,
+                         families: dict[str, env.WorldFamily] | None = None, fit_worlds: int = 24,
+                         test_worlds: int = 8, seqs: int = 12) -> dict[str, Any]:  # fmt: skip
     """``agent.context_probe.gravity_probe`` of a learner with memory: fit on ``fit_worlds``
-    worlds of the training family, scored on ``test_worlds`` of each held-out family, ``seqs``
-    sequences each (the test digits), all drawn from ``seed`` apart from the evaluation's own
-    worlds; memories of n peer transitions (``peers``)."""
+    worlds of the training family (the first of ``families``; default ``env.FAMILIES``),
+    scored on ``test_worlds`` of each other (held-out) family, ``seqs`` sequences each (the test
+    digits), all drawn from ``seed`` apart from the evaluation's own worlds; memories of n peer
+    transitions (``peers``)."""
     cfg = learner.cfg
+    families = dict(families or env.FAMILIES)
     length = sequence_length(cfg, n)
     rng = np.random.default_rng([seed, 0x6EA7])
 
     def draw(fam: str, k: int, count: int) -> list[WorldSet]:
-        return [world_set(f"{fam}-probe-{i}", p, seqs, length, [seed, 0x6EA7, k, i])
-                for i, p in enumerate(env.family(fam).sample(rng, count))]  # fmt: skip
+        return [world_set(f"{fam}-probe-{i}", p, seqs, length, [seed, 0x6EA7, k, i], fam)
+                for i, p in enumerate(families[fam].sample(rng, count))]  # fmt: skip
 
-    fit = draw("train", 0, fit_worlds)
-    test = [w for k, fam in enumerate(HELD_OUT_FAMILIES, 1) for w in draw(fam, k, test_worlds)]
+    train, *held = families
+    fit = draw(train, 0, fit_worlds)
+    test = [w for k, fam in enumerate(held, 1) for w in draw(fam, k, test_worlds)]
     r2 = gravity_probe(learner, fit, test, n=n, peers=peers(cfg))
     return {"n": n, "peers": peers(cfg), "fit_worlds": fit_worlds, "test_worlds": test_worlds,
             "sequences": seqs, "r2": r2}
@@ -260,15 +274,16 @@ def probes(learner: Learner, sets: WorldSets) -> dict[str, dict[str, float]]:
 
 
 def world_probe_report(learner: Learner, held_out: Sequence[WorldSet], *, worlds: int = 40,
-                       seqs: int = 96, seed: int = 0,
-                       cfg: ProbeConfig | None = None) -> dict[str, Any]:
+                       seqs: int = 96, seed: int = 0, cfg: ProbeConfig | None = None,
+                       family: env.WorldFamily | None = None) -> dict[str, Any]:  # fmt: skip
     """``agent.world_probe.world_probe`` on the learner's EMA-target latents: fit on ``worlds``
-    worlds drawn from the training family (``seqs`` sequences of the MNIST training digits each,
-    generated from ``seed``), scored on ``held_out`` (the test digits); ``cfg``: the predictors
-    (None: ``ProbeConfig()``). Returns its result with the fitting set's size."""
+    worlds drawn from the training ``family`` (default ``env.FAMILIES["train"]``; ``seqs``
+    sequences of the MNIST training digits each, generated from ``seed``), scored on
+    ``held_out`` (the test digits); ``cfg``: the predictors (None: ``ProbeConfig()``). Returns
+    its result with the fitting set's size."""
     c, hs = learner.cfg.context_frames, learner.cfg.horizons
     length = c + hs[-1]
-    drawn = env.FAMILIES["train"].sample(np.random.default_rng(seed), worlds)
+    drawn = (family or env.FAMILIES["train"]).sample(np.random.default_rng(seed), worlds)
     fit = []
     for k, physics in enumerate(drawn):  # the training digits: the held-out sets have the test's
         s = env.generate_sequences(seqs, seed=[seed, k], split="train", seq_len=length,

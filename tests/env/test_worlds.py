@@ -49,3 +49,20 @@ def test_held_out_families_are_named_and_bad_input_is_refused() -> None:
         WorldFamily("bad", (0.1, 0.5), ((10.0, 10.0),))
     with pytest.raises(ValueError, match="friction"):
         WorldFamily("bad", (0.1, 0.5), ((0.0, 10.0),), friction=(0.0, 1.5))
+
+
+def test_the_named_families_are_disjoint_and_overlaps_are_found() -> None:
+    from env import WorldFamily, check_disjoint
+
+    check_disjoint(list(FAMILIES.values()))
+    train = FAMILIES["train"]
+    assert train.overlaps(train)
+    stronger = WorldFamily("strong", (0.45, 0.7), ((80.0, 100.0),))  # gravity and arc meet
+    assert train.overlaps(stronger) and stronger.overlaps(train)
+    assert not FAMILIES["interp"].overlaps(stronger)  # no arc in common
+    wrapped = WorldFamily("wrapped", (0.1, 0.2), ((350.0, 370.0),))  # passes 0 degrees
+    assert train.overlaps(wrapped)
+    bouncy = WorldFamily("bouncy", (0.1, 0.5), ((0.0, 10.0),), restitution=(0.5, 0.9))
+    assert not train.overlaps(bouncy)  # restitution 1 in train only
+    with pytest.raises(ValueError, match="families train and strong overlap"):
+        check_disjoint([train, FAMILIES["interp"], stronger])

@@ -239,7 +239,9 @@ def test_bad_config_file_values_name_the_field(tmp_path: Path) -> None:
 OPTIONS = ("--protocol", "--track", "--seed", "--steps", "--switch", "--no-switch",
            "--after-switch", "--preset", "--config", "--set", "--device", "--precision",
            "--eval-every", "--checkpoint-every", "--record-frames", "--out", "--name", "--resume",
-           "--lr", "--latent-dim", "--oracle", "--train-family")
+           "--lr", "--latent-dim", "--oracle", "--train-family", "--train-gravity", "--train-arcs",
+           "--interp-gravity", "--extrap-friction", "--residency", "--group-size", "--bounds",
+           "--entry-frames", "--memory-read")
 
 
 def test_help_shows_every_option_grouped_by_concern(capsys: pytest.CaptureFixture[str]) -> None:
@@ -271,6 +273,8 @@ def test_bad_values_exit_2_with_one_line(tmp_path: Path) -> None:
         (["--steps", "x"], "--steps: expected an integer, got 'x'"),
         (["--switch", "20:friction=2"], "friction must be in [0, 1), got 2.0"),
         (["--bogus"], "unknown option(s): --bogus"),
+        (["--train-gravity", "0.1", "0.7"], "world families train and extrap overlap"),
+        (["--interp-arcs", "-30", "30"], "world families train and interp overlap"),
     ):
         res = cli("--preset", "tiny", "--out", str(tmp_path / "runs"), *args)
         assert res.returncode == 2, res

@@ -46,6 +46,13 @@ def test_worlds_is_the_default_and_paper_one_flag_away() -> None:
         (["--set", "eval_world_seqs=1"], "eval_world_seqs"),
         (["--set", "best_min_sigma=-1"], "best_min_sigma must be >= 0"),
         (["--protocol", "other"], "protocol"),
+        (["--train-gravity", "0.1", "0.7"], "families train and extrap overlap"),
+        (["--interp-arcs", "0", "50"], "families train and interp overlap"),
+        (["--train-gravity", "0.5", "0.1"], r"the train worlds \(--train-\*\): .*empty"),
+        (["--extrap-arcs", "10"], "--extrap-arcs must be START END pairs"),
+        (["--interp-arcs", "50", "40"], "arcs must be"),
+        (["--extrap-friction", "0.5", "1.5"], "friction"),
+        (["--residency", "0", "2"], "residency must be LOW HIGH"),
     ],
 )
 def test_worlds_bad_options(argv: list[str], message: str) -> None:
@@ -195,3 +202,22 @@ def test_stream_error_since_the_switch_is_binned_exactly() -> None:
     assert rows[0]["valid_steps"] == pytest.approx(22 / 25, abs=1e-3)
     assert rows[3]["mean"] == pytest.approx(np.mean(np.arange(200, 300)))
     assert since_switch(err, None) == [] and since_switch(err, 300) == []
+
+
+def test_families_from_the_command_line_reach_the_streams_and_the_evaluation() -> None:
+    from runners.online.config import world_families
+    from runners.online.parts import make_evaluator, make_world
+
+    cfg = build_config([*TINY_WORLDS, "--extrap-gravity", "0.85", "0.95", "--train-arcs",
+                        "80", "100", "--interp-restitution", "0.8", "0.9"])  # fmt: skip
+    fams = world_families(cfg.protocol)
+    assert fams["extrap"].gravity == (0.85, 0.95) and fams["train"].arcs == ((80.0, 100.0),)
+    sets = make_evaluator(cfg).sets
+    assert [w.family for w in sets.held_out] == ["interp"] * 2 + ["extrap"] * 2
+    for w in sets.held_out[2:]:
+        assert 0.85 <= float(np.hypot(*w.physics[:2])) <= 0.95
+    for w in sets.held_out[:2]:
+        assert 0.8 <= float(w.physics[2]) <= 0.9  # restitution
+    world = make_world(cfg, torch.device("cpu"))
+    for p in world.stream_physics():  # the training worlds point within 10 degrees of down
+        assert fams["train"].contains(p) and 80 <= p.gravity_direction <= 100
