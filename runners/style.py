@@ -21,6 +21,7 @@ SCREEN_TRACK_COLORS: dict[str, tuple[int, int, int]] = {
     "C": (230, 90, 230),
     "D": (80, 210, 220),
     "E": (240, 200, 80),
+    "oracle": (250, 250, 250),  # the ceiling: the true physics in place of the memory
 }
 
 

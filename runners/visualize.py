@@ -84,6 +84,8 @@ class Visualize:
 
     tracks: tuple[Track, ...] = ()
     """tracks side by side (default A C)"""
+    bounds: bool = True
+    """worlds protocol: also run the floor (track A) and the ceiling (the oracle of the first memory track, shown as "oracle") on the same streams"""
     protocol: Annotated[ProtocolName | None, tyro.conf.arg(metavar="{worlds,paper}")] = None
     """as in train_online: worlds (default; each stream its own world, G holds them all in one) or paper (one gravity for every stream, G switches it); --resume keeps the session's"""
     seed: int | None = None
@@ -189,6 +191,27 @@ def track_config(
     return build_config(over(saved_tokens, tokens))
 
 
+#: The ceiling's name among the view's tracks: the oracle of the first memory track.
+ORACLE = "oracle"
+
+
+def with_bounds(tracks: Sequence[str]) -> list[str]:
+    """The tracks with the floor (track A, first) and the ceiling (``ORACLE``, last) added."""
+    return (["A"] if "A" not in tracks else []) + list(tracks) + [ORACLE]
+
+
+def bound_config(args: Visualize, name: str, from_dir: Path | None, protocol: str,
+                 tracks: Sequence[str]) -> RunConfig:  # fmt: skip
+    """``track_config`` of a track, or of the ceiling: the first memory track of ``tracks``
+    (C if none) fed the true physics."""
+    if name != ORACLE:
+        return track_config(args, name, from_dir, protocol)
+    base = next((t for t in tracks if t not in ("A", ORACLE)), "C")
+    cfg = track_config(args, base, None, protocol)
+    cfg.agent = cfg.agent.replace(oracle=True)
+    return cfg
+
+
 def read_session(path: Path) -> dict[str, Any]:
     """A session's ``viz.json``; ``CliError`` naming it when it is damaged."""
     try:
@@ -206,8 +229,8 @@ def from_dirs(args: Visualize) -> dict[str, Path]:
     for raw in args.from_runs or []:
         root = Path(raw)
         session = root / SESSION_FILE
-        runs = (
-            [root / t for t in read_session(session)["tracks"]]
+        runs = (  # a session's tracks, but its ceiling (--bounds adds one again)
+            [root / t for t in read_session(session)["tracks"] if t != ORACLE]
             if session.exists()
             else [root]
         )
@@ -358,7 +381,9 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
         missing = set(starts) - set(tracks)
         if missing:
             raise CliError(f"--from gives track {', '.join(sorted(missing))}, not in --tracks")
-        cfgs = [track_config(args, t, starts.get(t), protocol) for t in tracks]
+        if args.bounds and protocol == "worlds":
+            tracks = with_bounds(tracks)
+        cfgs = [bound_config(args, t, starts.get(t), protocol, tracks) for t in tracks]
         default_g, default_d = session_target(cfgs[0])
         shift_gravity = args.shift_gravity if args.shift_gravity is not None else default_g
         shift_direction = args.shift_direction if args.shift_direction is not None else default_d
@@ -382,7 +407,7 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
     try:
         for cfg, folder in configs:
             loop = OnlineLoop.open(cfg, folder, resume=bool(args.resume), log=log)
-            if cfg.agent.track in starts:
+            if cfg.agent.track in starts and not cfg.agent.oracle:  # the ceiling starts afresh
                 start_from(loop, starts[cfg.agent.track], args.fresh_memory, log)
             loops.append(loop)
         app = make_app(args, loops, root, (shift_gravity, shift_direction), world_state, log)

@@ -43,12 +43,16 @@ class LoopDriver:
         self.records = records  # R records frames in this track's run (one is enough)
         self.learner = loop.learner
         self.cfg = loop.cfg
-        self.name = str(self.cfg.agent.track)
+        self.name = "oracle" if self.cfg.agent.oracle else str(self.cfg.agent.track)
         self.capacity = int(self.learner.buffer.capacity)
         self.lora = self.name == "C"
         self.worlds = bool(self.cfg.worlds)
-        self.per_stream = self.learner.buffer.streams is not None
-        self.buffer_title = "stream 1's memory" if self.per_stream else "buffer"
+        # A memory per stream or per world: the view shows the first stream's (its own, or its
+        # world's, which it shares with the other streams of its group).
+        scope = self.cfg.agent.memory_scope
+        self.per_stream = scope in ("per_stream", "world")
+        self.buffer_title = {"per_stream": "stream 1's memory", "world": "world 1's memory"}.get(
+            scope, "buffer")
         self._pending: list[StepMetrics] = []
         self._first = self.step_count  # step of the first pending record
         self._attn: np.ndarray | None = None
@@ -97,7 +101,7 @@ class LoopDriver:
 
     def buffer_worlds(self) -> np.ndarray:
         buf = self.learner.buffer
-        if self.per_stream:  # the first stream's own FIFO, oldest first (host sync)
+        if self.per_stream:  # the first stream's (or world's) FIFO, oldest first (host sync)
             idx = _oldest_first(int(buf.size[0]), int(buf.ptr[0]), buf.capacity, buf.device)
             return buf.world[0, idx].cpu().numpy().astype(np.int8)
         _, world, _ = buf.ordered()  # host sync
@@ -122,7 +126,7 @@ class LoopDriver:
         if n == 0 or not hasattr(src, "frames"):
             return None
         inp = (src.head + learner.cfg.input_position) % src.window  # the last step's input
-        if self.per_stream:  # the first stream's query over its own memory
+        if self.per_stream:  # the first stream's query over its (world's) memory, all of it
             x = torch.from_numpy(np.ascontiguousarray(src.frames[:1, inp]))
             memory = MemoryView(buf.pairs[:1], buf.mask()[:1])
             agg = aggregate(learner.nets, learner.encode(x), memory, learner.spec)

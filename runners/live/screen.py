@@ -52,6 +52,8 @@ GAP = 8
 SWITCH_MARK_STEPS = 150
 #: the error charts' top: above 2x "no change" the value does not matter, the shape below does
 ERROR_CAP = 2.0
+#: What the floor and the ceiling are called in the error chart's legend (worlds protocol).
+BOUND_ROLES = {"A": " floor", "oracle": " ceiling"}
 KEYS_HELP = (
     "G gravity on/off   Up/Down strength   Left/Right direction   F freeze/unfreeze weights   "
     "Space pause   S screenshot   R record frames   Q quit (checkpoint)"
@@ -116,9 +118,8 @@ class Screen:
             items.append((f"G -> g {g:.2f} @ {d:.0f}deg{fam}", draw.SHIFT))
         items.append((f"mode: {snap.mode}", draw.TEXT))
         frozen = [t.name for t in snap.tracks if t.frozen]
-        items.append(
-            (f"weights frozen: {' '.join(frozen)}" if frozen else "weights learning", draw.DIM)
-        )
+        which = "all" if len(frozen) == len(snap.tracks) else " ".join(frozen)
+        items.append((f"weights frozen: {which}" if frozen else "weights learning", draw.DIM))
         for text, color in items:
             r = f.blit(s, text, (x, y), 20, color, "midleft")
             x = r.right + 22
@@ -210,7 +211,8 @@ class Screen:
         for i, t in enumerate(snap.tracks):
             st, v = t.history.view(ROLLING_ERROR)
             if worlds:  # earlier tracks drawn wider: equal errors still show every track's line
-                label = f"{t.name} {_fmt2(t.history.last(ROLLING_ERROR))}"
+                role = BOUND_ROLES.get(t.name, "")
+                label = f"{t.name}{role} {_fmt2(t.history.last(ROLLING_ERROR))}"
                 width = 2 + 2 * (n - 1 - i)
             else:
                 label, width = t.name, 2

@@ -85,6 +85,10 @@ WORLDS_AGENT: dict[str, Any] = {
     "input_scale": 1.0 / 255.0,
 }
 
+#: The worlds protocol's learner where a preset needs its own: the tiny preset's 8 streams form 4
+#: worlds of 2 (8 of 8 would be one world).
+WORLDS_PRESET: dict[str, dict[str, Any]] = {"tiny": {"group_size": 2}}
+
 
 # -- the concerns ------------------------------------------------------------------------------
 @dataclass
@@ -298,7 +302,9 @@ def preset_agent(preset: str, track: str, protocol: Worlds | Paper, source: str 
     """The learner's defaults: the preset, the worlds protocol's settings, the track's lr and
     kappa; ``total_steps`` None (``resolve`` sets the schedule's horizon)."""
     agent_preset, preset_over = RUN_PRESETS[preset]
-    values = {**preset_over, **(WORLDS_AGENT if isinstance(protocol, Worlds) else {})}
+    values = {**preset_over}
+    if isinstance(protocol, Worlds):
+        values.update(WORLDS_AGENT, **WORLDS_PRESET.get(preset, {}))
     if source == "stream":  # the paper's newest pair would be the samples' own targets
         values["push_pair"] = "input"
     return AgentConfig.from_preset(agent_preset, track=track, total_steps=None,

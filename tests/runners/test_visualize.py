@@ -290,8 +290,11 @@ def test_cli_worlds_scripted_switch_holds_every_stream(tmp_path: Path) -> None:
     snap = app.snapshot()
     assert not snap.world.held and distinct(snap.world.streams) > 1  # arrows differ
     assert {visualize.family_name(g, d) for g, d in snap.world.streams} == {"train"}
-    a, c = session.loops  # lockstep: the same worlds in both tracks
-    assert a.world.stream_physics() == c.world.stream_physics()
+    a, c, o = session.loops  # lockstep: the same worlds in every track, the bounds included
+    assert a.world.stream_physics() == c.world.stream_physics() == o.world.stream_physics()
+    assert (o.cfg.agent.track, o.cfg.agent.oracle) == ("C", True)  # the ceiling
+    assert [d.name for d in app.drivers] == ["A", "C", "oracle"]
+    assert json.loads((tmp_path / "w" / "viz.json").read_text())["tracks"] == ["A", "C", "oracle"]
     session.run()
     assert app.step == 40 and app.switches == [(20, 0.3)] and app.held
     assert np.allclose(app.snapshot().world.streams, SWITCH_WORLD)
