@@ -92,6 +92,10 @@ def test_the_default_run_trains_floor_and_ceiling_and_tells_the_story(tmp_path: 
     assert res.stdout.index(story) < res.stdout.index("end of base training")
     assert res.stdout.count("end of base training") == 1  # the bounds print no tables
     assert (run / "figures" / "bounds.png").stat().st_size > 10_000
+    probe = s["held_out"]["gravity_probe"]  # the chosen track reads memory: its gravity probe
+    assert set(probe["r2"]) == {"interp", "extrap", "all"} and probe["peers"] == 1
+    floor = json.loads((run / "floor" / "summary.json").read_text())
+    assert floor["held_out"]["gravity_probe"] is None  # track A has no memory to probe
     md = (run / "summary.md").read_text()
     assert bounds.story(s["bounds"]) in md
 
