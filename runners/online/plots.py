@@ -374,7 +374,9 @@ def _after_switch_error(run: RunFolder, window: int = 50) -> tuple[np.ndarray, n
         return np.zeros(0), np.zeros(0)
     fs = switches[0].step
     after = np.asarray(e[fs:], np.float64)
-    return np.arange(len(after)), rolling_by_phase(after, window, [])
+    rolling = rolling_by_phase(after, window, [])
+    rolling[~np.isfinite(after)] = np.nan  # no window valid yet (a new episode): nothing to show
+    return np.arange(len(after)), rolling
 
 
 def bounds_figure(main: RunFolder, s: dict[str, Any], runs: dict[str, RunFolder]) -> Path:

@@ -108,6 +108,7 @@ def build_summary(
         "buffer": {
             "size": buf_size,
             "capacity": cfg.agent.buffer_capacity,
+            "scope": cfg.agent.memory_scope,
             "shift_world": n_shift,
             "base_world": buf_size - n_shift,
         },
@@ -175,8 +176,13 @@ def table_rows(s: dict[str, Any]) -> list[tuple[str, str, str]]:
     shift = "switch world" if worlds else "shift test"
     base = "training worlds, no memory" if worlds else "base test"
     mem = "own memories" if worlds else "memories"
+    end_step = _fmt(e.get("step"))
+    if e.get("step") is not None and e["step"] < s["steps_done"]:  # nothing could change since
+        end_step += " (weights frozen since)"
+    scope = buf.get("scope", "per_stream" if worlds else "global")
+    where = {"per_stream": "memory per stream", "world": "memory per world"}.get(scope)
     rows = [
-        ("step", _fmt(a.get("step")), _fmt(e.get("step"))),
+        ("evaluated at step", _fmt(a.get("step")), end_step),
         (f"D_base ({base}, 1 = no change)", _fmt(a.get("d_base")), _fmt(e.get("d_base"))),
         (f"D_shift^{n} ({shift}, {n} {mem})", _fmt(a.get(f"d_shift_{n}")),
          _fmt(e.get(f"d_shift_{n}"))),
@@ -185,7 +191,7 @@ def table_rows(s: dict[str, Any]) -> list[tuple[str, str, str]]:
          _fmt(se.get("end"))),
         ("boundary events (before / after switch)", str(s["boundary_events_before_switch"]),
          str(s["boundary_events_after_switch"]) if sw else "-"),
-        (("memory per stream at the end (switch world / older / capacity)" if worlds else
+        ((f"{where} at the end (switch world / older / capacity)" if where else
           "buffer at the end (shift / base / capacity)"), "",
          f"{buf['shift_world']} / {buf['base_world']} / {buf['capacity']}"),
     ]

@@ -46,6 +46,7 @@ TARGETS = {"oracle_gain": 0.25, "memory_drop": 0.20, "oracle_share": 0.5}
 MIN_ORACLE_GAIN = 0.01
 ORACLE = "oracle"
 ORACLE_COLOR = "black"
+MEMORY_NAMES = {"own": "own memory", "same": "peer memory", "wrong": "wrong-world memory"}
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,8 @@ class WorldsRun:
     #: the horizons, and D^50 per horizon with own memory over every held-out world
     horizons: tuple[int, ...] = ()
     per_h: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: the gravity probe's held-out R^2 by family (and ``all``); None without memory
+    gravity_r2: dict[str, float] | None = None
 
     def at(self, family: str, memory: str = "own", n: int = HEADLINE_N) -> float:
         """D^n of one family and memory (NaN if not measured)."""
@@ -104,6 +107,7 @@ def load_worlds_run(run_dir: str | Path, arm: str, seed: str) -> WorldsRun | Non
         switch_curve=np.asarray([r["d_shift"] for r in rows], dtype=np.float64),
         horizons=tuple(int(h) for h in held.get("horizons", ())),
         per_h=np.asarray(own, dtype=np.float64).mean(axis=0) if own else np.zeros(0),
+        gravity_r2=(held.get("gravity_probe") or {}).get("r2"),
     )
 
 
@@ -173,6 +177,7 @@ def analyse(runs: Sequence[WorldsRun]) -> dict[str, Any]:
         row["delta"], row["outcome"] = dl, stats.outcome(dl)
         metrics[fam] = row
     out["metrics"] = metrics
+    out["peer"] = peer_metrics(arms, memory_arms)
     pooled = metrics[POOLED]
     best = min(pooled["tracks"], key=lambda a: pooled["tracks"][a]["d50"]
                if np.isfinite(pooled["tracks"][a]["d50"]) else math.inf, default=None)
@@ -185,6 +190,62 @@ def analyse(runs: Sequence[WorldsRun]) -> dict[str, Any]:
         "wrong_worse": {"value": bt.get("wrong_gap", math.nan), "goal": "> 0 in every seed",
                         "met": bool(bt.get("wrong_gap_per_seed")) and all(
                             np.isfinite(g) and g > 0 for g in bt["wrong_gap_per_seed"].values())},
+    }
+    return out
+
+
+#: The world-memory targets (issue 23), per seed on the pooled held-out worlds.
+PEER_TARGETS = {"share": 0.5, "gravity_r2": 0.8}
+
+
+def peer_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[str]) -> dict[str, Any]:
+    """The peer memory (``same``: other sequences of the world) against the floor and the
+    ceiling, per family and per seed: D^50, the share of the oracle gap it closes, the
+    wrong-world control against it, the gravity probe; the pre-registered delta on it; and the
+    world-memory targets for the best memory track by pooled peer D^50."""
+    floor = {r.seed: r for r in arms.get("A", [])}
+    ceiling = {r.seed: r for r in arms.get(ORACLE, [])}
+    out: dict[str, Any] = {"families": {}}
+    for fam in (*FAMILIES, POOLED):
+        rows = {}
+        for arm in memory_arms:
+            per_seed = {}
+            for r in arms[arm]:
+                a, o = floor.get(r.seed), ceiling.get(r.seed)
+                d_a = a.at(fam) if a else math.nan
+                d_o = o.at(fam) if o else math.nan
+                peer, wrong = r.at(fam, "same"), r.at(fam, "wrong")
+                per_seed[r.seed] = {
+                    "peer": peer, "wrong": wrong, "own": r.at(fam), "d_A": d_a, "d_oracle": d_o,
+                    "share": _ratio(d_a - peer, d_a - d_o) if d_a > d_o else math.nan,
+                    "wrong_gap": _ratio(wrong - peer, peer),
+                    "gravity_r2": (r.gravity_r2 or {}).get(fam, math.nan),
+                }
+            mean = {k: _mean([v[k] for v in per_seed.values()]) for k in next(iter(
+                per_seed.values()))} if per_seed else {}
+            if mean:  # shares of seed means, as the own-memory table
+                mean["share"] = (_ratio(mean["d_A"] - mean["peer"], mean["d_A"] - mean["d_oracle"])
+                                 if mean["d_A"] > mean["d_oracle"] else math.nan)
+            rows[arm] = {"mean": mean, "per_seed": per_seed}
+        dl = (stats.delta(rows["B"]["mean"]["peer"], rows["C"]["mean"]["peer"])
+              if {"B", "C"} <= set(rows) else math.nan)
+        out["families"][fam] = {"tracks": rows, "delta": dl, "outcome": stats.outcome(dl)}
+    pooled = out["families"][POOLED]["tracks"]
+    best = min(pooled, key=lambda a: pooled[a]["mean"]["peer"]
+               if np.isfinite(pooled[a]["mean"]["peer"]) else math.inf, default=None)
+    out["best"] = best
+    seeds = pooled[best]["per_seed"] if best else {}
+
+    def every(check: Any) -> bool:
+        return bool(seeds) and all(check(v) for v in seeds.values())
+
+    out["targets"] = {
+        "below_floor": every(lambda v: v["peer"] < v["d_A"]),
+        "half_the_gap": every(lambda v: np.isfinite(v["share"])
+                              and v["share"] >= PEER_TARGETS["share"]),
+        "wrong_worse": every(lambda v: v["wrong"] > v["peer"]),
+        "gravity_r2": every(lambda v: np.isfinite(v["gravity_r2"])
+                            and v["gravity_r2"] >= PEER_TARGETS["gravity_r2"]),
     }
     return out
 
@@ -216,8 +277,9 @@ def _arm_order(arms: Mapping[str, Any]) -> list[str]:
     return sorted(arms, key=lambda a: (a == ORACLE, a))
 
 
-def fig_curves(runs: Sequence[WorldsRun], path: Path) -> Path:
-    """D^n over n per arm (mean +- std over seeds): the switch world, then each held-out family;
+def fig_curves(runs: Sequence[WorldsRun], path: Path, memory: str = "same") -> Path:
+    """D^n over n per arm (mean +- std over seeds): the switch world, then each held-out family
+    with ``memory`` (default the peer memory, ``same``; the floor and the ceiling read none);
     the memory tracks' wrong-world control dashed."""
     plt = pyplot()
     panels = [("switch world (own memory)", None), *((f"held-out {f}", f) for f in FAMILIES)]
@@ -229,7 +291,9 @@ def fig_curves(runs: Sequence[WorldsRun], path: Path) -> Path:
         for arm in _arm_order(arms):
             rs = arms[arm]
             color = ORACLE_COLOR if arm == ORACLE else TRACK_COLORS.get(arm)
-            mems = ["own"] if fam is None else ["own", "wrong"]
+            mems = ["own"] if fam is None else [memory, "wrong"]
+            if fam is not None and arm in ("A", ORACLE):
+                mems = ["own"]  # no memory read: the same at every n
             for mem in mems:
                 if fam is None:
                     ns = np.asarray(rs[0].switch_ns)
@@ -245,12 +309,12 @@ def fig_curves(runs: Sequence[WorldsRun], path: Path) -> Path:
                 std = arr.std(axis=0, ddof=1) if len(rs) > 1 else np.zeros_like(mean)
                 x = np.arange(ns.size)
                 label = f"{_arm_label(arm).split(' (')[0]}" + (" wrong world" if mem == "wrong" else "")
-                ax.plot(x, mean, color=color, lw=2 if mem == "own" else 1.2,
-                        ls="-" if mem == "own" else "--", marker="o", ms=3, label=label)
-                if mem == "own":
+                ax.plot(x, mean, color=color, lw=2 if mem != "wrong" else 1.2,
+                        ls="-" if mem != "wrong" else "--", marker="o", ms=3, label=label)
+                if mem != "wrong":
                     ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.15)
                 ax.set_xticks(x, [str(n) for n in ns])
-        ax.set_title(title)
+        ax.set_title(title if fam is None else f"{title} ({MEMORY_NAMES.get(memory, memory)})")
         ax.set_xlabel("memory entries n")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("D^n (1 = no change)")
@@ -335,6 +399,52 @@ def report_lines(result: Mapping[str, Any]) -> list[str]:
               f"| wrong-world memory worse than own | > 0, every seed | "
               f"{_pct(tg['wrong_worse']['value'])} | "
               f"{_yes(tg['wrong_worse']['met'])} |", ""]
+    if result.get("peer", {}).get("best"):
+        lines += peer_lines(result["peer"])
+    return lines
+
+
+def peer_lines(peer: Mapping[str, Any]) -> list[str]:
+    """The world-memory section: peer memory between the floor and the ceiling, per family and
+    per seed, the gravity probe, the pre-registered delta on it and the world-memory targets."""
+    lines = [f"## Peer memory (other sequences of the same world), n = {HEADLINE_N}", "",
+             "What a world memory is for: D^50 with 50 entries from *other* sequences of the "
+             "world (`same`; docs/definitions.md#dn-on-held-out-worlds), against the floor (A) "
+             "and the ceiling (oracle) of the same seed. share = (D_A - D_peer) / (D_A - D_oracle) "
+             "(of seed means); wrong - peer = (D_wrong - D_peer) / D_peer (positive: the right "
+             "world's memory is better); gravity R^2: the gravity probe on e_agg "
+             "(docs/definitions.md#the-gravity-probe).", ""]
+    for fam, block in peer["families"].items():
+        lines += [f"**{fam}**", "", "| track | D_A | D_oracle | peer D^50 | own D^50 | wrong D^50 | "
+                  "share | wrong - peer | gravity R^2 |", "|---|---|---|---|---|---|---|---|---|"]
+        for arm, row in sorted(block["tracks"].items()):
+            m = row["mean"]
+            share = "-" if not np.isfinite(m["share"]) else f"{m['share']:.2f}"
+            lines.append(f"| {arm} | {_f(m['d_A'])} | {_f(m['d_oracle'])} | {_f(m['peer'])} | "
+                         f"{_f(m['own'])} | {_f(m['wrong'])} | {share} | "
+                         f"{_pct(m['wrong_gap'])} | {_f(m['gravity_r2'])} |")
+        oc = block["outcome"]
+        lines += ["", f"Pre-registered delta (D_B - D_C) / D_B on peer memory: "
+                  f"{_pct(block['delta'])}, {oc}: {stats.OUTCOME_TEXT.get(oc, 'needs B and C')}.",
+                  ""]
+    best = peer["best"]
+    seeds = peer["families"][POOLED]["tracks"][best]["per_seed"]
+    lines += [f"Per seed, pooled, the best memory track by peer D^50 ({best}):", "",
+              "| seed | D_A | D_oracle | peer D^50 | wrong D^50 | share | gravity R^2 |",
+              "|---|---|---|---|---|---|---|"]
+    for seed, v in seeds.items():
+        share = "-" if not np.isfinite(v["share"]) else f"{v['share']:.2f}"
+        lines.append(f"| {seed} | {_f(v['d_A'])} | {_f(v['d_oracle'])} | {_f(v['peer'])} | "
+                     f"{_f(v['wrong'])} | {share} | {_f(v['gravity_r2'])} |")
+    t = peer["targets"]
+    lines += ["", "## The world-memory targets (pooled held-out worlds, every seed)", "",
+              "| target | met |", "|---|---|",
+              f"| the best memory track's ({best}) peer D^50 below track A's | "
+              f"{_yes(t['below_floor'])} |",
+              f"| it closes at least half the oracle gap | {_yes(t['half_the_gap'])} |",
+              f"| wrong-world memory worse than peer memory | {_yes(t['wrong_worse'])} |",
+              f"| the gravity probe's R^2 at least {PEER_TARGETS['gravity_r2']} | "
+              f"{_yes(t['gravity_r2'])} |", ""]
     return lines
 
 

@@ -51,6 +51,35 @@ def test_analyse_computes_gain_share_gap_and_delta_from_seed_means() -> None:
     assert std == pytest.approx([float(np.std([0.8, 0.6], ddof=1))] * 6)
 
 
+def test_peer_memory_against_floor_and_ceiling_per_seed() -> None:
+    def run(arm: str, seed: str, own: float, peer: float, wrong: float, r2: float | None) -> ws.WorldsRun:
+        mems = {"own": np.full(6, own), "same": np.full(6, peer), "wrong": np.full(6, wrong)}
+        curves = {f: dict(mems) for f in (*ws.FAMILIES, ws.POOLED)}
+        gravity = None if r2 is None else {"interp": r2, "extrap": r2, "all": r2}
+        return ws.WorldsRun(arm=arm, seed=seed, ns=NS, curves=curves, gravity_r2=gravity)
+
+    runs = [
+        run("A", "1", 1.0, 1.0, 1.0, None), run("A", "2", 0.9, 0.9, 0.9, None),
+        run(ws.ORACLE, "1", 0.8, 0.8, 0.8, None), run(ws.ORACLE, "2", 0.8, 0.8, 0.8, None),
+        run("B", "1", 0.85, 0.95, 0.97, 0.5), run("B", "2", 0.85, 0.88, 0.87, 0.5),
+        run("C", "1", 0.85, 0.88, 0.90, 0.9), run("C", "2", 0.80, 0.84, 0.86, 0.85),
+    ]
+    peer = ws.analyse(runs)["peer"]
+    assert peer["best"] == "C"
+    c = peer["families"]["all"]["tracks"]["C"]
+    assert c["per_seed"]["1"]["share"] == pytest.approx(0.12 / 0.2)
+    assert c["per_seed"]["2"]["share"] == pytest.approx(0.06 / 0.1)
+    assert c["mean"]["share"] == pytest.approx((0.95 - 0.86) / (0.95 - 0.8))
+    assert c["per_seed"]["1"]["wrong_gap"] == pytest.approx(0.02 / 0.88)
+    assert peer["families"]["all"]["delta"] == pytest.approx((0.915 - 0.86) / 0.915)
+    assert peer["targets"] == {"below_floor": True, "half_the_gap": True, "wrong_worse": True,
+                               "gravity_r2": True}
+    runs[-1] = run("C", "2", 0.80, 0.84, 0.83, 0.5)  # one seed: wrong world better, probe weak
+    t = ws.analyse(runs)["peer"]["targets"]
+    assert t["wrong_worse"] is False and t["gravity_r2"] is False and t["below_floor"] is True
+    assert "## The world-memory targets" in "\n".join(ws.report_lines(ws.analyse(runs)))
+
+
 def test_a_negligible_oracle_gain_leaves_the_share_out_and_targets_unmet() -> None:
     runs = [_run("A", "1", [0.7] * 6), _run(ws.ORACLE, "1", [0.699] * 6),
             _run("C", "1", [0.7] * 5 + [0.69], [0.68] * 6)]
