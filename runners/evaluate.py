@@ -125,8 +125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if folder is not None:
         cfg = config_from_dict(folder.read_config())
     else:  # a checkpoint on its own: the default evaluation sizes, the checkpoint's seed; a
-        # per-stream memory says the worlds protocol
-        protocol = Worlds() if agent_cfg.memory_scope == "per_stream" else Paper()
+        # memory per stream or per world says the worlds protocol
+        worlds = agent_cfg.memory_scope in ("per_stream", "world")
+        protocol = Worlds() if worlds else Paper()
         cfg = resolve(RunConfig(protocol=protocol, schedule=Schedule(switches=())))
     cfg.agent = agent_cfg
     ns = tuple(sorted(set(args.n if args.n is not None else

@@ -191,6 +191,12 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
     assert "the world probe" in probe.stdout
     bad = cli("evaluate", str(tmp_path / "w"), "--world-probe", "--probe-steps", "0")
     assert bad.returncode == 2 and "--probe-steps" in bad.stderr and "Traceback" not in bad.stderr
+    # A checkpoint on its own: its world memory says the worlds protocol.
+    alone = cli("evaluate", str(tmp_path / "w" / "checkpoints" / "latest.pt"), "--n", "0", "3",
+                "--out", str(tmp_path / "alone.json"))  # fmt: skip
+    assert alone.returncode == 0, alone.stderr
+    assert "held-out worlds at step" in alone.stdout
+    assert held["gravity_probe"]["peers"] == 1  # the tiny preset's worlds of 2 streams
 
 
 def test_stream_error_since_the_switch_is_binned_exactly() -> None:
