@@ -117,6 +117,7 @@ _NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {
     "detector_momentum": (lambda v: 0 < v < 1, "in (0, 1)"),
     "input_scale": (lambda v: v > 0, "> 0"),
     "norm_eps": (lambda v: v > 0, "> 0"),
+    "world_agreement": (lambda v: v >= 0, ">= 0"),
 }
 
 
@@ -180,6 +181,10 @@ class AgentConfig:
     # paper's; 3 adds the frame before, so that an entry shows a change of velocity, which is
     # where a world's gravity shows (per-stream and world memories, the input's own entries)
     entry_frames: int = 2
+    # memory_scope "world": weight of the world-agreement term (agent.objective.world_agreement:
+    # the codes of two disjoint halves of a world's memory must pick each other out among the
+    # worlds); 0 (default): the paper's objective only
+    world_agreement: float = 0.0
     vary_memory: bool = False  # training: each sample sees only its newest k entries, k ~ U{0..n}
     memory_write: str = "boundary"  # push on a detector "boundary" (paper) or at "every" valid step
     oracle: bool = False  # feed the true physics (Batch.physics) in place of e_agg: the ceiling
@@ -251,6 +256,8 @@ class AgentConfig:
             self._bad("entry_frames", "must be an integer >= 2")
         if self.entry_frames > 2 and self.memory_scope == "global":
             self._bad("entry_frames", "longer entries are for per_stream and world memories")
+        if self.world_agreement > 0 and (self.memory_scope != "world" or self.group_size < 2):
+            self._bad("world_agreement", "needs memory_scope 'world' with group_size >= 2")
         if not _is_int(self.group_size) or self.group_size < 1:
             self._bad("group_size", "must be a positive integer")
         if self.memory_scope == "world":

@@ -67,3 +67,40 @@ def compute_loss(
     lp = pred_loss(pred, targets, weight)
     lr = reg_loss(pred, gamma, weight)
     return Loss(lp + lambda_reg * lr, lp, lr)
+
+
+def world_agreement(
+    codes: torch.Tensor,
+    shown: torch.Tensor,
+    writers: torch.Tensor,
+    group_size: int,
+    temperature: float = 0.1,
+) -> torch.Tensor:
+    """How well the memory's codes tell the worlds apart from disjoint experience (0-dim).
+
+    codes (W, cap, d): each world memory's e_i; shown (W, cap) bool: the slots to use; writers
+    (W, cap) int64: the stream (0..B-1) that wrote each slot. Each world's slots are split by
+    their writer into two halves (the first and the second half of its ``group_size`` streams:
+    other digits, other episodes, the same world); the mean code of each half, normalised, must
+    pick out the other half of its own world among every world's (a symmetric InfoNCE over the
+    W worlds, at ``temperature``). What the two halves share is the world's physics, so the
+    codes are pushed to carry it. Worlds with an empty half take no part; fewer than two: 0.
+    """
+    half = (writers % group_size) >= group_size // 2  # (W, cap): the second half's slots
+    sums, counts = [], []
+    for part in (~half & shown, half & shown):
+        m = part.unsqueeze(-1).to(codes.dtype)
+        sums.append((codes * m).sum(1))  # (W, d)
+        counts.append(part.sum(1))  # (W,)
+    ok = (counts[0] > 0) & (counts[1] > 0)  # (W,) both halves seen
+    a = torch.nn.functional.normalize(sums[0] / counts[0].clamp(min=1).unsqueeze(1), dim=1)
+    b = torch.nn.functional.normalize(sums[1] / counts[1].clamp(min=1).unsqueeze(1), dim=1)
+    logits = (a @ b.T) / temperature  # (W, W)
+    pair = ok.unsqueeze(0) & ok.unsqueeze(1)
+    logits = logits.masked_fill(~pair, torch.finfo(logits.dtype).min)
+    target = torch.arange(codes.shape[0], device=codes.device)
+    ce = torch.nn.functional.cross_entropy
+    both = ce(logits, target, reduction="none") + ce(logits.T, target, reduction="none")
+    n = ok.sum()
+    loss = (both * ok).sum() / (2 * n.clamp(min=1))
+    return torch.where(n >= 2, loss, torch.zeros_like(loss))

@@ -28,7 +28,7 @@ from agent.memory import Aggregate, BoundaryDetector, ExperienceBuffer, WorldBuf
 from agent.metrics import StepMetrics, normalised_error, per_horizon
 from agent.modulators import Modulated
 from agent.networks import Encoder
-from agent.objective import Loss, compute_loss
+from agent.objective import Loss, compute_loss, world_agreement
 from agent.sources import Batch
 
 
@@ -53,6 +53,8 @@ class StepSpec:
     rollout: bool = False  # the predictor is a transition rolled forward (``cfg.predictor``)
     world_memory: bool = False  # one memory and detector per world (``cfg.memory_scope``)
     entry: int = 2  # E, latents a memory entry holds (``cfg.entry_frames``)
+    group_size: int = 1  # streams a world memory is shared by (``cfg.group_size``)
+    world_agreement: float = 0.0  # weight of the world-agreement term (``cfg.world_agreement``)
 
     @classmethod
     def from_config(cls, cfg: AgentConfig, device: torch.device | str) -> StepSpec:
@@ -74,6 +76,8 @@ class StepSpec:
             rollout=cfg.rollout,
             world_memory=cfg.memory_scope == "world",
             entry=cfg.entry_frames,
+            group_size=cfg.group_size,
+            world_agreement=cfg.world_agreement,
         )
 
     def frames(self, x: torch.Tensor) -> torch.Tensor:
@@ -193,8 +197,12 @@ def jepa_step(
         mod, agg = modulated_prediction(nets, z, memory, spec, batch.physics, codes.result())
     pred, targets = mod.pred.float(), targets.result().float()  # (B, [K,] D), (B, K, D)
 
-    # 2. Loss: prediction error at every horizon + variance hinge (invalid samples weigh 0).
+    # 2. Loss: prediction error at every horizon + variance hinge (invalid samples weigh 0);
+    #    with a world memory, optionally, the world-agreement term on its codes.
     loss = compute_loss(pred, targets, spec.gamma, spec.lambda_reg, w)
+    if spec.world_agreement and knobs.learn and codes.result() is not None:
+        agree = world_agreement_term(m, memory, codes.result())
+        loss = loss._replace(total=loss.total + spec.world_agreement * agree)
 
     # 3. Boundary: the detector on the BASE predictor's surprisal (no modulation, so no
     #    circular coupling with the memory); the memory pair, while the weights are this step's.
@@ -267,6 +275,15 @@ def newest_pair(nets: Networks, x: torch.Tensor, spec: StepSpec) -> torch.Tensor
     return encode(nets.encoder, x[:, first:].flatten(0, 1), spec).view(b, 2, -1).flip(1)
 
 
+def world_slots(memory: MemoryView, worlds: int) -> torch.Tensor:
+    """(W, cap) bool: the slots of each world memory that some sample of the world sees (the
+    union of its samples' masks)."""
+    cap = memory.mask.shape[1]
+    slots = memory.group.unsqueeze(1) * cap + torch.arange(cap, device=memory.mask.device)
+    seen = torch.zeros(worlds * cap, device=memory.mask.device)
+    return seen.index_add_(0, slots.flatten(), memory.mask.flatten().float()).view(-1, cap) > 0
+
+
 def memory_codes(
     nets: Networks, memory: MemoryView, spec: StepSpec, visible_only: bool = False
 ) -> torch.Tensor | None:
@@ -285,10 +302,7 @@ def memory_codes(
             return nets.experience(pairs.flatten(0, -3)).view(*pairs.shape[:-2], -1)
         shown = memory.mask  # (B, cap): the slots each sample sees, of its own memory ...
         if memory.group is not None:  # ... or of its world's: a slot any of its samples sees
-            cap = pairs.shape[1]
-            slots = (memory.group.unsqueeze(1) * cap + torch.arange(cap, device=shown.device))
-            seen = torch.zeros(pairs.shape[0] * cap, device=shown.device)
-            shown = seen.index_add_(0, slots.flatten(), shown.flatten().float()).view(-1, cap) > 0
+            shown = world_slots(memory, pairs.shape[0])
         idx = shown.flatten().nonzero().squeeze(1)  # (M,) visible slots: a host read
         e_visible = nets.experience(pairs.flatten(0, 1).index_select(0, idx))  # (M, d)
         e = e_visible.new_zeros(shown.numel(), e_visible.shape[-1])
@@ -429,6 +443,14 @@ def memory_pairs(m: Model, batch: Batch, z: torch.Tensor, paths: Paths) -> torch
 def valid_mean(pairs: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """The valid samples' mean pair (2, D) float32 of pairs (B, 2, D) (0/1 weights w (B,))."""
     return (pairs.float() * w.view(-1, 1, 1)).sum(0) / w.sum().clamp(min=1.0)
+
+
+def world_agreement_term(m: Model, memory: MemoryView, codes: torch.Tensor) -> torch.Tensor:
+    """``agent.objective.world_agreement`` on this step's world-memory codes (W, cap, d): the
+    slots some sample of each world reads (the ones encoded), split by their writers."""
+    shown = world_slots(memory, codes.shape[0])
+    writers = m.buffer.episode % memory.group.shape[0]  # the episode key's stream
+    return world_agreement(codes.float(), shown, writers, m.spec.group_size)
 
 
 def world_key(batch: Batch) -> torch.Tensor:
