@@ -177,8 +177,9 @@ def test_world_memory_is_deterministic_and_resumes_exactly() -> None:
         np.testing.assert_array_equal(rest_a[key], rest_c[key], err_msg=key)
 
 
-def test_the_speed_layers_give_the_plain_steps_numbers() -> None:
-    cfg = world_cfg(total_steps=60, vary_memory=True)
+@pytest.mark.parametrize("agreement", [0.0, 1.0])
+def test_the_speed_layers_give_the_plain_steps_numbers(agreement: float) -> None:
+    cfg = world_cfg(total_steps=60, vary_memory=True, world_agreement=agreement)
     plain = _train(cfg, 25, Speed())[1]
     fast = _train(cfg, 25, Speed(visible_slots=True, beside=True))[1]
     a, b = stack(plain), stack(fast)
@@ -255,3 +256,40 @@ def test_an_entry_of_three_frames_is_three_consecutive_frames_up_to_the_input(
         assert torch.equal(newest.view(-1).repeat_interleave(cfg.group_size), t_input)
         checked += len(entries)
     assert checked > 0
+
+
+def test_world_agreement_rewards_codes_that_name_their_world() -> None:
+    from agent.objective import world_agreement
+
+    w, cap, d, s = 4, 6, 8, 4  # 4 worlds, 6 slots, groups of 4 streams (halves: 0-1, 2-3)
+    writers = torch.arange(cap).remainder(s).expand(w, cap) + 4 * torch.arange(w).view(w, 1)
+    shown = torch.ones(w, cap, dtype=torch.bool)
+    world = torch.eye(d)[:w]  # one direction per world
+    same = world.unsqueeze(1).expand(w, cap, d).clone()
+    good = float(world_agreement(same, shown, writers, s))
+    g = torch.Generator().manual_seed(0)
+    noise = torch.randn(w, cap, d, generator=g)
+    chance = float(world_agreement(noise, shown, writers, s))
+    assert good < 0.01 < chance  # log 4 = 1.39 is what a code that says nothing scores
+    crossed = same.clone()  # a world's second half looks like the next world's
+    second = (writers % s) >= s // 2
+    crossed[second] = world.roll(1, 0).unsqueeze(1).expand(w, cap, d)[second]
+    assert float(world_agreement(crossed, shown, writers, s)) > chance
+    one_half = shown & ~second  # every world's second half unseen: nothing to compare
+    assert float(world_agreement(noise, one_half, writers, s)) == 0.0
+    codes = noise.clone().requires_grad_(True)
+    world_agreement(codes, shown, writers, s).backward()
+    assert codes.grad is not None and codes.grad.abs().sum() > 0
+
+
+def test_world_agreement_trains_and_is_refused_without_world_memory() -> None:
+    cfg = world_cfg(world_agreement=1.0, total_steps=40, vary_memory=True)
+    plain = _train(world_cfg(total_steps=40, vary_memory=True), 12, Speed())[1]
+    agreed = _train(cfg, 12, Speed())[1]
+    a, b = stack(plain), stack(agreed)
+    assert not np.array_equal(a["loss/total"], b["loss/total"])  # the term is in the loss ...
+    np.testing.assert_array_equal(a["loss/pred"][:2], b["loss/pred"][:2])  # ... not the forward
+    with pytest.raises(ValueError, match="world_agreement: needs memory_scope 'world'"):
+        world_cfg(world_agreement=1.0, memory_scope="per_stream")
+    with pytest.raises(ValueError, match="world_agreement: must be >= 0"):
+        world_cfg(world_agreement=-1.0)
