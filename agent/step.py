@@ -121,13 +121,14 @@ class Knobs(NamedTuple):
 class MemoryView(NamedTuple):
     """What the forward reads of the experience buffer (nothing is written through it).
 
-    One memory for every sample (the paper's global FIFO): pairs (cap, 2, D); or one per sample
-    (``memory_scope="per_stream"``: sample b is stream b): pairs (B, cap, 2, D); or one per
-    world (``memory_scope="world"``): pairs (W, cap, 2, D) and ``group`` (B,), sample b reading
-    world ``group[b]``'s. ``mask`` is (cap,) or (B, cap) - (B, cap) also over shared pairs when
-    each sample sees a different part (``visible``, ``world``)."""
+    One memory for every sample (the paper's global FIFO): pairs (cap, E, D) (E latents an
+    entry, 2 in the paper); or one per sample (``memory_scope="per_stream"``: sample b is stream
+    b): pairs (B, cap, E, D); or one per world (``memory_scope="world"``): pairs (W, cap, E, D)
+    and ``group`` (B,), sample b reading world ``group[b]``'s. ``mask`` is (cap,) or (B, cap) -
+    (B, cap) also over shared pairs when each sample sees a different part (``visible``,
+    ``world``)."""
 
-    pairs: torch.Tensor  # (cap, 2, D), (B, cap, 2, D) or (W, cap, 2, D) float32
+    pairs: torch.Tensor  # (cap, E, D), (B, cap, E, D) or (W, cap, E, D) float32
     mask: torch.Tensor  # (cap,) or (B, cap) bool, True for the slots a sample attends to
     group: torch.Tensor | None = None  # (B,) int64: the world memory each sample reads
 
