@@ -58,6 +58,13 @@ class LoopDriver:
         self._attn: np.ndarray | None = None
         self._attn_t = -1.0
         self._record_every = 1
+        # The shown streams: the first of each world memory's group where streams share one (so
+        # the tiles show different worlds), else the first ones.
+        n = int(self.cfg.agent.batch_size)
+        step = self.cfg.agent.group_size if scope == "world" else 1
+        if n < step * SHOWN_STREAMS:  # fewer worlds than tiles: the first streams
+            step = 1
+        self.shown = np.arange(0, n, step)[:SHOWN_STREAMS]
 
     # ----------------------------------------------------------------- state
     @property
@@ -92,12 +99,12 @@ class LoopDriver:
 
     # ----------------------------------------------------------------- what is shown
     def frames(self) -> np.ndarray:
-        """(S, 64, 64) uint8: the newest frame of the first ``SHOWN_STREAMS`` streams."""
+        """(S, 64, 64) uint8: the newest frame of the ``SHOWN_STREAMS`` shown streams."""
         src = self.loop.source
         if not hasattr(src, "frames") or not hasattr(src, "head"):  # dataset source
             return np.zeros((SHOWN_STREAMS, 64, 64), np.uint8)
         newest = (src.head - 1) % src.window
-        return np.asarray(src.frames[:SHOWN_STREAMS, newest, 0])
+        return np.asarray(src.frames[self.shown, newest, 0])
 
     def buffer_worlds(self) -> np.ndarray:
         buf = self.learner.buffer
@@ -173,11 +180,12 @@ class LoopDriver:
         vec_env.set_episode_limits(np.where(pending, 1, vec_env.elapsed_steps + 1))
 
     def stream_physics(self) -> np.ndarray | None:
-        """(S, 2): gravity and direction of each of the first ``SHOWN_STREAMS`` streams' world
-        (worlds protocol; None under the paper's, where every stream has ``physics()``)."""
+        """(S, 2): gravity and direction of each shown stream's world (worlds protocol; None
+        under the paper's, where every stream has ``physics()``)."""
         if not self.worlds:
             return None
-        worlds = self.loop.world.stream_physics()[:SHOWN_STREAMS]
+        every = self.loop.world.stream_physics()
+        worlds = [every[i] for i in self.shown]
         return np.asarray([[p.gravity, p.gravity_direction] for p in worlds], np.float64)
 
     def set_frozen(self, frozen: bool) -> None:

@@ -140,7 +140,7 @@ class Screen:
         wv = snap.world
         pygame.draw.rect(s, draw.PANEL, rect)
         if wv.worlds:
-            title = "streams, all in one world" if wv.held else "streams, each in its own world"
+            title = "streams, all in one world" if wv.held else "streams in their training worlds"
             title += " (all tracks)"
         else:
             title = "stream (identical for all tracks)"
@@ -345,7 +345,7 @@ class Screen:
         n_events = int(np.nansum(boundary > 0.5)) if len(boundary) else 0
         worlds = snap.world.worlds
         fill_title = (
-            "memory fill (mean of streams), switch-world share"
+            "memory fill (mean of memories), switch-world share"
             if worlds
             else "buffer fill, shift-world share"
         )
