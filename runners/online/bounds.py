@@ -146,4 +146,9 @@ def bounds_text(b: dict[str, Any]) -> list[str]:
             f"{row['d'][f]:>9.3f} {_pct(row['share'][f]):>6}" for f in fams))
     out.append("  " + f"{'ceiling (oracle)':<24}" + "".join(
         f"{b['ceiling']['d'][f]:>16.3f}" for f in fams))
+    head = b.get("headline")
+    if head is not None:  # the headline memory's share per horizon, pooled
+        shares = b["memories"][head]["share_per_h"].get("pooled", [])
+        out.append("  share of the gap per horizon (peer memory, pooled): " + ", ".join(
+            f"h={h} {_pct(x)}" for h, x in zip(b["horizons"], shares, strict=False)))
     return out

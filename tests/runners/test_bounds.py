@@ -74,6 +74,7 @@ def test_the_report_places_every_memory_between_floor_and_ceiling() -> None:
     assert "ceiling (the oracle, D 0.950)" in line
     text = "\n".join(bounds.bounds_text(b))
     assert "peer memory" in text and "wrong-world memory" in text
+    assert "share of the gap per horizon (peer memory, pooled): h=2 " in text
 
 
 def test_the_default_run_trains_floor_and_ceiling_and_tells_the_story(tmp_path: Path) -> None:
