@@ -424,9 +424,10 @@ def peer_lines(peer: Mapping[str, Any]) -> list[str]:
                          f"{_f(m['own'])} | {_f(m['wrong'])} | {share} | "
                          f"{_pct(m['wrong_gap'])} | {_f(m['gravity_r2'])} |")
         oc = block["outcome"]
-        lines += ["", f"Pre-registered delta (D_B - D_C) / D_B on peer memory: "
-                  f"{_pct(block['delta'])}, {oc}: {stats.OUTCOME_TEXT.get(oc, 'needs B and C')}.",
-                  ""]
+        lines.append("")
+        if np.isfinite(block["delta"]):  # tracks B and C both ran
+            lines += [f"Pre-registered delta (D_B - D_C) / D_B on peer memory: "
+                      f"{_pct(block['delta'])}, {oc}: {stats.OUTCOME_TEXT.get(oc, '')}.", ""]
     best = peer["best"]
     seeds = peer["families"][POOLED]["tracks"][best]["per_seed"]
     lines += [f"Per seed, pooled, the best memory track by peer D^50 ({best}):", "",
