@@ -192,6 +192,10 @@ class AgentConfig:
     # its later horizons; the previous input's latent is the memory pair's older frame
     # (agent.latents; stream batches only). False: every latent recomputed at every step.
     stream_cache: bool = True
+    # Speed (world memory): each entry meets the experience encoder once, on the first step
+    # that reads it (with gradient then), its e_i held after that (agent/memory/codes.py).
+    # Off by default: it trains the memory worse (docs/results.md, "Faster world memory").
+    code_cache: bool = False
 
     # ----------------------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -209,7 +213,7 @@ class AgentConfig:
             if getattr(self, name) not in choices:
                 what = "unknown track, expected" if name == "track" else "expected"
                 self._bad(name, f"{what} one of {', '.join(choices)}")
-        for name in ("per_horizon", "vary_memory", "oracle", "stream_cache"):
+        for name in ("per_horizon", "vary_memory", "oracle", "stream_cache", "code_cache"):
             if not isinstance(getattr(self, name), bool):
                 self._bad(name, "must be true or false")
         for name in _POSITIVE_INTS:
@@ -256,6 +260,8 @@ class AgentConfig:
             self._bad("entry_frames", "must be an integer >= 2")
         if self.entry_frames > 2 and self.memory_scope == "global":
             self._bad("entry_frames", "longer entries are for per_stream and world memories")
+        if self.code_cache and self.memory_scope != "world":
+            self._bad("code_cache", "holds a world memory's codes: needs memory_scope 'world'")
         if self.world_agreement > 0 and (self.memory_scope != "world" or self.group_size < 2):
             self._bad("world_agreement", "needs memory_scope 'world' with group_size >= 2")
         if not _is_int(self.group_size) or self.group_size < 1:

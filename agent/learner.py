@@ -17,6 +17,7 @@ from agent.build import Parts, build_optimizer, build_parts
 from agent.config import AgentConfig
 from agent.latents import StreamLatents
 from agent.memory import Aggregate, ExperienceBuffer, WorldBuffer
+from agent.memory.codes import EntryCodes
 from agent.metrics import StepMetrics
 from agent.modulators import Modulated
 from agent.schedules import lr_at, tau_at
@@ -70,8 +71,10 @@ class Learner:
         self.memory_rng.manual_seed(cfg.seed)
         # Latents of stream frames shared between consecutive batches (cfg.stream_cache).
         self.latents = StreamLatents(cfg) if cfg.stream_cache else None
+        # A world memory's e_i by entry (cfg.code_cache).
+        self.codes = EntryCodes() if cfg.code_cache else None
         self.speed = speed if speed is not None else Speed.default(self.device)
-        self.paths = self.speed.paths(cfg, self.latents)
+        self.paths = self.speed.paths(cfg, self.latents, self.codes)
 
     @property
     def model(self) -> Model:
@@ -193,6 +196,7 @@ class Learner:
             "buffer": self.buffer.state_dict(),
             "memory_rng": self.memory_rng.get_state(),
             "latents": None if self.latents is None else self.latents.state_dict(),
+            "codes": None if self.codes is None else self.codes.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -206,3 +210,5 @@ class Learner:
             self.memory_rng.set_state(state["memory_rng"].cpu())
         if self.latents is not None:  # absent (None) in checkpoints written before the cache
             self.latents.load_state_dict(state.get("latents"))
+        if self.codes is not None:
+            self.codes.load_state_dict(state.get("codes"))

@@ -13,6 +13,10 @@ is switched on its own (``Speed``) and tested against ``Plain``:
   ``cfg.stream_cache``). Exact with still weights; while training a target latent is up to
   max(h) - min(h) steps old (docs/agent.md, "The stream latent cache"); a memory entry's older
   frames are earlier steps' input latents.
+- ``CodeCache``: a world memory's entries meet the experience encoder once
+  (``agent.memory.codes``, ``cfg.code_cache``). Exact with still weights; while training an
+  entry's e_i is as old as the entry (at most cap / S steps) and carries no gradient after the
+  step that computed it.
 - ``Beside``: the EMA targets and the memory's e_i (forward and backward) on a second thread while
   this one runs the online encoder (a CPU with one torch thread and a spare core). Same bits.
 
@@ -31,8 +35,9 @@ import torch
 
 from agent.config import AgentConfig
 from agent.latents import StreamLatents
+from agent.memory.codes import EntryCodes
 from agent.sources import Batch
-from agent.step import MemoryView, Model, encode, memory_codes, target_latents
+from agent.step import MemoryView, Model, encode, memory_codes, target_latents, world_slots
 
 
 def done(value: Any) -> Future:
@@ -149,6 +154,25 @@ class StreamCache(Layer):
         self.inner.done(batch, z)
 
 
+class CodeCache(Layer):
+    """A world memory's entries meet the experience encoder once (``agent.memory.codes``): each
+    step encodes only the entries read now that were written since they were last encoded."""
+
+    def __init__(self, inner: Plain, store: EntryCodes) -> None:
+        super().__init__(inner)
+        self.store = store
+
+    def codes(self, m: Model, memory: MemoryView, grad: bool) -> Future:
+        nets = m.nets
+        reads = nets.modulator.uses_memory and nets.aggregator is not None and nets.oracle is None
+        if memory.group is None or not reads:
+            return self.inner.codes(m, memory, grad)
+        shown = world_slots(memory, memory.pairs.shape[0])
+        with torch.set_grad_enabled(grad), torch.autocast(m.spec.device_type, enabled=False):
+            return done(self.store.read(nets.experience, memory.pairs, m.buffer.steps, shown,
+                                        m.spec.exp_dim))  # fmt: skip
+
+
 class _Leaf:
     """The memory's e_i from the second thread, as a detached leaf: the boundary between the
     step's graph and theirs (``Beside.backward``)."""
@@ -226,8 +250,11 @@ class Speed:
         beside = cpu and torch.get_num_threads() == 1 and spare_core()
         return cls(visible_slots=cpu, lazy_pair=cpu, beside=beside)
 
-    def paths(self, cfg: AgentConfig, latents: StreamLatents | None) -> Plain:
-        """The layers, innermost first, around ``Plain``."""
+    def paths(
+        self, cfg: AgentConfig, latents: StreamLatents | None, codes: EntryCodes | None = None
+    ) -> Plain:
+        """The layers, innermost first, around ``Plain`` (``latents``: ``cfg.stream_cache``'s
+        store; ``codes``: ``cfg.code_cache``'s)."""
         paths = Plain()
         if self.visible_slots:
             paths = VisibleSlots(paths)
@@ -236,6 +263,8 @@ class Speed:
             paths = LazyPair(paths)
         if latents is not None:
             paths = StreamCache(paths, latents, keep_input=cfg.push_pair == "input")
+        if codes is not None:
+            paths = CodeCache(paths, codes)
         if self.beside:
             paths = Beside(paths)
         return paths

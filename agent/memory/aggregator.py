@@ -45,7 +45,7 @@ class AttentionAggregator(nn.Module):
         q = self.w_q(z)  # (B, d)
         keys = self.w_k(e)  # each world's keys once
         if group is not None:
-            e, keys = e[group], keys[group]  # (B, cap, d)
+            return self._per_world(q, e, keys, mask, group)
         if e.dim() == 2:
             scores = q @ keys.T  # (B, cap)
         else:
@@ -54,4 +54,26 @@ class AttentionAggregator(nn.Module):
         # All slots empty: softmax is uniform over garbage; the mask product zeroes it.
         attn = torch.softmax(scores, dim=-1) * mask
         pooled = attn @ e if e.dim() == 2 else torch.einsum("bc,bcd->bd", attn, e)
+        return Aggregate(self.w_e(pooled), attn)
+
+    def _per_world(
+        self,
+        q: torch.Tensor,
+        e: torch.Tensor,
+        keys: torch.Tensor,
+        mask: torch.Tensor,
+        group: torch.Tensor,
+    ) -> Aggregate:
+        """One memory per world (e, keys (W, cap, d)): every sample's scores against every
+        world's keys in one matmul, then the block of its own world; the pooling the same way
+        back. The same sums as a copy of its world's entries per sample (B x cap x d), without
+        the copy or the per-sample products."""
+        w, cap, d = e.shape
+        block = group.view(-1, 1, 1).expand(-1, 1, cap)  # (B, 1, cap): the sample's world
+        every = (q @ keys.reshape(w * cap, d).T).view(-1, w, cap)  # (B, W, cap)
+        scores = every.gather(1, block).squeeze(1)  # (B, cap)
+        scores = (scores * self.scale).masked_fill(~mask, torch.finfo(scores.dtype).min)
+        attn = torch.softmax(scores, dim=-1) * mask
+        spread = attn.new_zeros(attn.shape[0], w, cap).scatter(1, block, attn.unsqueeze(1))
+        pooled = spread.view(-1, w * cap) @ e.reshape(w * cap, d)  # (B, d)
         return Aggregate(self.w_e(pooled), attn)

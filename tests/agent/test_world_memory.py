@@ -93,12 +93,14 @@ def test_each_worlds_entries_are_encoded_once_and_read_by_its_samples() -> None:
     handle.remove()
     assert rows == [cfg.num_groups * cfg.buffer_capacity]  # W x cap rows, not B x cap
     assert codes.shape == (2, 8, cfg.exp_dim)
-    # the grouped attention equals a per-sample memory holding each sample's world
+    # the grouped attention equals a per-sample memory holding each sample's world (the same
+    # sums, in another order: to float32 rounding)
     z = torch.randn(6, cfg.latent_dim, generator=g)
     agg: AttentionAggregator = learner.nets.aggregator
     grouped = agg(z, codes, view.mask, learner.groups)
     per_sample = agg(z, codes[learner.groups], view.mask)
-    torch.testing.assert_close(grouped.e_agg, per_sample.e_agg, rtol=0, atol=0)
+    torch.testing.assert_close(grouped.e_agg, per_sample.e_agg)
+    torch.testing.assert_close(grouped.attn, per_sample.attn)
     assert (grouped.attn[~view.mask] == 0).all()
     # only the visible slots: the same e_i where a sample of the world looks
     u = torch.tensor([0.3, 0.2, 0.1, 0.0, 0.0, 0.3])  # each sees its newest k = 2, 1, 0, 0, 0, 2
@@ -157,8 +159,8 @@ def test_group_size_one_reading_all_is_the_per_stream_memory() -> None:
     for cfg in (world, per_stream):
         learner = Learner(cfg, speed=Speed())
         runs.append(stack([learner.update(b) for b in batches]))
-    for key in runs[0]:
-        np.testing.assert_array_equal(runs[0][key], runs[1][key], err_msg=key)
+    for key in runs[0]:  # the same sums in another order (agent.memory.aggregator): to rounding
+        np.testing.assert_allclose(runs[0][key], runs[1][key], rtol=1e-5, err_msg=key)
 
 
 def test_world_memory_is_deterministic_and_resumes_exactly() -> None:
