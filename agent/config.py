@@ -185,6 +185,10 @@ class AgentConfig:
     # the codes of two disjoint halves of a world's memory must pick each other out among the
     # worlds); 0 (default): the paper's objective only
     world_agreement: float = 0.0
+    # e_agg also gets a learned linear map of the entries' own statistics (the mean newest
+    # latent, the mean change, the median change of velocity; agent/memory/summary.py), which
+    # hold the world where the attention's average of codes loses it; False: the paper's e_agg
+    memory_summary: bool = False
     vary_memory: bool = False  # training: each sample sees only its newest k entries, k ~ U{0..n}
     memory_write: str = "boundary"  # push on a detector "boundary" (paper) or at "every" valid step
     oracle: bool = False  # feed the true physics (Batch.physics) in place of e_agg: the ceiling
@@ -213,7 +217,8 @@ class AgentConfig:
             if getattr(self, name) not in choices:
                 what = "unknown track, expected" if name == "track" else "expected"
                 self._bad(name, f"{what} one of {', '.join(choices)}")
-        for name in ("per_horizon", "vary_memory", "oracle", "stream_cache", "code_cache"):
+        for name in ("per_horizon", "vary_memory", "oracle", "stream_cache", "code_cache",
+                     "memory_summary"):
             if not isinstance(getattr(self, name), bool):
                 self._bad(name, "must be true or false")
         for name in _POSITIVE_INTS:

@@ -8,6 +8,12 @@ vector (g_x, g_y) in px/frame^2; it is fit on worlds of the training family and 
 on held-out worlds (docs/definitions.md#the-gravity-probe). R^2 near 1: the memory's summary
 says which way and how hard things fall in a world the learner never trained on; near 0 or
 below: it does not (whatever else it holds).
+
+Beside it, the same probe on the same n entries summarised by hand
+(``agent.memory.summary.entry_statistics``: the
+mean newest latent, the mean change, the median change of velocity) says what the entries
+themselves hold of the world: where that reads gravity and e_agg does not, the memory's
+encoder and attention lose it; where neither does, the latents never had it.
 """
 
 from __future__ import annotations
@@ -19,20 +25,27 @@ import torch
 
 from agent.adaptation import WorldSet, _encode, _memory, input_index
 from agent.learner import Learner
+from agent.memory.summary import entry_statistics
 from agent.probes import probe_r2
 from agent.step import MemoryView, aggregate
+
+
+def _peer_view(learner: Learner, world: WorldSet, n: int, peers: int):
+    """(z (N, i+1, D) online latents, i the input index, the peer MemoryView (N, cap, E, D))."""
+    cfg = learner.cfg
+    i = input_index(cfg, n)
+    z, _ = _encode(learner, world.frames, n)
+    view = _memory([z.roll(-p, dims=0) for p in range(1, peers + 1)], i, n, cfg.entry_frames)
+    return z, i, view
 
 
 @torch.no_grad()
 def context_codes(learner: Learner, world: WorldSet, n: int, peers: int = 1) -> np.ndarray:
     """e_agg (N, exp_dim) of each of the world's N sequences at its input frame, read from the
     newest n pairs of the next ``peers`` sequences of the same world."""
-    cfg = learner.cfg
-    i = input_index(cfg, n)
-    z, _ = _encode(learner, world.frames, n)  # (N, i+1, D) online latents
-    view = _memory([z.roll(-p, dims=0) for p in range(1, peers + 1)], i, n, cfg.entry_frames)
+    z, i, view = _peer_view(learner, world, n, peers)
     out = []
-    chunk = max(1, cfg.eval_batch_size)
+    chunk = max(1, learner.cfg.eval_batch_size)
     for start in range(0, z.shape[0], chunk):
         sl = slice(start, start + chunk)
         part = MemoryView(view.pairs[sl].to(learner.device), view.mask[sl].to(learner.device))
@@ -41,6 +54,15 @@ def context_codes(learner: Learner, world: WorldSet, n: int, peers: int = 1) -> 
             raise ValueError("gravity probe: this learner reads no memory (track A, the oracle)")
         out.append(agg.e_agg.float().cpu().numpy())
     return np.concatenate(out)
+
+
+@torch.no_grad()
+def peer_entry_statistics(
+    learner: Learner, world: WorldSet, n: int, peers: int = 1
+) -> np.ndarray:
+    """``entry_statistics`` of the peer memory ``context_codes`` reads, one row a sequence."""
+    _, _, view = _peer_view(learner, world, n, peers)
+    return entry_statistics(view.pairs, view.mask).numpy()
 
 
 def _gravity(world: WorldSet, rows: int) -> np.ndarray:
@@ -54,18 +76,20 @@ def gravity_probe(
     test: Sequence[WorldSet],
     n: int = 50,
     peers: int = 1,
+    features=context_codes,
 ) -> dict[str, float]:
-    """Held-out R^2 of a ridge probe of the gravity vector from e_agg (``context_codes``): fit
-    on ``fit``'s worlds, scored on ``test``'s, per family and pooled (``"all"``). The penalty
-    is chosen on the last fifth of the fitting worlds (``agent.probes.probe_r2``)."""
+    """Held-out R^2 of a ridge probe of the gravity vector from ``features`` of a world's
+    sequences (e_agg, ``context_codes``; or ``peer_entry_statistics``): fit on ``fit``'s
+    worlds, scored on ``test``'s, per family and pooled (``"all"``). The penalty is chosen on
+    the last fifth of the fitting worlds (``agent.probes.probe_r2``)."""
     x_fit, y_fit = [], []
     for w in fit:
-        x_fit.append(context_codes(learner, w, n, peers))
+        x_fit.append(features(learner, w, n, peers))
         y_fit.append(_gravity(w, len(x_fit[-1])))
     xf, yf = np.concatenate(x_fit), np.concatenate(y_fit)
     by_family: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
     for w in test:
-        x = context_codes(learner, w, n, peers)
+        x = features(learner, w, n, peers)
         xs, ys = by_family.setdefault(w.family, ([], []))
         xs.append(x)
         ys.append(_gravity(w, len(x)))

@@ -325,7 +325,7 @@ def aggregate(
     if codes is None:
         codes = memory_codes(nets, memory, spec)
     with torch.autocast(spec.device_type, enabled=False):
-        return nets.aggregator(z.float(), codes, memory.mask, memory.group)
+        return nets.aggregator(z.float(), codes, memory.mask, memory.group, memory.pairs)
 
 
 def unroll(

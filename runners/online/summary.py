@@ -238,14 +238,22 @@ GRAVITY_PROBE_CAPTION = ("the gravity probe: R^2 of a linear probe of the world'
                          "e_agg (docs/definitions.md#the-gravity-probe)")
 
 
+ENTRIES_CAPTION = ("the same probe on the same entries summarised by hand (mean latent, mean "
+                   "change, median change of velocity)")
+
+
 def gravity_probe_text(probe: dict[str, Any] | None) -> list[str]:
     """The gravity probe in one line (none without it)."""
     if not probe:
         return []
     r2 = probe["r2"]
-    return ["", f"{GRAVITY_PROBE_CAPTION}, n = {probe['n']} peer transitions, fit on "
-            f"{probe['fit_worlds']} training worlds: " + ", ".join(
-                f"{fam} {_fmt(v)}" for fam, v in r2.items())]
+    lines = ["", f"{GRAVITY_PROBE_CAPTION}, n = {probe['n']} peer transitions, fit on "
+             f"{probe['fit_worlds']} training worlds: " + ", ".join(
+                 f"{fam} {_fmt(v)}" for fam, v in r2.items())]
+    if probe.get("r2_entries"):  # absent in reports written before it
+        lines.append(f"  {ENTRIES_CAPTION}: " + ", ".join(
+            f"{fam} {_fmt(v)}" for fam, v in probe["r2_entries"].items()))
+    return lines
 
 
 #: What each row of the reference check is (agent.adaptation.reference_check).

@@ -38,7 +38,7 @@ from agent.adaptation import (
     sequence_length,
     world_curves,
 )
-from agent.context_probe import gravity_probe
+from agent.context_probe import gravity_probe, peer_entry_statistics
 from agent.probes import ProbeSet, probe_report
 from agent.world_probe import ProbeConfig, ProbeWorld, world_probe
 from runners.online.evaluation import CurveEvaluator
@@ -235,7 +235,8 @@ def gravity_probe_report(learner: Learner, *, n: int, seed: int,
     worlds of the training family (the first of ``families``; default ``env.FAMILIES``),
     scored on ``test_worlds`` of each other (held-out) family, ``seqs`` sequences each (the test
     digits), all drawn from ``seed`` apart from the evaluation's own worlds; memories of n peer
-    transitions (``peers``)."""
+    transitions (``peers``). ``r2``: from e_agg; ``r2_entries``: from the same entries'
+    statistics (``agent.context_probe.entry_statistics``)."""
     cfg = learner.cfg
     families = dict(families or env.FAMILIES)
     length = sequence_length(cfg, n)
@@ -249,8 +250,10 @@ def gravity_probe_report(learner: Learner, *, n: int, seed: int,
     fit = draw(train, 0, fit_worlds)
     test = [w for k, fam in enumerate(held, 1) for w in draw(fam, k, test_worlds)]
     r2 = gravity_probe(learner, fit, test, n=n, peers=peers(cfg))
+    entries = gravity_probe(learner, fit, test, n=n, peers=peers(cfg),
+                            features=peer_entry_statistics)  # fmt: skip
     return {"n": n, "peers": peers(cfg), "fit_worlds": fit_worlds, "test_worlds": test_worlds,
-            "sequences": seqs, "r2": r2}
+            "sequences": seqs, "r2": r2, "r2_entries": entries}
 
 
 def peers(cfg: Any) -> int:

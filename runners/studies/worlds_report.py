@@ -66,6 +66,8 @@ class WorldsRun:
     per_h: np.ndarray = field(default_factory=lambda: np.zeros(0))
     #: the gravity probe's held-out R^2 by family (and ``all``); None without memory
     gravity_r2: dict[str, float] | None = None
+    #: the same probe on the same entries' statistics (runs before it: None)
+    entries_r2: dict[str, float] | None = None
 
     def at(self, family: str, memory: str = "own", n: int = HEADLINE_N) -> float:
         """D^n of one family and memory (NaN if not measured)."""
@@ -108,6 +110,7 @@ def load_worlds_run(run_dir: str | Path, arm: str, seed: str) -> WorldsRun | Non
         horizons=tuple(int(h) for h in held.get("horizons", ())),
         per_h=np.asarray(own, dtype=np.float64).mean(axis=0) if own else np.zeros(0),
         gravity_r2=(held.get("gravity_probe") or {}).get("r2"),
+        entries_r2=(held.get("gravity_probe") or {}).get("r2_entries"),
     )
 
 
@@ -220,6 +223,7 @@ def peer_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[str]
                     "share": _ratio(d_a - peer, d_a - d_o) if d_a > d_o else math.nan,
                     "wrong_gap": _ratio(wrong - peer, peer),
                     "gravity_r2": (r.gravity_r2 or {}).get(fam, math.nan),
+                    "entries_r2": (r.entries_r2 or {}).get(fam, math.nan),
                 }
             mean = {k: _mean([v[k] for v in per_seed.values()]) for k in next(iter(
                 per_seed.values()))} if per_seed else {}
@@ -412,17 +416,19 @@ def peer_lines(peer: Mapping[str, Any]) -> list[str]:
              "world (`same`; docs/definitions.md#dn-on-held-out-worlds), against the floor (A) "
              "and the ceiling (oracle) of the same seed. share = (D_A - D_peer) / (D_A - D_oracle) "
              "(of seed means); wrong - peer = (D_wrong - D_peer) / D_peer (positive: the right "
-             "world's memory is better); gravity R^2: the gravity probe on e_agg "
-             "(docs/definitions.md#the-gravity-probe).", ""]
+             "world's memory is better); gravity R^2: the gravity probe on e_agg, and on the "
+             "same entries' statistics (docs/definitions.md#the-gravity-probe).", ""]
     for fam, block in peer["families"].items():
         lines += [f"**{fam}**", "", "| track | D_A | D_oracle | peer D^50 | own D^50 | wrong D^50 | "
-                  "share | wrong - peer | gravity R^2 |", "|---|---|---|---|---|---|---|---|---|"]
+                  "share | wrong - peer | gravity R^2 | entries R^2 |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for arm, row in sorted(block["tracks"].items()):
             m = row["mean"]
             share = "-" if not np.isfinite(m["share"]) else f"{m['share']:.2f}"
             lines.append(f"| {arm} | {_f(m['d_A'])} | {_f(m['d_oracle'])} | {_f(m['peer'])} | "
                          f"{_f(m['own'])} | {_f(m['wrong'])} | {share} | "
-                         f"{_pct(m['wrong_gap'])} | {_f(m['gravity_r2'])} |")
+                         f"{_pct(m['wrong_gap'])} | {_f(m['gravity_r2'])} | "
+                         f"{_f(m['entries_r2'])} |")
         oc = block["outcome"]
         lines.append("")
         if np.isfinite(block["delta"]):  # tracks B and C both ran
@@ -431,12 +437,13 @@ def peer_lines(peer: Mapping[str, Any]) -> list[str]:
     best = peer["best"]
     seeds = peer["families"][POOLED]["tracks"][best]["per_seed"]
     lines += [f"Per seed, pooled, the best memory track by peer D^50 ({best}):", "",
-              "| seed | D_A | D_oracle | peer D^50 | wrong D^50 | share | gravity R^2 |",
-              "|---|---|---|---|---|---|---|"]
+              "| seed | D_A | D_oracle | peer D^50 | wrong D^50 | share | gravity R^2 | "
+              "entries R^2 |", "|---|---|---|---|---|---|---|---|"]
     for seed, v in seeds.items():
         share = "-" if not np.isfinite(v["share"]) else f"{v['share']:.2f}"
         lines.append(f"| {seed} | {_f(v['d_A'])} | {_f(v['d_oracle'])} | {_f(v['peer'])} | "
-                     f"{_f(v['wrong'])} | {share} | {_f(v['gravity_r2'])} |")
+                     f"{_f(v['wrong'])} | {share} | {_f(v['gravity_r2'])} | "
+                     f"{_f(v['entries_r2'])} |")
     t = peer["targets"]
     lines += ["", "## The world-memory targets (pooled held-out worlds, every seed)", "",
               "| target | met |", "|---|---|",

@@ -9,7 +9,8 @@ from torch import nn
 
 from agent import AgentConfig, Learner
 from agent.adaptation import WorldSet, sequence_length
-from agent.context_probe import context_codes, gravity_probe
+from agent.context_probe import context_codes, gravity_probe, peer_entry_statistics
+from agent.memory.summary import entry_statistics
 
 N = 3  # memory size
 
@@ -79,3 +80,42 @@ def test_a_learner_without_memory_has_nothing_to_probe() -> None:
     w = world(cfg, "w", "train", 2, (0.1, 0.0), rng)
     with pytest.raises(ValueError, match="reads no memory"):
         context_codes(Learner(cfg), w, N)
+
+
+def test_entry_statistics_are_the_mean_latent_change_and_median_change_of_velocity() -> None:
+    """Entries (t-2, t-1, t) of a path z = a t^2 + b t + c per sample: the mean newest latent,
+    the mean change, and the change of velocity 2a, which a bounce (one outlier entry) does not
+    move because it is a median. Masked slots are not read; a sample with none reads zeros."""
+    t = torch.arange(6.0).view(1, 6, 1, 1) + torch.arange(3.0).view(1, 1, 3, 1)  # (1, 6, 3, 1)
+    a = torch.tensor([0.5, -1.0]).view(2, 1, 1, 1)
+    pairs = (a * t**2 + 3 * t + 1).expand(2, 6, 3, 1).clone()  # (2, 6, 3, 1), 6 entries each
+    pairs[0, 5, 2] += 100.0  # a bounce in sample 0's last entry
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    mask[1, 4:] = False  # sample 1 reads its first four
+    stats = entry_statistics(pairs, mask).numpy()  # (2, 3): newest, change, change of velocity
+    assert stats.shape == (2, 3)
+    assert stats[0, 2] == pytest.approx(1.0)  # 2a, the bounce ignored
+    assert stats[1, 2] == pytest.approx(-2.0)
+    newest = pairs[1, :4, 2, 0]
+    assert stats[1, 0] == pytest.approx(float(newest.mean()))
+    change = pairs[1, :4, 2, 0] - pairs[1, :4, 1, 0]
+    assert stats[1, 1] == pytest.approx(float(change.mean()))
+    none = entry_statistics(pairs, torch.zeros(2, 6, dtype=torch.bool)).numpy()
+    assert (none == 0).all()
+    assert entry_statistics(pairs[:, :, 1:], mask).shape == (2, 2)  # pairs: no second difference
+
+
+def test_the_entry_statistics_probe_reads_the_world_from_the_same_entries(pixel_encoder) -> None:
+    """The probe on the entries' own statistics: here the change per frame is linear in the
+    world's gravity, so it reads it (R^2 1) whatever the experience encoder does with it."""
+    cfg = cfg_of()
+    learner = Learner(cfg)
+    learner.nets.encoder = pixel_encoder(cfg.latent_dim, pixel=2)
+    rng = np.random.default_rng(0)
+
+    def worlds(steps: list[int], family: str) -> list[WorldSet]:
+        return [world(cfg, f"{family}-{k}", family, k, (k / 100, -k / 50), rng) for k in steps]
+
+    out = gravity_probe(learner, worlds([1, 2, 4, 6, 9, 12], "train"),
+                        worlds([3, 7, 10], "interp"), n=N, features=peer_entry_statistics)
+    assert out["all"] > 0.999

@@ -95,6 +95,8 @@ def test_the_default_run_trains_floor_and_ceiling_and_tells_the_story(tmp_path: 
     assert (run / "figures" / "bounds.png").stat().st_size > 10_000
     probe = s["held_out"]["gravity_probe"]  # the chosen track reads memory: its gravity probe
     assert set(probe["r2"]) == {"interp", "extrap", "all"} and probe["peers"] == 1
+    assert set(probe["r2_entries"]) == {"interp", "extrap", "all"}  # the same entries, by hand
+    assert "the same probe on the same entries summarised by hand" in res.stdout
     floor = json.loads((run / "floor" / "summary.json").read_text())
     assert floor["held_out"]["gravity_probe"] is None  # track A has no memory to probe
     md = (run / "summary.md").read_text()

@@ -56,7 +56,9 @@ def test_peer_memory_against_floor_and_ceiling_per_seed() -> None:
         mems = {"own": np.full(6, own), "same": np.full(6, peer), "wrong": np.full(6, wrong)}
         curves = {f: dict(mems) for f in (*ws.FAMILIES, ws.POOLED)}
         gravity = None if r2 is None else {"interp": r2, "extrap": r2, "all": r2}
-        return ws.WorldsRun(arm=arm, seed=seed, ns=NS, curves=curves, gravity_r2=gravity)
+        entries = None if r2 is None else {"interp": 0.7, "extrap": 0.7, "all": 0.7}
+        return ws.WorldsRun(arm=arm, seed=seed, ns=NS, curves=curves, gravity_r2=gravity,
+                            entries_r2=entries)
 
     runs = [
         run("A", "1", 1.0, 1.0, 1.0, None), run("A", "2", 0.9, 0.9, 0.9, None),
@@ -71,13 +73,15 @@ def test_peer_memory_against_floor_and_ceiling_per_seed() -> None:
     assert c["per_seed"]["2"]["share"] == pytest.approx(0.06 / 0.1)
     assert c["mean"]["share"] == pytest.approx((0.95 - 0.86) / (0.95 - 0.8))
     assert c["per_seed"]["1"]["wrong_gap"] == pytest.approx(0.02 / 0.88)
+    assert c["mean"]["entries_r2"] == pytest.approx(0.7)  # the entries' own probe, beside e_agg's
     assert peer["families"]["all"]["delta"] == pytest.approx((0.915 - 0.86) / 0.915)
     assert peer["targets"] == {"below_floor": True, "half_the_gap": True, "wrong_worse": True,
                                "gravity_r2": True}
     runs[-1] = run("C", "2", 0.80, 0.84, 0.83, 0.5)  # one seed: wrong world better, probe weak
     t = ws.analyse(runs)["peer"]["targets"]
     assert t["wrong_worse"] is False and t["gravity_r2"] is False and t["below_floor"] is True
-    assert "## The world-memory targets" in "\n".join(ws.report_lines(ws.analyse(runs)))
+    text = "\n".join(ws.report_lines(ws.analyse(runs)))
+    assert "## The world-memory targets" in text and "| gravity R^2 | entries R^2 |" in text
 
 
 def test_a_negligible_oracle_gain_leaves_the_share_out_and_targets_unmet() -> None:
