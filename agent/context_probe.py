@@ -62,7 +62,7 @@ def peer_entry_statistics(
 ) -> np.ndarray:
     """``entry_statistics`` of the peer memory ``context_codes`` reads, one row a sequence."""
     _, _, view = _peer_view(learner, world, n, peers)
-    return entry_statistics(view.pairs, view.mask).numpy()
+    return entry_statistics(view.pairs, view.mask).cpu().numpy()  # the latents are on the device
 
 
 def _gravity(world: WorldSet, rows: int) -> np.ndarray:
