@@ -30,7 +30,9 @@ from agent.probes import probe_r2
 from agent.step import MemoryView, aggregate
 
 
-def _peer_view(learner: Learner, world: WorldSet, n: int, peers: int):
+def _peer_view(
+    learner: Learner, world: WorldSet, n: int, peers: int
+) -> tuple[torch.Tensor, int, MemoryView]:
     """(z (N, i+1, D) online latents, i the input index, the peer MemoryView (N, cap, E, D))."""
     cfg = learner.cfg
     i = input_index(cfg, n)
