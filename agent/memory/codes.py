@@ -43,7 +43,8 @@ class EntryCodes:
         New entries go through ``experience`` under the caller's grad mode; the rest are held
         (detached). The count of new entries is a host read."""
         n = steps.numel()
-        if self.codes is None or self.codes.shape != (n, exp_dim):
+        fits = self.codes is not None and self.codes.shape == (n, exp_dim)
+        if not (fits and self.codes.device == pairs.device):  # (a resume on another device)
             self.codes = pairs.new_zeros(n, exp_dim)
             self.stamp = torch.full((n,), -1, dtype=torch.long, device=steps.device)
         stamps = steps.flatten()
