@@ -37,7 +37,15 @@ from agent.config import AgentConfig
 from agent.latents import StreamLatents
 from agent.memory.codes import EntryCodes
 from agent.sources import Batch
-from agent.step import MemoryView, Model, encode, memory_codes, target_latents, world_slots
+from agent.step import (
+    MemoryView,
+    Model,
+    encode,
+    encodes_memory,
+    memory_codes,
+    target_latents,
+    world_slots,
+)
 
 
 def done(value: Any) -> Future:
@@ -163,13 +171,11 @@ class CodeCache(Layer):
         self.store = store
 
     def codes(self, m: Model, memory: MemoryView, grad: bool) -> Future:
-        nets = m.nets
-        reads = nets.modulator.uses_memory and nets.aggregator is not None and nets.oracle is None
-        if memory.group is None or not reads:
+        if memory.group is None or not encodes_memory(m.nets):
             return self.inner.codes(m, memory, grad)
         shown = world_slots(memory, memory.pairs.shape[0])
         with torch.set_grad_enabled(grad), torch.autocast(m.spec.device_type, enabled=False):
-            return done(self.store.read(nets.experience, memory.pairs, m.buffer.steps, shown,
+            return done(self.store.read(m.nets.experience, memory.pairs, m.buffer.steps, shown,
                                         m.spec.exp_dim))  # fmt: skip
 
 

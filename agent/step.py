@@ -285,6 +285,12 @@ def world_slots(memory: MemoryView, worlds: int) -> torch.Tensor:
     return seen.index_add_(0, slots.flatten(), memory.mask.flatten().float()).view(-1, cap) > 0
 
 
+def encodes_memory(nets: Networks) -> bool:
+    """Whether the step encodes the memory's entries: a track with a memory pathway, without the
+    oracle (which feeds the true physics in its place)."""
+    return nets.modulator.uses_memory and nets.aggregator is not None and nets.oracle is None
+
+
 def memory_codes(
     nets: Networks, memory: MemoryView, spec: StepSpec, visible_only: bool = False
 ) -> torch.Tensor | None:
@@ -293,7 +299,7 @@ def memory_codes(
     e_i serve every sample); a per-sample memory (B, cap, 2, D) as B * cap pairs, or with
     ``visible_only`` only the slots its mask shows (zeros elsewhere, which the aggregator never
     reads; the count of those slots is a host read)."""
-    if not nets.modulator.uses_memory or nets.aggregator is None or nets.oracle is not None:
+    if not encodes_memory(nets):
         return None
     # The memory pathway runs in fp32 even under bf16 autocast: its matmuls are tiny
     # (cap x 64), so bf16 only adds casts (measured ~2 ms slower per step on CPU).
