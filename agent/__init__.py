@@ -13,7 +13,7 @@ from agent.checkpoint import (
     read_checkpoint_config,
     save_checkpoint,
 )
-from agent.config import AgentConfig, preferred_precision
+from agent.config import AgentConfig, bf16_unsupported, preferred_precision
 from agent.evaluation import (
     EvalData,
     EvalResult,
@@ -53,6 +53,7 @@ __all__ = [
     "jepa_step",
     "load_checkpoint",
     "modulated_prediction",
+    "bf16_unsupported",
     "preferred_precision",
     "read_checkpoint_config",
     "save_checkpoint",

@@ -40,23 +40,33 @@ PREDICTORS = ("direct", "residual", "rollout")
 PHYSICS_DIM = 4
 
 
+def bf16_unsupported(device: Any = "cpu") -> str | None:
+    """Why bf16 kernels cannot run on ``device``, or None where they can: torch's own check (a
+    CPU as oneDNN reports it: AVX-512 BW/VL/DQ, AVX-512 BF16 or AMX; a CUDA device's bf16
+    support), never a CPU model name. An AVX2-only CPU has none: fp32 there."""
+    import torch  # local: the config module stays importable without touching torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+            return None
+        return "this CUDA device has no bf16 support"
+    if dev.type == "cpu":
+        if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            return None
+        return "this CPU has no bf16 kernels (torch's oneDNN finds neither AVX-512 nor AMX)"
+    return f"no bf16 kernels on a {dev.type} device"
+
+
 def preferred_precision(device: Any = "cpu") -> str:
-    """The fast precision for training on ``device``: "bf16" where bf16 runs natively (a CPU
-    with AVX-512 BF16 or AMX as oneDNN reports it; a CUDA device with bf16 support), else "fp32".
+    """The fast precision for training on ``device``: "bf16" where bf16 runs natively
+    (``bf16_unsupported`` is None), else "fp32".
 
     ``AgentConfig.precision`` itself defaults to "fp32" (exact: same seed, same numbers); this is
     for entry points that want speed (see docs/agent.md, "Precision and speed": D_shift^50 after a
     short training was unchanged within seed noise in bf16).
     """
-    import torch  # local: the config module stays importable without touching torch
-
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
-    if dev.type == "cpu":
-        ok = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-        return "bf16" if ok else "fp32"
-    return "fp32"
+    return "fp32" if bf16_unsupported(device) else "bf16"
 
 
 # Per-track defaults of the fields that differ between tracks (Table 5; D/E: see module doc).

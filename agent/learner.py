@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from agent.build import Parts, build_optimizer, build_parts
-from agent.config import AgentConfig
+from agent.config import AgentConfig, bf16_unsupported
 from agent.latents import StreamLatents
 from agent.memory import Aggregate, ExperienceBuffer, WorldBuffer
 from agent.memory.codes import EntryCodes
@@ -56,6 +56,9 @@ class Learner:
             raise ValueError("total_steps: None is for a runner to fill in (the schedules' length)")
         self.cfg = cfg
         self.device = torch.device(device)
+        why = bf16_unsupported(self.device) if cfg.precision == "bf16" else None
+        if why:
+            raise ValueError(f"precision: bf16 cannot run here: {why} (use fp32)")
         self.spec = StepSpec.from_config(cfg, self.device)
         parts = parts if parts is not None else build_parts(cfg, self.device)
         self.nets = parts.nets

@@ -36,6 +36,7 @@ from runners.online.config import (
     RunConfig,
     Schedule,
     Source,
+    device_name,
     flat,
     preset_agent,
     resolve,
@@ -231,18 +232,12 @@ def default_config(tokens: Sequence[str]) -> RunConfig:
     protocol = PROTOCOLS[d.protocol]()
     if isinstance(protocol, Paper):  # (under worlds, --source is refused by the parser)
         protocol.source = d.source
-    device = d.device if d.device != "auto" else _auto_device()
+    device = device_name(d.device)
     agent = preset_agent(d.preset, d.track, protocol, protocol.source if isinstance(
         protocol, Paper) else "stream", preferred_precision(device))
     schedule = Schedule(steps=PRESET_STEPS.get(d.preset, Schedule.steps))
     return RunConfig(protocol=protocol, preset=d.preset, device=d.device, agent=agent,
                      schedule=schedule)
-
-
-def _auto_device() -> str:
-    import torch  # local: reading a config does not need torch until here
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def parse_tokens(tokens: Sequence[str], prog: str = TRAIN_PROG) -> TrainCommand:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import tyro
 
-from agent.config import AgentConfig
+from agent.config import AgentConfig, bf16_unsupported
 from runners.cli import CliError
 from runners.online.switch import Switch, check_physics, physics_label
 
@@ -312,6 +312,15 @@ def preset_agent(preset: str, track: str, protocol: Worlds | Paper, source: str 
 
 
 # -- resolution ------------------------------------------------------------------------------
+def device_name(device: str) -> str:
+    """The device a run's ``--device`` names: "auto" is "cuda" where a GPU is, else "cpu"."""
+    if device != "auto":
+        return device
+    import torch  # local: reading a config does not need torch until here
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def resolve(cfg: RunConfig) -> RunConfig:
     """Check what the field types cannot, fill in the derived values; ``CliError`` naming the
     option. Resolving a resolved config changes nothing."""
@@ -350,6 +359,10 @@ def resolve(cfg: RunConfig) -> RunConfig:
         raise CliError(f"--name must be a plain folder name, got {out.name!r}")
     if cfg.agent.total_steps is None:
         cfg.agent = cfg.agent.replace(total_steps=schedule_horizon(cfg))
+    if cfg.agent.precision == "bf16":
+        why = bf16_unsupported(device_name(cfg.device))
+        if why:
+            raise CliError(f"--precision bf16: {why}; use --precision fp32")
     if cfg.agent.push_pair != "input" and cfg.paper.source == "stream":
         raise CliError("push_pair=newest leaks the future in stream mode (the newest pair is the "
                        "sample's own targets); the stream source pushes the input's own pair")

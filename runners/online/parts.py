@@ -28,7 +28,7 @@ import torch
 import env
 from agent import Batch, DatasetSource, EvalData, Learner, StreamSource
 from runners.cli import CliError
-from runners.online.config import RunConfig, Worlds, world_families
+from runners.online.config import RunConfig, Worlds, device_name, world_families
 from runners.online.evaluation import CurveEvaluator, Evaluator
 from runners.online.recorder import Recorder
 from runners.online.rundir import RunFolder
@@ -43,7 +43,7 @@ from runners.online.worlds_protocol import (
 def resolve_device(name: str) -> torch.device:
     """auto -> cuda when available else cpu; cuda without a GPU -> CliError."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(device_name(name))
     if name == "cuda" and not torch.cuda.is_available():
         raise CliError("--device cuda: no CUDA GPU is available here (use --device cpu or auto)")
     return torch.device(name)

@@ -173,6 +173,7 @@ def test_freeze_controls(frames: np.ndarray) -> None:
     )
 
 
+@pytest.mark.bf16
 def test_bf16_runs_and_stays_close(frames: np.ndarray) -> None:
     cfg = AgentConfig.from_preset("tiny", track="C")
     src = DatasetSource(frames, cfg, seed=0)

@@ -79,7 +79,7 @@ def test_parameter_counts_at_paper_config() -> None:
     assert counts["E"]["trainable"] == 646_704
 
 
-@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("bf16", [False, pytest.param(True, marks=pytest.mark.bf16)], ids=["fp32", "bf16"])
 def test_fused_no_grad_convolutions_change_no_bit(bf16: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without gradient on a CPU the encoder runs conv + ReLU as one oneDNN call: the same
     latents, bit for bit, as the plain modules (fp32 and under bf16 autocast)."""

@@ -18,10 +18,13 @@ TINY_WORLDS = ["--preset", "tiny", "--eval-every", "20", "--checkpoint-every", "
                "episode_steps=21,40"]  # fmt: skip
 
 
-def cli(module: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    """``python -m runners.<module> ARGS`` from the repository root: one torch thread, no display."""
+def cli(
+    module: str, *args: str, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m runners.<module> ARGS`` from the repository root: one torch thread, no display
+    (``env``: more environment variables)."""
     env = {**os.environ, "MPLBACKEND": "Agg", "TORCH_NUM_THREADS": "1",
-           "SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy"}
+           "SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", f"runners.{module}", *args], cwd=ROOT, env=env,
         capture_output=True, text=True, timeout=timeout,

@@ -122,6 +122,26 @@ def test_parts_are_passed_in(tmp_path: Path) -> None:
     assert loop.learner is parts.learner and loop.recorder is parts.recorder
 
 
+@pytest.mark.parametrize("protocol", ["paper", "worlds"])
+def test_recorded_frames_are_the_envs_newest_frames(tmp_path: Path, protocol: str) -> None:
+    """run.zarr's frames are each stream's newest frame, the one the env rendered at that step
+    beside the recorded positions (the worlds default reads three past frames a sample)."""
+    cfg = tiny_config("--steps", "12", "--no-switch", "--eval-every", "100",
+                      "--checkpoint-every", "100", "--record-frames", "1", protocol=protocol)
+    loop = open_loop(tmp_path / "r", cfg)
+    loop.vec_env.render_mode = "rgb_array"  # Gymnasium's: render() returns the frames
+    rendered, positions = [], []
+    for _ in range(12):
+        loop.step()
+        rendered.append(loop.vec_env.render()[..., 0])  # (N, 64, 64): the env's own frame now
+        positions.append(loop.vec_env.get_state()["world"]["positions"])
+    loop.flush()
+    g = Recorder(tmp_path / "r", read_only=True).root["frames"]
+    np.testing.assert_array_equal(g["step"][:], np.arange(12))
+    np.testing.assert_array_equal(g["frames"][:, :, 0], np.stack(rendered))
+    np.testing.assert_allclose(g["positions"][:], np.stack(positions), rtol=1e-6)
+
+
 # -- one writer per run folder -----------------------------------------------------------------
 
 

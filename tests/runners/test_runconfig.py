@@ -358,6 +358,26 @@ def test_precision_defaults_to_the_devices_fast_precision(tmp_path: Path) -> Non
     cfg = build_config([])
     assert cfg.agent.precision == preferred_precision("cpu")
     assert build_config(["--precision", "fp32"]).agent.precision == "fp32"
-    assert build_config(["--precision", "bf16"]).agent.precision == "bf16"
     cfg.save(tmp_path / "config.json")
     assert json.loads((tmp_path / "config.json").read_text())["agent"]["precision"] == cfg.agent.precision
+
+
+@pytest.mark.bf16
+def test_an_explicit_bf16_is_kept() -> None:
+    assert build_config(["--precision", "bf16"]).agent.precision == "bf16"
+
+
+def test_bf16_on_a_cpu_without_it_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU whose oneDNN has no bf16 kernels (an AVX2-only x86-64): fp32 by default, and
+    ``--precision bf16`` refused with one line, exit 2, before anything is written."""
+    import torch
+
+    from agent import AgentConfig, Learner, preferred_precision
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    assert preferred_precision("cpu") == "fp32"
+    assert build_config(["--device", "cpu"]).agent.precision == "fp32"
+    with pytest.raises(CliError, match="^--precision bf16: this CPU has no bf16 kernels"):
+        build_config(["--device", "cpu", "--precision", "bf16"])
+    with pytest.raises(ValueError, match="^precision: bf16 cannot run here"):
+        Learner(AgentConfig.from_preset("tiny", precision="bf16"))

@@ -19,8 +19,6 @@ from cli_helpers import ROOT, TINY, cli
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-
-
 def train(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return cli("train_online", *TINY, "--out", str(out), *args)
 
@@ -29,6 +27,20 @@ def metrics(run: Path) -> dict[str, np.ndarray]:
     g = zarr.open_group(str(run / "run.zarr"), mode="r")["metrics"]
     names = g.attrs["names"]
     return {"step": g["step"][:], **{k: g[k][:] for k in names}}
+
+
+def test_bf16_on_a_cpu_without_it_exits_2_with_one_line(tmp_path: Path) -> None:
+    """oneDNN limited to AVX2 (``ONEDNN_MAX_CPU_ISA``, as on an AVX2-only x86-64 CPU): bf16 is
+    refused in one line, exit 2, and no run folder is made."""
+    done = cli("train_online", "--preset", "tiny", "--steps", "20", "--precision", "bf16",
+               "--no-bounds", "--device", "cpu", "--out", str(tmp_path),
+               env={"ONEDNN_MAX_CPU_ISA": "AVX2"})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "python -m runners.train_online: error: --precision bf16: this CPU has no bf16 kernels "
+        "(torch's oneDNN finds neither AVX-512 nor AMX); use --precision fp32"
+    ]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_switch_resume_evaluate(tmp_path: Path) -> None:
