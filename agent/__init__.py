@@ -23,10 +23,12 @@ from agent.evaluation import (
     target_reference,
 )
 from agent.learner import Learner
+from agent.memory.view import MemoryView
 from agent.metrics import StepMetrics, stack
 from agent.sources import Batch, DatasetSource, StreamSource
+from agent.spec import StepSpec
 from agent.speed import Speed
-from agent.step import Knobs, MemoryView, Model, StepSpec, jepa_step, modulated_prediction
+from agent.step import Knobs, Model, jepa_step, modulated_prediction
 
 __all__ = [
     "AgentConfig",

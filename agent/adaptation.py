@@ -30,8 +30,9 @@ import numpy as np
 import torch
 
 from agent.learner import Learner
+from agent.memory.view import MemoryView
 from agent.metrics import NormErrorSums, norm_error, norm_error_sums, score_predictions
-from agent.step import MemoryView, modulated_prediction
+from agent.step import modulated_prediction
 
 MEMORIES = ("own", "same", "wrong")
 WORLD_NS = (0, 1, 5, 10, 25, 50)

@@ -84,20 +84,19 @@ def build_networks(cfg: AgentConfig) -> Networks:
 
 def build_parts(cfg: AgentConfig, device: torch.device | str = "cpu") -> Parts:
     """Networks, detector and buffer on ``device`` (one detector statistic and one FIFO per
-    stream with ``memory_scope="per_stream"``: the batch's B samples are B streams; one per
     group of ``group_size`` streams with ``memory_scope="world"``)."""
-    scope = cfg.memory_scope
-    streams = {"per_stream": cfg.batch_size, "world": cfg.num_groups}.get(scope)
+    world = cfg.memory_scope == "world"
     detector = BoundaryDetector(
-        cfg.kappa, cfg.detector_momentum, cfg.detector_warmup, device, streams=streams
-    )
-    if scope == "world":
+        cfg.kappa, cfg.detector_momentum, cfg.detector_warmup, device,
+        streams=cfg.num_groups if world else None,
+    )  # fmt: skip
+    if world:
         buffer: ExperienceBuffer | WorldBuffer = WorldBuffer(
             cfg.num_groups, cfg.buffer_capacity, cfg.latent_dim, device, frames=cfg.entry_frames
         )
     else:
         buffer = ExperienceBuffer(
-            cfg.buffer_capacity, cfg.latent_dim, device, streams=streams, frames=cfg.entry_frames
+            cfg.buffer_capacity, cfg.latent_dim, device, frames=cfg.entry_frames
         )
     return Parts(nets=build_networks(cfg).to(device), detector=detector, buffer=buffer)
 

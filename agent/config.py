@@ -32,9 +32,9 @@ PRESETS = ("paper", "tiny")
 PRECISIONS = ("fp32", "bf16")
 PUSH_PAIRS = ("newest", "input")
 MEMORY_WRITES = ("boundary", "every")
-MEMORY_SCOPES = ("global", "per_stream", "world")
+MEMORY_SCOPES = ("global", "world")
 MEMORY_READS = ("peer", "all")
-PREDICTORS = ("direct", "residual", "rollout")
+PREDICTORS = ("direct", "rollout")
 # The oracle's input: the true physics of a sample's world, (gravity_x, gravity_y, restitution,
 # friction) as ``env.PHYSICS_FEATURES`` (a test keeps the two in step; agent never imports env).
 PHYSICS_DIM = 4
@@ -127,7 +127,6 @@ _NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {
     "detector_momentum": (lambda v: 0 < v < 1, "in (0, 1)"),
     "input_scale": (lambda v: v > 0, "> 0"),
     "norm_eps": (lambda v: v > 0, "> 0"),
-    "world_agreement": (lambda v: v >= 0, ">= 0"),
 }
 
 
@@ -166,22 +165,17 @@ class AgentConfig:
     eval_batch_size: int = 256  # frames-per-chunk bound of evaluation (memory)
     freeze_buffer_at: int | None = None  # no buffer writes from this step on
     freeze_ema_at: int | None = None  # EMA target fixed from this step on
-    freeze_weights_at: int | None = None  # no weight updates from this step on (memory mode)
-    # the online encoder stops learning from this step on; the predictor, the modulator and the
-    # memory's encoder keep learning on its fixed latents (the EMA target converges to it)
-    freeze_encoder_at: int | None = None
     # Beyond the paper (docs/agent.md, "Beyond the paper"); the defaults are the paper's.
     context_frames: int = 1  # predictor input: the latents of the last C frames (1: the paper)
     per_horizon: bool = False  # one predicted latent per horizon (False: the paper's single one)
     # "direct": the predictor maps the context to the horizons' latents at once (the paper);
-    # "residual": the same, each latent a change of the newest context latent, norm(z_t + f(.));
     # "rollout": a one-step transition z_{t+1} = norm(z_t + f(z_{t-C+1..t})), modulated at every
     # step, applied max(horizons) times, its outputs at the horizons (one latent per horizon, so
     # per_horizon is moot). docs/agent.md, "A predictor that rolls forward".
     predictor: str = "direct"
     push_pair: str = "newest"  # memory pair: "newest" frames (paper) or "input" (the input's own)
-    # "global" one FIFO of batch means (paper), "per_stream" each stream its own, "world" one
-    # FIFO per group of ``group_size`` streams that share a world (agent/memory/world.py)
+    # "global" one FIFO of batch means (paper), "world" one FIFO per group of ``group_size``
+    # streams that share a world (agent/memory/world.py; group_size 1: each stream its own)
     memory_scope: str = "global"
     group_size: int = 1  # memory_scope "world": the streams that share a world and its memory
     # memory_scope "world": a sample reads its world's entries but those of its own episode
@@ -189,16 +183,8 @@ class AgentConfig:
     memory_read: str = "peer"
     # frames per memory entry, the newest the input: 2 a transition pair (z_{t-1}, z_t), the
     # paper's; 3 adds the frame before, so that an entry shows a change of velocity, which is
-    # where a world's gravity shows (per-stream and world memories, the input's own entries)
+    # where a world's gravity shows (world memories, the input's own entries)
     entry_frames: int = 2
-    # memory_scope "world": weight of the world-agreement term (agent.objective.world_agreement:
-    # the codes of two disjoint halves of a world's memory must pick each other out among the
-    # worlds); 0 (default): the paper's objective only
-    world_agreement: float = 0.0
-    # e_agg also gets a learned linear map of the entries' own statistics (the mean newest
-    # latent, the mean change, the median change of velocity; agent/memory/summary.py), which
-    # hold the world where the attention's average of codes loses it; False: the paper's e_agg
-    memory_summary: bool = False
     vary_memory: bool = False  # training: each sample sees only its newest k entries, k ~ U{0..n}
     memory_write: str = "boundary"  # push on a detector "boundary" (paper) or at "every" valid step
     oracle: bool = False  # feed the true physics (Batch.physics) in place of e_agg: the ceiling
@@ -206,10 +192,6 @@ class AgentConfig:
     # its later horizons; the previous input's latent is the memory pair's older frame
     # (agent.latents; stream batches only). False: every latent recomputed at every step.
     stream_cache: bool = True
-    # Speed (world memory): each entry meets the experience encoder once, on the first step
-    # that reads it (with gradient then), its e_i held after that (agent/memory/codes.py).
-    # Off by default: it trains the memory worse (docs/results.md, "Faster world memory").
-    code_cache: bool = False
 
     # ----------------------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -227,8 +209,7 @@ class AgentConfig:
             if getattr(self, name) not in choices:
                 what = "unknown track, expected" if name == "track" else "expected"
                 self._bad(name, f"{what} one of {', '.join(choices)}")
-        for name in ("per_horizon", "vary_memory", "oracle", "stream_cache", "code_cache",
-                     "memory_summary"):
+        for name in ("per_horizon", "vary_memory", "oracle", "stream_cache"):
             if not isinstance(getattr(self, name), bool):
                 self._bad(name, "must be true or false")
         for name in _POSITIVE_INTS:
@@ -244,7 +225,7 @@ class AgentConfig:
             self._bad("tau_end", "must be in [tau_base, 1]")
         if self.total_steps is not None and (not _is_int(self.total_steps) or self.total_steps < 1):
             self._bad("total_steps", "must be a positive integer (or None: a runner sets it)")
-        for name in ("freeze_buffer_at", "freeze_ema_at", "freeze_weights_at", "freeze_encoder_at"):
+        for name in ("freeze_buffer_at", "freeze_ema_at"):
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < 0):
                 self._bad(name, "must be None or an integer step >= 0")
@@ -266,19 +247,12 @@ class AgentConfig:
         """The integer fields beyond positivity, and the fields that constrain each other."""
         if self.oracle and self.track == "A":
             self._bad("oracle", "track A has no pathway to feed (the oracle needs a track B-E)")
-        if self.memory_scope in ("per_stream", "world") and self.push_pair != "input":
-            self._bad(
-                "memory_scope",
-                f"{self.memory_scope} memory keeps the streams' own pairs: push_pair 'input'",
-            )
+        if self.memory_scope == "world" and self.push_pair != "input":
+            self._bad("memory_scope", "world memory keeps the streams' own pairs: push_pair 'input'")
         if not _is_int(self.entry_frames) or self.entry_frames < 2:
             self._bad("entry_frames", "must be an integer >= 2")
         if self.entry_frames > 2 and self.memory_scope == "global":
-            self._bad("entry_frames", "longer entries are for per_stream and world memories")
-        if self.code_cache and self.memory_scope != "world":
-            self._bad("code_cache", "holds a world memory's codes: needs memory_scope 'world'")
-        if self.world_agreement > 0 and (self.memory_scope != "world" or self.group_size < 2):
-            self._bad("world_agreement", "needs memory_scope 'world' with group_size >= 2")
+            self._bad("entry_frames", "longer entries are for world memories")
         if not _is_int(self.group_size) or self.group_size < 1:
             self._bad("group_size", "must be a positive integer")
         if self.memory_scope == "world":
@@ -322,11 +296,6 @@ class AgentConfig:
         raise ValueError(f"{name}: {why} (got {getattr(self, name)!r})")
 
     # ----------------------------------------------------------------------------------
-    @property
-    def residual(self) -> bool:
-        """The predictor gives a change of the newest context latent: norm(z_t + ...)."""
-        return self.predictor in ("residual", "rollout")
-
     @property
     def num_groups(self) -> int:
         """W, the worlds' memories of ``memory_scope="world"``: batch_size / group_size."""

@@ -17,7 +17,6 @@ from agent.build import Parts, build_optimizer, build_parts
 from agent.config import AgentConfig, bf16_unsupported
 from agent.latents import StreamLatents
 from agent.memory import Aggregate, ExperienceBuffer, WorldBuffer
-from agent.memory.codes import EntryCodes
 from agent.metrics import StepMetrics
 from agent.modulators import Modulated
 from agent.schedules import lr_at, tau_at
@@ -41,8 +40,7 @@ class Learner:
 
     ``step``: updates done. Controls: ``freeze_weights()`` / ``unfreeze_weights()`` (memory
     mode: no weight or EMA updates while the detector and buffer stay live), and the config's
-    ``freeze_buffer_at``, ``freeze_ema_at``, ``freeze_weights_at`` (steps, compared with
-    ``step`` before the update). ``speed``: the speed layers (None: ``Speed.default(device)``).
+    ``freeze_buffer_at``, ``freeze_ema_at`` (steps, compared with ``step`` before the update). ``speed``: the speed layers (None: ``Speed.default(device)``).
     """
 
     def __init__(
@@ -74,10 +72,8 @@ class Learner:
         self.memory_rng.manual_seed(cfg.seed)
         # Latents of stream frames shared between consecutive batches (cfg.stream_cache).
         self.latents = StreamLatents(cfg) if cfg.stream_cache else None
-        # A world memory's e_i by entry (cfg.code_cache).
-        self.codes = EntryCodes() if cfg.code_cache else None
         self.speed = speed if speed is not None else Speed.default(self.device)
-        self.paths = self.speed.paths(cfg, self.latents, self.codes)
+        self.paths = self.speed.paths(cfg, self.latents)
 
     @property
     def model(self) -> Model:
@@ -91,15 +87,15 @@ class Learner:
     # ---------------------------------------------------------------- controls
     @property
     def weights_frozen(self) -> bool:
-        """True when this step will not change weights (manual or ``freeze_weights_at``)."""
-        return self._manual_freeze or self._frozen_at(self.cfg.freeze_weights_at)
+        """True when this step will not change weights (``freeze_weights``)."""
+        return self._manual_freeze
 
     def freeze_weights(self) -> None:
         """Stop weight and EMA updates; detector and buffer stay live (``memory`` mode)."""
         self._manual_freeze = True
 
     def unfreeze_weights(self) -> None:
-        """Undo ``freeze_weights`` (``freeze_weights_at`` still applies)."""
+        """Undo ``freeze_weights``."""
         self._manual_freeze = False
 
     def _frozen_at(self, at: int | None) -> bool:
@@ -179,7 +175,6 @@ class Learner:
             learn=not self.weights_frozen,
             ema=not self._frozen_at(cfg.freeze_ema_at),
             write=not self._frozen_at(cfg.freeze_buffer_at),
-            encoder=not self._frozen_at(cfg.freeze_encoder_at),
         )
         batch = batch.to(self.device)
         memory = self.memory_view(training=knobs.learn, batch=batch)
@@ -199,7 +194,6 @@ class Learner:
             "buffer": self.buffer.state_dict(),
             "memory_rng": self.memory_rng.get_state(),
             "latents": None if self.latents is None else self.latents.state_dict(),
-            "codes": None if self.codes is None else self.codes.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -213,5 +207,3 @@ class Learner:
             self.memory_rng.set_state(state["memory_rng"].cpu())
         if self.latents is not None:  # absent (None) in checkpoints written before the cache
             self.latents.load_state_dict(state.get("latents"))
-        if self.codes is not None:
-            self.codes.load_state_dict(state.get("codes"))

@@ -5,7 +5,7 @@ speed layers around it.
 read: the step as written. Each layer wraps another (``Layer.inner``) and changes one thing; each
 is switched on its own (``Speed``) and tested against ``Plain``:
 
-- ``VisibleSlots``: a per-sample memory's e_i only on the slots a sample sees (a host read of
+- ``VisibleSlots``: a world memory's e_i only on the slots some sample of the world sees (a host read of
   their count; a CPU's default). Same e_i; the matmuls have fewer rows, so rounding may differ.
 - ``LazyPair``: the paper's memory pair (2B frames through the online encoder) only on the
   steps that write it (a host read of the detector's decision; a CPU's default). Same bits.
@@ -13,10 +13,6 @@ is switched on its own (``Speed``) and tested against ``Plain``:
   ``cfg.stream_cache``). Exact with still weights; while training a target latent is up to
   max(h) - min(h) steps old (docs/agent.md, "The stream latent cache"); a memory entry's older
   frames are earlier steps' input latents.
-- ``CodeCache``: a world memory's entries meet the experience encoder once
-  (``agent.memory.codes``, ``cfg.code_cache``). Exact with still weights; while training an
-  entry's e_i is as old as the entry (at most cap / S steps) and carries no gradient after the
-  step that computed it.
 - ``Beside``: the EMA targets and the memory's e_i (forward and backward) on a second thread while
   this one runs the online encoder (a CPU with one torch thread and a spare core). Same bits.
 
@@ -35,16 +31,13 @@ import torch
 
 from agent.config import AgentConfig
 from agent.latents import StreamLatents
-from agent.memory.codes import EntryCodes
 from agent.sources import Batch
 from agent.step import (
     MemoryView,
     Model,
     encode,
-    encodes_memory,
     memory_codes,
     target_latents,
-    world_slots,
 )
 
 
@@ -113,8 +106,8 @@ class Layer(Plain):
 
 
 class VisibleSlots(Layer):
-    """A per-sample memory's e_i only on the slots a sample attends to: with a memory filling over
-    each episode and ``vary_memory`` showing each sample its newest k, about a quarter of them."""
+    """A world memory's e_i only on the slots some sample of the world attends to (a peer read
+    leaves out the entries of the sample's own episode; ``vary_memory`` shows it its newest k)."""
 
     def codes(self, m: Model, memory: MemoryView, grad: bool) -> Future:
         with torch.set_grad_enabled(grad):
@@ -160,23 +153,6 @@ class StreamCache(Layer):
         if batch.clock is not None and self.keep_input:
             self.latents.keep_input(batch.clock, z.float())
         self.inner.done(batch, z)
-
-
-class CodeCache(Layer):
-    """A world memory's entries meet the experience encoder once (``agent.memory.codes``): each
-    step encodes only the entries read now that were written since they were last encoded."""
-
-    def __init__(self, inner: Plain, store: EntryCodes) -> None:
-        super().__init__(inner)
-        self.store = store
-
-    def codes(self, m: Model, memory: MemoryView, grad: bool) -> Future:
-        if memory.group is None or not encodes_memory(m.nets):
-            return self.inner.codes(m, memory, grad)
-        shown = world_slots(memory, memory.pairs.shape[0])
-        with torch.set_grad_enabled(grad), torch.autocast(m.spec.device_type, enabled=False):
-            return done(self.store.read(m.nets.experience, memory.pairs, m.buffer.steps, shown,
-                                        m.spec.exp_dim))  # fmt: skip
 
 
 class _Leaf:
@@ -256,11 +232,9 @@ class Speed:
         beside = cpu and torch.get_num_threads() == 1 and spare_core()
         return cls(visible_slots=cpu, lazy_pair=cpu, beside=beside)
 
-    def paths(
-        self, cfg: AgentConfig, latents: StreamLatents | None, codes: EntryCodes | None = None
-    ) -> Plain:
+    def paths(self, cfg: AgentConfig, latents: StreamLatents | None) -> Plain:
         """The layers, innermost first, around ``Plain`` (``latents``: ``cfg.stream_cache``'s
-        store; ``codes``: ``cfg.code_cache``'s)."""
+        store)."""
         paths = Plain()
         if self.visible_slots:
             paths = VisibleSlots(paths)
@@ -269,8 +243,6 @@ class Speed:
             paths = LazyPair(paths)
         if latents is not None:
             paths = StreamCache(paths, latents, keep_input=cfg.push_pair == "input")
-        if codes is not None:
-            paths = CodeCache(paths, codes)
         if self.beside:
             paths = Beside(paths)
         return paths

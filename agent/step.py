@@ -13,7 +13,6 @@ numbers faster and are tested against it.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -23,76 +22,14 @@ from typing import NamedTuple, Protocol
 import torch
 
 from agent.build import Networks
-from agent.config import AgentConfig
 from agent.memory import Aggregate, BoundaryDetector, ExperienceBuffer, WorldBuffer
+from agent.memory.view import MemoryView, world_slots
 from agent.metrics import StepMetrics, normalised_error, per_horizon
 from agent.modulators import Modulated
 from agent.networks import Encoder
-from agent.objective import Loss, compute_loss, world_agreement
+from agent.objective import Loss, compute_loss
 from agent.sources import Batch
-
-
-@dataclass(frozen=True)
-class StepSpec:
-    """The step's settings that are not tensors (from ``AgentConfig``, fixed for a run)."""
-
-    n_horizons: int  # K
-    exp_dim: int
-    norm_eps: float
-    bf16: bool  # forward under bf16 autocast (``cfg.precision == "bf16"``)
-    device_type: str  # "cpu" / "cuda": the autocast device
-    past: int = 1  # P: frames at or before the input in a batch (``cfg.past_frames``)
-    context: int = 1  # C: latents the predictor reads (``cfg.context_frames``)
-    push_pair: str = "newest"  # ``cfg.push_pair``
-    input_scale: float = 1.0  # uint8 frames -> encoder input (``cfg.input_scale``)
-    gamma: float = 0.75  # the variance hinge's target std
-    lambda_reg: float = 0.05  # the variance hinge's weight
-    per_stream: bool = False  # one memory and detector per stream (``cfg.memory_scope``)
-    write_every: bool = False  # write the memory at every valid step (``cfg.memory_write``)
-    horizons: tuple[int, ...] = ()  # ``cfg.horizons`` (the rollout's outputs)
-    rollout: bool = False  # the predictor is a transition rolled forward (``cfg.predictor``)
-    world_memory: bool = False  # one memory and detector per world (``cfg.memory_scope``)
-    entry: int = 2  # E, latents a memory entry holds (``cfg.entry_frames``)
-    group_size: int = 1  # streams a world memory is shared by (``cfg.group_size``)
-    world_agreement: float = 0.0  # weight of the world-agreement term (``cfg.world_agreement``)
-
-    @classmethod
-    def from_config(cls, cfg: AgentConfig, device: torch.device | str) -> StepSpec:
-        return cls(
-            n_horizons=cfg.n_horizons,
-            exp_dim=cfg.exp_dim,
-            norm_eps=cfg.norm_eps,
-            bf16=cfg.precision == "bf16",
-            device_type=torch.device(device).type,
-            past=cfg.past_frames,
-            context=cfg.context_frames,
-            push_pair=cfg.push_pair,
-            input_scale=cfg.input_scale,
-            gamma=cfg.gamma,
-            lambda_reg=cfg.lambda_reg,
-            per_stream=cfg.memory_scope == "per_stream",
-            write_every=cfg.memory_write == "every",
-            horizons=cfg.horizons,
-            rollout=cfg.rollout,
-            world_memory=cfg.memory_scope == "world",
-            entry=cfg.entry_frames,
-            group_size=cfg.group_size,
-            world_agreement=cfg.world_agreement,
-        )
-
-    def frames(self, x: torch.Tensor) -> torch.Tensor:
-        """Encoder input from frames: uint8 -> float32 times ``input_scale`` (converted where a
-        slice is used, so frames a step does not encode are never converted); float as is."""
-        if x.dtype != torch.uint8:
-            return x
-        x = x.to(torch.float32)
-        return x if self.input_scale == 1.0 else x.mul_(self.input_scale)
-
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """bf16 autocast when ``bf16``, else nothing (fp32 stays exact)."""
-        if self.bf16:
-            return torch.autocast(self.device_type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+from agent.spec import StepSpec
 
 
 @dataclass
@@ -115,57 +52,6 @@ class Knobs(NamedTuple):
     learn: bool  # weights and optimiser update (False: frozen weights, memory mode)
     ema: bool  # the EMA target follows the encoder (``freeze_ema_at``)
     write: bool  # the memory is written (``freeze_buffer_at``)
-    encoder: bool = True  # the online encoder learns (``freeze_encoder_at``)
-
-
-class MemoryView(NamedTuple):
-    """What the forward reads of the experience buffer (nothing is written through it).
-
-    One memory for every sample (the paper's global FIFO): pairs (cap, E, D) (E latents an
-    entry, 2 in the paper); or one per sample (``memory_scope="per_stream"``: sample b is stream
-    b): pairs (B, cap, E, D); or one per world (``memory_scope="world"``): pairs (W, cap, E, D)
-    and ``group`` (B,), sample b reading world ``group[b]``'s. ``mask`` is (cap,) or (B, cap) -
-    (B, cap) also over shared pairs when each sample sees a different part (``visible``,
-    ``world``)."""
-
-    pairs: torch.Tensor  # (cap, E, D), (B, cap, E, D) or (W, cap, E, D) float32
-    mask: torch.Tensor  # (cap,) or (B, cap) bool, True for the slots a sample attends to
-    group: torch.Tensor | None = None  # (B,) int64: the world memory each sample reads
-
-    @classmethod
-    def world(
-        cls,
-        buffer: WorldBuffer,
-        group: torch.Tensor,
-        episode: torch.Tensor | None,
-        u: torch.Tensor | None = None,
-    ) -> MemoryView:
-        """Sample b reads world ``group[b]``'s memory: its filled slots, without those its own
-        episode wrote when ``episode`` (B,) is given (the peer read), and, with ``u`` (B,)
-        uniform in [0, 1) (``cfg.vary_memory``, training), only the newest k of them,
-        k = floor(u * (size + 1))."""
-        mask = buffer.mask()[group]  # (B, cap)
-        if episode is not None:
-            mask = mask & (buffer.episode[group] != episode.unsqueeze(1))
-        if u is not None:
-            size = buffer.size[group]
-            k = (u * (size + 1).float()).long().clamp(max=size)  # (B,)
-            mask = mask & (buffer.age()[group] < k.unsqueeze(1))
-        return cls(buffer.pairs, mask, group)
-
-    @classmethod
-    def of(cls, buffer: ExperienceBuffer) -> MemoryView:
-        """The buffer's pairs and filled-slot mask."""
-        return cls(buffer.pairs, buffer.mask())
-
-    @classmethod
-    def visible(cls, buffer: ExperienceBuffer, u: torch.Tensor) -> MemoryView:
-        """Each sample sees only the newest k entries of its memory, k = floor(u * (size + 1))
-        for u (B,) uniform in [0, 1): so k is uniform over 0..size, empty memory included
-        (``cfg.vary_memory``, training only). mask (B, cap)."""
-        k = (u * (buffer.size + 1).float()).long().clamp(max=buffer.size)  # (B,)
-        age = buffer.age()  # (cap,) or (B, cap)
-        return cls(buffer.pairs, age < k.unsqueeze(-1))
 
 
 class Paths(Protocol):
@@ -193,17 +79,12 @@ def jepa_step(
     codes = paths.codes(m, memory, knobs.learn)  # -> (.., cap, exp_dim) | None: experience enc.
     targets = paths.targets(m, batch)  # -> (B, K, D): EMA encoder, no gradient
     with spec.autocast(), torch.set_grad_enabled(knobs.learn):
-        with torch.set_grad_enabled(knobs.learn and knobs.encoder):
-            z = context_latents(nets, batch.frames, spec)  # (B, C, D), or (B, D) when C = 1
+        z = context_latents(nets, batch.frames, spec)  # (B, C, D), or (B, D) when C = 1
         mod, agg = modulated_prediction(nets, z, memory, spec, batch.physics, codes.result())
     pred, targets = mod.pred.float(), targets.result().float()  # (B, [K,] D), (B, K, D)
 
-    # 2. Loss: prediction error at every horizon + variance hinge (invalid samples weigh 0);
-    #    with a world memory, optionally, the world-agreement term on its codes.
+    # 2. Loss: prediction error at every horizon + variance hinge (invalid samples weigh 0).
     loss = compute_loss(pred, targets, spec.gamma, spec.lambda_reg, w)
-    if spec.world_agreement and knobs.learn and codes.result() is not None:
-        agree = world_agreement_term(m, memory, codes.result())
-        loss = loss._replace(total=loss.total + spec.world_agreement * agree)
 
     # 3. Boundary: the detector on the BASE predictor's surprisal (no modulation, so no
     #    circular coupling with the memory); the memory pair, while the weights are this step's.
@@ -226,12 +107,9 @@ def jepa_step(
     if knobs.learn and knobs.ema:
         nets.target.update(nets.encoder, knobs.tau)
 
-    # 6. Memory write (after the backward, which reads the buffer). Per stream: a stream whose
-    #    window spans an episode start (a new world) empties its memory first; per world: a
-    #    world's memory is emptied when its group's world changes.
+    # 6. Memory write (after the backward, which reads the buffer). Per world: a world's memory
+    #    is emptied when its group's world changes.
     with torch.no_grad():
-        if spec.per_stream:
-            m.buffer.clear(~batch.valid)
         if spec.world_memory:
             m.buffer.enter(memory.group, world_key(batch))
         if pairs is not None:
@@ -276,15 +154,6 @@ def newest_pair(nets: Networks, x: torch.Tensor, spec: StepSpec) -> torch.Tensor
     return encode(nets.encoder, x[:, first:].flatten(0, 1), spec).view(b, 2, -1).flip(1)
 
 
-def world_slots(memory: MemoryView, worlds: int) -> torch.Tensor:
-    """(W, cap) bool: the slots of each world memory that some sample of the world sees (the
-    union of its samples' masks)."""
-    cap = memory.mask.shape[1]
-    slots = memory.group.unsqueeze(1) * cap + torch.arange(cap, device=memory.mask.device)
-    seen = torch.zeros(worlds * cap, device=memory.mask.device)
-    return seen.index_add_(0, slots.flatten(), memory.mask.flatten().float()).view(-1, cap) > 0
-
-
 def encodes_memory(nets: Networks) -> bool:
     """Whether the step encodes the memory's entries: a track with a memory pathway, without the
     oracle (which feeds the true physics in its place)."""
@@ -295,21 +164,19 @@ def memory_codes(
     nets: Networks, memory: MemoryView, spec: StepSpec, visible_only: bool = False
 ) -> torch.Tensor | None:
     """e_i (.., cap, exp_dim) of the memory's pairs, by the experience encoder, in fp32; None for
-    tracks without a memory pathway (and with the oracle). A shared memory is encoded once (its
-    e_i serve every sample); a per-sample memory (B, cap, 2, D) as B * cap pairs, or with
-    ``visible_only`` only the slots its mask shows (zeros elsewhere, which the aggregator never
-    reads; the count of those slots is a host read)."""
+    tracks without a memory pathway (and with the oracle). Each memory is encoded once (its e_i
+    serve every sample that reads it); a world memory with ``visible_only`` only on the slots
+    some sample of the world sees (zeros elsewhere, which the aggregator never reads; the count
+    of those slots is a host read)."""
     if not encodes_memory(nets):
         return None
     # The memory pathway runs in fp32 even under bf16 autocast: its matmuls are tiny
     # (cap x 64), so bf16 only adds casts (measured ~2 ms slower per step on CPU).
     with torch.autocast(spec.device_type, enabled=False):
         pairs = memory.pairs
-        if not (visible_only and pairs.dim() == 4):
+        if not (visible_only and memory.group is not None):
             return nets.experience(pairs.flatten(0, -3)).view(*pairs.shape[:-2], -1)
-        shown = memory.mask  # (B, cap): the slots each sample sees, of its own memory ...
-        if memory.group is not None:  # ... or of its world's: a slot any of its samples sees
-            shown = world_slots(memory, pairs.shape[0])
+        shown = world_slots(memory, pairs.shape[0])  # (W, cap): a slot any of its samples sees
         idx = shown.flatten().nonzero().squeeze(1)  # (M,) visible slots: a host read
         e_visible = nets.experience(pairs.flatten(0, 1).index_select(0, idx))  # (M, d)
         e = e_visible.new_zeros(shown.numel(), e_visible.shape[-1])
@@ -331,7 +198,7 @@ def aggregate(
     if codes is None:
         codes = memory_codes(nets, memory, spec)
     with torch.autocast(spec.device_type, enabled=False):
-        return nets.aggregator(z.float(), codes, memory.mask, memory.group, memory.pairs)
+        return nets.aggregator(z.float(), codes, memory.mask, memory.group)
 
 
 def unroll(
@@ -415,18 +282,17 @@ def boundary(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(fired, write): the detector's boundary on the surprisal, and whether the memory is written
     (on a boundary, or at every valid step with ``memory_write="every"``). Global memory: one
-    detector on the valid samples' mean surprisal, () bools; per stream: (B,), each its own; per
-    world: one detector per group on its valid samples' mean surprisal, fired (W,), and every
-    valid sample of a group that fired writes, write (B,)."""
+    detector on the valid samples' mean surprisal, () bools; per world: one detector per group
+    on its valid samples' mean surprisal, fired (W,), and every valid sample of a group that
+    fired writes, write (B,)."""
     if m.spec.world_memory:
         n = m.buffer.groups
         total = torch.zeros(n, device=err.device).index_add_(0, group, err.float() * w)
         count = torch.zeros(n, device=err.device).index_add_(0, group, w)
         fired = m.detector.update(total / count.clamp(min=1.0), count > 0)
         return fired, (valid if m.spec.write_every else valid & fired[group])
-    if not m.spec.per_stream:
-        valid = w.sum() > 0
-        err = (err * w).sum() / w.sum().clamp(min=1.0)
+    valid = w.sum() > 0
+    err = (err * w).sum() / w.sum().clamp(min=1.0)
     fired = m.detector.update(err, valid)
     return fired, (valid if m.spec.write_every else fired)
 
@@ -452,14 +318,6 @@ def valid_mean(pairs: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return (pairs.float() * w.view(-1, 1, 1)).sum(0) / w.sum().clamp(min=1.0)
 
 
-def world_agreement_term(m: Model, memory: MemoryView, codes: torch.Tensor) -> torch.Tensor:
-    """``agent.objective.world_agreement`` on this step's world-memory codes (W, cap, d): the
-    slots some sample of each world reads (the ones encoded), split by their writers."""
-    shown = world_slots(memory, codes.shape[0])
-    writers = m.buffer.episode % memory.group.shape[0]  # the episode key's stream
-    return world_agreement(codes.float(), shown, writers, m.spec.group_size)
-
-
 def world_key(batch: Batch) -> torch.Tensor:
     """(B,) the id of each sample's world: ``batch.world_key``, or without one its 0/1 tag."""
     return batch.world if batch.world_key is None else batch.world_key
@@ -481,12 +339,9 @@ def push(
     step: int,
     group: torch.Tensor | None = None,
 ) -> None:
-    """Write the memory where ``write``: per stream each stream's own pair and world; per world
-    each writing stream's pair into its group's memory, tagged with its episode; global memory
-    the valid samples' mean pair, with their majority world (ties: 0)."""
-    if m.spec.per_stream:
-        m.buffer.push(pairs, batch.world, step, write)
-        return
+    """Write the memory where ``write``: per world each writing stream's pair into its group's
+    memory, tagged with its episode; global memory the valid samples' mean pair, with their
+    majority world (ties: 0)."""
     if m.spec.world_memory:
         m.buffer.push(pairs, group, episode_key(batch), batch.world, step, write)
         return
@@ -514,8 +369,8 @@ def step_metrics(
     fwd: Forward,
 ) -> StepMetrics:
     """The step's ``StepMetrics`` (0-dim float32 tensors, valid-sample means) from its forward and
-    the memory after this step's write. Per-stream memory: threshold and buffer size are means
-    over the streams, boundary the share of streams whose detector fired."""
+    the memory after this step's write. World memory: threshold and buffer size are means over
+    the worlds, boundary the share of worlds whose detector fired."""
     n_valid = w.sum()
     denom = n_valid.clamp(min=1.0)
     delta_abs = attn_entropy = torch.full((), math.nan, device=w.device)

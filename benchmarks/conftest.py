@@ -97,7 +97,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=[],
         metavar="FIELD=VALUE",
         help="end to end: a train_online field for the loop (as its --set), e.g. "
-        "memory_scope=per_stream; repeatable",
+        "memory_read=all; repeatable",
     )
 
 

@@ -125,8 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if folder is not None:
         cfg = config_from_dict(folder.read_config())
     else:  # a checkpoint on its own: the default evaluation sizes, the checkpoint's seed; a
-        # memory per stream or per world says the worlds protocol
-        worlds = agent_cfg.memory_scope in ("per_stream", "world")
+        # memory per world says the worlds protocol
+        worlds = agent_cfg.memory_scope == "world"
         protocol = Worlds() if worlds else Paper()
         cfg = resolve(RunConfig(protocol=protocol, schedule=Schedule(switches=())))
     cfg.agent = agent_cfg

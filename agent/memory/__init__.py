@@ -5,6 +5,7 @@ from agent.memory.buffer import ExperienceBuffer
 from agent.memory.detector import BoundaryDetector
 from agent.memory.experience import ExperienceEncoder
 from agent.memory.oracle import OracleContext
+from agent.memory.view import MemoryView
 from agent.memory.world import WorldBuffer
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "BoundaryDetector",
     "ExperienceBuffer",
     "ExperienceEncoder",
+    "MemoryView",
     "OracleContext",
     "WorldBuffer",
 ]

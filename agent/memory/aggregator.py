@@ -9,7 +9,6 @@ import torch
 from torch import nn
 
 from agent.config import AgentConfig
-from agent.memory.summary import entry_statistics, statistics_dim
 
 
 class Aggregate(NamedTuple):
@@ -22,20 +21,16 @@ class AttentionAggregator(nn.Module):
     e_agg = W_e sum_i alpha_i e_i. No biases (the paper's formula), so an empty buffer gives
     e_agg = 0 exactly and the modulators reduce to the base predictor."""
 
-    def __init__(self, latent_dim: int, dim: int, summary_dim: int | None = None) -> None:
+    def __init__(self, latent_dim: int, dim: int) -> None:
         super().__init__()
         self.scale = 1.0 / math.sqrt(dim)
         self.w_q = nn.Linear(latent_dim, dim, bias=False)
         self.w_k = nn.Linear(dim, dim, bias=False)
         self.w_e = nn.Linear(dim, dim, bias=False)
-        # cfg.memory_summary: e_agg also gets W_s of the entries' own statistics (no bias: an
-        # empty memory still gives e_agg = 0)
-        self.w_s = None if summary_dim is None else nn.Linear(summary_dim, dim, bias=False)
 
     @classmethod
     def from_config(cls, cfg: AgentConfig) -> AttentionAggregator:
-        summary = statistics_dim(cfg.latent_dim, cfg.entry_frames) if cfg.memory_summary else None
-        return cls(cfg.latent_dim, cfg.exp_dim, summary)
+        return cls(cfg.latent_dim, cfg.exp_dim)
 
     def forward(
         self,
@@ -43,26 +38,10 @@ class AttentionAggregator(nn.Module):
         e: torch.Tensor,
         mask: torch.Tensor,
         group: torch.Tensor | None = None,
-        entries: torch.Tensor | None = None,
     ) -> Aggregate:
-        """z (B, latent), e (cap, d) shared by all samples or (B, cap, d) one memory per sample,
-        or (W, cap, d) one per world with ``group`` (B,) the world each sample reads; mask (cap,)
-        or (B, cap) bool -> Aggregate(e_agg (B, d), attn (B, cap)). ``entries`` (.., cap, E, D):
-        the memory's latents, which the summary (``w_s``) reads."""
-        agg = self._attend(z, e, mask, group)
-        if self.w_s is None:
-            return agg
-        if entries is None:
-            raise ValueError("memory_summary: the aggregator needs the memory's entries")
-        b = z.shape[0]
-        x = entries[group] if group is not None else entries
-        x = x.expand(b, *x.shape[-3:]) if x.dim() == 3 else x  # (B, cap, E, D)
-        m = mask.expand(b, -1) if mask.dim() == 1 else mask
-        return agg._replace(e_agg=agg.e_agg + self.w_s(entry_statistics(x, m)))
-
-    def _attend(
-        self, z: torch.Tensor, e: torch.Tensor, mask: torch.Tensor, group: torch.Tensor | None
-    ) -> Aggregate:
+        """z (B, latent), e (cap, d) shared by all samples or (B, cap, d) one memory per sample
+        (the adaptation curve's), or (W, cap, d) one per world with ``group`` (B,) the world each
+        sample reads; mask (cap,) or (B, cap) bool -> Aggregate(e_agg (B, d), attn (B, cap))."""
         q = self.w_q(z)  # (B, d)
         keys = self.w_k(e)  # each world's keys once
         if group is not None:

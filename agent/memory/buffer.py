@@ -1,8 +1,7 @@
 """ExperienceBuffer: pre-allocated FIFO of detached latent pairs, written without a host sync.
 
-One FIFO (the paper's: every stream's batch-mean pair goes to one memory) or, with
-``streams=S``, S independent FIFOs written in one batched call (``memory_scope="per_stream"``:
-each stream keeps its own transitions).
+The paper's memory: every stream's batch-mean pair goes to one FIFO. (A memory per group of
+streams that share a world is ``agent.memory.world.WorldBuffer``.)
 """
 
 from __future__ import annotations
@@ -18,10 +17,9 @@ class ExperienceBuffer:
     content when ``write`` is False) and the pointer advances by ``write``, so a step never
     asks the device whether a boundary fired.
 
-    Tensors: ``pairs`` (cap, E, D) float32 (E = ``frames`` latents an entry, 2 a pair), ``world`` (cap,) int64, ``steps`` (cap,) int64,
-    ``ptr`` and ``size`` 0-dim int64. Slot ``ptr`` is the next one written (the oldest once full).
-    With ``streams=S`` every tensor gains a leading (S,): one FIFO per stream, pushed together
-    (``push`` with pair (S, 2, D), world / write (S,)) and emptied per stream (``clear(mask)``).
+    Tensors: ``pairs`` (cap, E, D) float32 (E = ``frames`` latents an entry, 2 a pair),
+    ``world`` (cap,) int64, ``steps`` (cap,) int64, ``ptr`` and ``size`` 0-dim int64. Slot
+    ``ptr`` is the next one written (the oldest once full).
     """
 
     def __init__(
@@ -29,36 +27,22 @@ class ExperienceBuffer:
         capacity: int,
         latent_dim: int,
         device: torch.device | str = "cpu",
-        streams: int | None = None,
         frames: int = 2,
     ) -> None:
         self.capacity = int(capacity)
         self.latent_dim = int(latent_dim)
         self.frames = int(frames)  # E latents an entry holds (2: a transition pair)
         self.device = torch.device(device)
-        self.streams = None if streams is None else int(streams)
         self.clear()
 
-    @property
-    def lead(self) -> tuple[int, ...]:
-        """() for one FIFO, (S,) for one per stream."""
-        return () if self.streams is None else (self.streams,)
-
-    def clear(self, mask: torch.Tensor | None = None) -> None:
-        """Empty the buffer (zeros everywhere); per-stream buffers: only the streams in ``mask``
-        ((S,) bool tensor, no host sync) when it is given."""
-        d, lead, cap = self.device, self.lead, self.capacity
-        if mask is not None:
-            if self.streams is None:
-                raise ValueError("clear(mask): only a per-stream buffer empties single streams")
-            self.ptr = torch.where(mask, 0, self.ptr)
-            self.size = torch.where(mask, 0, self.size)
-            return
-        self.pairs = torch.zeros(*lead, cap, self.frames, self.latent_dim, device=d)
-        self.world = torch.zeros(*lead, cap, dtype=torch.long, device=d)
-        self.steps = torch.full((*lead, cap), -1, dtype=torch.long, device=d)
-        self.ptr = torch.zeros(lead, dtype=torch.long, device=d)
-        self.size = torch.zeros(lead, dtype=torch.long, device=d)
+    def clear(self) -> None:
+        """Empty the buffer (zeros everywhere)."""
+        d, cap = self.device, self.capacity
+        self.pairs = torch.zeros(cap, self.frames, self.latent_dim, device=d)
+        self.world = torch.zeros(cap, dtype=torch.long, device=d)
+        self.steps = torch.full((cap,), -1, dtype=torch.long, device=d)
+        self.ptr = torch.zeros((), dtype=torch.long, device=d)
+        self.size = torch.zeros((), dtype=torch.long, device=d)
 
     @torch.no_grad()
     def push(
@@ -70,13 +54,9 @@ class ExperienceBuffer:
     ) -> None:
         """Append one pair if ``write`` (else a no-op, still without a host sync).
 
-        pair: (2, D) (z_prev, z_new), stored detached as float32. world, step: ints or 0-dim
-        tensors. write: 0-dim bool tensor or bool. Per-stream buffers: pair (S, 2, D), world
-        and write (S,) (or scalars), one entry per stream whose ``write`` is True.
+        pair: (E, D) (z_prev, z_new), stored detached as float32. world, step: ints or 0-dim
+        tensors. write: 0-dim bool tensor or bool.
         """
-        if self.streams is not None:
-            self._push_streams(pair, world, step, write)
-            return
         write = self._scalar(write, torch.bool)
         world = self._scalar(world, torch.long)
         step = self._scalar(step, torch.long)
@@ -89,28 +69,6 @@ class ExperienceBuffer:
         self.ptr = (self.ptr + inc) % self.capacity
         self.size = torch.clamp(self.size + inc, max=self.capacity)
 
-    def _push_streams(
-        self,
-        pair: torch.Tensor,
-        world: torch.Tensor | int,
-        step: torch.Tensor | int,
-        write: torch.Tensor | bool,
-    ) -> None:
-        s = self.streams
-        write = self._scalar(write, torch.bool).expand(s)
-        world = self._scalar(world, torch.long).expand(s)
-        step = self._scalar(step, torch.long).expand(s)
-        rows = torch.arange(s, device=self.device)
-        slot = (rows, self.ptr)
-        self.pairs[slot] = torch.where(
-            write.view(s, 1, 1), pair.detach().to(self.pairs.dtype), self.pairs[slot]
-        )
-        self.world[slot] = torch.where(write, world, self.world[slot])
-        self.steps[slot] = torch.where(write, step, self.steps[slot])
-        inc = write.long()
-        self.ptr = (self.ptr + inc) % self.capacity
-        self.size = torch.clamp(self.size + inc, max=self.capacity)
-
     def _scalar(self, value: torch.Tensor | int | bool, dtype: torch.dtype) -> torch.Tensor:
         """0-dim tensor on the device. A Python number is filled in place (``torch.full``), not
         copied from the host: a host-to-device copy of pageable memory would synchronise."""
@@ -119,12 +77,12 @@ class ExperienceBuffer:
         return torch.full((), value, dtype=dtype, device=self.device)
 
     def mask(self) -> torch.Tensor:
-        """(cap,) bool, True for filled slots ((S, cap) per stream)."""
+        """(cap,) bool, True for filled slots."""
         return torch.arange(self.capacity, device=self.device) < self.size.unsqueeze(-1)
 
     def age(self) -> torch.Tensor:
-        """(cap,) int64 ((S, cap) per stream): 0 for the newest entry, 1 the one before, ...;
-        >= size for empty slots."""
+        """(cap,) int64: 0 for the newest entry, 1 the one before, ...; >= size for empty
+        slots."""
         slots = torch.arange(self.capacity, device=self.device)
         return (self.ptr.unsqueeze(-1) - 1 - slots) % self.capacity
 
@@ -135,10 +93,7 @@ class ExperienceBuffer:
         return n.float() / self.size.sum().clamp(min=1).float()
 
     def ordered(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Filled entries oldest first: pairs (n, 2, D), world (n,), steps (n,). Host sync.
-        (One FIFO only.)"""
-        if self.streams is not None:
-            raise ValueError("ordered(): a per-stream buffer has one order per stream")
+        """Filled entries oldest first: pairs (n, E, D), world (n,), steps (n,). Host sync."""
         n = int(self.size)
         start = int(self.ptr) if n == self.capacity else 0
         idx = (torch.arange(n, device=self.device) + start) % self.capacity
@@ -149,7 +104,6 @@ class ExperienceBuffer:
         other = ExperienceBuffer.__new__(ExperienceBuffer)
         other.capacity, other.latent_dim, other.device = self.capacity, self.latent_dim, self.device
         other.frames = self.frames
-        other.streams = self.streams
         for name in ("pairs", "world", "steps", "ptr", "size"):
             setattr(other, name, getattr(self, name).clone())
         return other
@@ -158,7 +112,7 @@ class ExperienceBuffer:
         return {n: getattr(self, n).clone() for n in ("pairs", "world", "steps", "ptr", "size")}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        shape = (*self.lead, self.capacity, self.frames, self.latent_dim)
+        shape = (self.capacity, self.frames, self.latent_dim)
         if tuple(state["pairs"].shape) != shape:
             raise ValueError(f"buffer shape {tuple(state['pairs'].shape)} != {shape}")
         for name, value in state.items():

@@ -18,7 +18,7 @@ class BoundaryDetector:
     listing's Python floats.
 
     ``streams=S``: S independent detectors (statistics (S,)) updated elementwise by one call,
-    one per stream (``memory_scope="per_stream"``).
+    one per world memory (``memory_scope="world"``: S = the number of groups).
     """
 
     def __init__(

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from agent import StepMetrics
-from agent.step import MemoryView, aggregate
+from agent.memory.view import MemoryView
+from agent.step import aggregate
 from runners.live.model import NORM_ERROR
 from runners.online.loop import OnlineLoop
 
@@ -47,12 +48,10 @@ class LoopDriver:
         self.capacity = int(self.learner.buffer.capacity)
         self.lora = self.name == "C"
         self.worlds = bool(self.cfg.worlds)
-        # A memory per stream or per world: the view shows the first stream's (its own, or its
-        # world's, which it shares with the other streams of its group).
-        scope = self.cfg.agent.memory_scope
-        self.per_stream = scope in ("per_stream", "world")
-        self.buffer_title = {"per_stream": "stream 1's memory", "world": "world 1's memory"}.get(
-            scope, "buffer")
+        # A memory per world: the view shows the first stream's world's, which it shares with the
+        # other streams of its group.
+        self.per_world = self.cfg.agent.memory_scope == "world"
+        self.buffer_title = "world 1's memory" if self.per_world else "buffer"
         self._pending: list[StepMetrics] = []
         self._first = self.step_count  # step of the first pending record
         self._attn: np.ndarray | None = None
@@ -61,7 +60,7 @@ class LoopDriver:
         # The shown streams: the first of each world memory's group where streams share one (so
         # the tiles show different worlds), else the first ones.
         n = int(self.cfg.agent.batch_size)
-        step = self.cfg.agent.group_size if scope == "world" else 1
+        step = self.cfg.agent.group_size if self.per_world else 1
         if n < step * SHOWN_STREAMS:  # fewer worlds than tiles: the first streams
             step = 1
         self.shown = np.arange(0, n, step)[:SHOWN_STREAMS]
@@ -108,7 +107,7 @@ class LoopDriver:
 
     def buffer_worlds(self) -> np.ndarray:
         buf = self.learner.buffer
-        if self.per_stream:  # the first stream's (or world's) FIFO, oldest first (host sync)
+        if self.per_world:  # the first stream's world's FIFO, oldest first (host sync)
             idx = _oldest_first(int(buf.size[0]), int(buf.ptr[0]), buf.capacity, buf.device)
             return buf.world[0, idx].cpu().numpy().astype(np.int8)
         _, world, _ = buf.ordered()  # host sync
@@ -129,11 +128,11 @@ class LoopDriver:
     def _compute_attention(self) -> np.ndarray | None:
         src, learner = self.loop.source, self.learner
         buf = learner.buffer
-        n = int(buf.size[0]) if self.per_stream else int(buf.size)
+        n = int(buf.size[0]) if self.per_world else int(buf.size)
         if n == 0 or not hasattr(src, "frames"):
             return None
         inp = (src.head + learner.cfg.input_position) % src.window  # the last step's input
-        if self.per_stream:  # the first stream's query over its (world's) memory, all of it
+        if self.per_world:  # the first stream's query over its world's memory, all of it
             x = torch.from_numpy(np.ascontiguousarray(src.frames[:1, inp]))
             memory = MemoryView(buf.pairs[:1], buf.mask()[:1])
             agg = aggregate(learner.nets, learner.encode(x), memory, learner.spec)

@@ -64,9 +64,11 @@ class Defaults:
 @dataclass
 class TrainCommand:
     """Online EPM-JEPA training with a mid-stream physics switch (defaults: the worlds protocol,
-    track C: each stream in its own training world, redrawn every episode; at 2/3 of the run
-    every stream moves to a held-out world and the weights freeze; --protocol paper: the paper's
-    gravity 0 -> 0.5). Later wins: --config FILE, the options, --set."""
+    track C: the streams live in groups of 8 that share a training world and one memory for 2-6
+    episodes, then a new world is drawn; at 2/3 of the run every stream moves to a held-out
+    world and the weights freeze; beside it the floor (track A) and the ceiling (the oracle)
+    train on the same stream; --protocol paper: the paper's gravity 0 -> 0.5). Later wins:
+    --config FILE, the options, --set."""
 
     run: Annotated[RunConfig, tyro.conf.arg(name="")]
     protocol: ProtocolName = "worlds"

@@ -47,7 +47,7 @@ DEFAULT_WORLD_SWITCH = (("gravity", 0.3), ("gravity_direction", 45.0))
 # default run's learner: the tiny networks with 64 streams, a lower LR and a stronger variance
 # hinge, measured to beat "no change" within minutes on a 2-core CPU without collapsing
 # (the tiny preset as is collapses in the stream: sigma_embed ~0.02, see docs/train_online.md).
-# "study" is the cpu learner grown for studies (docs/results.md, issue 22): a 64-d latent, a
+# "study" is the cpu learner grown for studies (docs/results.md, "The study preset"): a 64-d latent, a
 # 256-wide predictor that rolls forward, trained 12,000 steps (PRESET_STEPS; 4.5-6.5 minutes a
 # run on a 2-core CPU, two runs at a time).
 _CPU: dict[str, Any] = {"batch_size": 64, "lr": 1e-3, "lambda_reg": 0.2, "buffer_capacity": 64}

@@ -179,8 +179,8 @@ def table_rows(s: dict[str, Any]) -> list[tuple[str, str, str]]:
     end_step = _fmt(e.get("step"))
     if e.get("step") is not None and e["step"] < s["steps_done"]:  # nothing could change since
         end_step += " (weights frozen since)"
-    scope = buf.get("scope", "per_stream" if worlds else "global")
-    where = {"per_stream": "memory per stream", "world": "memory per world"}.get(scope)
+    scope = buf.get("scope", "global")
+    where = {"world": "memory per world"}.get(scope)
     rows = [
         ("evaluated at step", _fmt(a.get("step")), end_step),
         (f"D_base ({base}, 1 = no change)", _fmt(a.get("d_base")), _fmt(e.get("d_base"))),

@@ -38,7 +38,7 @@ from agent.adaptation import (
     sequence_length,
     world_curves,
 )
-from agent.context_probe import gravity_probe, peer_entry_statistics
+from agent.gravity_probe import gravity_probe, peer_entry_statistics
 from agent.probes import ProbeSet, probe_report
 from agent.world_probe import ProbeConfig, ProbeWorld, world_probe
 from runners.online.evaluation import CurveEvaluator
@@ -231,12 +231,12 @@ class WorldsEvaluator(CurveEvaluator):
 def gravity_probe_report(learner: Learner, *, n: int, seed: int,
                          families: dict[str, env.WorldFamily] | None = None, fit_worlds: int = 24,
                          test_worlds: int = 8, seqs: int = 12) -> dict[str, Any]:  # fmt: skip
-    """``agent.context_probe.gravity_probe`` of a learner with memory: fit on ``fit_worlds``
+    """``agent.gravity_probe.gravity_probe`` of a learner with memory: fit on ``fit_worlds``
     worlds of the training family (the first of ``families``; default ``env.FAMILIES``),
     scored on ``test_worlds`` of each other (held-out) family, ``seqs`` sequences each (the test
     digits), all drawn from ``seed`` apart from the evaluation's own worlds; memories of n peer
     transitions (``peers``). ``r2``: from e_agg; ``r2_entries``: from the same entries'
-    statistics (``agent.context_probe.entry_statistics``)."""
+    statistics (``agent.gravity_probe.entry_statistics``)."""
     cfg = learner.cfg
     families = dict(families or env.FAMILIES)
     length = sequence_length(cfg, n)

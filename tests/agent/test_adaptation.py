@@ -33,7 +33,7 @@ def worlds(cfg: AgentConfig, n: int = 5) -> list[WorldSet]:
 def cfg_of(track: str = "C", **kw) -> AgentConfig:
     base = {"push_pair": "input", "context_frames": 2, "per_horizon": True, "batch_size": 4}
     if track != "A":
-        base["memory_scope"] = "per_stream"
+        base.update(memory_scope="world", group_size=1, memory_read="all")  # one memory a stream
     return AgentConfig.from_preset("tiny", track=track, **{**base, **kw})
 
 

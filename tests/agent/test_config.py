@@ -67,7 +67,6 @@ def test_tiny_preset_is_small_and_json_round_trips() -> None:
         ("lambda_reg", -1.0),
         ("buffer_capacity", 0),
         ("freeze_ema_at", -1),
-        ("freeze_encoder_at", -1),
         ("encoder_channels", (16, 32)),
         ("hidden_dim", 2.5),
         ("total_steps", 0),

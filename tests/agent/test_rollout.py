@@ -8,8 +8,9 @@ import torch
 
 from agent import AgentConfig, DatasetSource, Learner
 from agent.adaptation import WorldSet, world_curves
+from agent.memory.view import MemoryView
 from agent.networks import Predictor
-from agent.step import MemoryView, base_error, modulated_prediction
+from agent.step import base_error, modulated_prediction
 
 
 def rollout_cfg(track: str, **kw: object) -> AgentConfig:
@@ -25,25 +26,23 @@ def test_config() -> None:
     assert cfg.replace(per_horizon=True).out_heads == 1  # moot: a rollout is per horizon
     assert AgentConfig(per_horizon=True, horizons=(1, 2)).out_heads == 2
     assert not AgentConfig().rollout  # the paper's direct predictor
-    with pytest.raises(ValueError, match="predictor: expected one of direct, residual, rollout"):
+    with pytest.raises(ValueError, match="predictor: expected one of direct, rollout"):
         AgentConfig(predictor="recurrent")
 
 
-@pytest.mark.parametrize("heads", [1, 3])
-def test_residual_predictor_is_no_change_at_zero(heads: int) -> None:
-    """With fc2 = 0 the residual predictor's output (the rollout's transition, or each head of
-    ``predictor="residual"``) is norm(z_last): "no change" of the newest latent."""
-    pred = Predictor(8, 16, context=2, heads=heads, residual=True)
+def test_the_rollouts_transition_is_no_change_at_zero() -> None:
+    """With fc2 = 0 the rollout's transition (a residual predictor) is norm(z_last): "no change"
+    of the newest latent."""
+    pred = Predictor(8, 16, context=2, residual=True)
     torch.nn.init.zeros_(pred.fc2.weight)
     torch.nn.init.zeros_(pred.fc2.bias)
     z = torch.randn(5, 16)
-    still = torch.nn.functional.layer_norm(z[:, 8:], (8,), eps=1e-5)
-    out = pred(z)
-    assert out.shape == ((5, 8) if heads == 1 else (5, heads, 8))
-    torch.testing.assert_close(out, still if heads == 1 else still.unsqueeze(1).expand(5, heads, 8))
-    cfg = AgentConfig.from_preset("tiny", predictor="residual", per_horizon=True, context_frames=2)
-    assert cfg.residual and not cfg.rollout and cfg.out_heads == cfg.n_horizons
-    assert Predictor.from_config(cfg).residual and not Predictor.from_config(AgentConfig()).residual
+    torch.testing.assert_close(pred(z), torch.nn.functional.layer_norm(z[:, 8:], (8,), eps=1e-5))
+    cfg = AgentConfig.from_preset("tiny", predictor="rollout", per_horizon=True, context_frames=2)
+    assert cfg.out_heads == 1 and Predictor.from_config(cfg).residual
+    assert not Predictor.from_config(AgentConfig()).residual
+    with pytest.raises(ValueError, match="one head"):
+        Predictor(8, 16, heads=3, residual=True)
 
 
 @pytest.mark.parametrize("track", ["A", "B", "C", "D", "E"])
@@ -99,7 +98,8 @@ def test_surprisal_is_the_base_rollouts_error() -> None:
 def test_a_short_run_learns_and_evaluates(track: str) -> None:
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, size=(16, 12, 1, 64, 64), dtype=np.uint8)
-    cfg = rollout_cfg(track, memory_scope="per_stream", memory_write="every")
+    cfg = rollout_cfg(track, memory_scope="world", group_size=1, memory_read="all",
+                      memory_write="every")  # fmt: skip
     learner, source = Learner(cfg.replace(total_steps=8)), DatasetSource(frames, cfg, seed=0)
     before = [p.detach().clone() for p in learner.nets.predictor.parameters()]
     losses = [float(learner.update(source.next()).loss_total) for _ in range(4)]

@@ -21,9 +21,9 @@ from agent import AgentConfig, DatasetSource, Learner, Speed, StreamSource, stac
 from agent.speed import Beside, LazyPair, Plain, StreamCache, VisibleSlots
 
 PAPER = {"track": "C"}  # the paper's memory: one shared FIFO, its newest pair on a boundary
-PER_STREAM = {"track": "E", "memory_scope": "per_stream", "memory_write": "every",
-              "vary_memory": True, "push_pair": "input", "context_frames": 2,
-              "horizons": (2, 4, 8)}  # the worlds protocol's per-sample memories  # fmt: skip
+OWN = {"track": "E", "memory_scope": "world", "group_size": 1, "memory_read": "all",
+       "memory_write": "every", "vary_memory": True, "push_pair": "input", "context_frames": 2,
+       "horizons": (2, 4, 8)}  # each stream its own memory (a world memory of one stream)  # fmt: skip
 
 
 def layers(paths: Plain) -> list[type]:
@@ -42,9 +42,9 @@ def test_speed_builds_the_layers_it_names() -> None:
     assert Speed.default("cpu").lazy_pair and Speed.default("cpu").visible_slots
     full = Speed(visible_slots=True, lazy_pair=True, beside=True).paths(cfg, None)
     assert layers(full) == [Beside, LazyPair, VisibleSlots, Plain]
-    per_stream = AgentConfig.from_preset("tiny", **PER_STREAM)
-    assert LazyPair not in layers(Speed(lazy_pair=True).paths(per_stream, None))
-    assert StreamCache in layers(Learner(per_stream.replace(stream_cache=True)).paths)
+    own = AgentConfig.from_preset("tiny", **OWN)
+    assert LazyPair not in layers(Speed(lazy_pair=True).paths(own, None))
+    assert StreamCache in layers(Learner(own.replace(stream_cache=True)).paths)
 
 
 @pytest.mark.parametrize("track", ["A", "C"])
@@ -116,9 +116,9 @@ def test_lazy_pair_changes_no_bit(source: str, over: dict, frames: np.ndarray) -
 
 @pytest.mark.parametrize(
     ("source", "over"),
-    [("dataset", PAPER), ("stream", {**PAPER, "push_pair": "input"}), ("stream", PER_STREAM),
+    [("dataset", PAPER), ("stream", {**PAPER, "push_pair": "input"}), ("stream", OWN),
      ("dataset", {"track": "A"})],
-    ids=["C-dataset", "C-stream-cached", "E-per-stream-cached", "A-dataset"],
+    ids=["C-dataset", "C-stream-cached", "E-own-memory-cached", "A-dataset"],
 )  # fmt: skip
 def test_work_beside_the_online_encoder_changes_no_bit(
     source: str, over: dict, frames: np.ndarray, fake_env_cls
@@ -157,9 +157,9 @@ LONGEST_SUM = 8 * 32 * 32
 
 
 def test_visible_slots_compute_the_plain_steps_numbers(frames: np.ndarray, fake_env_cls) -> None:
-    """One step from the same state with a filled per-stream memory: the same e_i on the visible
+    """One step from the same state with filled memories, one a stream: the same e_i on the visible
     slots, and the same loss, metrics and gradients, within fp32 reordering (``assert_reordered``)."""
-    cfg = AgentConfig.from_preset("tiny", detector_warmup=2, kappa=0.01, **PER_STREAM)
+    cfg = AgentConfig.from_preset("tiny", detector_warmup=2, kappa=0.01, **OWN)
     warm = Learner(cfg, speed=Speed())
     src = StreamSource(fake_env_cls([400] * cfg.batch_size), cfg)
     for _ in range(6):  # fill the memories (memory_write "every")

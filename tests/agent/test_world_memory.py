@@ -11,9 +11,10 @@ import torch
 import env
 from agent import AgentConfig, Learner, StreamSource
 from agent.memory import AttentionAggregator, WorldBuffer
+from agent.memory.view import MemoryView
 from agent.metrics import stack
 from agent.speed import Speed
-from agent.step import MemoryView, memory_codes
+from agent.step import memory_codes
 
 
 def world_cfg(track: str = "C", **kw) -> AgentConfig:
@@ -147,22 +148,6 @@ def test_streams_write_their_worlds_memory_which_empties_when_the_world_changes(
     assert changes >= 2 + 2  # the first worlds, then at least one redraw per group
 
 
-def test_group_size_one_reading_all_is_the_per_stream_memory() -> None:
-    common = {"group_size": 1, "batch_size": 6, "total_steps": 50}
-    world = world_cfg(memory_read="all", vary_memory=True, **common)
-    per_stream = world.replace(memory_scope="per_stream")
-    vec = env.MovingMNISTVectorEnv(6, max_episode_steps=None)
-    sched = env.WorldSchedule(vec, "train", episode_steps=(8, 12), seed=0)
-    source = StreamSource(sched, world, seed=0)
-    batches = [source.next() for _ in range(40)]
-    runs = []
-    for cfg in (world, per_stream):
-        learner = Learner(cfg, speed=Speed())
-        runs.append(stack([learner.update(b) for b in batches]))
-    for key in runs[0]:  # the same sums in another order (agent.memory.aggregator): to rounding
-        np.testing.assert_allclose(runs[0][key], runs[1][key], rtol=1e-5, err_msg=key)
-
-
 def test_world_memory_is_deterministic_and_resumes_exactly() -> None:
     cfg = world_cfg(total_steps=60, vary_memory=True)
     source = grouped_source(cfg)
@@ -179,9 +164,8 @@ def test_world_memory_is_deterministic_and_resumes_exactly() -> None:
         np.testing.assert_array_equal(rest_a[key], rest_c[key], err_msg=key)
 
 
-@pytest.mark.parametrize("agreement", [0.0, 1.0])
-def test_the_speed_layers_give_the_plain_steps_numbers(agreement: float) -> None:
-    cfg = world_cfg(total_steps=60, vary_memory=True, world_agreement=agreement)
+def test_the_speed_layers_give_the_plain_steps_numbers() -> None:
+    cfg = world_cfg(total_steps=60, vary_memory=True)
     plain = _train(cfg, 25, Speed())[1]
     fast = _train(cfg, 25, Speed(visible_slots=True, beside=True))[1]
     a, b = stack(plain), stack(fast)
@@ -258,40 +242,3 @@ def test_an_entry_of_three_frames_is_three_consecutive_frames_up_to_the_input(
         assert torch.equal(newest.view(-1).repeat_interleave(cfg.group_size), t_input)
         checked += len(entries)
     assert checked > 0
-
-
-def test_world_agreement_rewards_codes_that_name_their_world() -> None:
-    from agent.objective import world_agreement
-
-    w, cap, d, s = 4, 6, 8, 4  # 4 worlds, 6 slots, groups of 4 streams (halves: 0-1, 2-3)
-    writers = torch.arange(cap).remainder(s).expand(w, cap) + 4 * torch.arange(w).view(w, 1)
-    shown = torch.ones(w, cap, dtype=torch.bool)
-    world = torch.eye(d)[:w]  # one direction per world
-    same = world.unsqueeze(1).expand(w, cap, d).clone()
-    good = float(world_agreement(same, shown, writers, s))
-    g = torch.Generator().manual_seed(0)
-    noise = torch.randn(w, cap, d, generator=g)
-    chance = float(world_agreement(noise, shown, writers, s))
-    assert good < 0.01 < chance  # log 4 = 1.39 is what a code that says nothing scores
-    crossed = same.clone()  # a world's second half looks like the next world's
-    second = (writers % s) >= s // 2
-    crossed[second] = world.roll(1, 0).unsqueeze(1).expand(w, cap, d)[second]
-    assert float(world_agreement(crossed, shown, writers, s)) > chance
-    one_half = shown & ~second  # every world's second half unseen: nothing to compare
-    assert float(world_agreement(noise, one_half, writers, s)) == 0.0
-    codes = noise.clone().requires_grad_(True)
-    world_agreement(codes, shown, writers, s).backward()
-    assert codes.grad is not None and codes.grad.abs().sum() > 0
-
-
-def test_world_agreement_trains_and_is_refused_without_world_memory() -> None:
-    cfg = world_cfg(world_agreement=1.0, total_steps=40, vary_memory=True)
-    plain = _train(world_cfg(total_steps=40, vary_memory=True), 12, Speed())[1]
-    agreed = _train(cfg, 12, Speed())[1]
-    a, b = stack(plain), stack(agreed)
-    assert not np.array_equal(a["loss/total"], b["loss/total"])  # the term is in the loss ...
-    np.testing.assert_array_equal(a["loss/pred"][:2], b["loss/pred"][:2])  # ... not the forward
-    with pytest.raises(ValueError, match="world_agreement: needs memory_scope 'world'"):
-        world_cfg(world_agreement=1.0, memory_scope="per_stream")
-    with pytest.raises(ValueError, match="world_agreement: must be >= 0"):
-        world_cfg(world_agreement=-1.0)

@@ -121,8 +121,8 @@ def test_memory_write_every_pushes_each_valid_step() -> None:
     from agent.sources import Batch
 
     cfg = AgentConfig.from_preset(
-        "tiny", track="C", push_pair="input", memory_scope="per_stream", memory_write="every",
-        batch_size=3, buffer_capacity=4,
+        "tiny", track="C", push_pair="input", memory_scope="world", group_size=1,
+        memory_read="all", memory_write="every", batch_size=3, buffer_capacity=4,
     )  # fmt: skip
     learner = Learner(cfg)
     f = len(cfg.frame_offsets)
@@ -131,7 +131,7 @@ def test_memory_write_every_pushes_each_valid_step() -> None:
         g = torch.Generator().manual_seed(step)
         frames = torch.randint(0, 256, (3, f, 1, 64, 64), dtype=torch.uint8, generator=g)
         learner.update(Batch(frames, valid, torch.zeros(3, dtype=torch.long)))
-        # streams 0 and 1 push every step (to the capacity); stream 2 is invalid: emptied
+        # streams 0 and 1 push every step (to the capacity); stream 2 is invalid: no entry
         assert learner.buffer.size.tolist() == [min(step + 1, 4), min(step + 1, 4), 0]
 
 

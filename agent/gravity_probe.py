@@ -9,11 +9,12 @@ on held-out worlds (docs/definitions.md#the-gravity-probe). R^2 near 1: the memo
 says which way and how hard things fall in a world the learner never trained on; near 0 or
 below: it does not (whatever else it holds).
 
-Beside it, the same probe on the same n entries summarised by hand
-(``agent.memory.summary.entry_statistics``: the
+Beside it, the same probe on the same n entries summarised by hand (``entry_statistics``: the
 mean newest latent, the mean change, the median change of velocity) says what the entries
 themselves hold of the world: where that reads gravity and e_agg does not, the memory's
-encoder and attention lose it; where neither does, the latents never had it.
+encoder and attention lose it; where neither does, the latents never had it. The median
+change of velocity, because a bounce off a wall is a second difference many times gravity's:
+the mean of a world's second differences is its walls', the median its gravity.
 """
 
 from __future__ import annotations
@@ -25,9 +26,24 @@ import torch
 
 from agent.adaptation import WorldSet, _encode, _memory, input_index
 from agent.learner import Learner
-from agent.memory.summary import entry_statistics
+from agent.memory.view import MemoryView
 from agent.probes import probe_r2
-from agent.step import MemoryView, aggregate
+from agent.step import aggregate
+
+
+def entry_statistics(pairs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(N, 3D) - (N, 2D) for pairs - each sample's entries (N, cap, E, D) where ``mask`` (N,
+    cap) summarised: the mean newest latent, the mean change and, for E >= 3, the median change
+    of velocity. Zeros where a sample has no entry."""
+    x = pairs.float()
+    w = mask.float().unsqueeze(-1)
+    count = w.sum(1).clamp(min=1.0)
+    feats = [(x[:, :, -1] * w).sum(1) / count, ((x[:, :, -1] - x[:, :, -2]) * w).sum(1) / count]
+    if x.shape[2] >= 3:
+        d2 = x[:, :, -1] - 2 * x[:, :, -2] + x[:, :, -3]
+        d2 = d2.masked_fill(~mask.unsqueeze(-1), float("nan"))
+        feats.append(torch.nanmedian(d2, dim=1).values.nan_to_num(0.0))
+    return torch.cat(feats, 1)
 
 
 def _peer_view(

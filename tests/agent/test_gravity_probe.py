@@ -1,4 +1,4 @@
-"""The gravity probe (agent.context_probe): a linear probe of the world's gravity from e_agg."""
+"""The gravity probe (agent.gravity_probe): a linear probe of the world's gravity from e_agg."""
 
 from __future__ import annotations
 
@@ -9,8 +9,12 @@ from torch import nn
 
 from agent import AgentConfig, Learner
 from agent.adaptation import WorldSet, sequence_length
-from agent.context_probe import context_codes, gravity_probe, peer_entry_statistics
-from agent.memory.summary import entry_statistics
+from agent.gravity_probe import (
+    context_codes,
+    entry_statistics,
+    gravity_probe,
+    peer_entry_statistics,
+)
 
 N = 3  # memory size
 
