@@ -69,6 +69,29 @@ def preferred_precision(device: Any = "cpu") -> str:
     return "fp32" if bf16_unsupported(device) else "bf16"
 
 
+# Fields that were removed (docs/archive.md, "Removed options"), at the value that meant "off": a
+# config saved before their removal loads when it holds that value (``without_removed``).
+REMOVED: dict[str, Any] = {
+    "world_agreement": 0.0,
+    "memory_summary": False,
+    "code_cache": False,
+    "freeze_encoder_at": None,
+    "freeze_weights_at": None,
+}
+
+
+def without_removed(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` without the removed fields that hold their "off" value; one in use raises
+    ``ValueError`` naming it (that run needs the code it was made with)."""
+    for name, off in REMOVED.items():
+        if name in values and values[name] != off:
+            raise ValueError(
+                f"{name}: this option was removed (docs/archive.md); the config uses "
+                f"{name}={values[name]!r}"
+            )
+    return {k: v for k, v in values.items() if k not in REMOVED}
+
+
 # Per-track defaults of the fields that differ between tracks (Table 5; D/E: see module doc).
 TRACK_DEFAULTS: dict[str, dict[str, float]] = {
     "A": {"lr": 3e-3, "kappa": 1.5},
@@ -392,7 +415,9 @@ class AgentConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AgentConfig:
-        """Inverse of ``to_dict`` (unknown keys raise ValueError naming them)."""
+        """Inverse of ``to_dict`` (unknown keys raise ValueError naming them; removed fields at
+        their "off" value, from configs saved before their removal, are dropped)."""
+        data = without_removed(data)
         _check_names(data)
         return cls(**data)
 

@@ -24,7 +24,7 @@ from typing import Annotated, Any, get_args
 
 import tyro
 
-from agent.config import Track, preferred_precision
+from agent.config import REMOVED, Track, preferred_precision, without_removed
 from runners.cli import CliError, parse
 from runners.online.config import (
     PRESET_STEPS,
@@ -171,6 +171,11 @@ def dict_tokens(data: Mapping[str, Any], where: str) -> list[str]:
             out += dict_tokens(value, where)
         elif key == "precision" and value == "auto":  # an older config: the device's own
             continue
+        elif key in REMOVED:  # an older config: an option since removed, unused (or one line)
+            try:
+                without_removed({key: value})
+            except ValueError as err:
+                raise CliError(f"{err} (in {where})") from None
         else:
             out += value_tokens(key, value, where)
     return out

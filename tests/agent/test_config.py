@@ -97,3 +97,14 @@ def test_preferred_precision_is_a_valid_precision() -> None:
 
     assert preferred_precision("cpu") in PRECISIONS
     assert preferred_precision("meta") == "fp32"
+
+
+def test_a_config_saved_before_an_option_was_removed_still_loads() -> None:
+    """config.json / checkpoint configs written with the removed options at their "off" value
+    load as before; one that used a removed option is one ValueError naming it."""
+    from agent.config import REMOVED
+
+    cfg = AgentConfig.from_preset("tiny")
+    assert AgentConfig.from_dict({**cfg.to_dict(), **REMOVED}) == cfg
+    with pytest.raises(ValueError, match="^code_cache: this option was removed"):
+        AgentConfig.from_dict({**cfg.to_dict(), "code_cache": True})

@@ -381,3 +381,16 @@ def test_bf16_on_a_cpu_without_it_is_one_line(monkeypatch: pytest.MonkeyPatch) -
         build_config(["--device", "cpu", "--precision", "bf16"])
     with pytest.raises(ValueError, match="^precision: bf16 cannot run here"):
         Learner(AgentConfig.from_preset("tiny", precision="bf16"))
+
+
+def test_a_run_config_saved_before_an_option_was_removed_still_loads() -> None:
+    from agent.config import REMOVED
+    from runners.online.command import config_from_dict
+
+    cfg = build_config(["--preset", "tiny"])
+    saved = cfg.to_dict()
+    old = {**saved, "agent": {**saved["agent"], **REMOVED}}
+    assert config_from_dict(old).to_dict() == saved
+    used = {**saved, "agent": {**saved["agent"], "freeze_weights_at": 10}}
+    with pytest.raises(CliError, match="^freeze_weights_at: this option was removed .*in config.json"):
+        config_from_dict(used)
