@@ -6,7 +6,7 @@ learner = Learner(cfg)
 metrics = learner.update(DatasetSource(frames, cfg).next())
 """
 
-from agent.build import Parts, build_parts, count_parameters
+from agent.build import LearnerParts, build_learner_parts, count_parameters
 from agent.checkpoint import (
     CheckpointError,
     load_checkpoint,
@@ -41,7 +41,7 @@ __all__ = [
     "Knobs",
     "MemoryView",
     "Model",
-    "Parts",
+    "LearnerParts",
     "StepMetrics",
     "Speed",
     "StepSpec",
@@ -49,7 +49,7 @@ __all__ = [
     "adaptation_curve",
     "TargetReference",
     "target_reference",
-    "build_parts",
+    "build_learner_parts",
     "count_parameters",
     "evaluate",
     "jepa_step",

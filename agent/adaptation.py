@@ -12,7 +12,7 @@ stream pushes at step j: no frame at or after the input), taken from one of thre
 
 - ``own``: its own sequence (its stream's history: same world, same digits);
 - ``same``: other sequences of the same world (same world, other digits): one, or with
-  ``peers=P`` the P sequences a world memory shares with a stream (the *peer* read);
+  ``peers=P`` the P sequences a group memory shares with a stream (the *peer* read);
 - ``wrong``: as many sequences of another held-out world (the control: the wrong world).
 
 ``same`` vs ``wrong`` isolates what the memory says about the *world*; ``own`` is what a stream
@@ -152,7 +152,7 @@ def world_curves(
     """D^n of the frozen learner on every world for every memory source (see the module doc).
 
     ``same`` gives sample b the pairs of sequences b+1 .. b+peers of its world (the peer read
-    of a world memory shared by peers + 1 streams: the newest n of their pairs, as their shared
+    of a group memory shared by peers + 1 streams: the newest n of their pairs, as their shared
     FIFO holds them), ``wrong`` those of sequences b .. b+peers-1 of the next world in
     ``worlds`` (cyclically; needs two worlds). The learner is not changed.
     """

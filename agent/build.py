@@ -14,8 +14,8 @@ from agent.memory import (
     BoundaryDetector,
     ExperienceBuffer,
     ExperienceEncoder,
+    GroupBuffer,
     OracleContext,
-    WorldBuffer,
 )
 from agent.modulators import Modulator, build_modulator
 from agent.networks import Encoder, Predictor
@@ -53,12 +53,12 @@ class Networks(nn.Module):
 
 
 @dataclass
-class Parts:
+class LearnerParts:
     """Everything a Learner is assembled from."""
 
     nets: Networks
     detector: BoundaryDetector
-    buffer: ExperienceBuffer | WorldBuffer
+    buffer: ExperienceBuffer | GroupBuffer
 
 
 def build_networks(cfg: AgentConfig) -> Networks:
@@ -82,23 +82,23 @@ def build_networks(cfg: AgentConfig) -> Networks:
     return Networks(encoder, target, predictor, modulator, experience, aggregator, oracle)
 
 
-def build_parts(cfg: AgentConfig, device: torch.device | str = "cpu") -> Parts:
+def build_learner_parts(cfg: AgentConfig, device: torch.device | str = "cpu") -> LearnerParts:
     """Networks, detector and buffer on ``device`` (one detector statistic and one FIFO per
-    group of ``group_size`` streams with ``memory_scope="world"``)."""
-    world = cfg.memory_scope == "world"
+    group of ``group_size`` streams with ``memory_scope="group"``)."""
+    grouped = cfg.memory_scope == "group"
     detector = BoundaryDetector(
         cfg.kappa, cfg.detector_momentum, cfg.detector_warmup, device,
-        streams=cfg.num_groups if world else None,
+        streams=cfg.num_groups if grouped else None,
     )  # fmt: skip
-    if world:
-        buffer: ExperienceBuffer | WorldBuffer = WorldBuffer(
+    if grouped:
+        buffer: ExperienceBuffer | GroupBuffer = GroupBuffer(
             cfg.num_groups, cfg.buffer_capacity, cfg.latent_dim, device, frames=cfg.entry_frames
         )
     else:
         buffer = ExperienceBuffer(
             cfg.buffer_capacity, cfg.latent_dim, device, frames=cfg.entry_frames
         )
-    return Parts(nets=build_networks(cfg).to(device), detector=detector, buffer=buffer)
+    return LearnerParts(nets=build_networks(cfg).to(device), detector=detector, buffer=buffer)
 
 
 def build_optimizer(cfg: AgentConfig, nets: Networks) -> torch.optim.Optimizer:

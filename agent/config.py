@@ -32,7 +32,7 @@ PRESETS = ("paper", "tiny")
 PRECISIONS = ("fp32", "bf16")
 PUSH_PAIRS = ("newest", "input")
 MEMORY_WRITES = ("boundary", "every")
-MEMORY_SCOPES = ("global", "world")
+MEMORY_SCOPES = ("global", "group")
 MEMORY_READS = ("peer", "all")
 PREDICTORS = ("direct", "rollout")
 # The oracle's input: the true physics of a sample's world, (gravity_x, gravity_y, restitution,
@@ -81,15 +81,19 @@ REMOVED: dict[str, Any] = {
 
 
 def without_removed(values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` without the removed fields that hold their "off" value; one in use raises
-    ``ValueError`` naming it (that run needs the code it was made with)."""
+    """``values`` without the removed fields that hold their "off" value, renamed values under
+    today's names; a removed field in use raises ``ValueError`` naming it (that run needs the
+    code it was made with)."""
     for name, off in REMOVED.items():
         if name in values and values[name] != off:
             raise ValueError(
                 f"{name}: this option was removed (docs/archive.md); the config uses "
                 f"{name}={values[name]!r}"
             )
-    return {k: v for k, v in values.items() if k not in REMOVED}
+    out = {k: v for k, v in values.items() if k not in REMOVED}
+    if out.get("memory_scope") == "world":  # the group memory's older name
+        out["memory_scope"] = "group"
+    return out
 
 
 # Per-track defaults of the fields that differ between tracks (Table 5; D/E: see module doc).
@@ -197,23 +201,23 @@ class AgentConfig:
     # per_horizon is moot). docs/agent.md, "A predictor that rolls forward".
     predictor: str = "direct"
     push_pair: str = "newest"  # memory pair: "newest" frames (paper) or "input" (the input's own)
-    # "global" one FIFO of batch means (paper), "world" one FIFO per group of ``group_size``
-    # streams that share a world (agent/memory/world.py; group_size 1: each stream its own)
+    # "global" one FIFO of batch means (paper), "group" one FIFO per group of ``group_size``
+    # streams that share a world (agent/memory/group.py; group_size 1: each stream its own)
     memory_scope: str = "global"
-    group_size: int = 1  # memory_scope "world": the streams that share a world and its memory
-    # memory_scope "world": a sample reads its world's entries but those of its own episode
+    group_size: int = 1  # memory_scope "group": the streams that share a world and its memory
+    # memory_scope "group": a sample reads its group's entries but those of its own episode
     # ("peer"), or all of them ("all")
     memory_read: str = "peer"
     # frames per memory entry, the newest the input: 2 a transition pair (z_{t-1}, z_t), the
     # paper's; 3 adds the frame before, so that an entry shows a change of velocity, which is
-    # where a world's gravity shows (world memories, the input's own entries)
+    # where a world's gravity shows (group memories, the input's own entries)
     entry_frames: int = 2
     vary_memory: bool = False  # training: each sample sees only its newest k entries, k ~ U{0..n}
     memory_write: str = "boundary"  # push on a detector "boundary" (paper) or at "every" valid step
     oracle: bool = False  # feed the true physics (Batch.physics) in place of e_agg: the ceiling
     # Speed: a stream frame's EMA-target latent is computed once, when it arrives, and reused at
     # its later horizons; the previous input's latent is the memory pair's older frame
-    # (agent.latents; stream batches only). False: every latent recomputed at every step.
+    # (agent.latent_cache; stream batches only). False: every latent recomputed at every step.
     stream_cache: bool = True
 
     # ----------------------------------------------------------------------------------
@@ -270,15 +274,15 @@ class AgentConfig:
         """The integer fields beyond positivity, and the fields that constrain each other."""
         if self.oracle and self.track == "A":
             self._bad("oracle", "track A has no pathway to feed (the oracle needs a track B-E)")
-        if self.memory_scope == "world" and self.push_pair != "input":
-            self._bad("memory_scope", "world memory keeps the streams' own pairs: push_pair 'input'")
+        if self.memory_scope == "group" and self.push_pair != "input":
+            self._bad("memory_scope", "group memory keeps the streams' own pairs: push_pair 'input'")
         if not _is_int(self.entry_frames) or self.entry_frames < 2:
             self._bad("entry_frames", "must be an integer >= 2")
         if self.entry_frames > 2 and self.memory_scope == "global":
-            self._bad("entry_frames", "longer entries are for world memories")
+            self._bad("entry_frames", "longer entries are for group memories")
         if not _is_int(self.group_size) or self.group_size < 1:
             self._bad("group_size", "must be a positive integer")
-        if self.memory_scope == "world":
+        if self.memory_scope == "group":
             if _is_int(self.batch_size) and self.batch_size % self.group_size:
                 self._bad("group_size", f"must divide batch_size={self.batch_size}")
             if self.buffer_capacity < self.group_size:
@@ -321,7 +325,7 @@ class AgentConfig:
     # ----------------------------------------------------------------------------------
     @property
     def num_groups(self) -> int:
-        """W, the worlds' memories of ``memory_scope="world"``: batch_size / group_size."""
+        """W, the worlds' memories of ``memory_scope="group"``: batch_size / group_size."""
         return self.batch_size // self.group_size
 
     @property

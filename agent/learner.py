@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
-from agent.build import Parts, build_optimizer, build_parts
+from agent.build import LearnerParts, build_learner_parts, build_optimizer
 from agent.config import AgentConfig, bf16_unsupported
-from agent.latents import StreamLatents
-from agent.memory import Aggregate, ExperienceBuffer, WorldBuffer
+from agent.latent_cache import LatentCache
+from agent.memory import Aggregate, ExperienceBuffer, GroupBuffer
 from agent.metrics import StepMetrics
 from agent.modulators import Modulated
 from agent.schedules import lr_at, tau_at
@@ -47,7 +47,7 @@ class Learner:
         self,
         cfg: AgentConfig,
         device: torch.device | str = "cpu",
-        parts: Parts | None = None,
+        parts: LearnerParts | None = None,
         speed: Speed | None = None,
     ) -> None:
         if cfg.total_steps is None:
@@ -58,11 +58,11 @@ class Learner:
         if why:
             raise ValueError(f"precision: bf16 cannot run here: {why} (use fp32)")
         self.spec = StepSpec.from_config(cfg, self.device)
-        parts = parts if parts is not None else build_parts(cfg, self.device)
+        parts = parts if parts is not None else build_learner_parts(cfg, self.device)
         self.nets = parts.nets
         self.detector = parts.detector
         self.buffer = parts.buffer
-        # The world memory each sample (stream) reads: streams b*S .. b*S+S-1 share one.
+        # The group memory each sample (stream) reads: streams b*S .. b*S+S-1 share one.
         self.groups = torch.arange(cfg.batch_size, device=self.device) // cfg.group_size
         self.optimizer = build_optimizer(cfg, self.nets)
         self.step = 0
@@ -71,7 +71,7 @@ class Learner:
         self.memory_rng = torch.Generator(self.device)
         self.memory_rng.manual_seed(cfg.seed)
         # Latents of stream frames shared between consecutive batches (cfg.stream_cache).
-        self.latents = StreamLatents(cfg) if cfg.stream_cache else None
+        self.latents = LatentCache(cfg) if cfg.stream_cache else None
         self.speed = speed if speed is not None else Speed.default(self.device)
         self.paths = self.speed.paths(cfg, self.latents)
 
@@ -114,18 +114,18 @@ class Learner:
         with self.autocast():
             return encode(enc, self.encoder_input(frames), self.spec).float()
 
-    def view(self, buffer: ExperienceBuffer | WorldBuffer, n: int) -> MemoryView:
-        """What n samples read of ``buffer``: all of it; of a world memory, sample b the whole
+    def view(self, buffer: ExperienceBuffer | GroupBuffer, n: int) -> MemoryView:
+        """What n samples read of ``buffer``: all of it; of a group memory, sample b the whole
         memory of the world of stream b (so n must be the batch size)."""
-        if not isinstance(buffer, WorldBuffer):
+        if not isinstance(buffer, GroupBuffer):
             return MemoryView.of(buffer)
         if n != self.cfg.batch_size:
             raise ValueError(
-                f"a world memory is read by its streams: {n} samples, {self.cfg.batch_size} streams"
+                f"a group memory is read by its streams: {n} samples, {self.cfg.batch_size} streams"
             )
-        return MemoryView.world(buffer, self.groups, None)
+        return MemoryView.of_group(buffer, self.groups, None)
 
-    def aggregate(self, z: torch.Tensor, buffer: ExperienceBuffer | WorldBuffer) -> Aggregate | None:
+    def aggregate(self, z: torch.Tensor, buffer: ExperienceBuffer | GroupBuffer) -> Aggregate | None:
         """e_agg (B, exp_dim) and attention (B, cap) for each z (B, latent) from ``buffer``
         (``view``); None for tracks without a memory pathway (``agent.step.aggregate``)."""
         return aggregate(self.nets, z, self.view(buffer, z.shape[0]), self.spec)
@@ -133,7 +133,7 @@ class Learner:
     def predict(
         self,
         z: torch.Tensor,
-        buffer: ExperienceBuffer | WorldBuffer,
+        buffer: ExperienceBuffer | GroupBuffer,
         physics: torch.Tensor | None = None,
     ) -> tuple[Modulated, Aggregate | None]:
         """The modulated prediction for the context latents z (B, C, latent), or (B, latent),
@@ -145,20 +145,20 @@ class Learner:
     def memory_view(self, training: bool, batch: Batch | None = None) -> MemoryView:
         """What this step's samples read of the buffer: all of it, or while training with
         ``cfg.vary_memory`` each sample its newest k entries, k uniform over 0..size. A world
-        memory (``memory_scope="world"``): each sample its world's, without its own episode's
+        memory (``memory_scope="group"``): each sample its world's, without its own episode's
         entries under ``memory_read="peer"`` (the episodes of ``batch``)."""
         cfg = self.cfg
         vary = training and cfg.vary_memory
         u = None
         if vary:
             u = torch.rand(cfg.batch_size, generator=self.memory_rng, device=self.device)
-        if cfg.memory_scope == "world":
+        if cfg.memory_scope == "group":
             episode = None
             if cfg.memory_read == "peer":
                 if batch is None:
                     raise ValueError("memory_view: a peer read needs the batch's episodes")
                 episode = episode_key(batch.to(self.device))
-            return MemoryView.world(self.buffer, self.groups, episode, u)
+            return MemoryView.of_group(self.buffer, self.groups, episode, u)
         if u is None:
             return MemoryView.of(self.buffer)
         return MemoryView.visible(self.buffer, u)

@@ -24,16 +24,16 @@ class Batch:
 
     frames: torch.Tensor  # (B, F, 1, 64, 64) uint8 at ``cfg.frame_offsets``
     valid: torch.Tensor  # (B,) bool; False: the stream's window spans an episode reset
-    world: torch.Tensor  # (B,) int64; 0 base world, 1 shifted world
+    shifted: torch.Tensor  # (B,) int64; 1 where the sample's physics is switched from the base
     # (B, PHYSICS_DIM) float32: the true physics of each sample's world (gravity_x, gravity_y,
     # restitution, friction; the oracle's input), None where the source does not know it.
     physics: torch.Tensor | None = None
     # The stream source's frame counter at the newest frame (consecutive batches: +1, the same
     # streams one frame on), which lets the learner reuse latents of shared frames
-    # (``agent.latents``); None for i.i.d. batches.
+    # (``agent.latent_cache``); None for i.i.d. batches.
     clock: int | None = None
     # (B,) int64: a key of each sample's episode, unique over streams and episodes (the peer
-    # read of ``memory_scope="world"`` masks a sample's own episode); None for i.i.d. batches.
+    # read of ``memory_scope="group"`` masks a sample's own episode); None for i.i.d. batches.
     episode: torch.Tensor | None = None
     # (B,) int64: the id of each sample's world (``env.WorldSchedule``'s ``world_id``; two
     # samples share it only in the same world); None where the source has no such ids.
@@ -44,7 +44,7 @@ class Batch:
             return None if t is None else t.to(device)
 
         return Batch(
-            self.frames.to(device), self.valid.to(device), self.world.to(device),
+            self.frames.to(device), self.valid.to(device), self.shifted.to(device),
             move(self.physics), self.clock, move(self.episode), move(self.world_key),
         )  # fmt: skip
 
@@ -68,7 +68,7 @@ class DatasetSource:
         frames: Any,
         cfg: AgentConfig,
         device: torch.device | str = "cpu",
-        world: int = 0,
+        shifted: int = 0,
         seed: int = 0,
         physics: Any = None,
     ) -> None:
@@ -87,7 +87,7 @@ class DatasetSource:
         else:  # zarr: one orthogonal read of the whole split
             self.frames = np.asarray(frames.oindex[:, self.offsets])
         self.device = torch.device(device)
-        self.world = int(world)
+        self.shifted = int(shifted)
         self.rng = np.random.default_rng(seed)
         self.physics = None
         if physics is not None:
@@ -101,16 +101,16 @@ class DatasetSource:
         return Batch(
             torch.from_numpy(x).to(self.device),
             torch.ones(b, dtype=torch.bool, device=self.device),
-            torch.full((b,), self.world, dtype=torch.long, device=self.device),
+            torch.full((b,), self.shifted, dtype=torch.long, device=self.device),
             None if self.physics is None else self.physics.to(self.device).expand(b, -1),
         )
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rng": self.rng.bit_generator.state, "world": self.world}
+        return {"rng": self.rng.bit_generator.state, "shifted": self.shifted}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rng.bit_generator.state = state["rng"]
-        self.world = int(state["world"])
+        self.shifted = int(state["shifted"] if "shifted" in state else state["world"])
 
 
 class StreamSource:
@@ -126,9 +126,9 @@ class StreamSource:
     so that step starts a new episode id.
 
     The first ``next()`` resets the env (``seed``) and steps W-2 times, so the first batch's
-    windows are full. ``world`` (num_envs,) int64 is the tag of each stream's samples (world of
-    the newest frame): set by ``set_world``, or, with ``base_gravity`` given, 1 wherever the
-    env's ``infos["gravity"]`` differs from it (or taken from ``infos["world"]`` if present).
+    windows are full. ``shifted`` (num_envs,) int64 is the shift tag of each stream's samples
+    (of the newest frame): set by ``set_shifted``, or, with ``base_gravity`` given, 1 wherever
+    the env's ``infos["gravity"]`` differs from it.
     """
 
     def __init__(
@@ -159,18 +159,18 @@ class StreamSource:
         self.head = 0
         self.episode_id = np.zeros(n, np.int64)
         self.done = np.zeros(n, bool)  # last step ended the episode: next frame starts anew
-        self.world = np.zeros(n, np.int64)
+        self.shifted = np.zeros(n, np.int64)
         self.physics = np.zeros((n, PHYSICS_DIM), np.float32)  # infos["physics"] of the newest
         self.world_key = np.full(n, -1, np.int64)  # infos["world_id"] of the newest frame
         self.started = False
         self.t = 0  # env steps taken
 
-    def set_world(self, world: int, mask: np.ndarray | None = None) -> None:
-        """Tag the streams (all, or those in ``mask``) as world ``world`` from now on."""
+    def set_shifted(self, shifted: int, mask: np.ndarray | None = None) -> None:
+        """Tag the streams (all, or those in ``mask``) ``shifted`` (0 or 1) from now on."""
         if mask is None:
-            self.world[:] = world
+            self.shifted[:] = shifted
         else:
-            self.world[np.asarray(mask, bool)] = world
+            self.shifted[np.asarray(mask, bool)] = shifted
 
     def _push(self, obs: np.ndarray) -> None:
         self.frames[:, self.head] = obs
@@ -184,10 +184,8 @@ class StreamSource:
             self.physics = np.asarray(infos["physics"], np.float32).copy()
         if "world_id" in infos:
             self.world_key = np.asarray(infos["world_id"], np.int64).copy()
-        if "world" in infos:
-            self.world = np.asarray(infos["world"], np.int64).copy()
-        elif self.base_gravity is not None and "gravity" in infos:
-            self.world = (np.asarray(infos["gravity"]) != self.base_gravity).astype(np.int64)
+        if self.base_gravity is not None and "gravity" in infos:
+            self.shifted = (np.asarray(infos["gravity"]) != self.base_gravity).astype(np.int64)
 
     def _step(self) -> None:
         obs, _, terminated, truncated, infos = self.env.step(self._action)
@@ -220,7 +218,7 @@ class StreamSource:
         return Batch(
             torch.from_numpy(x).to(self.device),
             torch.from_numpy(valid).to(self.device),
-            torch.from_numpy(self.world.copy()).to(self.device),
+            torch.from_numpy(self.shifted.copy()).to(self.device),
             torch.from_numpy(self.physics.copy()).to(self.device),
             clock=self.t,
             episode=torch.from_numpy(episode).to(self.device),
@@ -235,7 +233,7 @@ class StreamSource:
             "head": self.head,
             "episode_id": self.episode_id.copy(),
             "done": self.done.copy(),
-            "world": self.world.copy(),
+            "shifted": self.shifted.copy(),
             "physics": self.physics.copy(),
             "world_key": self.world_key.copy(),
             "started": self.started,
@@ -249,10 +247,10 @@ class StreamSource:
         self.head = int(state["head"])
         self.episode_id = np.array(state["episode_id"], np.int64)
         self.done = np.array(state["done"], bool)
-        self.world = np.array(state["world"], np.int64)
+        self.shifted = np.array(state["shifted"] if "shifted" in state else state["world"], np.int64)
         if "physics" in state:  # absent in checkpoints written before the oracle existed
             self.physics = np.array(state["physics"], np.float32)
-        if "world_key" in state:  # absent in checkpoints written before world memory
+        if "world_key" in state:  # absent in checkpoints written before group memory
             self.world_key = np.array(state["world_key"], np.int64)
         self.started = bool(state["started"])
         self.t = int(state["t"])

@@ -28,7 +28,7 @@ class StepSpec:
     write_every: bool = False  # write the memory at every valid step (``cfg.memory_write``)
     horizons: tuple[int, ...] = ()  # ``cfg.horizons`` (the rollout's outputs)
     rollout: bool = False  # the predictor is a transition rolled forward (``cfg.predictor``)
-    world_memory: bool = False  # one memory and detector per world (``cfg.memory_scope``)
+    group_memory: bool = False  # one memory and detector per world (``cfg.memory_scope``)
     entry: int = 2  # E, latents a memory entry holds (``cfg.entry_frames``)
 
     @classmethod
@@ -48,7 +48,7 @@ class StepSpec:
             write_every=cfg.memory_write == "every",
             horizons=cfg.horizons,
             rollout=cfg.rollout,
-            world_memory=cfg.memory_scope == "world",
+            group_memory=cfg.memory_scope == "group",
             entry=cfg.entry_frames,
         )
 

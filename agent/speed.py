@@ -5,11 +5,11 @@ speed layers around it.
 read: the step as written. Each layer wraps another (``Layer.inner``) and changes one thing; each
 is switched on its own (``Speed``) and tested against ``Plain``:
 
-- ``VisibleSlots``: a world memory's e_i only on the slots some sample of the world sees (a host read of
+- ``VisibleSlots``: a group memory's e_i only on the slots some sample of the world sees (a host read of
   their count; a CPU's default). Same e_i; the matmuls have fewer rows, so rounding may differ.
 - ``LazyPair``: the paper's memory pair (2B frames through the online encoder) only on the
   steps that write it (a host read of the detector's decision; a CPU's default). Same bits.
-- ``StreamCache``: stream frames meet the EMA encoder once (``agent.latents``,
+- ``StreamCache``: stream frames meet the EMA encoder once (``agent.latent_cache``,
   ``cfg.stream_cache``). Exact with still weights; while training a target latent is up to
   max(h) - min(h) steps old (docs/agent.md, "The stream latent cache"); a memory entry's older
   frames are earlier steps' input latents.
@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from agent.config import AgentConfig
-from agent.latents import StreamLatents
+from agent.latent_cache import LatentCache
 from agent.sources import Batch
 from agent.step import (
     MemoryView,
@@ -106,7 +106,7 @@ class Layer(Plain):
 
 
 class VisibleSlots(Layer):
-    """A world memory's e_i only on the slots some sample of the world attends to (a peer read
+    """A group memory's e_i only on the slots some sample of the world attends to (a peer read
     leaves out the entries of the sample's own episode; ``vary_memory`` shows it its newest k)."""
 
     def codes(self, m: Model, memory: MemoryView, grad: bool) -> Future:
@@ -124,11 +124,11 @@ class LazyPair(Layer):
 
 class StreamCache(Layer):
     """Each stream frame meets the EMA encoder once, and the input's latent is the next step's
-    pair's older frame (``agent.latents.StreamLatents``). Batches without a clock (i.i.d. from a
+    pair's older frame (``agent.latent_cache.LatentCache``). Batches without a clock (i.i.d. from a
     dataset) pass through. ``earlier`` is asked for after the targets are joined, so it
     sees this batch's ``begin`` even when the targets run on another thread."""
 
-    def __init__(self, inner: Plain, latents: StreamLatents, keep_input: bool) -> None:
+    def __init__(self, inner: Plain, latents: LatentCache, keep_input: bool) -> None:
         super().__init__(inner)
         self.latents = latents
         self.keep_input = keep_input  # the input's own pair (``push_pair="input"``)
@@ -232,7 +232,7 @@ class Speed:
         beside = cpu and torch.get_num_threads() == 1 and spare_core()
         return cls(visible_slots=cpu, lazy_pair=cpu, beside=beside)
 
-    def paths(self, cfg: AgentConfig, latents: StreamLatents | None) -> Plain:
+    def paths(self, cfg: AgentConfig, latents: LatentCache | None) -> Plain:
         """The layers, innermost first, around ``Plain`` (``latents``: ``cfg.stream_cache``'s
         store)."""
         paths = Plain()

@@ -22,8 +22,8 @@ from typing import NamedTuple, Protocol
 import torch
 
 from agent.build import Networks
-from agent.memory import Aggregate, BoundaryDetector, ExperienceBuffer, WorldBuffer
-from agent.memory.view import MemoryView, world_slots
+from agent.memory import Aggregate, BoundaryDetector, ExperienceBuffer, GroupBuffer
+from agent.memory.view import MemoryView, group_slots
 from agent.metrics import StepMetrics, normalised_error, per_horizon
 from agent.modulators import Modulated
 from agent.networks import Encoder
@@ -39,7 +39,7 @@ class Model:
     nets: Networks
     optimizer: torch.optim.Optimizer
     detector: BoundaryDetector
-    buffer: ExperienceBuffer | WorldBuffer
+    buffer: ExperienceBuffer | GroupBuffer
     spec: StepSpec
 
 
@@ -110,7 +110,7 @@ def jepa_step(
     # 6. Memory write (after the backward, which reads the buffer). Per world: a world's memory
     #    is emptied when its group's world changes.
     with torch.no_grad():
-        if spec.world_memory:
+        if spec.group_memory:
             m.buffer.enter(memory.group, world_key(batch))
         if pairs is not None:
             push(m, pairs, batch, w, write, knobs.step, memory.group)
@@ -165,7 +165,7 @@ def memory_codes(
 ) -> torch.Tensor | None:
     """e_i (.., cap, exp_dim) of the memory's pairs, by the experience encoder, in fp32; None for
     tracks without a memory pathway (and with the oracle). Each memory is encoded once (its e_i
-    serve every sample that reads it); a world memory with ``visible_only`` only on the slots
+    serve every sample that reads it); a group memory with ``visible_only`` only on the slots
     some sample of the world sees (zeros elsewhere, which the aggregator never reads; the count
     of those slots is a host read)."""
     if not encodes_memory(nets):
@@ -176,7 +176,7 @@ def memory_codes(
         pairs = memory.pairs
         if not (visible_only and memory.group is not None):
             return nets.experience(pairs.flatten(0, -3)).view(*pairs.shape[:-2], -1)
-        shown = world_slots(memory, pairs.shape[0])  # (W, cap): a slot any of its samples sees
+        shown = group_slots(memory, pairs.shape[0])  # (W, cap): a slot any of its samples sees
         idx = shown.flatten().nonzero().squeeze(1)  # (M,) visible slots: a host read
         e_visible = nets.experience(pairs.flatten(0, 1).index_select(0, idx))  # (M, d)
         e = e_visible.new_zeros(shown.numel(), e_visible.shape[-1])
@@ -285,7 +285,7 @@ def boundary(
     detector on the valid samples' mean surprisal, () bools; per world: one detector per group
     on its valid samples' mean surprisal, fired (W,), and every valid sample of a group that
     fired writes, write (B,)."""
-    if m.spec.world_memory:
+    if m.spec.group_memory:
         n = m.buffer.groups
         total = torch.zeros(n, device=err.device).index_add_(0, group, err.float() * w)
         count = torch.zeros(n, device=err.device).index_add_(0, group, w)
@@ -320,7 +320,7 @@ def valid_mean(pairs: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 def world_key(batch: Batch) -> torch.Tensor:
     """(B,) the id of each sample's world: ``batch.world_key``, or without one its 0/1 tag."""
-    return batch.world if batch.world_key is None else batch.world_key
+    return batch.shifted if batch.world_key is None else batch.world_key
 
 
 def episode_key(batch: Batch) -> torch.Tensor:
@@ -342,10 +342,10 @@ def push(
     """Write the memory where ``write``: per world each writing stream's pair into its group's
     memory, tagged with its episode; global memory the valid samples' mean pair, with their
     majority world (ties: 0)."""
-    if m.spec.world_memory:
-        m.buffer.push(pairs, group, episode_key(batch), batch.world, step, write)
+    if m.spec.group_memory:
+        m.buffer.push(pairs, group, episode_key(batch), batch.shifted, step, write)
         return
-    majority = ((batch.world.float() * w).sum() * 2 > w.sum()).long()
+    majority = ((batch.shifted.float() * w).sum() * 2 > w.sum()).long()
     m.buffer.push(valid_mean(pairs, w), majority, step, write)
 
 
@@ -369,7 +369,7 @@ def step_metrics(
     fwd: Forward,
 ) -> StepMetrics:
     """The step's ``StepMetrics`` (0-dim float32 tensors, valid-sample means) from its forward and
-    the memory after this step's write. World memory: threshold and buffer size are means over
+    the memory after this step's write. Group memory: threshold and buffer size are means over
     the worlds, boundary the share of worlds whose detector fired."""
     n_valid = w.sum()
     denom = n_valid.clamp(min=1.0)

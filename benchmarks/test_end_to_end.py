@@ -107,7 +107,7 @@ def test_train_online_loop(
     cfg = loop.cfg.agent
     if protocol == "paper":
         prefill(loop.learner, cfg.buffer_capacity)
-    else:  # per-stream / world memories: grown by the stream itself (a smoke run: one block)
+    else:  # per-stream / group memories: grown by the stream itself (a smoke run: one block)
         grow = track != "A" and not getattr(benchmark, "disabled", False)
         for _ in range(cfg.buffer_capacity if grow else loop.cfg.schedule.log_every):
             loop.step()

@@ -68,7 +68,7 @@ def test_reference_step(
 # --------------------------------------------------------------------------------- learner
 def make_source(kind: str, cfg, device: torch.device, frames: np.ndarray):
     if kind == "dataset":
-        return DatasetSource(frames, cfg, device, world=0, seed=0)
+        return DatasetSource(frames, cfg, device, shifted=0, seed=0)
     # Long episodes as train_online's default (400 steps): with the env's own default (20) every
     # 21-frame window would span a reset and every sample would be masked out.
     vec = MovingMNISTVectorEnv(cfg.batch_size, max_episode_steps=STREAM_EPISODE_STEPS)

@@ -1,8 +1,8 @@
-"""The batched world state shared by the single env, the vector env and the dataset generator.
+"""The batched scene state shared by the single env, the vector env and the dataset generator.
 
-A :class:`WorldBatch` holds N independent Moving MNIST worlds: where each digit is, how fast it
-moves, which MNIST images it shows and the physics of each world. It knows nothing of Gymnasium;
-randomness comes only from the ``np.random.Generator``s passed to :meth:`WorldBatch.reset_worlds`.
+A :class:`SceneBatch` holds N independent Moving MNIST scenes: where each digit is, how fast it
+moves, which MNIST images it shows and the physics (the world) of each scene. It knows nothing of Gymnasium;
+randomness comes only from the ``np.random.Generator``s passed to :meth:`SceneBatch.reset_scenes`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from env.render import render_frames
 STATE_VERSION = 1
 
 
-def check_world_config(n_digits: int, speed_range: tuple[float, float], canvas_size: int) -> None:
-    """Raise ``ValueError`` naming the argument for a bad world configuration."""
+def check_scene_config(n_digits: int, speed_range: tuple[float, float], canvas_size: int) -> None:
+    """Raise ``ValueError`` naming the argument for a bad scene configuration."""
     if isinstance(n_digits, bool) or not isinstance(n_digits, int | np.integer) or n_digits < 1:
         raise ValueError(f"n_digits must be a positive integer, got {n_digits!r}")
     try:
@@ -34,20 +34,20 @@ def check_world_config(n_digits: int, speed_range: tuple[float, float], canvas_s
         raise ValueError(f"canvas_size must be >= {DIGIT_SIZE}, got {canvas_size!r}")
 
 
-class WorldBatch:
-    """N Moving MNIST worlds advanced and rendered together.
+class SceneBatch:
+    """N Moving MNIST scenes advanced and rendered together.
 
     Attributes:
         positions: (N, D, 2) float64, top-left corner of each digit, x then y, px, in [0, limit].
         velocities: (N, D, 2) float64, px/frame.
         digit_ids: (N, D) int64, indices into ``digits.images``.
         sprites: (N, D, 28, 28) uint8, the images of ``digit_ids``.
-        physics: per-world :class:`PhysicsArrays`.
+        physics: per-scene :class:`PhysicsArrays`.
     """
 
     def __init__(
         self,
-        num_worlds: int,
+        num_scenes: int,
         digits: Digits,
         split: str = "train",
         n_digits: int = 2,
@@ -55,8 +55,8 @@ class WorldBatch:
         physics: PhysicsParams | None = None,
         canvas_size: int = 64,
     ) -> None:
-        check_world_config(n_digits, speed_range, canvas_size)
-        self.num_worlds = int(num_worlds)
+        check_scene_config(n_digits, speed_range, canvas_size)
+        self.num_scenes = int(num_scenes)
         self.n_digits = int(n_digits)
         self.canvas_size = int(canvas_size)
         self.limit = self.canvas_size - DIGIT_SIZE
@@ -64,23 +64,23 @@ class WorldBatch:
         self.digits = digits
         self.split = split
         self.pool = digits.pool(split)  # (P,) indices of this split's digits
-        n, d = self.num_worlds, self.n_digits
+        n, d = self.num_scenes, self.n_digits
         self.positions = np.zeros((n, d, 2))
         self.velocities = np.zeros((n, d, 2))
         self.digit_ids = np.zeros((n, d), dtype=np.int64)
         self.sprites = np.zeros((n, d, DIGIT_SIZE, DIGIT_SIZE), dtype=np.uint8)
         self.physics = PhysicsArrays(n, physics or PhysicsParams())
 
-    def reset_world(self, i: int, rng: np.random.Generator) -> None:
-        """Draw a fresh episode for world ``i`` from ``rng`` (see :meth:`reset_worlds`)."""
-        self.reset_worlds(np.array([i]), [rng])
+    def reset_scene(self, i: int, rng: np.random.Generator) -> None:
+        """Draw a fresh episode for scene ``i`` from ``rng`` (see :meth:`reset_scenes`)."""
+        self.reset_scenes(np.array([i]), [rng])
 
-    def reset_worlds(self, indices: np.ndarray, rngs: Sequence[np.random.Generator]) -> None:
-        """Draw fresh episodes for the worlds ``indices`` (K,), world ``indices[k]`` from ``rngs[k]``.
+    def reset_scenes(self, indices: np.ndarray, rngs: Sequence[np.random.Generator]) -> None:
+        """Draw fresh episodes for the scenes ``indices`` (K,), scene ``indices[k]`` from ``rngs[k]``.
 
-        Each world takes exactly one draw, ``rng.random((n_digits, 5))``, whose columns are
+        Each scene takes exactly one draw, ``rng.random((n_digits, 5))``, whose columns are
         x, y (uniform in [0, limit]), speed (uniform in ``speed_range``), direction (uniform in
-        [0, 2 pi)) and the digit (uniform over the split's pool). One call per world keeps the
+        [0, 2 pi)) and the digit (uniform over the split's pool). One call per scene keeps the
         vector env cheap, and K consecutive draws from one generator equal one draw of
         ``rng.random((K, n_digits, 5))``, which the dataset generator uses.
         """
@@ -90,7 +90,7 @@ class WorldBatch:
         self.apply_draws(np.asarray(indices), u)
 
     def apply_draws(self, indices: np.ndarray, u: np.ndarray) -> None:
-        """Set worlds ``indices`` (K,) from uniforms ``u`` (K, D, 5) (see :meth:`reset_worlds`)."""
+        """Set scenes ``indices`` (K,) from uniforms ``u`` (K, D, 5) (see :meth:`reset_scenes`)."""
         lo, hi = self.speed_range
         speed = lo + (hi - lo) * u[..., 2]  # (K, D)
         angle = 2.0 * np.pi * u[..., 3]
@@ -104,7 +104,7 @@ class WorldBatch:
         self.sprites[indices] = self.digits.images[ids]
 
     def step(self) -> None:
-        """Advance every world by one frame (deterministic: no randomness)."""
+        """Advance every scene by one frame (deterministic: no randomness)."""
         physics_step(self.positions, self.velocities, self.physics, self.limit)
 
     def render(self, out: np.ndarray | None = None) -> np.ndarray:
@@ -112,16 +112,16 @@ class WorldBatch:
         return render_frames(self.sprites, self.positions, self.canvas_size, out=out)
 
     def set_physics(self, mask: np.ndarray, **params: Any) -> None:
-        """Change the physics of the worlds selected by ``mask`` (bool, (N,))."""
+        """Change the physics of the scenes selected by ``mask`` (bool, (N,))."""
         self.physics.update(mask, **params)
 
     # ------------------------------------------------------------------ state
 
     def get_state(self) -> dict[str, Any]:
-        """Copies of everything that defines the worlds (not the digit source itself)."""
+        """Copies of everything that defines the scenes (not the digit source itself)."""
         return {
             "version": STATE_VERSION,
-            "num_worlds": self.num_worlds,
+            "num_scenes": self.num_scenes,
             "n_digits": self.n_digits,
             "digits_sha256": self.digits.sha256,
             "split": self.split,
@@ -135,11 +135,12 @@ class WorldBatch:
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`get_state` dict; raises ``ValueError`` if it does not fit this batch."""
         if state.get("version") != STATE_VERSION:
-            raise ValueError(f"unsupported world state version {state.get('version')!r}")
-        shape = (self.num_worlds, self.n_digits)
-        if (state["num_worlds"], state["n_digits"]) != shape:
+            raise ValueError(f"unsupported scene state version {state.get('version')!r}")
+        shape = (self.num_scenes, self.n_digits)
+        n = state["num_scenes"] if "num_scenes" in state else state["num_worlds"]  # older key
+        if (n, state["n_digits"]) != shape:
             raise ValueError(
-                f"state is for {state['num_worlds']} worlds x {state['n_digits']} digits, "
+                f"state is for {n} scenes x {state['n_digits']} digits, "
                 f"this env has {shape[0]} x {shape[1]}"
             )
         self.positions[:] = state["positions"]

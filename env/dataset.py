@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from env.core import WorldBatch, check_world_config
+from env.core import SceneBatch, check_scene_config
 from env.digits import SPLITS, Digits, load_digits
 from env.physics import PhysicsArrays, PhysicsParams, physics_step
 from env.render import render_frames
@@ -69,16 +69,16 @@ def _initial_worlds(
     n_digits: int,
     speed_range: tuple[float, float],
     params: PhysicsParams,
-) -> WorldBatch:
+) -> SceneBatch:
     """The n initial states, drawn in sequence order exactly as consecutive env resets do."""
-    init = WorldBatch(n, load_digits(digits), split, n_digits, speed_range, params)
+    init = SceneBatch(n, load_digits(digits), split, n_digits, speed_range, params)
     rng = np.random.default_rng(seed)
     init.apply_draws(np.arange(n), rng.random((n, n_digits, 5)))
     return init
 
 
 def _simulate(
-    init: WorldBatch, start: int, stop: int, params: PhysicsParams, out: dict[str, np.ndarray]
+    init: SceneBatch, start: int, stop: int, params: PhysicsParams, out: dict[str, np.ndarray]
 ) -> None:
     """Roll out worlds ``start:stop`` of ``init`` into ``out`` (frames (m, T, 1, 64, 64),
     positions/velocities (m, T, D, 2), digit_ids (m, D), with m = stop - start)."""
@@ -224,7 +224,7 @@ class PaperDatasetConfig:
         ):
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
         object.__setattr__(self, "speed_range", tuple(float(v) for v in self.speed_range))
-        check_world_config(self.n_digits, self.speed_range, 64)
+        check_scene_config(self.n_digits, self.speed_range, 64)
         _check_counts(0, self.seq_len)
         for world in WORLDS:
             self.sizes(world)  # validates the counts

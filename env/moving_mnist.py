@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from env.core import WorldBatch
+from env.core import SceneBatch
 from env.digits import Digits, load_digits
 from env.physics import PHYSICS_FIELDS, PhysicsParams, check_physics_names
 
@@ -122,8 +122,8 @@ class MovingMNISTEnv(gym.Env[np.ndarray, np.int64]):
         physics = PhysicsParams(gravity, gravity_direction, restitution, friction)
         self.max_episode_steps = check_max_episode_steps(max_episode_steps)
         self.render_mode = check_render_mode(render_mode)
-        self._world = WorldBatch(1, load_digits(digits), split, n_digits, speed_range, physics)
-        size = self._world.canvas_size
+        self._scenes = SceneBatch(1, load_digits(digits), split, n_digits, speed_range, physics)
+        size = self._scenes.canvas_size
         self.observation_space = spaces.Box(0, 255, (1, size, size), np.uint8)
         self.action_space = spaces.Discrete(1)
         self._elapsed = 0
@@ -134,22 +134,22 @@ class MovingMNISTEnv(gym.Env[np.ndarray, np.int64]):
 
     @property
     def n_digits(self) -> int:
-        return self._world.n_digits
+        return self._scenes.n_digits
 
     @property
     def digits(self) -> Digits:
         """The digit source."""
-        return self._world.digits
+        return self._scenes.digits
 
     @property
     def physics(self) -> PhysicsParams:
         """The current physics."""
-        return self._world.physics.get(0)
+        return self._scenes.physics.get(0)
 
     @property
     def sprites(self) -> np.ndarray:
         """(n_digits, 28, 28) uint8 images of the current episode's digits (a copy)."""
-        return self._world.sprites[0].copy()
+        return self._scenes.sprites[0].copy()
 
     @property
     def elapsed_steps(self) -> int:
@@ -168,10 +168,10 @@ class MovingMNISTEnv(gym.Env[np.ndarray, np.int64]):
         super().reset(seed=seed)
         if params:
             self.set_physics(**params)
-        self._world.reset_world(0, self.np_random)
+        self._scenes.reset_scene(0, self.np_random)
         self._elapsed = 0
         self._has_reset = True
-        obs = self._world.render()[0]  # (1, 64, 64)
+        obs = self._scenes.render()[0]  # (1, 64, 64)
         if self.render_mode == "human":
             self.render()
         return obs, self._info()
@@ -180,9 +180,9 @@ class MovingMNISTEnv(gym.Env[np.ndarray, np.int64]):
         """Advance one frame; ``action`` is ignored (Moving MNIST has no actions)."""
         if not self._has_reset:
             raise gym.error.ResetNeeded("call reset() before step()")
-        self._world.step()
+        self._scenes.step()
         self._elapsed += 1
-        obs = self._world.render()[0]  # (1, 64, 64)
+        obs = self._scenes.render()[0]  # (1, 64, 64)
         truncated = self.max_episode_steps is not None and self._elapsed >= self.max_episode_steps
         if self.render_mode == "human":
             self.render()
@@ -195,14 +195,14 @@ class MovingMNISTEnv(gym.Env[np.ndarray, np.int64]):
     def set_physics(self, **params: Any) -> None:
         """Set any of ``gravity``, ``gravity_direction``, ``restitution``, ``friction``,
         effective from the next step; bad names or values raise ``ValueError``."""
-        self._world.set_physics(np.ones(1, dtype=bool), **params)
+        self._scenes.set_physics(np.ones(1, dtype=bool), **params)
 
     def render(self) -> np.ndarray | None:
         """``rgb_array``: (64, 64, 3) uint8 of the current frame; ``human``: draw it, return None."""
         if self.render_mode is None:
             gym.logger.warn("render() called without a render_mode; pass render_mode=...")
             return None
-        gray = self._world.render()[0, 0]  # (64, 64)
+        gray = self._scenes.render()[0, 0]  # (64, 64)
         rgb = np.repeat(gray[:, :, None], 3, axis=2)
         if self.render_mode == "rgb_array":
             return rgb
@@ -220,14 +220,14 @@ class MovingMNISTEnv(gym.Env[np.ndarray, np.int64]):
         """Everything needed to continue bit-exactly: RNG, world, physics, step counter."""
         return {
             "rng": self.np_random.bit_generator.state,
-            "world": self._world.get_state(),
+            "scenes": self._scenes.get_state(),
             "elapsed": self._elapsed,
             "has_reset": self._has_reset,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`get_state` dict."""
-        self._world.set_state(state["world"])
+        self._scenes.set_state(state["scenes"] if "scenes" in state else state["world"])  # older: "world"
         self.np_random = rng_from_state(state["rng"])
         self._elapsed = int(state["elapsed"])
         self._has_reset = bool(state["has_reset"])
@@ -235,7 +235,7 @@ class MovingMNISTEnv(gym.Env[np.ndarray, np.int64]):
     # ------------------------------------------------------------------ helpers
 
     def _info(self) -> dict[str, Any]:
-        w = self._world
+        w = self._scenes
         return {
             "positions": w.positions[0].copy(),
             "velocities": w.velocities[0].copy(),

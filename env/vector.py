@@ -20,7 +20,7 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from env.core import WorldBatch
+from env.core import SceneBatch
 from env.digits import Digits, load_digits
 from env.moving_mnist import (
     RENDER_MODES,
@@ -115,10 +115,10 @@ class MovingMNISTVectorEnv(VectorEnv):
         self.num_envs = int(num_envs)
         self.max_episode_steps = check_max_episode_steps(max_episode_steps)
         self.render_mode = check_render_mode(render_mode)
-        self._world = WorldBatch(
+        self._scenes = SceneBatch(
             self.num_envs, load_digits(digits), split, n_digits, speed_range, physics
         )
-        size = self._world.canvas_size
+        size = self._scenes.canvas_size
         self.single_observation_space = spaces.Box(0, 255, (1, size, size), np.uint8)
         self.single_action_space = spaces.Discrete(1)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
@@ -134,16 +134,16 @@ class MovingMNISTVectorEnv(VectorEnv):
 
     @property
     def n_digits(self) -> int:
-        return self._world.n_digits
+        return self._scenes.n_digits
 
     @property
     def digits(self) -> Digits:
-        return self._world.digits
+        return self._scenes.digits
 
     @property
     def sprites(self) -> np.ndarray:
         """(N, n_digits, 28, 28) uint8 images of each sub-env's current digits (a copy)."""
-        return self._world.sprites.copy()
+        return self._scenes.sprites.copy()
 
     @property
     def elapsed_steps(self) -> np.ndarray:
@@ -158,7 +158,7 @@ class MovingMNISTVectorEnv(VectorEnv):
 
     def physics(self, i: int) -> PhysicsParams:
         """The current physics of sub-env ``i``."""
-        return self._world.physics.get(i)
+        return self._scenes.physics.get(i)
 
     # ------------------------------------------------------------------ API
 
@@ -180,16 +180,16 @@ class MovingMNISTVectorEnv(VectorEnv):
             if len(seeds) != self.num_envs:
                 raise ValueError(f"seed must be an int or a list of {self.num_envs}, got {seed!r}")
         if params:
-            self._world.set_physics(mask, **params)  # validates before changing anything
+            self._scenes.set_physics(mask, **params)  # validates before changing anything
         indices = np.flatnonzero(mask)
         for i in indices:
             if seeds[i] is not None or self._rngs[i] is None:
                 self._rngs[i] = seeding.np_random(seeds[i])[0]
-        self._world.reset_worlds(indices, [self._rngs[i] for i in indices])
+        self._scenes.reset_scenes(indices, [self._rngs[i] for i in indices])
         self._elapsed[indices] = 0
         self._autoreset[indices] = False
         self._has_reset = True
-        obs = self._world.render()  # (N, 1, 64, 64)
+        obs = self._scenes.render()  # (N, 1, 64, 64)
         if self.render_mode == "human":
             self.render()
         return obs, self._infos()
@@ -202,13 +202,13 @@ class MovingMNISTVectorEnv(VectorEnv):
             from gymnasium.error import ResetNeeded
 
             raise ResetNeeded("call reset() before step()")
-        self._world.step()  # deterministic, so stepping the envs about to reset costs nothing
+        self._scenes.step()  # deterministic, so stepping the envs about to reset costs nothing
         self._elapsed += 1
         pending = np.flatnonzero(self._autoreset)
         if pending.size:
-            self._world.reset_worlds(pending, [self._rngs[i] for i in pending])
+            self._scenes.reset_scenes(pending, [self._rngs[i] for i in pending])
             self._elapsed[pending] = 0
-        obs = self._world.render()  # (N, 1, 64, 64)
+        obs = self._scenes.render()  # (N, 1, 64, 64)
         truncations = self._elapsed >= self._limits
         terminations = np.zeros(self.num_envs, dtype=bool)
         rewards = np.zeros(self.num_envs, dtype=np.float64)
@@ -244,19 +244,19 @@ class MovingMNISTVectorEnv(VectorEnv):
                 f"worlds must be {indices.size} PhysicsParams (one per selected sub-env), "
                 f"got {worlds!r}"
             )
-        self._world.physics.assign(indices, worlds)
+        self._scenes.physics.assign(indices, worlds)
 
     def set_physics(self, mask: Any = None, **params: Any) -> None:
         """Set any of ``gravity``, ``gravity_direction``, ``restitution``, ``friction`` on all
         sub-envs or those in ``mask``, effective from the next step. Bad names, values or masks
         raise ``ValueError`` and change nothing."""
-        self._world.set_physics(self._mask(mask), **params)
+        self._scenes.set_physics(self._mask(mask), **params)
 
     def render(self) -> np.ndarray | None:
         """``rgb_array``: (N, 64, 64, 3) uint8; ``human``: a pygame window tiling all sub-envs."""
         if self.render_mode is None:
             return None
-        gray = self._world.render()[:, 0]  # (N, 64, 64)
+        gray = self._scenes.render()[:, 0]  # (N, 64, 64)
         rgb = np.repeat(gray[..., None], 3, axis=3)  # (N, 64, 64, 3)
         if self.render_mode == "rgb_array":
             return rgb
@@ -287,7 +287,7 @@ class MovingMNISTVectorEnv(VectorEnv):
             "num_envs": self.num_envs,
             "max_episode_steps": self.max_episode_steps,
             "rngs": [None if g is None else g.bit_generator.state for g in self._rngs],
-            "world": self._world.get_state(),
+            "scenes": self._scenes.get_state(),
             "elapsed": self._elapsed.copy(),
             "limits": self._limits.copy(),
             "autoreset": self._autoreset.copy(),
@@ -303,7 +303,7 @@ class MovingMNISTVectorEnv(VectorEnv):
         if int(state["num_envs"]) != self.num_envs:
             raise ValueError(f"state is for {state['num_envs']} envs, this env has {self.num_envs}")
         limits = check_episode_limits(state.get("limits", self.max_episode_steps), self.num_envs)
-        self._world.set_state(state["world"])
+        self._scenes.set_state(state["scenes"] if "scenes" in state else state["world"])  # older: "world"
         self._rngs = [None if s is None else rng_from_state(s) for s in state["rngs"]]
         self._elapsed = np.asarray(state["elapsed"], dtype=np.int64).copy()
         self._limits = limits
@@ -317,7 +317,7 @@ class MovingMNISTVectorEnv(VectorEnv):
         return check_mask(mask, self.num_envs)
 
     def _infos(self) -> dict[str, Any]:
-        w = self._world
+        w = self._scenes
         present = np.ones(self.num_envs, dtype=bool)
         return {
             "positions": w.positions.copy(),

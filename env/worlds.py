@@ -18,7 +18,7 @@ A ``WorldSchedule`` wraps the vector env so that every episode of every stream r
 drawn from a family, with a random length; ``hold`` moves streams into one given (e.g.
 held-out) world mid-episode. With ``group_size=S`` the streams form groups of S that share one
 world for a *residency* of several episodes (a random number), then draw the next: the world
-that a shared memory (``memory_scope="world"`` in ``agent``) is about.
+that a shared memory (``memory_scope="group"`` in ``agent``) is about.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ config; with ``--data`` the store's shift train/test and base test splits are us
 
 A run of the worlds protocol (``train_online``'s default) is evaluated as it evaluates itself:
 D_shift^n on the switch world with each sequence's own n transitions as memory, D_base^n on
-training-family worlds, and the held-out worlds' curves (own, same-world and wrong-world memory)
+training-family worlds, and the held-out worlds' curves (own, same-world and wrong-group memory)
 the linear probes of the digits' positions and moves from the latents (held-out R^2) and the
 reference check (D against the EMA target's own "no change") in the JSON's ``held_out``; memory
 sizes default to 0 1 5 10 25 50.
@@ -36,8 +36,9 @@ from runners.cli import CliError, ensure_output_dir, parse, run_main
 from runners.online.command import config_from_dict
 from runners.online.config import Device, Paper, RunConfig, Schedule, Worlds, resolve
 from runners.online.job import set_threads
-from runners.online.parts import make_evaluator, open_store, resolve_device
+from runners.online.parts import make_evaluator, resolve_device
 from runners.online.rundir import RunFolder
+from runners.online.store import open_store
 from runners.online.summary import curve_report, format_curve, held_out_text, world_probe_text
 
 PROG = "evaluate"
@@ -126,27 +127,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = config_from_dict(folder.read_config())
     else:  # a checkpoint on its own: the default evaluation sizes, the checkpoint's seed; a
         # memory per world says the worlds protocol
-        worlds = agent_cfg.memory_scope == "world"
+        worlds = agent_cfg.memory_scope == "group"
         protocol = Worlds() if worlds else Paper()
         cfg = resolve(RunConfig(protocol=protocol, schedule=Schedule(switches=())))
     cfg.agent = agent_cfg
     ns = tuple(sorted(set(args.n if args.n is not None else
-                          WORLDS_CURVE if cfg.worlds else CURVE)))  # fmt: skip
-    if args.world_probe and not cfg.worlds:
+                          WORLDS_CURVE if cfg.worlds_protocol else CURVE)))  # fmt: skip
+    if args.world_probe and not cfg.worlds_protocol:
         raise CliError("--world-probe: a worlds-protocol run only")
     if args.probe_worlds < 1 or args.probe_steps < 1:
         raise CliError("--probe-worlds and --probe-steps must be at least 1")
-    if args.target_reference and (cfg.worlds or agent_cfg.context_frames != 1):
+    if args.target_reference and (cfg.worlds_protocol or agent_cfg.context_frames != 1):
         raise CliError("--target-reference: a paper-protocol run (one context frame) only")
     store = None
     if args.data:
-        if cfg.worlds:
+        if cfg.worlds_protocol:
             raise CliError("--data: a worlds-protocol run is evaluated on generated worlds only")
         store = open_store(args.data)
-        cfg.protocol = dataclasses.replace(cfg.paper, data=args.data, eval_shift_train=10**9,
+        assert isinstance(cfg.protocol, Paper)  # (the worlds protocol is refused above)
+        cfg.protocol = dataclasses.replace(cfg.protocol, data=args.data, eval_shift_train=10**9,
                                            eval_base_test=10**9)  # whole splits
         cfg.schedule.eval_shift_test = 10**9
-    if cfg.worlds:
+    if cfg.worlds_protocol:
         cfg.schedule.final_ns = ns  # the world sets are long enough for the largest n
     evaluator = make_evaluator(cfg, store)
 
@@ -160,11 +162,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         data=args.data or "generated in memory (env.generate_sequences)",
         horizons=list(agent_cfg.horizons),
     )
-    if cfg.worlds:
+    if cfg.worlds_protocol:
         rep["held_out"] = evaluator.report(learner, ns)
     if args.world_probe:
         from agent.world_probe import ProbeConfig
-        from runners.online.worlds_protocol import world_probe_report
+        from runners.online.worlds_eval import world_probe_report
 
         rep["world_probe"] = world_probe_report(
             learner, evaluator.sets.held_out, worlds=args.probe_worlds,
@@ -176,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rep["run_step"] = extra.get("run_step", learner.step) if isinstance(extra, dict) else None
     print(f"{ckpt} (track {agent_cfg.track}, step {learner.step}); data: {rep['data']}")
     print(format_curve(rep))
-    if cfg.worlds:
+    if cfg.worlds_protocol:
         print("\n".join(held_out_text(rep["held_out"], f"at step {learner.step}")))
     if args.target_reference:
         print(format_reference(rep["target_reference"]))

@@ -427,7 +427,7 @@ def session_target(cfg: RunConfig) -> tuple[float, float]:
     if cfg.first_switch is not None:
         p = cfg.physics_at(cfg.first_switch)
         return p.gravity, p.gravity_direction
-    if cfg.worlds:
+    if cfg.worlds_protocol:
         p = cfg.base_physics.replace(**dict(DEFAULT_WORLD_SWITCH))
         return p.gravity, p.gravity_direction
     return DEFAULT_SHIFT_GRAVITY, cfg.base_physics.gravity_direction
@@ -436,7 +436,7 @@ def session_target(cfg: RunConfig) -> tuple[float, float]:
 def family_name(gravity: float, direction: float) -> str:
     """The world family (``env.FAMILIES``) of a gravity and direction, for the view's labels."""
     import env
-    from runners.online.worlds_protocol import family_of
+    from runners.online.world_sets import family_of
 
     return family_of(env.PhysicsParams(gravity=gravity, gravity_direction=direction))
 

@@ -4,9 +4,9 @@ from agent.memory.aggregator import Aggregate, AttentionAggregator
 from agent.memory.buffer import ExperienceBuffer
 from agent.memory.detector import BoundaryDetector
 from agent.memory.experience import ExperienceEncoder
+from agent.memory.group import GroupBuffer
 from agent.memory.oracle import OracleContext
 from agent.memory.view import MemoryView
-from agent.memory.world import WorldBuffer
 
 __all__ = [
     "Aggregate",
@@ -16,5 +16,5 @@ __all__ = [
     "ExperienceEncoder",
     "MemoryView",
     "OracleContext",
-    "WorldBuffer",
+    "GroupBuffer",
 ]

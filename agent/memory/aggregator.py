@@ -45,7 +45,7 @@ class AttentionAggregator(nn.Module):
         q = self.w_q(z)  # (B, d)
         keys = self.w_k(e)  # each world's keys once
         if group is not None:
-            return self._per_world(q, e, keys, mask, group)
+            return self._per_group(q, e, keys, mask, group)
         if e.dim() == 2:
             scores = q @ keys.T  # (B, cap)
         else:
@@ -56,7 +56,7 @@ class AttentionAggregator(nn.Module):
         pooled = attn @ e if e.dim() == 2 else torch.einsum("bc,bcd->bd", attn, e)
         return Aggregate(self.w_e(pooled), attn)
 
-    def _per_world(
+    def _per_group(
         self,
         q: torch.Tensor,
         e: torch.Tensor,

@@ -1,7 +1,7 @@
 """ExperienceBuffer: pre-allocated FIFO of detached latent pairs, written without a host sync.
 
 The paper's memory: every stream's batch-mean pair goes to one FIFO. (A memory per group of
-streams that share a world is ``agent.memory.world.WorldBuffer``.)
+streams that share a world is ``agent.memory.group.GroupBuffer``.)
 """
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ import torch
 
 
 class ExperienceBuffer:
-    """Capacity-bounded FIFO of (z_prev, z_new) latent pairs with a world tag and a step.
+    """Capacity-bounded FIFO of (z_prev, z_new) latent pairs with a shift tag and a step.
 
-    All storage is pre-allocated on the device. ``push(pair, world, step, write)`` takes the
+    All storage is pre-allocated on the device. ``push(pair, shifted, step, write)`` takes the
     write decision as a 0-dim bool tensor: the slot is always rewritten (with its own old
     content when ``write`` is False) and the pointer advances by ``write``, so a step never
     asks the device whether a boundary fired.
 
     Tensors: ``pairs`` (cap, E, D) float32 (E = ``frames`` latents an entry, 2 a pair),
-    ``world`` (cap,) int64, ``steps`` (cap,) int64, ``ptr`` and ``size`` 0-dim int64. Slot
+    ``shifted`` (cap,) int64 (1: written under switched physics), ``steps`` (cap,) int64, ``ptr`` and ``size`` 0-dim int64. Slot
     ``ptr`` is the next one written (the oldest once full).
     """
 
@@ -39,7 +39,7 @@ class ExperienceBuffer:
         """Empty the buffer (zeros everywhere)."""
         d, cap = self.device, self.capacity
         self.pairs = torch.zeros(cap, self.frames, self.latent_dim, device=d)
-        self.world = torch.zeros(cap, dtype=torch.long, device=d)
+        self.shifted = torch.zeros(cap, dtype=torch.long, device=d)
         self.steps = torch.full((cap,), -1, dtype=torch.long, device=d)
         self.ptr = torch.zeros((), dtype=torch.long, device=d)
         self.size = torch.zeros((), dtype=torch.long, device=d)
@@ -48,22 +48,22 @@ class ExperienceBuffer:
     def push(
         self,
         pair: torch.Tensor,
-        world: torch.Tensor | int,
+        shifted: torch.Tensor | int,
         step: torch.Tensor | int,
         write: torch.Tensor | bool = True,
     ) -> None:
         """Append one pair if ``write`` (else a no-op, still without a host sync).
 
-        pair: (E, D) (z_prev, z_new), stored detached as float32. world, step: ints or 0-dim
+        pair: (E, D) (z_prev, z_new), stored detached as float32. shifted, step: ints or 0-dim
         tensors. write: 0-dim bool tensor or bool.
         """
         write = self._scalar(write, torch.bool)
-        world = self._scalar(world, torch.long)
+        shifted = self._scalar(shifted, torch.long)
         step = self._scalar(step, torch.long)
         slot = self.ptr.view(1)  # (1,) index tensor, stays on the device
         new_pair = torch.where(write, pair.detach().to(self.pairs.dtype), self.pairs[slot][0])
         self.pairs.index_copy_(0, slot, new_pair.unsqueeze(0))
-        self.world.index_copy_(0, slot, torch.where(write, world, self.world[slot][0]).view(1))
+        self.shifted.index_copy_(0, slot, torch.where(write, shifted, self.shifted[slot][0]).view(1))
         self.steps.index_copy_(0, slot, torch.where(write, step, self.steps[slot][0]).view(1))
         inc = write.long()
         self.ptr = (self.ptr + inc) % self.capacity
@@ -87,36 +87,38 @@ class ExperienceBuffer:
         return (self.ptr.unsqueeze(-1) - 1 - slots) % self.capacity
 
     def shift_share(self) -> torch.Tensor:
-        """0-dim float: share of filled entries tagged world 1 (0 when empty)."""
+        """0-dim float: share of filled entries tagged shifted (0 when empty)."""
         filled = self.mask()
-        n = (self.world.eq(1) & filled).sum()
+        n = (self.shifted.eq(1) & filled).sum()
         return n.float() / self.size.sum().clamp(min=1).float()
 
     def ordered(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Filled entries oldest first: pairs (n, E, D), world (n,), steps (n,). Host sync."""
+        """Filled entries oldest first: pairs (n, E, D), shifted (n,), steps (n,). Host sync."""
         n = int(self.size)
         start = int(self.ptr) if n == self.capacity else 0
         idx = (torch.arange(n, device=self.device) + start) % self.capacity
-        return self.pairs[idx], self.world[idx], self.steps[idx]
+        return self.pairs[idx], self.shifted[idx], self.steps[idx]
+
+    _STATE = ("pairs", "shifted", "steps", "ptr", "size")
 
     def clone(self) -> ExperienceBuffer:
         """An independent copy (evaluation pushes to a copy, never to the training buffer)."""
         other = ExperienceBuffer.__new__(ExperienceBuffer)
         other.capacity, other.latent_dim, other.device = self.capacity, self.latent_dim, self.device
         other.frames = self.frames
-        for name in ("pairs", "world", "steps", "ptr", "size"):
+        for name in self._STATE:
             setattr(other, name, getattr(self, name).clone())
         return other
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {n: getattr(self, n).clone() for n in ("pairs", "world", "steps", "ptr", "size")}
+        return {n: getattr(self, n).clone() for n in self._STATE}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         shape = (self.capacity, self.frames, self.latent_dim)
         if tuple(state["pairs"].shape) != shape:
             raise ValueError(f"buffer shape {tuple(state['pairs'].shape)} != {shape}")
-        for name, value in state.items():
-            setattr(self, name, value.to(self.device).clone())
+        for name, value in state.items():  # "world": the shift tag's older name
+            setattr(self, "shifted" if name == "world" else name, value.to(self.device).clone())
 
     def to(self, device: torch.device | str) -> ExperienceBuffer:
         self.device = torch.device(device)

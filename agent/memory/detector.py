@@ -18,7 +18,7 @@ class BoundaryDetector:
     listing's Python floats.
 
     ``streams=S``: S independent detectors (statistics (S,)) updated elementwise by one call,
-    one per world memory (``memory_scope="world"``: S = the number of groups).
+    one per group memory (``memory_scope="group"``: S = the number of groups).
     """
 
     def __init__(

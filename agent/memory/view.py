@@ -7,7 +7,7 @@ from typing import NamedTuple
 import torch
 
 from agent.memory.buffer import ExperienceBuffer
-from agent.memory.world import WorldBuffer
+from agent.memory.group import GroupBuffer
 
 
 class MemoryView(NamedTuple):
@@ -15,23 +15,23 @@ class MemoryView(NamedTuple):
 
     One memory for every sample (the paper's global FIFO): pairs (cap, E, D) (E latents an
     entry, 2 in the paper); or one per sample (the adaptation curve's: sample b's own n
-    entries): pairs (B, n, E, D); or one per world (``memory_scope="world"``): pairs (W, cap, E,
-    D) and ``group`` (B,), sample b reading world ``group[b]``'s. ``mask`` is (cap,) or (B,
-    cap): (B, cap) also where each sample sees a different part (``visible``, ``world``)."""
+    entries): pairs (B, n, E, D); or one per group (``memory_scope="group"``): pairs (W, cap, E,
+    D) and ``group`` (B,), sample b reading group ``group[b]``'s. ``mask`` is (cap,) or (B,
+    cap): (B, cap) also where each sample sees a different part (``visible``, ``of_group``)."""
 
     pairs: torch.Tensor  # (cap, E, D), (B, n, E, D) or (W, cap, E, D) float32
     mask: torch.Tensor  # (cap,) or (B, cap) bool, True for the slots a sample attends to
-    group: torch.Tensor | None = None  # (B,) int64: the world memory each sample reads
+    group: torch.Tensor | None = None  # (B,) int64: the group memory each sample reads
 
     @classmethod
-    def world(
+    def of_group(
         cls,
-        buffer: WorldBuffer,
+        buffer: GroupBuffer,
         group: torch.Tensor,
         episode: torch.Tensor | None,
         u: torch.Tensor | None = None,
     ) -> MemoryView:
-        """Sample b reads world ``group[b]``'s memory: its filled slots, without those its own
+        """Sample b reads group ``group[b]``'s memory: its filled slots, without those its own
         episode wrote when ``episode`` (B,) is given (the peer read), and, with ``u`` (B,)
         uniform in [0, 1) (``cfg.vary_memory``, training), only the newest k of them,
         k = floor(u * (size + 1))."""
@@ -58,10 +58,10 @@ class MemoryView(NamedTuple):
         return cls(buffer.pairs, buffer.age() < k.unsqueeze(-1))
 
 
-def world_slots(memory: MemoryView, worlds: int) -> torch.Tensor:
-    """(W, cap) bool: the slots of each world memory that some sample of the world sees (the
+def group_slots(memory: MemoryView, groups: int) -> torch.Tensor:
+    """(W, cap) bool: the slots of each group memory that some sample of the group sees (the
     union of its samples' masks)."""
     cap = memory.mask.shape[1]
     slots = memory.group.unsqueeze(1) * cap + torch.arange(cap, device=memory.mask.device)
-    seen = torch.zeros(worlds * cap, device=memory.mask.device)
+    seen = torch.zeros(groups * cap, device=memory.mask.device)
     return seen.index_add_(0, slots.flatten(), memory.mask.flatten().float()).view(-1, cap) > 0

@@ -118,7 +118,7 @@ class AppConfig:
     base_gravity: float = 0.0
     shift_gravity: float = 0.5  # what G switches to
     shift_direction: float = 45.0  # worlds: the direction of the world G holds the streams in
-    #: worlds: the family name of a world (gravity, direction), e.g. ``runners.online.worlds_protocol.
+    #: worlds: the family name of a world (gravity, direction), e.g. ``runners.online.world_sets.
     #: family_of``; None: not shown
     family: Callable[[float, float], str] | None = None
     #: scripted (step, gravity); worlds: hold in (gravity, shift_direction), base gravity releases

@@ -11,9 +11,9 @@ beyond the step metrics is read from public attributes, at redraw time only:
   input of the last step (the learner does not keep its last ``Aggregate``), at most
   ``ATTN_HZ`` times per second and for the first ``ATTN_STREAMS`` streams (per-stream memory:
   the first stream's query over its own memory);
-- each shown stream's world (worlds protocol): ``loop.world.stream_physics()``;
+- each shown stream's world (worlds protocol): ``loop.feed.stream_physics()``;
 - interactive physics changes: ``loop.enter`` (paper: ``vec_env.set_physics`` and
-  ``source.set_world``; worlds: ``ScheduledWorld.enter``, which holds every stream in the world
+  ``source.set_shifted``; worlds: ``ScheduledFeed.enter``, which holds every stream in the world
   and ends its episode), the loop's own switches covering only the scripted schedule.
 """
 
@@ -47,20 +47,20 @@ class LoopDriver:
         self.name = "oracle" if self.cfg.agent.oracle else str(self.cfg.agent.track)
         self.capacity = int(self.learner.buffer.capacity)
         self.lora = self.name == "C"
-        self.worlds = bool(self.cfg.worlds)
-        # A memory per world: the view shows the first stream's world's, which it shares with the
+        self.worlds = bool(self.cfg.worlds_protocol)
+        # A memory per group: the view shows the first stream's group's, which it shares with the
         # other streams of its group.
-        self.per_world = self.cfg.agent.memory_scope == "world"
-        self.buffer_title = "world 1's memory" if self.per_world else "buffer"
+        self.per_group = self.cfg.agent.memory_scope == "group"
+        self.buffer_title = "group 1's memory" if self.per_group else "buffer"
         self._pending: list[StepMetrics] = []
         self._first = self.step_count  # step of the first pending record
         self._attn: np.ndarray | None = None
         self._attn_t = -1.0
         self._record_every = 1
-        # The shown streams: the first of each world memory's group where streams share one (so
+        # The shown streams: the first of each group memory's group where streams share one (so
         # the tiles show different worlds), else the first ones.
         n = int(self.cfg.agent.batch_size)
-        step = self.cfg.agent.group_size if self.per_world else 1
+        step = self.cfg.agent.group_size if self.per_group else 1
         if n < step * SHOWN_STREAMS:  # fewer worlds than tiles: the first streams
             step = 1
         self.shown = np.arange(0, n, step)[:SHOWN_STREAMS]
@@ -107,9 +107,9 @@ class LoopDriver:
 
     def buffer_worlds(self) -> np.ndarray:
         buf = self.learner.buffer
-        if self.per_world:  # the first stream's world's FIFO, oldest first (host sync)
+        if self.per_group:  # the first stream's world's FIFO, oldest first (host sync)
             idx = _oldest_first(int(buf.size[0]), int(buf.ptr[0]), buf.capacity, buf.device)
-            return buf.world[0, idx].cpu().numpy().astype(np.int8)
+            return buf.shifted[0, idx].cpu().numpy().astype(np.int8)
         _, world, _ = buf.ordered()  # host sync
         return world.cpu().numpy().astype(np.int8)
 
@@ -128,11 +128,11 @@ class LoopDriver:
     def _compute_attention(self) -> np.ndarray | None:
         src, learner = self.loop.source, self.learner
         buf = learner.buffer
-        n = int(buf.size[0]) if self.per_world else int(buf.size)
+        n = int(buf.size[0]) if self.per_group else int(buf.size)
         if n == 0 or not hasattr(src, "frames"):
             return None
         inp = (src.head + learner.cfg.input_position) % src.window  # the last step's input
-        if self.per_world:  # the first stream's query over its world's memory, all of it
+        if self.per_group:  # the first stream's query over its world's memory, all of it
             x = torch.from_numpy(np.ascontiguousarray(src.frames[:1, inp]))
             memory = MemoryView(buf.pairs[:1], buf.mask()[:1])
             agg = aggregate(learner.nets, learner.encode(x), memory, learner.spec)
@@ -162,12 +162,12 @@ class LoopDriver:
     @property
     def held(self) -> bool:
         """Worlds protocol: the streams are held in one world (paper protocol: False)."""
-        return self.worlds and bool(self.loop.world.schedule.held.any())
+        return self.worlds and bool(self.loop.feed.schedule.held.any())
 
     def release(self) -> None:
         """Worlds protocol: give the streams back to the training worlds, each from a new
         episode in a freshly drawn world. ``loop.enter`` of the base physics releases the
-        schedule (``ScheduledWorld.enter(physics, 0)``), which alone would keep every stream in
+        schedule (``ScheduledFeed.enter(physics, 0)``), which alone would keep every stream in
         the held world until its episode ends; so every episode ends at the next step (one about
         to reset: after its first frame) and the schedule draws each stream's next world."""
         if not self.worlds:
@@ -183,7 +183,7 @@ class LoopDriver:
         under the paper's, where every stream has ``physics()``)."""
         if not self.worlds:
             return None
-        every = self.loop.world.stream_physics()
+        every = self.loop.feed.stream_physics()
         worlds = [every[i] for i in self.shown]
         return np.asarray([[p.gravity, p.gravity_direction] for p in worlds], np.float64)
 

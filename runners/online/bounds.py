@@ -34,7 +34,7 @@ HEADLINE_MEMORY = "same"
 def wanted(cfg: RunConfig) -> bool:
     """Whether this run trains its bounds: ``--bounds`` under the worlds protocol, and not for
     a run that is itself a bound (the oracle)."""
-    return bool(cfg.bounds) and cfg.worlds and not cfg.agent.oracle
+    return bool(cfg.bounds) and cfg.worlds_protocol and not cfg.agent.oracle
 
 
 def bound_config(cfg: RunConfig, name: str) -> RunConfig:
@@ -140,7 +140,7 @@ def bounds_text(b: dict[str, Any]) -> list[str]:
     out.append("  " + f"{'floor (track A)':<24}" + "".join(
         f"{b['floor']['d'][f]:>16.3f}" for f in fams))
     for mem, row in b["memories"].items():
-        label = {"own": "own memory", "same": "peer memory", "wrong": "wrong-world memory"}.get(
+        label = {"own": "own memory", "same": "peer memory", "wrong": "wrong-group memory"}.get(
             mem, mem)
         out.append("  " + f"{label:<24}" + "".join(
             f"{row['d'][f]:>9.3f} {_pct(row['share'][f]):>6}" for f in fams))

@@ -171,6 +171,8 @@ def dict_tokens(data: Mapping[str, Any], where: str) -> list[str]:
             out += dict_tokens(value, where)
         elif key == "precision" and value == "auto":  # an older config: the device's own
             continue
+        elif key == "memory_scope" and value == "world":  # the group memory's older name
+            out += value_tokens(key, "group", where)
         elif key in REMOVED:  # an older config: an option since removed, unused (or one line)
             try:
                 without_removed({key: value})

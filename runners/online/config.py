@@ -62,7 +62,7 @@ PRESET_STEPS: dict[str, int] = {"study": 12_000}
 # The worlds protocol's learner on top of the preset (docs/train_online.md): the last two frames
 # in (velocity visible, acceleration, and so the world, not), one prediction per horizon at
 # horizons short enough to learn in minutes; one memory per world shared by the 8 streams that
-# live in it (the paper's one buffer, generalised: docs/definitions.md#world-memory), read
+# live in it (the paper's one buffer, generalised: docs/definitions.md#group-memory), read
 # without the sample's own episode, written at every step, emptied at a new world, its entries
 # three frames long (a pair shows a velocity, which the context already holds; three show its
 # change, where the world's gravity is), and a varied amount of it in training (so it works
@@ -76,7 +76,7 @@ WORLDS_AGENT: dict[str, Any] = {
     "context_frames": 2,
     "per_horizon": True,
     "horizons": (2, 4, 8),
-    "memory_scope": "world",
+    "memory_scope": "group",
     "group_size": 8,
     "memory_read": "peer",
     "entry_frames": 3,
@@ -94,7 +94,7 @@ WORLDS_PRESET: dict[str, dict[str, Any]] = {"tiny": {"group_size": 2}}
 @dataclass
 class Worlds:
     """The worlds protocol: the streams in worlds drawn from --train-family (in groups that share
-    a world for a residency of episodes, with a world memory), redrawn at a residency's end; at
+    a world for a residency of episodes, with a group memory), redrawn at a residency's end; at
     the switch every stream moves to the held-out world."""
 
     kind: ClassVar[str] = "worlds"
@@ -127,7 +127,7 @@ class Worlds:
     episode_steps: tuple[int, int] = (100, 400)
     """Each episode lasts a number of steps drawn uniformly from this range."""
     residency: tuple[int, int] = (2, 6)
-    """A world lasts this many episodes (drawn uniformly) of its streams; with --memory-scope world the --group-size streams of a group share it (env.WorldSchedule)."""
+    """A world lasts this many episodes (drawn uniformly) of its streams; with --memory-scope group the --group-size streams of a group share it (env.WorldSchedule)."""
     eval_worlds: int = 3
     """Worlds per family (training, interp, extrap) in the evaluation."""
     eval_world_seqs: int = 48
@@ -222,13 +222,9 @@ class RunConfig:
 
     # -- derived ---------------------------------------------------------------------------
     @property
-    def worlds(self) -> bool:
+    def worlds_protocol(self) -> bool:
+        """Whether the run is under the worlds protocol (else the paper's)."""
         return isinstance(self.protocol, Worlds)
-
-    @property
-    def paper(self) -> Paper:
-        """The paper protocol's options (its defaults under the worlds protocol)."""
-        return self.protocol if isinstance(self.protocol, Paper) else Paper()
 
     @property
     def first_switch(self) -> int | None:
@@ -248,7 +244,8 @@ class RunConfig:
         """The physics of the base world (before any switch)."""
         from env.physics import PhysicsParams
 
-        return PhysicsParams(gravity=self.paper.base_gravity)
+        p = self.protocol
+        return PhysicsParams(gravity=p.base_gravity) if isinstance(p, Paper) else PhysicsParams()
 
     def physics_at(self, step: int) -> PhysicsParams:
         """The world's physics during step ``step``: the base physics updated by every switch at
@@ -333,16 +330,16 @@ def resolve(cfg: RunConfig) -> RunConfig:
     if out.record_frames < 0:
         raise CliError(f"record_frames must be >= 0, got {out.record_frames}")
     if s.best_min_sigma is None:
-        s.best_min_sigma = 0.2 if cfg.worlds else 0.0
+        s.best_min_sigma = 0.2 if cfg.worlds_protocol else 0.0
     if not s.best_min_sigma >= 0.0:
         raise CliError(f"best_min_sigma must be >= 0, got {s.best_min_sigma}")
     if s.final_ns is None:
-        s.final_ns = (0, 1, 5, 10, 25, 50) if cfg.worlds else (0, 10, 25, 50, 100, 256)
+        s.final_ns = (0, 1, 5, 10, 25, 50) if cfg.worlds_protocol else (0, 10, 25, 50, 100, 256)
     if any(n < 0 for n in s.eval_ns + s.final_ns):
         raise CliError("eval_ns and final_ns must be non-negative memory sizes")
     s.eval_ns = tuple(sorted(set(s.eval_ns) | {s.headline_n}))
     if s.switches is None:
-        physics = DEFAULT_WORLD_SWITCH if cfg.worlds else (("gravity", DEFAULT_SHIFT_GRAVITY),)
+        physics = DEFAULT_WORLD_SWITCH if cfg.worlds_protocol else (("gravity", DEFAULT_SHIFT_GRAVITY),)
         s.switches = (Switch(s.steps * 2 // 3, physics),) if s.steps >= 3 else ()
     s.switches = tuple(sorted(s.switches))
     for sw in s.switches:
@@ -363,7 +360,8 @@ def resolve(cfg: RunConfig) -> RunConfig:
         why = bf16_unsupported(device_name(cfg.device))
         if why:
             raise CliError(f"--precision bf16: {why}; use --precision fp32")
-    if cfg.agent.push_pair != "input" and cfg.paper.source == "stream":
+    streams = not (isinstance(cfg.protocol, Paper) and cfg.protocol.source == "dataset")
+    if cfg.agent.push_pair != "input" and streams:
         raise CliError("push_pair=newest leaks the future in stream mode (the newest pair is the "
                        "sample's own targets); the stream source pushes the input's own pair")
     return cfg

@@ -22,13 +22,13 @@ from tqdm import tqdm
 
 from runners.cli import CliError, os_error_message
 from runners.online import bounds
-from runners.online.config import RunConfig, describe, precision_note
+from runners.online.config import Paper, RunConfig, describe, precision_note
 from runners.online.loop import OnlineLoop, StepResult
 from runners.online.plots import make_figures
 from runners.online.rundir import RunFolder, StopRequest
 from runners.online.summary import build_summary, curve_report, format_table, write_summary
 from runners.online.switch import physics_label
-from runners.online.worlds_protocol import WorldsEvaluator
+from runners.online.worlds_eval import WorldsEvaluator
 
 PROG = "train_online"
 
@@ -41,7 +41,7 @@ def set_threads(device: torch.device) -> None:
 
 
 def postfix(loop: OnlineLoop, rate: float) -> dict[str, str]:
-    live = loop.live
+    live = loop.records
     last = live.last
     return {
         "loss": f"{last.get('loss/total', float('nan')):.3f}",
@@ -109,8 +109,8 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
             return 0
         s["bounds"] = bounds.bounds_report(s, found["floor"], found["ceiling"],
                                            cfg.schedule.headline_n)
-        write_summary(folder.root, s)
         plot_bounds(folder.root, s, found)
+    write_summary(folder.root, s)  # once, complete: the run folder is finished from here on
     print(format_table(s))
     print(f"run folder: {folder.root}")
     return 0
@@ -118,9 +118,9 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
 
 def run(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool,
         label: str = "", pause: Path | None = None) -> dict[str, Any] | None:  # fmt: skip
-    """Run (or continue) one run to its end (its summary) or to a stop request (None: a
-    checkpoint and a summary marked stopped are written). ``pause``: the PAUSE file that stops
-    it (default: the folder's own)."""
+    """Run (or continue) one run to its end (its summary, for the caller to write) or to a stop
+    request (None: a checkpoint and a summary marked stopped are written). ``pause``: the PAUSE
+    file that stops it (default: the folder's own)."""
     stop.pause_file = pause or folder.pause
     try:
         loop = OnlineLoop.open(cfg, folder, resume=resume, stop=stop, log=print)
@@ -149,7 +149,7 @@ def run(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool,
         return finish(loop)
     # Stopped early: the checkpoint holds everything; the metrics match it exactly.
     loop.checkpoint()
-    summarise(loop, final_curve=None, stopped=reason)
+    write_summary(folder.root, summarise(loop, final_curve=None, stopped=reason))
     print(
         f"{PROG}: stopped by {reason} at step {loop.step_count} of {cfg.schedule.steps} "
         f"(checkpoint written). Continue with:\n"
@@ -178,6 +178,7 @@ def train_bounds(cfg: RunConfig, folder: RunFolder, stop: StopRequest
                               label=f"the {name} ({what}): ", pause=folder.pause)  # fmt: skip
             if summary is None:
                 return None
+            write_summary(bound.root, summary)
         found[name] = summary
     return found
 
@@ -190,17 +191,23 @@ def plot_bounds(root: Any, s: dict[str, Any], found: dict[str, dict[str, Any]]) 
 
 
 def finish(loop: OnlineLoop) -> dict[str, Any]:
-    """The adaptation curve at the end, figures and the summary."""
+    """The adaptation curve at the end (read back when an earlier session of this run already
+    computed it at this step), figures and the summary."""
     cfg, folder = loop.cfg, loop.folder
+    path = RunFolder.curve_path(folder.latest)
+    done = folder.read_json(path) if path.exists() else None
+    if done is not None and done.get("step") == loop.step_count:
+        return summarise(loop, final_curve=done["curve"], stopped=None, held_out=done.get("held_out"))
     rep = curve_report(
         loop.evaluator.curve(loop.learner, cfg.schedule.final_ns), step=loop.step_count,
         checkpoint=str(folder.latest),
-        data=cfg.paper.data or "generated in memory (env.generate_sequences)",
+        data=(p.data if isinstance(p := cfg.protocol, Paper) and p.data
+              else "generated in memory (env.generate_sequences)"),
         horizons=list(cfg.agent.horizons),
     )  # fmt: skip
     if isinstance(loop.evaluator, WorldsEvaluator):  # the held-out worlds' D^n per memory
         rep["held_out"] = loop.evaluator.report(loop.learner, cfg.schedule.final_ns)
-    RunFolder.curve_path(folder.latest).write_text(json.dumps(rep, indent=2) + "\n")
+    path.write_text(json.dumps(rep, indent=2) + "\n")
     return summarise(loop, final_curve=rep["curve"], stopped=None, held_out=rep.get("held_out"))
 
 
@@ -211,15 +218,15 @@ def summarise(
     stopped: str | None,
     held_out: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Figures, summary.json and summary.md from the run folder (complete or stopped)."""
+    """The figures (from run.zarr) and the summary (from the loop's records) of a run, complete
+    or stopped."""
     folder = loop.folder
     make_figures(folder.root)
-    s = build_summary(
-        folder.root, loop.cfg, wall_time=loop.wall_time, final_curve=final_curve,
-        best=(loop.best, loop.best_step), stopped=stopped, held_out=held_out,
+    return build_summary(
+        folder.root, loop.cfg, loop.records, loop.evals, wall_time=loop.wall_time,
+        final_curve=final_curve, best=(loop.best, loop.best_step), stopped=stopped,
+        held_out=held_out,
     )  # fmt: skip
-    write_summary(folder.root, s)
-    return s
 
 
 def remove_empty_run(folder: RunFolder) -> None:

@@ -1,6 +1,6 @@
 """The online loop: parts passed in, one step at a time, periodic work decided in one place.
 
-``OnlineLoop(cfg, folder, parts)`` drives the parts that ``runners.online.parts.build_parts``
+``OnlineLoop(cfg, folder, parts)`` drives the parts that ``runners.online.parts.build_run_parts``
 makes (learner, world + source, recorder, evaluator); ``OnlineLoop.open`` builds them and, on a
 resume, loads the checkpoint into them: one construction path for both. ``train_online`` and the
 visualizer share it: ``step()`` advances exactly one learner update and returns a
@@ -9,13 +9,13 @@ or print.
 
 Per step (``step()``):
   1. switch: before step S of a scheduled switch the world's physics change
-     (``world.enter``); at the first switch, ``memory`` mode freezes the weights
+     (``feed.enter``); at the first switch, ``memory`` mode freezes the weights
      (``learner.freeze_weights()``): from then on only experience changes the predictions.
-  2. update: ``world.next()`` -> ``learner.update(batch)`` -> ``StepMetrics`` (device tensors).
+  2. update: ``feed.next()`` -> ``learner.update(batch)`` -> ``StepMetrics`` (device tensors).
   3. record: metrics stay on the device until a flush stacks them (one host sync per block) and
      appends them to ``run.zarr`` with the world's physics of each step; every N-th frame batch
      too with ``record_frames``.
-  4. periodic work (``Schedule``): flush every ``log_every`` steps; evaluate every
+  4. periodic work (``Cadence``): flush every ``log_every`` steps; evaluate every
      ``eval_every`` steps, at each switch (before it applies) and at the end, but only what can
      change: once the weights are frozen, an evaluation that reads only the weights (the worlds
      protocol's) is taken once, at the switch; checkpoint
@@ -47,7 +47,7 @@ from agent.metrics import stack
 from runners.cli import CliError
 from runners.online.config import RunConfig
 from runners.online.evaluation import CurveEvaluator, EvalRecord
-from runners.online.parts import RunParts, build_parts
+from runners.online.parts import RunParts, build_run_parts
 from runners.online.recorder import Recorder, RecorderError
 from runners.online.rundir import RunFolder, StopRequest
 
@@ -73,7 +73,7 @@ class Due:
 
 
 @dataclass(frozen=True)
-class Schedule:
+class Cadence:
     """The loop's periodic work, from the config: what is due once ``done`` steps are done."""
 
     flush: Every
@@ -81,7 +81,7 @@ class Schedule:
     checkpoint: Every
 
     @classmethod
-    def from_config(cls, cfg: RunConfig) -> Schedule:
+    def from_config(cls, cfg: RunConfig) -> Cadence:
         switches = frozenset(sw.step for sw in cfg.schedule.switches or ())
         end = frozenset({cfg.schedule.steps})
         return cls(
@@ -115,17 +115,26 @@ class StepResult:
         return self.physics.gravity
 
 
+#: The per-step columns of run.zarr's metrics the summary reads, kept on the host by the loop.
+SUMMARY_COLUMNS = ("stream/norm_error", "stream/valid_frac")
+
+
 @dataclass
-class LiveStats:
-    """Host-side figures for a progress bar, updated once per flushed block."""
+class RunRecords:
+    """What the loop has recorded, on the host, updated once per flushed block: the progress
+    bar's figures and what the summary reads (``SUMMARY_COLUMNS`` per step, the boundary events
+    before and after the first switch, each metric's last value). A resume reads them back from
+    run.zarr once (``OnlineLoop.restore``), so they always cover the whole run."""
 
     window: int
     first_switch: int | None
+    steps: int = 0  # steps recorded
     last: dict[str, float] = field(default_factory=dict)
     boundaries_before: int = 0
     boundaries_after: int = 0
     recent_error: deque[float] = field(default_factory=deque)
     phase_start: int = 0
+    blocks: dict[str, list[np.ndarray]] = field(default_factory=dict)
 
     def update(self, steps: np.ndarray, block: dict[str, np.ndarray], phase_starts: list[int]) -> None:
         for i, s in enumerate(steps):
@@ -144,7 +153,16 @@ class LiveStats:
                 self.recent_error.append(float(e[i]))
                 while len(self.recent_error) > self.window:
                     self.recent_error.popleft()
+        for name in SUMMARY_COLUMNS:
+            if name in block:
+                self.blocks.setdefault(name, []).append(np.asarray(block[name], np.float64))
+        self.steps += len(steps)
         self.last = {k: float(v[-1]) for k, v in block.items() if len(v)}
+
+    def column(self, name: str) -> np.ndarray | None:
+        """(steps,) float64 of a ``SUMMARY_COLUMNS`` metric, every step recorded so far."""
+        parts = self.blocks.get(name)
+        return np.concatenate(parts) if parts else None
 
     @property
     def rolling_error(self) -> float:
@@ -174,15 +192,15 @@ class OnlineLoop:
         self.folder = folder
         self.device = parts.device
         self.learner: Learner = parts.learner
-        self.world = parts.world
+        self.feed = parts.feed
         self.recorder: Recorder = parts.recorder
         self.evaluator: CurveEvaluator = parts.evaluator
         self.stop = stop or StopRequest(folder.pause)
         self.log = log
-        self.schedule = Schedule.from_config(cfg)
+        self.cadence = Cadence.from_config(cfg)
         self.switch_at = {sw.step: sw for sw in cfg.schedule.switches or ()}
         self.phase_starts = sorted(self.switch_at)
-        self.live = LiveStats(cfg.schedule.rolling_window, cfg.first_switch)
+        self.records = RunRecords(cfg.schedule.rolling_window, cfg.first_switch)
         self.physics = self.physics_at(0)
         self.pending: list[StepMetrics] = []
         self.pending_physics: list[env.PhysicsParams] = []
@@ -203,9 +221,9 @@ class OnlineLoop:
         stop: StopRequest | None = None,
         log: Callable[[str], None] = print,
     ) -> OnlineLoop:
-        """Build the parts (``build_parts``) and the loop: a fresh run saves its config, a resume
+        """Build the parts (``build_run_parts``) and the loop: a fresh run saves its config, a resume
         loads ``checkpoints/latest.pt`` into the same freshly built parts."""
-        loop = cls(cfg, folder, build_parts(cfg, folder), stop=stop, log=log)
+        loop = cls(cfg, folder, build_run_parts(cfg, folder), stop=stop, log=log)
         if resume:
             loop.restore()
         else:
@@ -216,11 +234,11 @@ class OnlineLoop:
     @property
     def source(self) -> Any:
         """The world's batch source (``agent.StreamSource`` or ``agent.DatasetSource``)."""
-        return self.world.source
+        return self.feed.source
 
     @property
     def vec_env(self) -> env.MovingMNISTVectorEnv | None:
-        return self.world.vec_env
+        return self.feed.vec_env
 
     @property
     def gravity(self) -> float:
@@ -247,7 +265,7 @@ class OnlineLoop:
         """The scheduled physics during step ``step``."""
         return self.cfg.physics_at(step)
 
-    def world_tag(self, physics: env.PhysicsParams) -> int:
+    def shift_tag(self, physics: env.PhysicsParams) -> int:
         """0 in the base world's physics, else 1 (compared as acceleration, restitution and
         friction: zero gravity in any direction is the same world)."""
         return int(_dynamics(physics) != _dynamics(self.physics_at(-1)))
@@ -262,14 +280,14 @@ class OnlineLoop:
             self.enter(self.physics_at(s))
             if self.frozen:
                 self.learner.freeze_weights()
-        batch = self.world.next()
+        batch = self.feed.next()
         metrics = self.learner.update(batch)
         self.pending.append(metrics)
         self.pending_physics.append(self.physics)
         if self.cfg.output.record_frames and s % self.cfg.output.record_frames == 0:
             self._record_frames(s, batch)
         result = StepResult(step=s + 1, metrics=metrics, physics=self.physics, switched=switched)
-        due = self.schedule.due(s + 1)
+        due = self.cadence.due(s + 1)
         if due.flush:
             result.block = self.flush()
         if due.evaluate and self.evaluation_can_change():
@@ -286,7 +304,7 @@ class OnlineLoop:
 
     def enter(self, physics: env.PhysicsParams) -> None:
         """Switch the world to ``physics`` from the next step on (scheduled or interactive)."""
-        self.world.enter(physics, self.world_tag(physics))
+        self.feed.enter(physics, self.shift_tag(physics))
         self.physics = physics
 
     # -- periodic work ---------------------------------------------------------------------
@@ -300,12 +318,12 @@ class OnlineLoop:
         steps = np.arange(first, first + n, dtype=np.int64)
         # Before the worlds protocol's switch each stream has its own world: NaN (no one world).
         fs = self.cfg.first_switch
-        many = self.cfg.worlds & (steps < (fs if fs is not None else np.iinfo(np.int64).max))
+        many = self.cfg.worlds_protocol & (steps < (fs if fs is not None else np.iinfo(np.int64).max))
         for name in env.PhysicsParams().as_dict():
             values = np.asarray([getattr(p, name) for p in self.pending_physics], np.float32)
-            block[f"world/{name}"] = np.where(many, np.float32(np.nan), values)
+            block[f"physics/{name}"] = np.where(many, np.float32(np.nan), values)
         self.recorder.append_metrics(steps, block)
-        self.live.update(steps, block, self.phase_starts)
+        self.records.update(steps, block, self.phase_starts)
         self.pending.clear()
         self.pending_physics.clear()
         return block
@@ -316,7 +334,7 @@ class OnlineLoop:
         frames = batch.frames[:, newest].cpu().numpy()  # (B, 1, 64, 64): each stream's newest
         pos = vel = None
         if self.vec_env is not None:
-            state = self.vec_env.get_state()["world"]
+            state = self.vec_env.get_state()["scenes"]
             pos, vel = state.get("positions"), state.get("velocities")
         self.recorder.append_frames(s, frames, pos, vel, np.full(frames.shape[0], self.gravity))
 
@@ -387,9 +405,9 @@ class OnlineLoop:
         self.best_step = int(extra.get("best_step", -1))
         self.elapsed = float(extra.get("elapsed", 0.0))
         self.saved_step = s
-        if self.vec_env is not None and not self.cfg.worlds:  # the env's restored state holds
+        if self.vec_env is not None and not self.cfg.worlds_protocol:  # the env's restored state holds
             self.physics = self.vec_env.physics(0)  # its physics (a visualizer may change them)
-        elif self.cfg.worlds and isinstance(extra.get("physics"), dict):
+        elif self.cfg.worlds_protocol and isinstance(extra.get("physics"), dict):
             # The world the streams were held in (the schedule's restored state holds them
             # there), or the base physics while they live in the training worlds: the switches'
             # own after a scheduled switch, a visualizer's after an interactive one.
@@ -401,7 +419,7 @@ class OnlineLoop:
             self.learner.freeze_weights()
         if s:
             m = self.recorder.read_metrics()
-            self.live.update(m["step"], {k: v for k, v in m.items() if k != "step"}, self.phase_starts)
+            self.records.update(m["step"], {k: v for k, v in m.items() if k != "step"}, self.phase_starts)
         self.evals = EvalRecord.rows(self.recorder.read_eval())
         if self.folder.pause.exists():
             self.folder.pause.unlink()

@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from runners.cli import writing
 from runners.online import bounds
-from runners.online.config import RunConfig
-from runners.online.recorder import Recorder
+from runners.online.config import Paper, RunConfig
+from runners.online.evaluation import EvalRecord
 from runners.online.rundir import RunFolder
 from runners.online.switch import switches_from_json
+
+if TYPE_CHECKING:
+    from runners.online.loop import RunRecords
 
 
 def _f(x: Any) -> float | None:
@@ -25,28 +28,28 @@ def _f(x: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _eval_at(ev: dict[str, np.ndarray], step: int | None, n: int) -> dict[str, Any] | None:
-    """The evaluation row at ``step`` (the last one at or before it)."""
-    if not ev or step is None:
+def _eval_at(evals: list[EvalRecord], step: int | None, n: int) -> dict[str, Any] | None:
+    """The evaluation at ``step`` (the last one at or before it)."""
+    if step is None:
         return None
-    idx = np.nonzero(ev["step"] <= step)[0]
-    if len(idx) == 0:
+    before = [e for e in evals if e.step <= step]
+    if not before:
         return None
-    i = int(idx[-1])
-    ns = [int(x) for x in ev["ns"]]
-    d_n = float(ev["d_shift"][i, ns.index(n)]) if n in ns else math.nan
+    e = before[-1]
     return {
-        "step": int(ev["step"][i]),
-        "d_base": _f(ev["d_base"][i]),
-        f"d_shift_{n}": _f(d_n),
-        "d_shift_0": _f(ev["d_shift"][i, ns.index(0)]) if 0 in ns else None,
-        "sigma_embed": _f(ev["sigma_embed"][i]),
+        "step": int(e.step),
+        "d_base": _f(e.d_base),
+        f"d_shift_{n}": _f(e.d(n)),
+        "d_shift_0": _f(e.d(0)) if 0 in e.ns else None,
+        "sigma_embed": _f(e.sigma_embed),
     }
 
 
 def build_summary(
     run_dir: Path,
     cfg: RunConfig,
+    records: RunRecords,
+    evals: list[EvalRecord],
     *,
     wall_time: float,
     final_curve: list[dict[str, Any]] | None,
@@ -54,21 +57,15 @@ def build_summary(
     stopped: str | None,
     held_out: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    rec = Recorder(run_dir, read_only=True)
-    m = rec.read_metrics()
-    ev = rec.read_eval()
-    steps_done = len(m["step"])
+    """The summary of a run from what its loop recorded (``RunRecords``, the evaluations)."""
+    steps_done = records.steps
     n = cfg.schedule.headline_n
     fs = cfg.first_switch
-    b = np.nan_to_num(m.get("memory/boundary", np.zeros(steps_done))) > 0.5
-    before = int(b[: fs if fs is not None else steps_done].sum())
-    after = int(b[fs:].sum()) if fs is not None else 0
-    size = m.get("memory/buffer_size")
-    share = m.get("memory/shift_share")
-    buf_size = int(size[-1]) if size is not None and steps_done else 0
-    buf_share = float(share[-1]) if share is not None and steps_done else 0.0
+    buf_size = int(records.last.get("memory/buffer_size", 0)) if steps_done else 0
+    buf_share = float(records.last.get("memory/shift_share", 0.0)) if steps_done else 0.0
     n_shift = int(round(buf_size * buf_share))
-    err = m.get("stream/norm_error")
+    err = records.column("stream/norm_error")
+    valid = records.column("stream/valid_frac")
     win = cfg.schedule.rolling_window
 
     def tail_mean(a: np.ndarray | None, end: int | None) -> float | None:
@@ -90,21 +87,21 @@ def build_summary(
         "protocol": cfg.protocol.kind,
         "track": cfg.agent.track,
         "preset": cfg.preset,
-        "source": cfg.paper.source,
+        "source": cfg.protocol.source if isinstance(cfg.protocol, Paper) else "stream",
         "seed": cfg.agent.seed,
         "after_switch": cfg.schedule.after_switch,
         "switches": [sw.to_json() for sw in switches_from_json(cfg.schedule.switches)],
-        "switch_world_family": _family_of(cfg) if cfg.worlds and fs is not None else None,
+        "switch_world_family": _family_of(cfg) if cfg.worlds_protocol and fs is not None else None,
         "steps": cfg.schedule.steps,
         "steps_done": steps_done,
         "stopped": stopped,
         "wall_time_s": round(wall_time, 1),
         "steps_per_s": round(steps_done / wall_time, 2) if wall_time > 0 else None,
         "headline_n": n,
-        "end_of_base": _eval_at(ev, fs, n) if fs is not None else None,
-        "end": _eval_at(ev, steps_done, n),
-        "boundary_events_before_switch": before,
-        "boundary_events_after_switch": after,
+        "end_of_base": _eval_at(evals, fs, n) if fs is not None else None,
+        "end": _eval_at(evals, steps_done, n),
+        "boundary_events_before_switch": records.boundaries_before,
+        "boundary_events_after_switch": records.boundaries_after,
         "buffer": {
             "size": buf_size,
             "capacity": cfg.agent.buffer_capacity,
@@ -119,9 +116,7 @@ def build_summary(
             "window": win,
             "since_switch": since_switch(err, fs),
         },
-        "stream_valid_frac": _f(np.nanmean(m["stream/valid_frac"]))
-        if "stream/valid_frac" in m and steps_done
-        else None,
+        "stream_valid_frac": _f(np.nanmean(valid)) if valid is not None and steps_done else None,
         "best": {"d_shift": _f(best[0]) if math.isfinite(best[0]) else None,
                  "step": best[1] if math.isfinite(best[0]) else None,
                  "min_sigma": cfg.schedule.best_min_sigma},
@@ -154,7 +149,7 @@ def since_switch(err: np.ndarray | None, fs: int | None) -> list[dict[str, Any]]
 
 def _family_of(cfg: RunConfig) -> str:
     from runners.online.config import Worlds, world_families
-    from runners.online.worlds_protocol import family_of
+    from runners.online.world_sets import family_of
 
     fams = world_families(cfg.protocol) if isinstance(cfg.protocol, Worlds) else None
     return family_of(cfg.shift_physics, fams)
@@ -180,7 +175,7 @@ def table_rows(s: dict[str, Any]) -> list[tuple[str, str, str]]:
     if e.get("step") is not None and e["step"] < s["steps_done"]:  # nothing could change since
         end_step += " (weights frozen since)"
     scope = buf.get("scope", "global")
-    where = {"world": "memory per world"}.get(scope)
+    where = {"group": "memory per group", "world": "memory per group"}.get(scope)
     rows = [
         ("evaluated at step", _fmt(a.get("step")), end_step),
         (f"D_base ({base}, 1 = no change)", _fmt(a.get("d_base")), _fmt(e.get("d_base"))),

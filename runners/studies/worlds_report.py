@@ -46,7 +46,7 @@ TARGETS = {"oracle_gain": 0.25, "memory_drop": 0.20, "oracle_share": 0.5}
 MIN_ORACLE_GAIN = 0.01
 ORACLE = "oracle"
 ORACLE_COLOR = "black"
-MEMORY_NAMES = {"own": "own memory", "same": "peer memory", "wrong": "wrong-world memory"}
+MEMORY_NAMES = {"own": "own memory", "same": "peer memory", "wrong": "wrong-group memory"}
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,7 @@ def analyse(runs: Sequence[WorldsRun]) -> dict[str, Any]:
     return out
 
 
-#: The world-memory targets (issue 23), per seed on the pooled held-out worlds.
+#: The group-memory targets (issue 23), per seed on the pooled held-out worlds.
 PEER_TARGETS = {"share": 0.5, "gravity_r2": 0.8}
 
 
@@ -205,7 +205,7 @@ def peer_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[str]
     """The peer memory (``same``: other sequences of the world) against the floor and the
     ceiling, per family and per seed: D^50, the share of the oracle gap it closes, the
     wrong-world control against it, the gravity probe; the pre-registered delta on it; and the
-    world-memory targets for the best memory track by pooled peer D^50."""
+    group-memory targets for the best memory track by pooled peer D^50."""
     floor = {r.seed: r for r in arms.get("A", [])}
     ceiling = {r.seed: r for r in arms.get(ORACLE, [])}
     out: dict[str, Any] = {"families": {}}
@@ -400,7 +400,7 @@ def report_lines(result: Mapping[str, Any]) -> list[str]:
               f"{_pct(tg['memory_drop']['value'])} | {_yes(tg['memory_drop']['met'])} |",
               f"| ... recovering the oracle's gain (share) | >= 0.50 | "
               f"{_f(tg['oracle_share']['value'])} | {_yes(tg['oracle_share']['met'])} |",
-              f"| wrong-world memory worse than own | > 0, every seed | "
+              f"| wrong-group memory worse than own | > 0, every seed | "
               f"{_pct(tg['wrong_worse']['value'])} | "
               f"{_yes(tg['wrong_worse']['met'])} |", ""]
     if result.get("peer", {}).get("best"):
@@ -409,10 +409,10 @@ def report_lines(result: Mapping[str, Any]) -> list[str]:
 
 
 def peer_lines(peer: Mapping[str, Any]) -> list[str]:
-    """The world-memory section: peer memory between the floor and the ceiling, per family and
-    per seed, the gravity probe, the pre-registered delta on it and the world-memory targets."""
+    """The group-memory section: peer memory between the floor and the ceiling, per family and
+    per seed, the gravity probe, the pre-registered delta on it and the group-memory targets."""
     lines = [f"## Peer memory (other sequences of the same world), n = {HEADLINE_N}", "",
-             "What a world memory is for: D^50 with 50 entries from *other* sequences of the "
+             "What a group memory is for: D^50 with 50 entries from *other* sequences of the "
              "world (`same`; docs/definitions.md#dn-on-held-out-worlds), against the floor (A) "
              "and the ceiling (oracle) of the same seed. share = (D_A - D_peer) / (D_A - D_oracle) "
              "(of seed means); wrong - peer = (D_wrong - D_peer) / D_peer (positive: the right "
@@ -445,12 +445,12 @@ def peer_lines(peer: Mapping[str, Any]) -> list[str]:
                      f"{_f(v['wrong'])} | {share} | {_f(v['gravity_r2'])} | "
                      f"{_f(v['entries_r2'])} |")
     t = peer["targets"]
-    lines += ["", "## The world-memory targets (pooled held-out worlds, every seed)", "",
+    lines += ["", "## The group-memory targets (pooled held-out worlds, every seed)", "",
               "| target | met |", "|---|---|",
               f"| the best memory track's ({best}) peer D^50 below track A's | "
               f"{_yes(t['below_floor'])} |",
               f"| it closes at least half the oracle gap | {_yes(t['half_the_gap'])} |",
-              f"| wrong-world memory worse than peer memory | {_yes(t['wrong_worse'])} |",
+              f"| wrong-group memory worse than peer memory | {_yes(t['wrong_worse'])} |",
               f"| the gravity probe's R^2 at least {PEER_TARGETS['gravity_r2']} | "
               f"{_yes(t['gravity_r2'])} |", ""]
     return lines

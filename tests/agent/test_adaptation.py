@@ -1,4 +1,4 @@
-"""agent.adaptation: D^n per held-out world, own / same-world / wrong-world memories."""
+"""agent.adaptation: D^n per held-out world, own / same-world / wrong-group memories."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def worlds(cfg: AgentConfig, n: int = 5) -> list[WorldSet]:
 def cfg_of(track: str = "C", **kw) -> AgentConfig:
     base = {"push_pair": "input", "context_frames": 2, "per_horizon": True, "batch_size": 4}
     if track != "A":
-        base.update(memory_scope="world", group_size=1, memory_read="all")  # one memory a stream
+        base.update(memory_scope="group", group_size=1, memory_read="all")  # one memory a stream
     return AgentConfig.from_preset("tiny", track=track, **{**base, **kw})
 
 

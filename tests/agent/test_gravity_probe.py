@@ -20,7 +20,7 @@ N = 3  # memory size
 
 
 def cfg_of(track: str = "C", **kw) -> AgentConfig:
-    base = {"push_pair": "input", "memory_scope": "world", "batch_size": 4, "group_size": 2,
+    base = {"push_pair": "input", "memory_scope": "group", "batch_size": 4, "group_size": 2,
             "context_frames": 2, "horizons": (2, 4), "per_horizon": True}  # fmt: skip
     return AgentConfig.from_preset("tiny", track=track, **{**base, **kw})
 

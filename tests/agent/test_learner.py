@@ -128,7 +128,7 @@ def test_boundary_pushes_the_batch_mean_newest_pair(frames: np.ndarray) -> None:
     learner.freeze_weights()
     learner.detector.var.zero_()  # any surprisal above mu fires
     batch = DatasetSource(frames, cfg, seed=0).next()
-    batch.world[:] = 1
+    batch.shifted[:] = 1
     m = learner.update(batch)
     assert m.boundary.item() == 1 and m.buffer_size.item() == 1 and m.shift_share.item() == 1
     with torch.no_grad():
@@ -189,9 +189,9 @@ def test_one_valid_or_identical_samples_give_finite_gradients(frames: np.ndarray
     batch = DatasetSource(frames, cfg, seed=0).next()
     one = torch.zeros(cfg.batch_size, dtype=torch.bool)
     one[2] = True
-    learner.update(Batch(batch.frames, one, batch.world))
+    learner.update(Batch(batch.frames, one, batch.shifted))
     same = batch.frames[:1].expand_as(batch.frames).clone()  # zero variance across the batch
-    m = learner.update(Batch(same, torch.ones_like(one), batch.world))
+    m = learner.update(Batch(same, torch.ones_like(one), batch.shifted))
     assert math.isfinite(m.loss_total.item())
     assert all(torch.isfinite(p).all() for p in learner.nets.parameters())
 

@@ -41,10 +41,10 @@ def test_detector_inactive_steps_change_nothing() -> None:
 def test_buffer_fifo_evicts_the_oldest_and_respects_write() -> None:
     buf = ExperienceBuffer(capacity=3, latent_dim=2)
     for i in range(3):
-        buf.push(torch.full((2, 2), float(i)), world=i % 2, step=i)
-    buf.push(torch.full((2, 2), 99.0), world=1, step=9, write=torch.tensor(False))
+        buf.push(torch.full((2, 2), float(i)), shifted=i % 2, step=i)
+    buf.push(torch.full((2, 2), 99.0), shifted=1, step=9, write=torch.tensor(False))
     assert int(buf.size) == 3 and buf.ordered()[2].tolist() == [0, 1, 2]
-    buf.push(torch.full((2, 2), 3.0), world=1, step=3, write=torch.tensor(True))
+    buf.push(torch.full((2, 2), 3.0), shifted=1, step=3, write=torch.tensor(True))
     pairs, world, steps = buf.ordered()
     assert steps.tolist() == [1, 2, 3]  # entry 0 evicted
     assert pairs[:, 0, 0].tolist() == [1.0, 2.0, 3.0] and world.tolist() == [1, 0, 1]

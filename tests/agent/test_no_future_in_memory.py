@@ -34,7 +34,7 @@ def memory_vs_input(
 
 
 def stream_cfg(context: int, scope: str = "global") -> AgentConfig:
-    own = {"group_size": 1, "memory_read": "all"} if scope == "world" else {}
+    own = {"group_size": 1, "memory_read": "all"} if scope == "group" else {}
     return AgentConfig.from_preset(
         "tiny", track="C", push_pair="input", context_frames=context, kappa=0.05,
         detector_warmup=2, memory_scope=scope, **own,
@@ -42,7 +42,7 @@ def stream_cfg(context: int, scope: str = "global") -> AgentConfig:
 
 
 @pytest.mark.parametrize(
-    "context,scope", [(1, "global"), (2, "global"), (3, "global"), (2, "world")]
+    "context,scope", [(1, "global"), (2, "global"), (3, "global"), (2, "group")]
 )
 def test_memory_never_holds_a_frame_after_the_input(
     fake_env_cls, pixel_encoder, context: int, scope: str

@@ -1,4 +1,4 @@
-"""A world memory of group size 1 reading all its entries: each stream its own memory (what the
+"""A group memory of group size 1 reading all its entries: each stream its own memory (what the
 per-stream memory was); varied memory sizes; the oracle pathway."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from agent.step import modulated_prediction
 
 
 def own(track: str = "C", **kw) -> AgentConfig:
-    """Each of 4 streams its own memory: world memory, groups of one, every entry read."""
-    base = {"push_pair": "input", "memory_scope": "world", "group_size": 1, "memory_read": "all",
+    """Each of 4 streams its own memory: group memory, groups of one, every entry read."""
+    base = {"push_pair": "input", "memory_scope": "group", "group_size": 1, "memory_read": "all",
             "batch_size": 4}  # fmt: skip
     return AgentConfig.from_preset("tiny", track=track, **{**base, **kw})
 
@@ -135,9 +135,9 @@ def test_options_validate_and_round_trip() -> None:
     with pytest.raises(ValueError, match="oracle"):
         AgentConfig.from_preset("tiny", track="A", oracle=True)
     with pytest.raises(ValueError, match="memory_scope"):
-        AgentConfig.from_preset("tiny", memory_scope="world")  # the paper's newest pair
+        AgentConfig.from_preset("tiny", memory_scope="group")  # the paper's newest pair
     for gone in ("per_stream", "everywhere"):
-        with pytest.raises(ValueError, match="memory_scope: expected one of global, world"):
+        with pytest.raises(ValueError, match="memory_scope: expected one of global, group"):
             AgentConfig.from_preset("tiny", memory_scope=gone, push_pair="input")
     with pytest.raises(ValueError, match="vary_memory"):
         AgentConfig.from_preset("tiny", vary_memory=1)

@@ -98,7 +98,7 @@ def test_surprisal_is_the_base_rollouts_error() -> None:
 def test_a_short_run_learns_and_evaluates(track: str) -> None:
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, size=(16, 12, 1, 64, 64), dtype=np.uint8)
-    cfg = rollout_cfg(track, memory_scope="world", group_size=1, memory_read="all",
+    cfg = rollout_cfg(track, memory_scope="group", group_size=1, memory_read="all",
                       memory_write="every")  # fmt: skip
     learner, source = Learner(cfg.replace(total_steps=8)), DatasetSource(frames, cfg, seed=0)
     before = [p.detach().clone() for p in learner.nets.predictor.parameters()]

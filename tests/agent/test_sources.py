@@ -12,10 +12,10 @@ from env import MovingMNISTVectorEnv
 
 
 def test_dataset_source_frames_and_determinism(frames: np.ndarray, tiny: AgentConfig) -> None:
-    src = DatasetSource(frames, tiny, seed=3, world=1)
+    src = DatasetSource(frames, tiny, seed=3, shifted=1)
     b = src.next()
     assert b.frames.shape == (tiny.batch_size, 5, 1, 64, 64) and b.frames.dtype == torch.uint8
-    assert b.valid.all() and (b.world == 1).all()
+    assert b.valid.all() and (b.shifted == 1).all()
     idx = np.random.default_rng(3).integers(0, len(frames), tiny.batch_size)
     np.testing.assert_array_equal(b.frames.numpy(), frames[idx][:, [0, 5, 10, 20, 19]])
     state = src.state_dict()
@@ -61,7 +61,7 @@ def test_stream_state_round_trip_and_world_tag(fake_env_cls, stream_tiny: AgentC
     state = src.state_dict()
     env.gravity[1] = 0.5
     ahead = [src.next() for _ in range(30)]
-    assert ahead[0].world.tolist() == [0, 1]
+    assert ahead[0].shifted.tolist() == [0, 1]
     src.load_state_dict(state)
     again = [src.next() for _ in range(30)]
     for a, b in zip(ahead, again, strict=True):
@@ -80,7 +80,7 @@ def test_stream_source_with_the_real_env(stream_tiny: AgentConfig) -> None:
         fracs.append(learner.update(b).valid_frac.item())
     assert min(fracs) < 1.0 < 2 * max(fracs)  # resets are masked, most windows are whole
     venv.set_gravity(0.5)
-    assert (src.next().world == 1).all()
+    assert (src.next().shifted == 1).all()
     state = src.state_dict()
     ahead = [src.next().frames for _ in range(5)]
     src.load_state_dict(state)

@@ -5,7 +5,7 @@ plain step's numbers bit for bit over several steps with memory writes. ``Visibl
 experience encoder's matmuls on fewer rows, which a BLAS may block (and so round) differently:
 it is checked on one step against a tolerance derived from fp32 arithmetic
 (``fp32.assert_reordered``). The stream
-latent cache has its own tests (``test_latents.py``).
+latent cache has its own tests (``test_latent_cache.py``).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from agent import AgentConfig, DatasetSource, Learner, Speed, StreamSource, stac
 from agent.speed import Beside, LazyPair, Plain, StreamCache, VisibleSlots
 
 PAPER = {"track": "C"}  # the paper's memory: one shared FIFO, its newest pair on a boundary
-OWN = {"track": "E", "memory_scope": "world", "group_size": 1, "memory_read": "all",
+OWN = {"track": "E", "memory_scope": "group", "group_size": 1, "memory_read": "all",
        "memory_write": "every", "vary_memory": True, "push_pair": "input", "context_frames": 2,
-       "horizons": (2, 4, 8)}  # each stream its own memory (a world memory of one stream)  # fmt: skip
+       "horizons": (2, 4, 8)}  # each stream its own memory (a group memory of one stream)  # fmt: skip
 
 
 def layers(paths: Plain) -> list[type]:

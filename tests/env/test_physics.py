@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import env
-from env.core import WorldBatch
+from env.core import SceneBatch
 from env.physics import (
     PHYSICS_FEATURES,
     PhysicsArrays,
@@ -19,7 +19,7 @@ from env.physics import (
 )
 
 
-def _rollout(world: WorldBatch, steps: int) -> tuple[np.ndarray, np.ndarray]:
+def _rollout(world: SceneBatch, steps: int) -> tuple[np.ndarray, np.ndarray]:
     """Positions and velocities (steps + 1, N, D, 2) including the initial state."""
     pos, vel = [world.positions.copy()], [world.velocities.copy()]
     for _ in range(steps):
@@ -29,10 +29,10 @@ def _rollout(world: WorldBatch, steps: int) -> tuple[np.ndarray, np.ndarray]:
     return np.stack(pos), np.stack(vel)
 
 
-def _world(digits, n=32, **physics) -> WorldBatch:
-    world = WorldBatch(n, digits, physics=PhysicsParams(**physics))
+def _world(digits, n=32, **physics) -> SceneBatch:
+    world = SceneBatch(n, digits, physics=PhysicsParams(**physics))
     rng = np.random.default_rng(1)
-    world.reset_worlds(np.arange(n), [rng] * n)
+    world.reset_scenes(np.arange(n), [rng] * n)
     return world
 
 

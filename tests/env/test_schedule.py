@@ -316,8 +316,8 @@ def test_bad_inputs_change_nothing(call, match):
         np.testing.assert_array_equal(after[key], before[key])
     for key in ("elapsed", "limits"):
         np.testing.assert_array_equal(after["env"][key], before["env"][key])
-    for name, arr in before["env"]["world"]["physics"].items():
-        np.testing.assert_array_equal(after["env"]["world"]["physics"][name], arr)
+    for name, arr in before["env"]["scenes"]["physics"].items():
+        np.testing.assert_array_equal(after["env"]["scenes"]["physics"][name], arr)
 
 
 @pytest.mark.parametrize(

@@ -293,8 +293,8 @@ def test_state_round_trip_with_limits_and_old_states():
     before = other.get_state()
     with pytest.raises(ValueError, match="limits"):
         other.set_state(bad)
-    positions = other.get_state()["world"]["positions"]
-    np.testing.assert_array_equal(positions, before["world"]["positions"])
+    positions = other.get_state()["scenes"]["positions"]
+    np.testing.assert_array_equal(positions, before["scenes"]["positions"])
     np.testing.assert_array_equal(other.episode_limits, [6] * 4)
 
 

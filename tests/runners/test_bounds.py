@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runners.online import bounds
+from runners.online import bounds, job
 from runners.online.command import build_config
 from runners.online.job import train_bounds
 from runners.online.rundir import RunFolder, StopRequest
@@ -73,7 +73,7 @@ def test_the_report_places_every_memory_between_floor_and_ceiling() -> None:
                            "track C from the floor (track A, D 1.100) to D 1.025: 50% of the way")
     assert "ceiling (the oracle, D 0.950)" in line
     text = "\n".join(bounds.bounds_text(b))
-    assert "peer memory" in text and "wrong-world memory" in text
+    assert "peer memory" in text and "wrong-group memory" in text
     assert "share of the gap per horizon (peer memory, pooled): h=2 " in text
 
 
@@ -119,3 +119,23 @@ def test_bounds_stopped_midway_continue_on_resume(tmp_path: Path) -> None:
     assert found["floor"]["steps_done"] == 40 and found["ceiling"]["steps_done"] == 40
     again = train_bounds(cfg, folder, StopRequest())  # finished ones are read, not rerun
     assert again == found
+
+
+def test_summary_json_is_written_once_and_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bounds' summaries first, then the main run's, once, with its bounds: a main folder
+    with a summary.json is finished (``RunFolder.is_finished``), bounds included."""
+    written: list[tuple[str, bool]] = []
+    real = job.write_summary
+
+    def spy(root: Path, s: dict) -> None:
+        written.append((Path(root).name, "bounds" in s))
+        real(root, s)
+
+    monkeypatch.setattr(job, "write_summary", spy)
+    cfg = build_config([*TINY, "--steps", "30", "--out", str(tmp_path), "--name", "run"])
+    folder = RunFolder(tmp_path / "run")
+    folder.make()
+    with folder:
+        assert job.train(cfg, folder, StopRequest(), resume=False) == 0
+    assert written == [("floor", False), ("ceiling", False), ("run", True)]
+    assert folder.is_finished()

@@ -16,8 +16,8 @@ import pytest
 from runners.cli import CliError
 from runners.online.command import build_config, over
 from runners.online.config import RunConfig
-from runners.online.loop import Every, OnlineLoop, Schedule
-from runners.online.parts import build_parts
+from runners.online.loop import Cadence, Every, OnlineLoop
+from runners.online.parts import build_run_parts
 from runners.online.recorder import Recorder
 from runners.online.rundir import RunFolder, StopRequest
 from runners.studies import backends
@@ -48,7 +48,7 @@ def store_arrays(root: Path) -> dict[str, np.ndarray]:
 
 def test_schedule_decides_periodic_work() -> None:
     cfg = tiny_config()
-    sch = Schedule.from_config(cfg)
+    sch = Cadence.from_config(cfg)
     assert sch.evaluate == Every(20, frozenset({30, 60}))
     assert sch.checkpoint == Every(20, frozenset({60}))
     d = sch.due(30)  # the switch: evaluate before it applies, flush first
@@ -94,28 +94,28 @@ def test_cut_and_resume_equals_one_go(tmp_path: Path, protocol: str) -> None:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     # The world's physics are recorded per step (NaN while the worlds protocol's streams each
     # live in their own training world).
-    g = a["m:world/gravity"]
+    g = a["m:physics/gravity"]
     if protocol == "paper":
         assert g[29] == 0.0 and g[30] == 0.5
-        assert set(np.unique(a["m:world/gravity_direction"])) == {90.0}
+        assert set(np.unique(a["m:physics/gravity_direction"])) == {90.0}
     else:
         assert np.isnan(g[:30]).all() and (g[30:] == np.float32(0.3)).all()
-        assert (a["m:world/gravity_direction"][30:] == 45.0).all()
-        world = again.world
-        assert world.schedule.held.all()  # every stream stays in the held-out world
-        assert all(p == again.physics for p in world.stream_physics())
+        assert (a["m:physics/gravity_direction"][30:] == 45.0).all()
+        feed = again.feed
+        assert feed.schedule.held.all()  # every stream stays in the held-out world
+        assert all(p == again.physics for p in feed.stream_physics())
 
 
 def test_parts_are_passed_in(tmp_path: Path) -> None:
-    """The loop drives the parts it is given (here one built by hand, with a spy world)."""
+    """The loop drives the parts it is given (here one built by hand, with a spy feed)."""
     cfg = tiny_config("--steps", "10", "--no-switch", "--eval-every", "100",
                       "--checkpoint-every", "100")
     folder = RunFolder(tmp_path / "r").hold()
     folder.make()
-    parts = build_parts(cfg, folder)
+    parts = build_run_parts(cfg, folder)
     calls = []
-    inner = parts.world.next
-    parts.world.next = lambda: calls.append(1) or inner()  # type: ignore[method-assign]
+    inner = parts.feed.next
+    parts.feed.next = lambda: calls.append(1) or inner()  # type: ignore[method-assign]
     loop = OnlineLoop(cfg, folder, parts, log=lambda _: None)
     results = [loop.step() for _ in range(3)]
     assert len(calls) == 3 and [r.step for r in results] == [1, 2, 3]
@@ -134,7 +134,7 @@ def test_recorded_frames_are_the_envs_newest_frames(tmp_path: Path, protocol: st
     for _ in range(12):
         loop.step()
         rendered.append(loop.vec_env.render()[..., 0])  # (N, 64, 64): the env's own frame now
-        positions.append(loop.vec_env.get_state()["world"]["positions"])
+        positions.append(loop.vec_env.get_state()["scenes"]["positions"])
     loop.flush()
     g = Recorder(tmp_path / "r", read_only=True).root["frames"]
     np.testing.assert_array_equal(g["step"][:], np.arange(12))

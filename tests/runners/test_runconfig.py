@@ -43,8 +43,8 @@ def g(step: int, gravity: float) -> Switch:
 # -- the concerns and the layers -------------------------------------------------------------
 def test_defaults_tell_the_story() -> None:
     cfg = build_config([])
-    assert isinstance(cfg.protocol, Worlds) and cfg.worlds
-    assert cfg.agent.track == "C" and cfg.paper.source == "stream"
+    assert isinstance(cfg.protocol, Worlds) and cfg.worlds_protocol
+    assert cfg.agent.track == "C" and cfg.protocol.episode_steps == Worlds().episode_steps
     s = cfg.schedule
     assert s.after_switch == "memory" and s.steps == 4500
     assert s.switches == (Switch(3000, (("gravity", 0.3), ("gravity_direction", 45.0))),)
@@ -341,10 +341,10 @@ def test_multi_physics_switch_run_records_the_physics_per_step(tmp_path: Path) -
     assert res.returncode == 0, res.stderr
     m = zarr.open_group(str(tmp_path / "run" / "run.zarr"), mode="r")["metrics"]
     assert list(m["step"][:]) == list(range(30))
-    assert list(m["world/gravity"][:]) == [0.0] * 20 + [0.5] * 10
-    assert list(m["world/gravity_direction"][:]) == [90.0] * 20 + [45.0] * 10
-    assert list(m["world/restitution"][:]) == [1.0] * 30
-    assert list(m["world/friction"][:]) == [0.0] * 30
+    assert list(m["physics/gravity"][:]) == [0.0] * 20 + [0.5] * 10
+    assert list(m["physics/gravity_direction"][:]) == [90.0] * 20 + [45.0] * 10
+    assert list(m["physics/restitution"][:]) == [1.0] * 30
+    assert list(m["physics/friction"][:]) == [0.0] * 30
     cfg = json.loads((tmp_path / "run" / "config.json").read_text())
     assert cfg["schedule"]["switches"] == [{"step": 20, "physics": {"gravity": 0.5, "gravity_direction": 45.0}}]
     assert "g -> 0.5, direction -> 45 at step 20" in (tmp_path / "run" / "summary.md").read_text()

@@ -67,9 +67,9 @@ def test_switch_resume_evaluate(tmp_path: Path) -> None:
     # processes, CPU kernels occasionally differ in the last float bit.)
     for k in ("loss/total", "loss/pred", "memory/surprisal", "stream/norm_error", "opt/lr"):
         np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-6, err_msg=k)
-    np.testing.assert_array_equal(a["world/gravity"], b["world/gravity"])
+    np.testing.assert_array_equal(a["physics/gravity"], b["physics/gravity"])
     # memory mode: after the switch the weights are frozen, the losses stop changing the model
-    assert (b["world/gravity"][:30] == 0).all() and (b["world/gravity"][30:] == 0.5).all()
+    assert (b["physics/gravity"][:30] == 0).all() and (b["physics/gravity"][30:] == 0.5).all()
 
     run = tmp_path / "part"
     ev = zarr.open_group(str(run / "run.zarr"), mode="r")["eval"]
@@ -150,6 +150,25 @@ def test_stop_and_resume_without_gap(tmp_path: Path, how: str) -> None:
     m = metrics(run)
     np.testing.assert_array_equal(m["step"], np.arange(target))
     assert all(len(v) == target for v in m.values())
+    assert_summary_counts_the_metrics(run, switch=10)
+
+
+def assert_summary_counts_the_metrics(run: Path, switch: int) -> None:
+    """summary.json (built from the loop's records, which a resume reads back) holds what a
+    recount of run.zarr's metrics gives."""
+    s = json.loads((run / "summary.json").read_text())
+    m = metrics(run)
+    b = m["memory/boundary"] > 0.5
+    err = m["stream/norm_error"].astype(np.float64)
+    win = s["stream_error"]["window"]
+    tail = err[max(0, len(err) - win) :]
+    assert s["steps_done"] == len(m["step"])
+    assert (s["boundary_events_before_switch"], s["boundary_events_after_switch"]) == (
+        int(b[:switch].sum()), int(b[switch:].sum()))
+    assert s["buffer"]["size"] == int(m["memory/buffer_size"][-1])
+    assert s["stream_valid_frac"] == pytest.approx(float(np.nanmean(m["stream/valid_frac"])))
+    assert s["stream_error"]["end"] == pytest.approx(float(tail[np.isfinite(tail)].mean()))
+    assert s["stream_error"]["since_switch"][0]["from"] == 0
 
 
 def _dataset(path: Path) -> Path:

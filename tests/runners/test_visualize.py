@@ -202,7 +202,7 @@ def test_cli_keys_quit_and_resume(tmp_path: Path) -> None:
     assert app.gravity == pytest.approx(0.5) and app.paused
     loop = session.loops[0]
     assert loop.gravity == pytest.approx(0.5) and loop.learner.weights_frozen  # memory mode
-    assert int(loop.source.world[0]) == 1  # the new frames are tagged as the shifted world
+    assert int(loop.source.shifted[0]) == 1  # the new frames are tagged as the shifted world
     post_key(pygame.K_SPACE)
     app.pump()
     assert not app.paused
@@ -291,7 +291,7 @@ def test_cli_worlds_scripted_switch_holds_every_stream(tmp_path: Path) -> None:
     assert not snap.world.held and distinct(snap.world.streams) > 1  # arrows differ
     assert {visualize.family_name(g, d) for g, d in snap.world.streams} == {"train"}
     a, c, o = session.loops  # lockstep: the same worlds in every track, the bounds included
-    assert a.world.stream_physics() == c.world.stream_physics() == o.world.stream_physics()
+    assert a.feed.stream_physics() == c.feed.stream_physics() == o.feed.stream_physics()
     assert (o.cfg.agent.track, o.cfg.agent.oracle) == ("C", True)  # the ceiling
     assert [d.name for d in app.drivers] == ["A", "C", "oracle"]
     assert json.loads((tmp_path / "w" / "viz.json").read_text())["tracks"] == ["A", "C", "oracle"]
@@ -299,7 +299,7 @@ def test_cli_worlds_scripted_switch_holds_every_stream(tmp_path: Path) -> None:
     assert app.step == 40 and app.switches == [(20, 0.3)] and app.held
     assert np.allclose(app.snapshot().world.streams, SWITCH_WORLD)
     for loop in session.loops:  # every stream, not only the shown ones
-        worlds = {(p.gravity, p.gravity_direction) for p in loop.world.stream_physics()}
+        worlds = {(p.gravity, p.gravity_direction) for p in loop.feed.stream_physics()}
         assert worlds == {SWITCH_WORLD} and loop.learner.weights_frozen
     img = pygame.surfarray.array3d(pygame.image.load(str(shot)))
     assert img.std() > 10
@@ -329,7 +329,7 @@ def test_cli_worlds_key_g_and_resume_in_the_held_world(tmp_path: Path) -> None:
     loops = session.loops
 
     def stream_worlds(loop: object) -> set[tuple[float, float]]:
-        return {(p.gravity, p.gravity_direction) for p in loop.world.stream_physics()}  # type: ignore[attr-defined]
+        return {(p.gravity, p.gravity_direction) for p in loop.feed.stream_physics()}  # type: ignore[attr-defined]
 
     for _ in range(6):
         app.advance()
@@ -338,7 +338,7 @@ def test_cli_worlds_key_g_and_resume_in_the_held_world(tmp_path: Path) -> None:
     assert app.held and app.switches == [(6, 0.3)]
     for loop in loops:
         assert stream_worlds(loop) == {SWITCH_WORLD} and loop.learner.weights_frozen
-        assert (loop.source.world == 1).all()  # the new transitions are tagged as its world
+        assert (loop.source.shifted == 1).all()  # the new transitions are tagged as its world
     for _ in range(2):
         app.advance()
     app.key(pygame.K_g)  # again: back to the training worlds (the weights stay frozen)
@@ -347,7 +347,7 @@ def test_cli_worlds_key_g_and_resume_in_the_held_world(tmp_path: Path) -> None:
     assert not app.held and app.switches[-1] == (8, 0.0)
     for loop in loops:
         assert {visualize.family_name(*w) for w in stream_worlds(loop)} == {"train"}
-        assert (loop.source.world == 0).all() and loop.learner.weights_frozen
+        assert (loop.source.shifted == 0).all() and loop.learner.weights_frozen
     app.key(pygame.K_g)  # and into it again, then quit
     for _ in range(2):
         app.advance()

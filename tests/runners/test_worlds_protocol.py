@@ -16,8 +16,9 @@ from agent import AgentConfig
 from runners.cli import CliError
 from runners.online.command import build_config, config_from_dict
 from runners.online.config import WORLDS_AGENT, flat
+from runners.online.feeds import make_scheduled_feed
 from runners.online.summary import since_switch
-from runners.online.worlds_protocol import family_of, make_scheduled_world, make_world_sets
+from runners.online.world_sets import family_of, make_world_sets
 
 WORLDS_FINAL_NS = (0, 1, 5, 10, 25, 50)
 PAPER_FINAL_NS = (0, 10, 25, 50, 100, 256)
@@ -69,13 +70,13 @@ def test_old_config_json_reads_as_the_paper_protocol() -> None:
 
 def test_switch_starts_every_stream_anew_in_the_held_world_for_good() -> None:
     cfg = AgentConfig.from_preset("tiny", track="C", **{**WORLDS_AGENT, "push_pair": "input"})
-    world = make_scheduled_world(6, "train", (21, 40), cfg, "cpu", seed=3)
+    world = make_scheduled_feed(6, "train", (21, 40), cfg, "cpu", seed=3)
     for _ in range(5):
         world.next()
     before = world.source.episode_id.copy()
     held = env.PhysicsParams(gravity=0.3, gravity_direction=45.0)
     world.enter(held, 1)
-    assert (world.source.world == 1).all()
+    assert (world.source.shifted == 1).all()
     b1 = world.next()  # the last frame of the old episode (in the held physics already)
     b2 = world.next()  # every stream's first frame of a new episode
     assert b1.valid.any() and not b2.valid.any()  # windows spanning the start: memory emptied
@@ -121,7 +122,7 @@ def test_memory_write_every_pushes_each_valid_step() -> None:
     from agent.sources import Batch
 
     cfg = AgentConfig.from_preset(
-        "tiny", track="C", push_pair="input", memory_scope="world", group_size=1,
+        "tiny", track="C", push_pair="input", memory_scope="group", group_size=1,
         memory_read="all", memory_write="every", batch_size=3, buffer_capacity=4,
     )  # fmt: skip
     learner = Learner(cfg)
@@ -191,7 +192,7 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
     assert "the world probe" in probe.stdout
     bad = cli("evaluate", str(tmp_path / "w"), "--world-probe", "--probe-steps", "0")
     assert bad.returncode == 2 and "--probe-steps" in bad.stderr and "Traceback" not in bad.stderr
-    # A checkpoint on its own: its world memory says the worlds protocol.
+    # A checkpoint on its own: its group memory says the worlds protocol.
     alone = cli("evaluate", str(tmp_path / "w" / "checkpoints" / "latest.pt"), "--n", "0", "3",
                 "--out", str(tmp_path / "alone.json"))  # fmt: skip
     assert alone.returncode == 0, alone.stderr
@@ -212,7 +213,8 @@ def test_stream_error_since_the_switch_is_binned_exactly() -> None:
 
 def test_families_from_the_command_line_reach_the_streams_and_the_evaluation() -> None:
     from runners.online.config import world_families
-    from runners.online.parts import make_evaluator, make_world
+    from runners.online.feeds import make_feed
+    from runners.online.parts import make_evaluator
 
     cfg = build_config([*TINY_WORLDS, "--extrap-gravity", "0.85", "0.95", "--train-arcs",
                         "80", "100", "--interp-restitution", "0.8", "0.9"])  # fmt: skip
@@ -224,6 +226,6 @@ def test_families_from_the_command_line_reach_the_streams_and_the_evaluation() -
         assert 0.85 <= float(np.hypot(*w.physics[:2])) <= 0.95
     for w in sets.held_out[:2]:
         assert 0.8 <= float(w.physics[2]) <= 0.9  # restitution
-    world = make_world(cfg, torch.device("cpu"))
+    world = make_feed(cfg, torch.device("cpu"))
     for p in world.stream_physics():  # the training worlds point within 10 degrees of down
         assert fams["train"].contains(p) and 80 <= p.gravity_direction <= 100

@@ -81,7 +81,7 @@ def test_peer_memory_against_floor_and_ceiling_per_seed() -> None:
     t = ws.analyse(runs)["peer"]["targets"]
     assert t["wrong_worse"] is False and t["gravity_r2"] is False and t["below_floor"] is True
     text = "\n".join(ws.report_lines(ws.analyse(runs)))
-    assert "## The world-memory targets" in text and "| gravity R^2 | entries R^2 |" in text
+    assert "## The group-memory targets" in text and "| gravity R^2 | entries R^2 |" in text
 
 
 def test_a_negligible_oracle_gain_leaves_the_share_out_and_targets_unmet() -> None:

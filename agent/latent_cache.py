@@ -1,4 +1,4 @@
-"""StreamLatents: each stream frame encoded once per encoder (``cfg.stream_cache``).
+"""LatentCache: each stream frame encoded once per encoder (``cfg.stream_cache``).
 
 In stream mode consecutive batches share their frames: every stream advances one frame per step,
 so the frame that is the newest target (horizon max(h)) at step t is a target again at its
@@ -6,7 +6,7 @@ shorter horizons, max(h) - h steps later, and the input frame of step t is the m
 older frame at step t + 1. Recomputing those latents costs three EMA-encoder passes and one
 online pass per sample per step where one EMA pass would do.
 
-``StreamLatents`` keeps, by stream time (``Batch.clock``, the source's frame counter):
+``LatentCache`` keeps, by stream time (``Batch.clock``, the source's frame counter):
 
 - the EMA-target latent of each frame, computed when the frame arrives (as the newest target)
   and reused at its later horizons, so a target latent is at most max(h) - min(h) steps old
@@ -31,7 +31,7 @@ import torch
 from agent.config import AgentConfig
 
 
-class StreamLatents:
+class LatentCache:
     """Latents of recent stream frames by stream time. ``offsets``: the batch's window positions
     (``cfg.frame_offsets``); ``window``: W (``cfg.window``), the newest frame at W - 1."""
 

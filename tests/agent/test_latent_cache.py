@@ -1,4 +1,4 @@
-"""The stream latent cache (``cfg.stream_cache``, ``agent.latents.StreamLatents``): each stream
+"""The stream latent cache (``cfg.stream_cache``, ``agent.latent_cache.LatentCache``): each stream
 frame encoded once per encoder, exact where the weights do not move, kept across a resume."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from agent import AgentConfig, Learner, StreamSource, stack
-from agent.latents import StreamLatents
+from agent.latent_cache import LatentCache
 
 LONG = 400  # episode length of the fake streams: no reset inside the tests' windows
 
@@ -130,7 +130,7 @@ def test_the_cache_survives_a_state_round_trip(stream_tiny: AgentConfig, fake_en
 
 
 def test_old_checkpoints_start_with_an_empty_cache(stream_tiny: AgentConfig) -> None:
-    cache = StreamLatents(stream_tiny)
+    cache = LatentCache(stream_tiny)
     cache.begin(30)
     cache.keep_input(30, torch.zeros(2, 4))
     cache.load_state_dict(None)

@@ -1,20 +1,10 @@
-"""The worlds protocol's parts: a scheduled stream world, its evaluation worlds and evaluator.
+"""The worlds protocol's evaluations of a learner (``agent.adaptation``): how well does the frozen
+learner predict a world once its memory holds n transitions of it?
 
-Under ``--protocol worlds`` (the default; docs/train_online.md) every stream lives one episode at
-a time in a world drawn from the training family (``env.WorldSchedule``), so streams are in
-different worlds at once; at the switch every stream starts its next episode in one held-out
-world and stays there, and the learner's weights freeze. The evaluation asks the question of
-this protocol (``agent.adaptation``): how well does the frozen learner predict a world once its
-memory holds n transitions of it?
-
-- ``ScheduledWorld``: the stream world of the run (``enter`` = hold every stream in a world and
-  end its episode, so its memory starts empty in that world);
-- ``WorldSets`` / ``make_world_sets``: test sequences of the switch world, of training-family
-  worlds (D_base) and of held-out worlds (interpolation and extrapolation), generated
-  deterministically from the run's seed;
 - ``WorldsEvaluator``: the periodic evaluation (D_shift^n = the switch world's own-memory D^n,
   D_base^n = the training worlds'), a ``runners.online.evaluation.CurveEvaluator`` like the
   paper's, and ``report``: the held-out worlds' curves for the summary;
+- ``gravity_probe_report``: gravity read linearly from the aggregated memory;
 - ``world_probe_report``: the world probe (``agent.world_probe``) of a learner, fit on freshly
   drawn training-family worlds and scored on the held-out ones (``runners.evaluate
   --world-probe``).
@@ -23,13 +13,12 @@ memory holds n transitions of it?
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 import env
-from agent import Batch, EvalResult, Learner, StreamSource
+from agent import EvalResult, Learner
 from agent.adaptation import (
     WorldCurve,
     WorldSet,
@@ -42,128 +31,7 @@ from agent.gravity_probe import gravity_probe, peer_entry_statistics
 from agent.probes import ProbeSet, probe_report
 from agent.world_probe import ProbeConfig, ProbeWorld, world_probe
 from runners.online.evaluation import CurveEvaluator
-
-
-class ScheduledWorld:
-    """B parallel streams, each episode in a world drawn from a family (``env.WorldSchedule``).
-
-    ``enter(physics, 1)`` holds every stream in ``physics`` and ends its current episode, so each
-    starts its next one (new digits) in that world with an empty memory (a per-stream memory is
-    emptied at an episode start). That episode never ends (an endless hold): the stream's memory
-    fills with its own world's transitions from the switch on, so the stream error after the
-    switch, by steps since the switch, is the frozen learner's error with a memory of that
-    many entries (up to its capacity). ``enter(physics, 0)`` gives the streams back to the
-    schedule.
-    """
-
-    def __init__(self, schedule: env.WorldSchedule, source: StreamSource) -> None:
-        self.schedule = schedule
-        self.vec_env: env.MovingMNISTVectorEnv = schedule.env
-        self.source = source
-
-    def enter(self, physics: env.PhysicsParams, world: int) -> None:
-        if world == 0:
-            self.schedule.release()
-        else:
-            self.schedule.hold(physics, endless=True)
-            # End every running episode at the next step; one that already ended resets then.
-            running = ~np.asarray(self.source.done, bool)
-            self.vec_env.set_episode_limits(self.vec_env.elapsed_steps + 1, mask=running)
-        self.source.set_world(world)
-
-    def next(self) -> Batch:
-        return self.source.next()
-
-    def stream_physics(self) -> list[env.PhysicsParams]:
-        """Each stream's current world."""
-        return [self.schedule.physics(i) for i in range(self.vec_env.num_envs)]
-
-
-def make_scheduled_world(
-    n_streams: int, family: str | env.WorldFamily, episode_steps: tuple[int, int], source_cfg: Any, device: Any,
-    seed: int, group_size: int = 1, residency: tuple[int, int] = (1, 1),
-) -> ScheduledWorld:  # fmt: skip
-    """The run's streams under a world schedule (groups of ``group_size`` streams sharing a
-    world for ``residency`` episodes), started (the first windows full)."""
-    vec_env = env.MovingMNISTVectorEnv(n_streams, max_episode_steps=None)
-    schedule = env.WorldSchedule(vec_env, family, episode_steps=episode_steps, seed=seed,
-                                 group_size=group_size, residency=residency)  # fmt: skip
-    source = StreamSource(schedule, source_cfg, device, seed=seed)
-    source.start()
-    return ScheduledWorld(schedule, source)
-
-
-# -- evaluation worlds -------------------------------------------------------------------------
-@dataclass
-class WorldSets:
-    """The evaluation's worlds: the switch world, training-family worlds, held-out worlds."""
-
-    shift: WorldSet
-    base: list[WorldSet]
-    held_out: list[WorldSet]
-    seed: int = 0  # what they were drawn from (the gravity probe draws its own worlds from it)
-    # the run's families by name (the training one first; the gravity probe draws from them)
-    families: dict[str, env.WorldFamily] = field(default_factory=lambda: dict(env.FAMILIES))
-
-
-def family_of(physics: env.PhysicsParams,
-              families: dict[str, env.WorldFamily] | None = None) -> str:  # fmt: skip
-    """The name of the family ``physics`` lies in (``"none"`` outside every family);
-    ``families``: the run's (default ``env.FAMILIES``)."""
-    for name, fam in (families or env.FAMILIES).items():
-        if fam.contains(physics):
-            return name
-    return "none"
-
-
-def world_set(
-    name: str, physics: env.PhysicsParams, n: int, seq_len: int, seed: Sequence[int],
-    family: str | None = None,
-) -> WorldSet:  # fmt: skip
-    """``n`` test sequences (unseen digits) of one world, with their digits' positions;
-    ``family``: its family's name (default: the ``env.FAMILIES`` one it lies in)."""
-    seqs = env.generate_sequences(
-        n, seed=list(seed), split="test", seq_len=seq_len, **physics.as_dict()
-    )
-    return WorldSet(name, family or family_of(physics), env.physics_features(physics),
-                    seqs["frames"], seqs["positions"])  # fmt: skip
-
-
-def make_world_sets(
-    agent_cfg: Any,
-    shift: env.PhysicsParams,
-    *,
-    train_family: str,
-    n_max: int,
-    shift_seqs: int,
-    world_seqs: int,
-    worlds_per_family: int,
-    seed: int,
-    families: dict[str, env.WorldFamily] | None = None,
-) -> WorldSets:
-    """Deterministic evaluation worlds for a run: ``shift_seqs`` sequences of the switch world,
-    ``world_seqs`` of each of ``worlds_per_family`` worlds drawn from the training family and
-    from each held-out family (``families`` but the training one; default ``env.FAMILIES``),
-    long enough for memories of ``n_max`` entries."""
-    families = dict(families or env.FAMILIES)
-    length = sequence_length(agent_cfg, n_max)
-    rng = np.random.default_rng([seed, 0x3E7A])
-
-    def draw(fam: str, k: int) -> list[WorldSet]:
-        return [
-            world_set(f"{fam}-{i}", p, world_seqs, length, [seed, 0x3E7A, k, i], fam)
-            for i, p in enumerate(families[fam].sample(rng, worlds_per_family))
-        ]
-
-    held = [name for name in families if name != train_family]
-    return WorldSets(
-        shift=world_set("switch", shift, shift_seqs, length, [seed, 0x3E7A, 99],
-                        family_of(shift, families)),
-        base=draw(train_family, 0),
-        held_out=[w for k, fam in enumerate(held, 1) for w in draw(fam, k)],
-        seed=seed,
-        families={train_family: families[train_family], **{f: families[f] for f in held}},
-    )  # fmt: skip
+from runners.online.world_sets import WorldSets, world_set
 
 
 def _mean_rows(curves: list[WorldCurve], attr: str) -> np.ndarray:
@@ -257,9 +125,9 @@ def gravity_probe_report(learner: Learner, *, n: int, seed: int,
 
 
 def peers(cfg: Any) -> int:
-    """The sequences a held-out sample's same-world memory comes from: the other streams of
-    its world memory (``group_size - 1``), or one."""
-    return max(1, cfg.group_size - 1) if cfg.memory_scope == "world" else 1
+    """The sequences a held-out sample's same-group memory comes from: the other streams of
+    its group memory (``group_size - 1``), or one."""
+    return max(1, cfg.group_size - 1) if cfg.memory_scope == "group" else 1
 
 
 def probes(learner: Learner, sets: WorldSets) -> dict[str, dict[str, float]]:

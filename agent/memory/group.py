@@ -1,9 +1,9 @@
-"""WorldBuffer: one FIFO of transitions per world, written by the streams that live in it.
+"""GroupBuffer: one FIFO of transitions per world, written by the streams that live in it.
 
 The paper keeps one buffer that every stream writes into, in a world all streams share. Under
 the worlds protocol the streams live in many worlds at once, in groups of S that share a world
 for several episodes (``env.WorldSchedule(group_size=S)``): streams ``g*S .. g*S+S-1`` form
-group ``g``. ``memory_scope="world"`` gives each group one FIFO, written by its streams (each
+group ``g``. ``memory_scope="group"`` gives each group one FIFO, written by its streams (each
 writing stream its own pair, tagged with its episode), emptied when the group's world changes,
 and read by every sample of the group: by default without the entries of the sample's own
 episode (a *peer read*, ``memory_read="peer"``), so what the memory can tell a sample is what
@@ -18,11 +18,11 @@ from __future__ import annotations
 import torch
 
 
-class WorldBuffer:
+class GroupBuffer:
     """W FIFOs of ``capacity`` (z_prev, z_new) pairs, each entry with its writer's episode key,
-    its world tag (0 base, 1 shift) and the step it was written.
+    its shift tag (1: written under switched physics) and the step it was written.
 
-    Tensors: ``pairs`` (W, cap, E, D) float32 (E = ``frames`` latents an entry, 2 a pair), ``episode`` (W, cap) int64 (-1 empty), ``world``
+    Tensors: ``pairs`` (W, cap, E, D) float32 (E = ``frames`` latents an entry, 2 a pair), ``episode`` (W, cap) int64 (-1 empty), ``shifted``
     and ``steps`` (W, cap) int64, ``ptr`` and ``size`` (W,) int64 (slot ``ptr`` is the next one
     written, the oldest once full), ``key`` (W,) int64: the id of the world the entries were
     written in (-1 none yet). A push of S streams' pairs writes each group's writing streams in
@@ -54,7 +54,7 @@ class WorldBuffer:
         # Flat storage with one spare row at the end (where non-writing streams scatter).
         self._pairs = torch.zeros(w * cap + 1, self.frames, self.latent_dim, device=d)
         self._episode = torch.full((w * cap + 1,), -1, dtype=torch.long, device=d)
-        self._world = torch.zeros(w * cap + 1, dtype=torch.long, device=d)
+        self._shifted = torch.zeros(w * cap + 1, dtype=torch.long, device=d)
         self._steps = torch.full((w * cap + 1,), -1, dtype=torch.long, device=d)
         self.ptr = torch.zeros(w, dtype=torch.long, device=d)
         self.size = torch.zeros(w, dtype=torch.long, device=d)
@@ -74,9 +74,9 @@ class WorldBuffer:
         return self._view(self._episode)
 
     @property
-    def world(self) -> torch.Tensor:
-        """(W, cap) int64 world tag (0 base, 1 shift) of each entry."""
-        return self._view(self._world)
+    def shifted(self) -> torch.Tensor:
+        """(W, cap) int64 shift tag (1: written under switched physics) of each entry."""
+        return self._view(self._shifted)
 
     @property
     def steps(self) -> torch.Tensor:
@@ -97,12 +97,12 @@ class WorldBuffer:
         pairs: torch.Tensor,
         group: torch.Tensor,
         episode: torch.Tensor,
-        world: torch.Tensor,
+        shifted: torch.Tensor,
         step: int,
         write: torch.Tensor,
     ) -> None:
         """Append the entry (B, E, D) of every stream whose ``write`` (B,) bool is True to its
-        group's FIFO (``group`` (B,)), tagged with ``episode`` and ``world`` (B,) and ``step``."""
+        group's FIFO (``group`` (B,)), tagged with ``episode`` and ``shifted`` (B,) and ``step``."""
         w, cap = self.groups, self.capacity
         write = write.to(self.device, torch.bool)
         per_group = torch.zeros(w, dtype=torch.long, device=self.device)
@@ -115,7 +115,7 @@ class WorldBuffer:
         flat = torch.where(write, group * cap + slot, w * cap)  # non-writers: the spare row
         self._pairs[flat] = pairs.detach().to(self._pairs.dtype)
         self._episode[flat] = episode.to(torch.long)
-        self._world[flat] = world.to(torch.long)
+        self._shifted[flat] = shifted.to(torch.long)
         self._steps[flat] = int(step)
         self.ptr = (self.ptr + per_group) % cap
         self.size = torch.clamp(self.size + per_group, max=cap)
@@ -131,15 +131,15 @@ class WorldBuffer:
         return (self.ptr.unsqueeze(-1) - 1 - slots) % self.capacity
 
     def shift_share(self) -> torch.Tensor:
-        """0-dim float: share of filled entries tagged world 1 (0 when empty)."""
-        n = (self.world.eq(1) & self.mask()).sum()
+        """0-dim float: share of filled entries tagged shifted (0 when empty)."""
+        n = (self.shifted.eq(1) & self.mask()).sum()
         return n.float() / self.size.sum().clamp(min=1).float()
 
-    _STATE = ("_pairs", "_episode", "_world", "_steps", "ptr", "size", "key")
+    _STATE = ("_pairs", "_episode", "_shifted", "_steps", "ptr", "size", "key")
 
-    def clone(self) -> WorldBuffer:
+    def clone(self) -> GroupBuffer:
         """An independent copy."""
-        other = WorldBuffer.__new__(WorldBuffer)
+        other = GroupBuffer.__new__(GroupBuffer)
         other.groups, other.capacity = self.groups, self.capacity
         other.latent_dim, other.device, other.frames = self.latent_dim, self.device, self.frames
         for name in self._STATE:
@@ -152,11 +152,12 @@ class WorldBuffer:
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         shape = (self.groups * self.capacity + 1, self.frames, self.latent_dim)
         if tuple(state["_pairs"].shape) != shape:
-            raise ValueError(f"world memory shape {tuple(state['_pairs'].shape)} != {shape}")
-        for name in self._STATE:
-            setattr(self, name, state[name].to(self.device).clone())
+            raise ValueError(f"group memory shape {tuple(state['_pairs'].shape)} != {shape}")
+        for name in self._STATE:  # "_world": the shift tag's older name
+            value = state[name] if name in state or name != "_shifted" else state["_world"]
+            setattr(self, name, value.to(self.device).clone())
 
-    def to(self, device: torch.device | str) -> WorldBuffer:
+    def to(self, device: torch.device | str) -> GroupBuffer:
         self.device = torch.device(device)
         self.load_state_dict(self.state_dict())
         return self

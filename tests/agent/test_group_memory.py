@@ -1,4 +1,4 @@
-"""World memory: one FIFO per group of streams sharing a world, read by its peers."""
+"""Group memory: one FIFO per group of streams sharing a world, read by its peers."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 import env
 from agent import AgentConfig, Learner, StreamSource
-from agent.memory import AttentionAggregator, WorldBuffer
+from agent.memory import AttentionAggregator, GroupBuffer
 from agent.memory.view import MemoryView
 from agent.metrics import stack
 from agent.speed import Speed
@@ -18,7 +18,7 @@ from agent.step import memory_codes
 
 
 def world_cfg(track: str = "C", **kw) -> AgentConfig:
-    base = {"push_pair": "input", "memory_scope": "world", "batch_size": 6, "group_size": 3,
+    base = {"push_pair": "input", "memory_scope": "group", "batch_size": 6, "group_size": 3,
             "memory_write": "every", "buffer_capacity": 8, "context_frames": 2,
             "horizons": (2, 4), "per_horizon": True, "input_scale": 1 / 255}  # fmt: skip
     return AgentConfig.from_preset("tiny", track=track, **{**base, **kw})
@@ -33,7 +33,7 @@ def grouped_source(cfg: AgentConfig, seed: int = 0, residency=(2, 3)) -> StreamS
 
 # ---------------------------------------------------------------------------- the buffer
 def test_world_buffer_writes_each_groups_writers_in_order_and_wraps() -> None:
-    buf = WorldBuffer(2, 3, 1)
+    buf = GroupBuffer(2, 3, 1)
     group = torch.tensor([0, 0, 1, 1])
     episode = torch.tensor([10, 11, 12, 13])
     for step in range(3):  # group 0: both streams write; group 1: only its second stream
@@ -47,11 +47,11 @@ def test_world_buffer_writes_each_groups_writers_in_order_and_wraps() -> None:
     assert buf.pairs[1, :, 0, 0].tolist() == [4.0, 14.0, 24.0]
     assert buf.steps[1].tolist() == [0, 1, 2]
     assert buf.age()[0].tolist() == [2, 1, 0]
-    other = WorldBuffer(2, 3, 1)
+    other = GroupBuffer(2, 3, 1)
     other.load_state_dict(buf.state_dict())
     assert torch.equal(other.pairs, buf.pairs) and torch.equal(other.episode, buf.episode)
-    with pytest.raises(ValueError, match="world memory shape"):
-        WorldBuffer(3, 3, 1).load_state_dict(buf.state_dict())
+    with pytest.raises(ValueError, match="group memory shape"):
+        GroupBuffer(3, 3, 1).load_state_dict(buf.state_dict())
     # a group whose world id changes is emptied; the other keeps its entries
     buf.enter(group, torch.tensor([5, 5, 7, 7]))
     assert buf.size.tolist() == [0, 0]  # the first ids: both worlds are new
@@ -62,17 +62,17 @@ def test_world_buffer_writes_each_groups_writers_in_order_and_wraps() -> None:
 
 
 def test_a_peer_read_masks_the_samples_own_episode_and_vary_shows_the_newest_k() -> None:
-    buf = WorldBuffer(1, 4, 1)
+    buf = GroupBuffer(1, 4, 1)
     group = torch.zeros(2, dtype=torch.long)
     for step in range(2):
         buf.push(torch.zeros(2, 2, 1), group, torch.tensor([100, 200]), torch.zeros(2).long(),
                  step, torch.ones(2, dtype=torch.bool))  # fmt: skip
     mine = torch.tensor([100, 200])
-    peer = MemoryView.world(buf, group, mine)
+    peer = MemoryView.of_group(buf, group, mine)
     assert peer.mask.tolist() == [[False, True, False, True], [True, False, True, False]]
-    everything = MemoryView.world(buf, group, None)
+    everything = MemoryView.of_group(buf, group, None)
     assert everything.mask.all()
-    newest_two = MemoryView.world(buf, group, None, torch.tensor([0.5, 0.0]))  # k = 2, 0
+    newest_two = MemoryView.of_group(buf, group, None, torch.tensor([0.5, 0.0]))  # k = 2, 0
     assert newest_two.mask.tolist() == [[False, False, True, True], [False] * 4]
 
 
@@ -89,7 +89,7 @@ def test_each_worlds_entries_are_encoded_once_and_read_by_its_samples() -> None:
     handle = learner.nets.experience.register_forward_hook(
         lambda mod, inp, out: rows.append(inp[0].shape[0])
     )
-    view = MemoryView.world(buf, learner.groups, torch.arange(6))
+    view = MemoryView.of_group(buf, learner.groups, torch.arange(6))
     codes = memory_codes(learner.nets, view, learner.spec)
     handle.remove()
     assert rows == [cfg.num_groups * cfg.buffer_capacity]  # W x cap rows, not B x cap
@@ -105,7 +105,7 @@ def test_each_worlds_entries_are_encoded_once_and_read_by_its_samples() -> None:
     assert (grouped.attn[~view.mask] == 0).all()
     # only the visible slots: the same e_i where a sample of the world looks
     u = torch.tensor([0.3, 0.2, 0.1, 0.0, 0.0, 0.3])  # each sees its newest k = 2, 1, 0, 0, 0, 2
-    view = MemoryView.world(buf, learner.groups, torch.arange(6), u)
+    view = MemoryView.of_group(buf, learner.groups, torch.arange(6), u)
     visible = memory_codes(learner.nets, view, learner.spec, visible_only=True)
     seen = view.mask.view(2, 3, 8).any(1)  # (W, cap): a slot some sample of the world sees
     assert not seen.all()
@@ -204,7 +204,7 @@ def test_the_boundary_detector_runs_per_world() -> None:
         ({"group_size": 0}, "group_size: must be a positive integer"),
         ({"group_size": 6, "buffer_capacity": 4}, "group_size: larger than buffer_capacity=4"),
         ({"memory_read": "own"}, "memory_read: expected one of peer, all"),
-        ({"push_pair": "newest"}, "memory_scope: world memory keeps the streams' own pairs"),
+        ({"push_pair": "newest"}, "memory_scope: group memory keeps the streams' own pairs"),
     ],
 )
 def test_bad_options_are_one_line_errors(kw, match) -> None:
@@ -220,7 +220,7 @@ def test_an_entry_of_three_frames_is_three_consecutive_frames_up_to_the_input(
     """Frames carry their time in a pixel; an encoder returning it makes entries readable: each
     is (t-2, t-1, t) with t the writing step's input, whatever the context and the cache."""
     cfg = AgentConfig.from_preset(
-        "tiny", track="C", push_pair="input", context_frames=context, memory_scope="world",
+        "tiny", track="C", push_pair="input", context_frames=context, memory_scope="group",
         group_size=2, memory_write="every", entry_frames=3, stream_cache=cache,
     )  # fmt: skip
     assert cfg.past_frames == max(context, 3)

@@ -1,0 +1,163 @@
+"""The feed of a run: the streams the learner lives in and the batches they give.
+
+A feed has ``next() -> Batch``, ``enter(physics, shifted)`` (a switch: the physics from the next
+step on, the samples tagged ``shifted``), ``source`` (the ``agent`` batch source) and ``vec_env``
+(the live env, None for stored sequences). ``make_feed(cfg, device, store)`` builds the run's:
+
+- ``ScheduledFeed`` (worlds protocol): every stream's episodes in worlds drawn from a family
+  (``env.WorldSchedule``); ``enter`` holds every stream in one world;
+- ``StreamFeed`` (paper protocol, ``--source stream``): a live ``env.MovingMNISTVectorEnv`` whose
+  physics switch mid-stream;
+- ``DatasetFeed`` (paper protocol, ``--source dataset``): i.i.d. sequences of a ``make_dataset``
+  store's base or shift split.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+import env
+from agent import Batch, DatasetSource, StreamSource
+from runners.cli import CliError
+from runners.online.config import Paper, RunConfig, Worlds, world_families
+from runners.online.store import check_store, split_frames
+
+
+class StreamFeed:
+    """B parallel streams of a live vector env; ``enter`` switches their physics mid-stream."""
+
+    def __init__(self, vec_env: env.MovingMNISTVectorEnv, source: StreamSource) -> None:
+        self.vec_env = vec_env
+        self.source = source
+
+    def enter(self, physics: env.PhysicsParams, shifted: int) -> None:
+        """Every stream's physics from the next frame on; samples tagged ``shifted``."""
+        self.vec_env.set_physics(**physics.as_dict())
+        self.source.set_shifted(shifted)
+
+    def next(self) -> Batch:
+        return self.source.next()
+
+
+class DatasetFeed:
+    """I.i.d. sequences of a store's base (shifted 0) or shift (shifted 1) train split."""
+
+    def __init__(self, cfg: RunConfig, paper: Paper, store: env.PaperDataset, device: torch.device) -> None:
+        self.cfg, self.data, self.store, self.device = cfg, str(paper.data), store, device
+        self.vec_env = None
+        self.source = self._source(0)
+
+    def _source(self, shifted: int) -> DatasetSource:
+        a = self.cfg.agent
+        frames = split_frames(self.store, "shift" if shifted else "base", "train", self.data)
+        return DatasetSource(frames, a, self.device, shifted=shifted, seed=a.seed + shifted)
+
+    def enter(self, physics: env.PhysicsParams, shifted: int) -> None:
+        """The split of ``shifted`` (the store holds two gravities; checked by ``check_store``)."""
+        if shifted != self.source.shifted:
+            self.source = self._source(shifted)
+
+    def next(self) -> Batch:
+        return self.source.next()
+
+
+
+
+class ScheduledFeed:
+    """B parallel streams, each episode in a world drawn from a family (``env.WorldSchedule``).
+
+    ``enter(physics, 1)`` holds every stream in ``physics`` and ends its current episode, so each
+    starts its next one (new digits) in that world with an empty memory (a per-stream memory is
+    emptied at an episode start). That episode never ends (an endless hold): the stream's memory
+    fills with its own world's transitions from the switch on, so the stream error after the
+    switch, by steps since the switch, is the frozen learner's error with a memory of that
+    many entries (up to its capacity). ``enter(physics, 0)`` gives the streams back to the
+    schedule.
+    """
+
+    def __init__(self, schedule: env.WorldSchedule, source: StreamSource) -> None:
+        self.schedule = schedule
+        self.vec_env: env.MovingMNISTVectorEnv = schedule.env
+        self.source = source
+
+    def enter(self, physics: env.PhysicsParams, shifted: int) -> None:
+        if shifted == 0:
+            self.schedule.release()
+        else:
+            self.schedule.hold(physics, endless=True)
+            # End every running episode at the next step; one that already ended resets then.
+            running = ~np.asarray(self.source.done, bool)
+            self.vec_env.set_episode_limits(self.vec_env.elapsed_steps + 1, mask=running)
+        self.source.set_shifted(shifted)
+
+    def next(self) -> Batch:
+        return self.source.next()
+
+    def stream_physics(self) -> list[env.PhysicsParams]:
+        """Each stream's current world."""
+        return [self.schedule.physics(i) for i in range(self.vec_env.num_envs)]
+
+
+def make_scheduled_feed(
+    n_streams: int, family: str | env.WorldFamily, episode_steps: tuple[int, int], source_cfg: Any, device: Any,
+    seed: int, group_size: int = 1, residency: tuple[int, int] = (1, 1),
+) -> ScheduledFeed:  # fmt: skip
+    """The run's streams under a world schedule (groups of ``group_size`` streams sharing a
+    world for ``residency`` episodes), started (the first windows full)."""
+    vec_env = env.MovingMNISTVectorEnv(n_streams, max_episode_steps=None)
+    schedule = env.WorldSchedule(vec_env, family, episode_steps=episode_steps, seed=seed,
+                                 group_size=group_size, residency=residency)  # fmt: skip
+    source = StreamSource(schedule, source_cfg, device, seed=seed)
+    source.start()
+    return ScheduledFeed(schedule, source)
+
+
+Feed = StreamFeed | DatasetFeed | ScheduledFeed
+
+
+def make_vec_env(cfg: RunConfig, paper: Paper) -> env.MovingMNISTVectorEnv:
+    """The B parallel streams of the base world (long episodes, staggered phases)."""
+    return env.MovingMNISTVectorEnv(
+        cfg.agent.batch_size, gravity=cfg.physics_at(0).gravity,
+        max_episode_steps=paper.episode_length,
+    )
+
+
+def stagger(vec_env: env.MovingMNISTVectorEnv, episode_length: int) -> None:
+    """Spread the streams' episode phases evenly over ``episode_length`` so their resets (and
+    the windows a reset masks) do not all fall on the same steps. Stream i's first episode is
+    shortened by ``i * L / B`` steps (through the env's documented state dict)."""
+    state = vec_env.get_state()
+    n = vec_env.num_envs
+    offset = (np.arange(n) * episode_length) // n
+    elapsed = np.asarray(state["elapsed"], np.int64)
+    state["elapsed"] = np.minimum(elapsed + offset, episode_length - 1)
+    vec_env.set_state(state)
+
+
+def make_feed(
+    cfg: RunConfig, device: torch.device, store: env.PaperDataset | None = None
+) -> Feed:
+    """The run's feed before any switch: streams in the training worlds (worlds protocol), or
+    live streams in the base physics, or the store's base split (paper protocol)."""
+    p, a = cfg.protocol, cfg.agent
+    if isinstance(p, Worlds):
+        group = a.group_size if a.memory_scope == "group" else 1
+        return make_scheduled_feed(
+            a.batch_size, world_families(p)["train"], p.episode_steps, a, device, a.seed,
+            group_size=group, residency=p.residency,
+        )  # fmt: skip
+    if p.source == "dataset":
+        if store is None:
+            raise CliError("--source dataset needs --data PATH.zarr (written by runners.make_dataset)")
+        check_store(cfg, store)
+        return DatasetFeed(cfg, p, store, device)
+    vec_env = make_vec_env(cfg, p)
+    source = StreamSource(vec_env, a, device, seed=a.seed)
+    source.start()
+    if p.stagger and p.episode_length:
+        stagger(vec_env, p.episode_length)
+    return StreamFeed(vec_env, source)
