@@ -42,7 +42,7 @@ WORLD_NS = (0, 1, 5, 10, 25, 50)
 class WorldSet:
     """Test sequences of one world: frames (N, L, 1, 64, 64) uint8 with L >=
     ``sequence_length(cfg, max(ns))``; physics (PHYSICS_DIM,) its true parameters; the digits'
-    positions (N, L, digits, 2) where known (for the probes, ``agent.probes``)."""
+    positions (N, L, digits, 2) where known (for the probes, ``probes.digits``)."""
 
     name: str
     family: str

@@ -165,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cfg.worlds_protocol:
         rep["held_out"] = evaluator.report(learner, ns)
     if args.world_probe:
-        from agent.world_probe import ProbeConfig
+        from probes.world import ProbeConfig
         from runners.online.worlds_eval import world_probe_report
 
         rep["world_probe"] = world_probe_report(

@@ -3,7 +3,8 @@
 - No import cycle among the modules of ``env``, ``agent`` and ``runners``, counting every import
   a module names: at the top, inside functions and under ``TYPE_CHECKING``. ``from pkg.mod import
   x`` depends on ``pkg.mod`` (a package's ``__init__`` re-exports its modules; it is a leaf here).
-- The packages depend one way: ``env`` on nothing of ours, ``agent`` not on ``runners``.
+- The packages depend one way: ``env`` on nothing of ours, ``agent`` on ``env`` alone,
+  ``probes`` (instruments for a trained learner) on ``env`` and ``agent``, ``runners`` on all.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("env", "agent", "runners")
+PACKAGES = ("env", "agent", "probes", "runners")
 
 
 def module_name(path: Path) -> str:
@@ -84,6 +85,8 @@ def test_the_cycle_finder_finds_one() -> None:
 def test_packages_depend_one_way() -> None:
     for m, deps in graph().items():
         if m.startswith("env"):
-            assert not any(d.startswith(("agent", "runners")) for d in deps), m
+            assert not any(d.startswith(("agent", "probes", "runners")) for d in deps), m
         if m.startswith("agent"):
+            assert not any(d.startswith(("probes", "runners")) for d in deps), m
+        if m.startswith("probes"):
             assert not any(d.startswith("runners") for d in deps), m

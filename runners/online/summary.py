@@ -274,7 +274,7 @@ def reference_text(ref: dict[str, dict[str, list[float]]] | None, horizons: list
     return out
 
 
-#: The world probe's rows (agent.world_probe).
+#: The world probe's rows (probes.world).
 WORLD_PROBE_ROWS = {
     "latent": "D, the latents only",
     "latent_world": "D, the latents and the world",

@@ -5,7 +5,7 @@ learner predict a world once its memory holds n transitions of it?
   D_base^n = the training worlds'), a ``runners.online.evaluation.CurveEvaluator`` like the
   paper's, and ``report``: the held-out worlds' curves for the summary;
 - ``gravity_probe_report``: gravity read linearly from the aggregated memory;
-- ``world_probe_report``: the world probe (``agent.world_probe``) of a learner, fit on freshly
+- ``world_probe_report``: the world probe (``probes.world``) of a learner, fit on freshly
   drawn training-family worlds and scored on the held-out ones (``runners.evaluate
   --world-probe``).
 """
@@ -27,9 +27,9 @@ from agent.adaptation import (
     sequence_length,
     world_curves,
 )
-from agent.gravity_probe import gravity_probe, peer_entry_statistics
-from agent.probes import ProbeSet, probe_report
-from agent.world_probe import ProbeConfig, ProbeWorld, world_probe
+from probes.digits import ProbeSet, probe_report
+from probes.gravity import gravity_probe, peer_entry_statistics
+from probes.world import ProbeConfig, ProbeWorld, world_probe
 from runners.online.evaluation import CurveEvaluator
 from runners.online.world_sets import WorldSets, world_set
 
@@ -72,7 +72,7 @@ class WorldsEvaluator(CurveEvaluator):
         ``gravity_probe``: the held-out R^2 of a linear probe of gravity from e_agg with n =
         max(ns) peer transitions (``gravity_probe_report``; None without memory);
         and ``probes``: held-out R^2 of linear probes of the digits' state from the latents
-        (``agent.probes``), fit on the training-family worlds' sequences; and ``reference``:
+        (``probes.digits``), fit on the training-family worlds' sequences; and ``reference``:
         D against the EMA target's own "no change" beside the paper's, and the online-target
         gap (``agent.adaptation.reference_check``)."""
         cfg = learner.cfg
@@ -99,12 +99,12 @@ class WorldsEvaluator(CurveEvaluator):
 def gravity_probe_report(learner: Learner, *, n: int, seed: int,
                          families: dict[str, env.WorldFamily] | None = None, fit_worlds: int = 24,
                          test_worlds: int = 8, seqs: int = 12) -> dict[str, Any]:  # fmt: skip
-    """``agent.gravity_probe.gravity_probe`` of a learner with memory: fit on ``fit_worlds``
+    """``probes.gravity.gravity_probe`` of a learner with memory: fit on ``fit_worlds``
     worlds of the training family (the first of ``families``; default ``env.FAMILIES``),
     scored on ``test_worlds`` of each other (held-out) family, ``seqs`` sequences each (the test
     digits), all drawn from ``seed`` apart from the evaluation's own worlds; memories of n peer
     transitions (``peers``). ``r2``: from e_agg; ``r2_entries``: from the same entries'
-    statistics (``agent.gravity_probe.entry_statistics``)."""
+    statistics (``probes.gravity.entry_statistics``)."""
     cfg = learner.cfg
     families = dict(families or env.FAMILIES)
     length = sequence_length(cfg, n)
@@ -131,7 +131,7 @@ def peers(cfg: Any) -> int:
 
 
 def probes(learner: Learner, sets: WorldSets) -> dict[str, dict[str, float]]:
-    """{latent: {target: R^2}} of ``agent.probes.probe_report``: fit on the training-family
+    """{latent: {target: R^2}} of ``probes.digits.probe_report``: fit on the training-family
     worlds' test sequences, scored on the held-out worlds'."""
 
     def encode(frames: Any, target: bool) -> Any:
@@ -147,7 +147,7 @@ def probes(learner: Learner, sets: WorldSets) -> dict[str, dict[str, float]]:
 def world_probe_report(learner: Learner, held_out: Sequence[WorldSet], *, worlds: int = 40,
                        seqs: int = 96, seed: int = 0, cfg: ProbeConfig | None = None,
                        family: env.WorldFamily | None = None) -> dict[str, Any]:  # fmt: skip
-    """``agent.world_probe.world_probe`` on the learner's EMA-target latents: fit on ``worlds``
+    """``probes.world.world_probe`` on the learner's EMA-target latents: fit on ``worlds``
     worlds drawn from the training ``family`` (default ``env.FAMILIES["train"]``; ``seqs``
     sequences of the MNIST training digits each, generated from ``seed``), scored on
     ``held_out`` (the test digits); ``cfg``: the predictors (None: ``ProbeConfig()``). Returns

@@ -151,7 +151,7 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
         # an empty memory is the same whatever its source would have been
         assert len({round(d[0], 9) for d in mems.values()}) == 1
     assert [r["n"] for r in s["adaptation_curve"]] == list(WORLDS_FINAL_NS)
-    probes = held["probes"]  # R^2 of every latent and target (agent.probes)
+    probes = held["probes"]  # R^2 of every latent and target (probes.digits)
     assert set(probes) == {"online", "target", "context"}
     assert all(set(row) == {"position", "centroid", "velocity"} for row in probes.values())
     assert all(np.isfinite(v) and v <= 1.0 for row in probes.values() for v in row.values())

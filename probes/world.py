@@ -1,6 +1,6 @@
 """The world probe: how much knowing the world is worth on a learner's latents.
 
-The linear probes (``agent.probes``) say what a latent holds of the digits' state; the learner's
+The linear probes (``probes.digits``) say what a latent holds of the digits' state; the learner's
 own D, with and without the oracle, says how much of that its predictor turns into prediction.
 Between them is the question the world model exists for: *could* a predictor do better on these
 latents if it knew the world? The world probe answers it by fitting two predictors offline on the

@@ -1,4 +1,4 @@
-"""Linear probes (agent.probes): targets, ridge, R^2, and recovery of known states."""
+"""Linear probes (probes.digits): targets, ridge, R^2, and recovery of known states."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import env
-from agent.probes import (
+from probes.digits import (
     ProbeSet,
     fit_ridge,
     probe_r2,

@@ -1,4 +1,4 @@
-"""The world probe (agent.world_probe): offline predictors on frozen latents, with and without
+"""The world probe (probes.world): offline predictors on frozen latents, with and without
 the world's physics."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from agent.world_probe import ProbeConfig, ProbeWorld, d_per_horizon, windows, world_probe
+from probes.world import ProbeConfig, ProbeWorld, d_per_horizon, windows, world_probe
 
 HORIZONS = (2, 4, 8)
 SMALL = ProbeConfig(hidden=64, layers=2, steps=1500, batch=128, lr=3e-3, seed=0)

@@ -1,4 +1,4 @@
-"""The gravity probe (agent.gravity_probe): a linear probe of the world's gravity from e_agg."""
+"""The gravity probe (probes.gravity): a linear probe of the world's gravity from e_agg."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from torch import nn
 
 from agent import AgentConfig, Learner
 from agent.adaptation import WorldSet, sequence_length
-from agent.gravity_probe import (
+from probes.gravity import (
     context_codes,
     entry_statistics,
     gravity_probe,

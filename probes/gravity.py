@@ -27,8 +27,8 @@ import torch
 from agent.adaptation import WorldSet, _encode, _memory, input_index
 from agent.learner import Learner
 from agent.memory.view import MemoryView
-from agent.probes import probe_r2
 from agent.step import aggregate
+from probes.digits import probe_r2
 
 
 def entry_statistics(pairs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -99,7 +99,7 @@ def gravity_probe(
     """Held-out R^2 of a ridge probe of the gravity vector from ``features`` of a world's
     sequences (e_agg, ``context_codes``; or ``peer_entry_statistics``): fit on ``fit``'s
     worlds, scored on ``test``'s, per family and pooled (``"all"``). The penalty is chosen on
-    the last fifth of the fitting worlds (``agent.probes.probe_r2``)."""
+    the last fifth of the fitting worlds (``probes.digits.probe_r2``)."""
     x_fit, y_fit = [], []
     for w in fit:
         x_fit.append(features(learner, w, n, peers))
