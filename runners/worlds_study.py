@@ -8,7 +8,7 @@ Every arm is one ``python -m runners.train_online`` run of its default worlds pr
 across drawn worlds of the ``train`` family, every stream switched to a held-out world, the
 weights frozen) with one track, and the oracle is track C's pathway fed the true physics
 (``--set oracle=true``). Each run's held-out adaptation curves (D^n on ``interp`` and ``extrap``
-worlds with own, same-world and wrong-group memory) are collected into ``OUT/report.md``: the
+worlds with own, same-world and wrong-world memory) are collected into ``OUT/report.md``: the
 curves over n, each memory track's drop and share of the oracle's gain, the wrong-world control
 and the pre-registered delta = (D_B - D_C) / D_B at n = 50 with its outcome class. The paper's
 protocol has its own report (``python -m runners.reproduce``).

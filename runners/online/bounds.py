@@ -140,7 +140,7 @@ def bounds_text(b: dict[str, Any]) -> list[str]:
     out.append("  " + f"{'floor (track A)':<24}" + "".join(
         f"{b['floor']['d'][f]:>16.3f}" for f in fams))
     for mem, row in b["memories"].items():
-        label = {"own": "own memory", "same": "peer memory", "wrong": "wrong-group memory"}.get(
+        label = {"own": "own memory", "same": "peer memory", "wrong": "wrong-world memory"}.get(
             mem, mem)
         out.append("  " + f"{label:<24}" + "".join(
             f"{row['d'][f]:>9.3f} {_pct(row['share'][f]):>6}" for f in fams))

@@ -362,7 +362,7 @@ def make_figures(run_dir: str | Path) -> list[Path]:
 BOUND_STYLES = {"floor": ("#7f7f7f", "floor: track A (no memory)"),
                 "ceiling": ("#2ca02c", "ceiling: the oracle (true physics)")}
 MEMORY_LABELS = {"own": "own memory", "same": "peer memory (other sequences of the world)",
-                 "wrong": "wrong-group memory (control)"}
+                 "wrong": "wrong-world memory (control)"}
 
 
 def _after_switch_error(run: RunFolder, window: int = 50) -> tuple[np.ndarray, np.ndarray]:

@@ -125,7 +125,7 @@ def gravity_probe_report(learner: Learner, *, n: int, seed: int,
 
 
 def peers(cfg: Any) -> int:
-    """The sequences a held-out sample's same-group memory comes from: the other streams of
+    """The sequences a held-out sample's same-world memory comes from: the other streams of
     its group memory (``group_size - 1``), or one."""
     return max(1, cfg.group_size - 1) if cfg.memory_scope == "group" else 1
 

@@ -5,7 +5,7 @@ For a run's ``checkpoints/best.pt`` (the peak: lowest D_shift^{50}) and ``checkp
 
 - **SVD spectrum and effective rank** of the encoder latents (online encoder, every frame of
   every test sequence: ``(N * 21, latent)``) and of the predictor outputs (the modulated
-  prediction for each of those latents, with the same 50 shift-group memories as D_shift^{50}).
+  prediction for each of those latents, with the same 50 shift-world memories as D_shift^{50}).
   Rows are centred; the effective rank is ``exp(H(p))`` with ``p = s / sum(s)`` the normalised
   singular values (Roy & Vetterli, 2007): ``latent`` for a spread-out code, 1 for a collapse.
 - **Attention over buffer entries during shift-world inference**: the buffer is the training
@@ -391,7 +391,7 @@ def _fig_curves(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None:
             ax.plot([max(n, 0.5) for n in ns], ys, ls=ls, marker="o", color=_color(track),
                     label=f"{track} {label}")
     ax.set_xscale("log")
-    ax.set_xlabel("shift-group memories n (0 plotted at 0.5)")
+    ax.set_xlabel("shift-world memories n (0 plotted at 0.5)")
     ax.set_ylabel("D_shift^n")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)

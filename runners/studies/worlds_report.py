@@ -46,7 +46,7 @@ TARGETS = {"oracle_gain": 0.25, "memory_drop": 0.20, "oracle_share": 0.5}
 MIN_ORACLE_GAIN = 0.01
 ORACLE = "oracle"
 ORACLE_COLOR = "black"
-MEMORY_NAMES = {"own": "own memory", "same": "peer memory", "wrong": "wrong-group memory"}
+MEMORY_NAMES = {"own": "own memory", "same": "peer memory", "wrong": "wrong-world memory"}
 
 
 @dataclass(frozen=True)
@@ -400,7 +400,7 @@ def report_lines(result: Mapping[str, Any]) -> list[str]:
               f"{_pct(tg['memory_drop']['value'])} | {_yes(tg['memory_drop']['met'])} |",
               f"| ... recovering the oracle's gain (share) | >= 0.50 | "
               f"{_f(tg['oracle_share']['value'])} | {_yes(tg['oracle_share']['met'])} |",
-              f"| wrong-group memory worse than own | > 0, every seed | "
+              f"| wrong-world memory worse than own | > 0, every seed | "
               f"{_pct(tg['wrong_worse']['value'])} | "
               f"{_yes(tg['wrong_worse']['met'])} |", ""]
     if result.get("peer", {}).get("best"):
@@ -450,7 +450,7 @@ def peer_lines(peer: Mapping[str, Any]) -> list[str]:
               f"| the best memory track's ({best}) peer D^50 below track A's | "
               f"{_yes(t['below_floor'])} |",
               f"| it closes at least half the oracle gap | {_yes(t['half_the_gap'])} |",
-              f"| wrong-group memory worse than peer memory | {_yes(t['wrong_worse'])} |",
+              f"| wrong-world memory worse than peer memory | {_yes(t['wrong_worse'])} |",
               f"| the gravity probe's R^2 at least {PEER_TARGETS['gravity_r2']} | "
               f"{_yes(t['gravity_r2'])} |", ""]
     return lines

@@ -1,4 +1,4 @@
-"""agent.adaptation: D^n per held-out world, own / same-world / wrong-group memories."""
+"""agent.adaptation: D^n per held-out world, own / same-world / wrong-world memories."""
 
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ def test_the_report_places_every_memory_between_floor_and_ceiling() -> None:
                            "track C from the floor (track A, D 1.100) to D 1.025: 50% of the way")
     assert "ceiling (the oracle, D 0.950)" in line
     text = "\n".join(bounds.bounds_text(b))
-    assert "peer memory" in text and "wrong-group memory" in text
+    assert "peer memory" in text and "wrong-world memory" in text
     assert "share of the gap per horizon (peer memory, pooled): h=2 " in text
 
 
