@@ -42,13 +42,16 @@ WORLD_NS = (0, 1, 5, 10, 25, 50)
 class WorldSet:
     """Test sequences of one world: frames (N, L, 1, 64, 64) uint8 with L >=
     ``sequence_length(cfg, max(ns))``; physics (PHYSICS_DIM,) its true parameters; the digits'
-    positions (N, L, digits, 2) where known (for the probes, ``probes.digits``)."""
+    positions (N, L, digits, 2) where known (for the probes, ``probes.digits``); ``scenes``,
+    where known, the simulator's exact state of the N sequences at frame 0 (an
+    ``env.SceneBatch``, to re-run or branch them: ``probes.ceiling``)."""
 
     name: str
     family: str
     physics: np.ndarray
     frames: Any
     positions: Any = None
+    scenes: Any = None
 
 
 @dataclass

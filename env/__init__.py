@@ -10,6 +10,7 @@ See ``docs/env.md`` for the full API.
 
 import gymnasium as _gym
 
+from env.core import SceneBatch
 from env.dataset import (
     DatasetError,
     PaperDataset,
@@ -17,6 +18,7 @@ from env.dataset import (
     SplitView,
     generate_sequences,
     generate_split,
+    initial_scenes,
     iter_sequences,
     open_dataset,
     split_sizes,
@@ -47,6 +49,8 @@ if ENV_ID not in _gym.registry:
     )
 
 __all__ = [
+    "initial_scenes",
+    "SceneBatch",
     "ENV_ID",
     "FAMILIES",
     "HELD_OUT",

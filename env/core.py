@@ -111,6 +111,28 @@ class SceneBatch:
         """(N, 1, canvas, canvas) uint8 frames of the current state."""
         return render_frames(self.sprites, self.positions, self.canvas_size, out=out)
 
+    def rollout(self, steps: Sequence[int]) -> np.ndarray:
+        """Advance every scene to each of ``steps`` frames from now (increasing, each >= 1) and
+        render it there: (N, len(steps), 1, canvas, canvas) uint8. The scenes end at the last."""
+        if any(b <= a for a, b in zip([0, *steps], steps, strict=False)):
+            raise ValueError(f"steps must be increasing and positive, got {list(steps)!r}")
+        out = np.zeros((self.num_scenes, len(steps), 1, self.canvas_size, self.canvas_size),
+                       np.uint8)  # fmt: skip
+        done = 0
+        for k, at in enumerate(steps):
+            for _ in range(at - done):
+                self.step()
+            done = at
+            self.render(out=out[:, k])
+        return out
+
+    def copy(self) -> SceneBatch:
+        """An independent copy (the digit source is shared): a branch point of the simulator."""
+        twin = SceneBatch(self.num_scenes, self.digits, self.split, self.n_digits,
+                          self.speed_range, None, self.canvas_size)  # fmt: skip
+        twin.set_state(self.get_state())
+        return twin
+
     def set_physics(self, mask: np.ndarray, **params: Any) -> None:
         """Change the physics of the scenes selected by ``mask`` (bool, (N,))."""
         self.physics.update(mask, **params)

@@ -61,17 +61,20 @@ def _check_counts(n: int, seq_len: int) -> None:
         raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}")
 
 
-def _initial_worlds(
+def initial_scenes(
     n: int,
+    *,
     seed: SeedLike,
     split: str,
-    digits: str | os.PathLike[str] | Digits | None,
-    n_digits: int,
-    speed_range: tuple[float, float],
-    params: PhysicsParams,
+    physics: PhysicsParams,
+    digits: str | os.PathLike[str] | Digits | None = None,
+    n_digits: int = 2,
+    speed_range: tuple[float, float] = (2.0, 4.0),
 ) -> SceneBatch:
-    """The n initial states, drawn in sequence order exactly as consecutive env resets do."""
-    init = SceneBatch(n, load_digits(digits), split, n_digits, speed_range, params)
+    """The exact (float64) state at frame 0 of the ``n`` sequences that :func:`generate_sequences`
+    draws from the same arguments, drawn in sequence order as consecutive env resets do. Stepping
+    it (``SceneBatch.step``) re-runs them frame for frame; with other physics it branches them."""
+    init = SceneBatch(n, load_digits(digits), split, n_digits, speed_range, physics)
     rng = np.random.default_rng(seed)
     init.apply_draws(np.arange(n), rng.random((n, n_digits, 5)))
     return init
@@ -126,7 +129,8 @@ def iter_sequences(
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be positive, got {chunk_size!r}")
     params = PhysicsParams(gravity, gravity_direction, restitution, friction)
-    init = _initial_worlds(n, seed, split, digits, n_digits, speed_range, params)
+    init = initial_scenes(n, seed=seed, split=split, physics=params, digits=digits,
+                          n_digits=n_digits, speed_range=speed_range)
     for start in range(0, n, chunk_size):
         stop = min(n, start + chunk_size)
         out = _empty(stop - start, seq_len, n_digits, init.canvas_size)
@@ -167,7 +171,8 @@ def generate_sequences(
     """
     _check_counts(n, seq_len)
     params = PhysicsParams(gravity, gravity_direction, restitution, friction)
-    init = _initial_worlds(n, seed, split, digits, n_digits, speed_range, params)
+    init = initial_scenes(n, seed=seed, split=split, physics=params, digits=digits,
+                          n_digits=n_digits, speed_range=speed_range)
     out = _empty(n, seq_len, n_digits, init.canvas_size)
     chunk = 256  # bounds the working set of one rollout step; the result does not depend on it
     for start in range(0, n, chunk):

@@ -102,12 +102,35 @@ def bounds_report(main: dict[str, Any], floor: dict[str, Any], ceiling: dict[str
     return {
         "n": n,
         "track": main["track"],
+        "perfect_physics": perfect_physics_bound(held, held_a, h_a),
         "horizons": held["horizons"],
         "floor": {"run": floor["run_dir"], "d": d_a, "d_per_h": h_a},
         "ceiling": {"run": ceiling["run_dir"], "d": d_o, "d_per_h": h_o},
         "memories": memories,
         "headline": HEADLINE_MEMORY if HEADLINE_MEMORY in memories else None,
     }
+
+
+def perfect_physics_bound(held: dict[str, Any], held_a: dict[str, Any],
+                          h_a: dict[str, list[float]]) -> dict[str, Any] | None:  # fmt: skip
+    """Perfect physics beside the bounds (``probes.perfect_physics``): the chosen track's
+    latent's world-blind and other-world D (mean over horizons, ``d``; ``d_per_h``) per family,
+    and ``floor_ratio_per_h``: track A's D^n per horizon over perfect world-blind physics in
+    track A's own latent. None for reports written before it."""
+    pp, pp_a = held.get("perfect_physics"), held_a.get("perfect_physics")
+    if not pp or not pp_a:
+        return None
+    fams = pp["families"]
+    out: dict[str, Any] = {
+        "d": {b: {f: rows[b][-1] for f, rows in fams.items() if b in rows} for b in ("blind", "other")},
+        "d_per_h": {b: {f: rows[b][:-1] for f, rows in fams.items() if b in rows}
+                    for b in ("blind", "other")},
+    }  # fmt: skip
+    out["floor_ratio_per_h"] = {
+        f: [a / c if c > 0 else None for a, c in zip(h_a[f], rows["blind"][:-1], strict=True)]
+        for f, rows in pp_a["families"].items() if f in h_a and "blind" in rows
+    }  # fmt: skip
+    return out
 
 
 def _pct(x: float | None) -> str:
@@ -146,9 +169,23 @@ def bounds_text(b: dict[str, Any]) -> list[str]:
             f"{row['d'][f]:>9.3f} {_pct(row['share'][f]):>6}" for f in fams))
     out.append("  " + f"{'ceiling (oracle)':<24}" + "".join(
         f"{b['ceiling']['d'][f]:>16.3f}" for f in fams))
+    pp = b.get("perfect_physics")
+    if pp:
+        for key, label in (("blind", "perfect physics, blind"), ("other", "perfect physics, other")):
+            row = pp["d"][key]
+            if all(f in row for f in fams):
+                out.append("  " + f"{label:<24}" + "".join(f"{row[f]:>16.3f}" for f in fams))
     head = b.get("headline")
     if head is not None:  # the headline memory's share per horizon, pooled
         shares = b["memories"][head]["share_per_h"].get("pooled", [])
         out.append("  share of the gap per horizon (peer memory, pooled): " + ", ".join(
             f"h={h} {_pct(x)}" for h, x in zip(b["horizons"], shares, strict=False)))
+    if pp and "pooled" in pp["floor_ratio_per_h"]:
+        out.append("  track A / world-blind physics per horizon (pooled, each in its own latent): "
+                   + ", ".join(f"h={h} {_times(x)}" for h, x in
+                               zip(b["horizons"], pp["floor_ratio_per_h"]["pooled"], strict=False)))
     return out
+
+
+def _times(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1f}x"

@@ -406,6 +406,10 @@ def bounds_figure(main: RunFolder, s: dict[str, Any], runs: dict[str, RunFolder]
     for name in ("floor", "ceiling"):
         color, label = BOUND_STYLES[name]
         right.axhline(b[name]["d"]["pooled"], color=color, lw=1.6, label=label)
+    pp = b.get("perfect_physics")
+    if pp and "pooled" in pp["d"]["blind"]:
+        right.axhline(pp["d"]["blind"]["pooled"], color="k", ls=":", lw=1.4,
+                      label="perfect world-blind physics in this latent")
     right.set_xscale("symlog", linthresh=1.0)
     right.set_xlim(left=0)
     right.set_xlabel("transitions in memory n (symlog)")

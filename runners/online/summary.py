@@ -226,7 +226,8 @@ def held_out_text(held: dict[str, Any] | None, when: str) -> list[str]:
         for m, d in mems.items():
             out.append(f"  {fam:<7} {m:<6} " + " ".join(f"{_fmt(x):>6}" for x in d))
     return (out + probes_text(held.get("probes")) + gravity_probe_text(held.get("gravity_probe"))
-            + reference_text(held.get("reference"), held.get("horizons", [])))
+            + reference_text(held.get("reference"), held.get("horizons", []))
+            + perfect_physics_text(held.get("perfect_physics")))
 
 
 GRAVITY_PROBE_CAPTION = ("the gravity probe: R^2 of a linear probe of the world's gravity from "
@@ -271,6 +272,29 @@ def reference_text(ref: dict[str, dict[str, list[float]]] | None, horizons: list
     for fam, rows in ref.items():
         for key, label in REFERENCE_ROWS.items():
             out.append(f"  {fam:<7} {label:<{w}}" + "".join(f"{_fmt(x):>7}" for x in rows[key]))
+    return out
+
+
+#: The rows of perfect physics in the latent (probes.perfect_physics), by branch.
+PERFECT_PHYSICS_ROWS = {"exact": "the world's own physics", "blind": "world-blind (no gravity)",
+                        "other": "another world of the family"}
+PERFECT_PHYSICS_CAPTION = ("perfect physics in this latent: the simulator branched at the input "
+                           "frame, rendered, encoded by the EMA target, scored by D "
+                           "(docs/definitions.md#perfect-physics-the-physics-ceiling)")
+
+
+def perfect_physics_text(pp: dict[str, Any] | None) -> list[str]:
+    """Perfect physics in the latent as aligned text lines, per family and branch: per
+    horizon, then the mean (none in reports written before it)."""
+    if not pp:
+        return []
+    head = "".join(f"{f'h={h}':>7}" for h in pp["horizons"]) + f"{'mean':>7}"
+    w = max(len(v) for v in PERFECT_PHYSICS_ROWS.values())
+    out = ["", PERFECT_PHYSICS_CAPTION + ":", f"  {'':<7} {'':<{w}}" + head]
+    for fam, rows in pp["families"].items():
+        for key, d in rows.items():
+            out.append(f"  {fam:<7} {PERFECT_PHYSICS_ROWS[key]:<{w}}"
+                       + "".join(f"{_fmt(x):>7}" for x in d))
     return out
 
 
@@ -404,6 +428,14 @@ def held_out_markdown(held: dict[str, Any] | None) -> list[str]:
                   "|---|---|" + "---:|" * (len(hs) + 1)]
         lines += [f"| {fam} | {label} | " + " | ".join(_fmt(x) for x in rows[key]) + " |"
                   for fam, rows in ref.items() for key, label in REFERENCE_ROWS.items()]
+    pp = held.get("perfect_physics")
+    if pp:
+        hs = pp["horizons"]
+        lines += ["", PERFECT_PHYSICS_CAPTION[0].upper() + PERFECT_PHYSICS_CAPTION[1:] + ":", "",
+                  "| family | physics | " + " | ".join(f"h={h}" for h in hs) + " | mean |",
+                  "|---|---|" + "---:|" * (len(hs) + 1)]
+        lines += [f"| {fam} | {PERFECT_PHYSICS_ROWS[key]} | " + " | ".join(_fmt(x) for x in d)
+                  + " |" for fam, rows in pp["families"].items() for key, d in rows.items()]
     return lines
 
 

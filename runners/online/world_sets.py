@@ -40,13 +40,15 @@ def world_set(
     name: str, physics: env.PhysicsParams, n: int, seq_len: int, seed: Sequence[int],
     family: str | None = None,
 ) -> WorldSet:  # fmt: skip
-    """``n`` test sequences (unseen digits) of one world, with their digits' positions;
-    ``family``: its family's name (default: the ``env.FAMILIES`` one it lies in)."""
+    """``n`` test sequences (unseen digits) of one world, with their digits' positions and the
+    simulator's state at their first frame; ``family``: its family's name (default: the
+    ``env.FAMILIES`` one it lies in)."""
     seqs = env.generate_sequences(
         n, seed=list(seed), split="test", seq_len=seq_len, **physics.as_dict()
     )
+    scenes = env.initial_scenes(n, seed=list(seed), split="test", physics=physics)
     return WorldSet(name, family or family_of(physics), env.physics_features(physics),
-                    seqs["frames"], seqs["positions"])  # fmt: skip
+                    seqs["frames"], seqs["positions"], scenes)  # fmt: skip
 
 
 def make_world_sets(

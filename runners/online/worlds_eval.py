@@ -29,6 +29,7 @@ from agent.adaptation import (
 )
 from probes.digits import ProbeSet, probe_report
 from probes.gravity import gravity_probe, peer_entry_statistics
+from probes.perfect_physics import perfect_physics
 from probes.world import ProbeConfig, ProbeWorld, world_probe
 from runners.online.evaluation import CurveEvaluator
 from runners.online.world_sets import WorldSets, world_set
@@ -72,9 +73,11 @@ class WorldsEvaluator(CurveEvaluator):
         ``gravity_probe``: the held-out R^2 of a linear probe of gravity from e_agg with n =
         max(ns) peer transitions (``gravity_probe_report``; None without memory);
         and ``probes``: held-out R^2 of linear probes of the digits' state from the latents
-        (``probes.digits``), fit on the training-family worlds' sequences; and ``reference``:
+        (``probes.digits``), fit on the training-family worlds' sequences; ``reference``:
         D against the EMA target's own "no change" beside the paper's, and the online-target
-        gap (``agent.adaptation.reference_check``)."""
+        gap (``agent.adaptation.reference_check``); and ``perfect_physics``: D of the env's
+        exact simulator in this learner's latent, world-blind and of another world
+        (``probes.perfect_physics``: the physics ceiling)."""
         cfg = learner.cfg
         memories = ("own",) if cfg.track == "A" or cfg.oracle else ("own", "same", "wrong")
         curves = world_curves(learner, self.sets.held_out, tuple(ns), memories, peers(cfg))
@@ -91,6 +94,7 @@ class WorldsEvaluator(CurveEvaluator):
             ],
             "probes": probes(learner, self.sets),
             "reference": reference_check(learner, self.sets.held_out),
+            "perfect_physics": perfect_physics(learner, self.sets.held_out, max(ns)),
             "gravity_probe": None if memories == ("own",) else gravity_probe_report(
                 learner, n=max(ns), seed=self.sets.seed, families=self.sets.families),
         }  # fmt: skip

@@ -68,6 +68,10 @@ class WorldsRun:
     gravity_r2: dict[str, float] | None = None
     #: the same probe on the same entries' statistics (runs before it: None)
     entries_r2: dict[str, float] | None = None
+    #: perfect world-blind physics in this run's latent (probes.perfect_physics): D over the
+    #: horizons' mean by family (and ``all``), and per horizon pooled (runs before it: empty)
+    blind: dict[str, float] = field(default_factory=dict)
+    blind_per_h: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def at(self, family: str, memory: str = "own", n: int = HEADLINE_N) -> float:
         """D^n of one family and memory (NaN if not measured)."""
@@ -111,7 +115,18 @@ def load_worlds_run(run_dir: str | Path, arm: str, seed: str) -> WorldsRun | Non
         per_h=np.asarray(own, dtype=np.float64).mean(axis=0) if own else np.zeros(0),
         gravity_r2=(held.get("gravity_probe") or {}).get("r2"),
         entries_r2=(held.get("gravity_probe") or {}).get("r2_entries"),
+        **_blind(held.get("perfect_physics")),
     )
+
+
+def _blind(pp: dict[str, Any] | None) -> dict[str, Any]:
+    """WorldsRun's perfect world-blind physics from a held-out report (nothing before it)."""
+    fams = (pp or {}).get("families", {})
+    if "pooled" not in fams or "blind" not in fams["pooled"]:
+        return {}
+    blind = {("all" if f == "pooled" else f): rows["blind"][-1] for f, rows in fams.items()
+             if "blind" in rows}  # fmt: skip
+    return {"blind": blind, "blind_per_h": np.asarray(fams["pooled"]["blind"][:-1], np.float64)}
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -147,10 +162,13 @@ def analyse(runs: Sequence[WorldsRun]) -> dict[str, Any]:
                     "per_seed": {r.seed: r.at(fam, mem) for r in rs},
                 }
         per_h = [r.per_h for r in rs if r.per_h.size and r.horizons == rs[0].horizons]
+        blind = [r.blind_per_h for r in rs if r.blind_per_h.size and r.horizons == rs[0].horizons]
         out["arms"][arm] = {
             "seeds": [r.seed for r in rs], "ns": list(rs[0].ns), "families": fams,
             "horizons": list(rs[0].horizons),
             "d50_per_horizon": np.mean(per_h, axis=0).tolist() if per_h else [],
+            # perfect world-blind physics in the arm's latent, pooled (probes.perfect_physics)
+            "blind_per_horizon": np.mean(blind, axis=0).tolist() if blind else [],
         }
 
     def d(arm: str, fam: str, mem: str = "own", n: int = HEADLINE_N) -> float:
@@ -318,6 +336,10 @@ def fig_curves(runs: Sequence[WorldsRun], path: Path, memory: str = "same") -> P
                 if mem != "wrong":
                     ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.15)
                 ax.set_xticks(x, [str(n) for n in ns])
+        blind = [r.blind[fam] for r in runs if fam is not None and fam in r.blind]
+        if blind:  # every arm's latent; they agree to about 0.02
+            ax.axhline(float(np.mean(blind)), color="k", ls=":", lw=1.2,
+                       label="perfect world-blind physics")
         ax.set_title(title if fam is None else f"{title} ({MEMORY_NAMES.get(memory, memory)})")
         ax.set_xlabel("memory entries n")
         ax.grid(alpha=0.3)
@@ -329,6 +351,28 @@ def fig_curves(runs: Sequence[WorldsRun], path: Path, memory: str = "same") -> P
         fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def perfect_physics_lines(arms: Mapping[str, Any], order: Sequence[str],
+                          hs: Sequence[int]) -> list[str]:  # fmt: skip
+    """Perfect world-blind physics in each arm's latent per horizon, and the arm's D^50 over it
+    (1: as precise as perfect physics that ignores the world); none before it was measured."""
+    rows = [a for a in order if arms[a].get("blind_per_horizon") and arms[a]["horizons"] == hs
+            and arms[a]["d50_per_horizon"]]  # fmt: skip
+    if not rows:
+        return []
+    lines = ["", "Perfect world-blind physics in each arm's latent (the simulator branched at the "
+             "input frame without gravity, rendered, encoded, scored by D; held-out worlds pooled, "
+             "mean over seeds; docs/definitions.md#perfect-physics-the-physics-ceiling) and the "
+             "arm's D^50 over it:", "",
+             "| arm | " + " | ".join(f"blind h = {h}" for h in hs) + " | "
+             + " | ".join(f"D / blind, h = {h}" for h in hs) + " |",
+             "|---|" + "---|" * (2 * len(hs))]
+    for arm in rows:
+        b, d = arms[arm]["blind_per_horizon"], arms[arm]["d50_per_horizon"]
+        lines.append(f"| {_arm_label(arm)} | " + " | ".join(f"{x:.4f}" for x in b) + " | "
+                     + " | ".join(f"{_ratio(y, x):.2f}x" for y, x in zip(d, b, strict=True)) + " |")
+    return lines
 
 
 def report_lines(result: Mapping[str, Any]) -> list[str]:
@@ -362,6 +406,7 @@ def report_lines(result: Mapping[str, Any]) -> list[str]:
             d = arms[arm]["d50_per_horizon"]
             if d and arms[arm]["horizons"] == hs:
                 lines.append(f"| {_arm_label(arm)} | " + " | ".join(f"{x:.4f}" for x in d) + " |")
+        lines += perfect_physics_lines(arms, order, hs)
     lines += ["", "## Memory against the floor (track A) and the ceiling (oracle), n = 50", "",
               "oracle gain = (D_A - D_oracle) / D_A; memory drop = (D^0 - D^50) / D^0; oracle "
               "share = (D_A - D^50) / (D_A - D_oracle); wrong / same gap = (D_wrong|same^50 - "

@@ -54,6 +54,27 @@ def test_generate_sequences_equals_env_episodes():
         np.testing.assert_array_equal(data["digit_ids"][i], info["digit_ids"])
 
 
+def test_initial_scenes_rerun_and_branch_the_generated_sequences():
+    """initial_scenes is the exact state of generate_sequences' frame 0: rolled on, it renders
+    every later frame bit for bit; a copy branched under other physics departs from them and
+    leaves the original where it was."""
+    physics = env.PhysicsParams(0.4, 30.0, 0.9, 0.01)
+    data = generate_sequences(5, seed=[4, 2], split="test", seq_len=15, **physics.as_dict())
+    scenes = env.initial_scenes(5, seed=[4, 2], split="test", physics=physics)
+    np.testing.assert_array_equal(scenes.render(), data["frames"][:, 0])
+    twin = scenes.copy()
+    np.testing.assert_array_equal(twin.rollout([1, 2, 7, 14]), data["frames"][:, [1, 2, 7, 14]])
+    np.testing.assert_array_equal(twin.positions.astype(np.float32), data["positions"][:, 14])
+    np.testing.assert_array_equal(scenes.render(), data["frames"][:, 0])  # untouched
+    blind = scenes.copy()
+    blind.physics.assign(np.arange(5), [env.PhysicsParams()] * 5)
+    assert not np.array_equal(blind.rollout([14])[:, 0], data["frames"][:, 14])
+    with pytest.raises(ValueError, match="increasing and positive"):
+        scenes.copy().rollout([2, 2])
+    with pytest.raises(ValueError, match="increasing and positive"):
+        scenes.copy().rollout([0])
+
+
 def test_gravity_in_generated_data():
     data = generate_sequences(50, seed=0, gravity=0.5, split="train")
     dvy = np.diff(data["velocities"][..., 1], axis=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from runners.online import bounds, job
@@ -75,6 +76,41 @@ def test_the_report_places_every_memory_between_floor_and_ceiling() -> None:
     text = "\n".join(bounds.bounds_text(b))
     assert "peer memory" in text and "wrong-world memory" in text
     assert "share of the gap per horizon (peer memory, pooled): h=2 " in text
+    assert b["perfect_physics"] is None and "perfect physics" not in text  # older reports
+
+
+def test_perfect_physics_sits_beside_the_bounds() -> None:
+    """The chosen track's perfect-physics D beside the bounds; track A's D per horizon over
+    perfect world-blind physics in its own latent."""
+    def pp(blind_i: list[float], blind_e: list[float]) -> dict:
+        fams = {"interp": {"blind": blind_i, "other": [0.6, 0.7, 0.65]},
+                "extrap": {"blind": blind_e, "other": [0.8, 0.9, 0.85]}}
+        fams["pooled"] = {k: list(np.mean([fams["interp"][k], fams["extrap"][k]], axis=0))
+                          for k in ("blind", "other")}  # fmt: skip
+        return {"horizons": [2, 8], "input_frame": 52, "families": fams}
+
+    main = {"track": "C", "held_out": {**_held(
+        {"interp": {"same": [1.0, 0.95]}, "extrap": {"same": [1.2, 1.1]}},
+        {"interp": [0.9, 1.0], "extrap": [1.0, 1.2]}), "perfect_physics": pp([0.2, 0.4, 0.3],
+                                                                             [0.4, 0.8, 0.6])}}
+    floor = {"run_dir": "f", "held_out": {**_held(
+        {"interp": {"own": [1.0, 1.0]}, "extrap": {"own": [1.2, 1.2]}},
+        {"interp": [1.0, 1.0], "extrap": [1.2, 1.2]}), "perfect_physics": pp([0.25, 0.5, 0.375],
+                                                                              [0.4, 0.6, 0.5])}}
+    ceiling = {"run_dir": "c", "held_out": _held(
+        {"interp": {"own": [0.9, 0.9]}, "extrap": {"own": [1.0, 1.0]}},
+        {"interp": [0.8, 0.8], "extrap": [1.0, 1.0]})}  # fmt: skip
+    b = bounds.bounds_report(main, floor, ceiling, n=50)["perfect_physics"]
+    assert b["d"]["blind"] == {"interp": 0.3, "extrap": 0.6, "pooled": pytest.approx(0.45)}
+    assert b["d_per_h"]["other"]["extrap"] == [0.8, 0.9]
+    assert b["floor_ratio_per_h"]["interp"] == pytest.approx([4.0, 2.0])
+    assert b["floor_ratio_per_h"]["extrap"] == pytest.approx([3.0, 2.0])
+    assert b["floor_ratio_per_h"]["pooled"] == pytest.approx([1.1 / 0.325, 1.1 / 0.55])
+    text = "\n".join(bounds.bounds_text(bounds.bounds_report(main, floor, ceiling, n=50)))
+    (row,) = [line.split() for line in text.splitlines() if "perfect physics, blind" in line]
+    assert row[-3:] == ["0.300", "0.600", "0.450"]
+    assert "track A / world-blind physics per horizon (pooled, each in its own latent): " \
+        "h=2 3.4x, h=8 2.0x" in text
 
 
 def test_the_default_run_trains_floor_and_ceiling_and_tells_the_story(tmp_path: Path) -> None:
@@ -101,6 +137,12 @@ def test_the_default_run_trains_floor_and_ceiling_and_tells_the_story(tmp_path: 
     assert floor["held_out"]["gravity_probe"] is None  # track A has no memory to probe
     md = (run / "summary.md").read_text()
     assert bounds.story(s["bounds"]) in md
+    pp = s["held_out"]["perfect_physics"]  # every worlds run measures perfect physics
+    assert set(pp["families"]) == {"interp", "extrap", "pooled"}
+    assert all(len(d) == len(pp["horizons"]) + 1 for d in pp["families"]["pooled"].values())
+    assert floor["held_out"]["perfect_physics"]["families"]["interp"]["blind"][0] > 0
+    assert "perfect physics, blind" in res.stdout and "world-blind (no gravity)" in res.stdout
+    assert "Perfect physics in this latent" in md
 
 
 def test_bounds_stopped_midway_continue_on_resume(tmp_path: Path) -> None:

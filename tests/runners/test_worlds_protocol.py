@@ -178,6 +178,7 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
     assert rep["held_out"]["probes"] == probes  # the same checkpoint, the same probes
     assert rep["held_out"]["reference"] == ref
     assert "held-out worlds at step" in ev.stdout and "linear probes" in ev.stdout
+    assert "perfect physics in this latent" in ev.stdout  # probes.perfect_physics
     refused = cli("evaluate", str(tmp_path / "w"), "--target-reference")
     assert refused.returncode == 2 and "paper-protocol run" in refused.stderr
     assert "Traceback" not in refused.stderr

@@ -131,6 +131,13 @@ def test_study_runs_every_arm_writes_the_report_and_skips_finished_runs(tmp_path
         np.mean([own50("track-C_seed-3_oracle-true", f) for f in ("interp", "extrap")]), abs=1e-12)
     md = (out / "report.md").read_text()
     assert "Pre-registered test on held-out worlds" in md and "oracle gain" in md
+    held_a = json.loads((runs / "track-A_seed-3" / "summary.json").read_text())["held_out"]
+    blind = held_a["perfect_physics"]["families"]["pooled"]["blind"][:-1]
+    assert report["arms"]["A"]["blind_per_horizon"] == pytest.approx(blind, abs=1e-12)
+    d_a = report["arms"]["A"]["d50_per_horizon"]
+    (row,) = [line for line in md.splitlines() if line.startswith("| track A")
+              and line.count("x |") == len(blind)]  # the arm's D^50 over perfect physics
+    assert row.endswith(" | ".join(f"{d / b:.2f}x" for d, b in zip(d_a, blind, strict=True)) + " |")
     assert (out / "figures" / "held_out_curves.png").read_bytes()[:4] == b"\x89PNG"
     again = cli("worlds_study", *args)
     assert again.returncode == 0, again.stderr

@@ -1,0 +1,118 @@
+"""Perfect physics in a learner's latent (the physics ceiling): what D a predictor would score that
+rolled the world's exact simulator forward, in this learner's own latent space.
+
+For each test sequence of a held-out world, the env's simulator is branched from the sequence's
+exact state at the input frame i (``WorldSet.scenes`` re-run to i), rolled h frames under some
+physics, rendered, encoded by the learner's EMA target, and that latent scored as a prediction
+with the project's D against the true future's EMA latent (the reference "no change" being the
+online latent of frame i, as for the learner's own predictions; docs/definitions.md):
+
+- ``exact``: the world's own physics: the true future, D = 0 up to the encoder's rounding (a
+  check of the construction);
+- ``blind``: physics that ignores the world (no gravity, elastic walls, no friction: the paper's
+  base world): what perfect dynamics scores without knowing the world, the yardstick for a
+  learned predictor without memory (track A);
+- ``other``: the exact physics of another world of the same family (the next one of the
+  evaluation's worlds): what knowing the wrong world is worth.
+
+Beside the learned floor and oracle, ``blind`` says how much of their error is the predictor's
+own (an error floor the latent does not impose), and ``blind`` against ``exact`` how much the
+world is worth to a predictor that rolls physics forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+import env
+from agent.adaptation import WorldSet, input_index
+from agent.learner import Learner
+from agent.metrics import NormErrorSums, norm_error, norm_error_sums
+
+BRANCHES = ("exact", "blind", "other")
+WORLD_BLIND = env.PhysicsParams()  # no gravity, elastic walls, no friction
+
+
+def branch_physics(branch: str, world: WorldSet, worlds: Sequence[WorldSet]) -> Any:
+    """The physics a branch of ``world`` rolls under (``BRANCHES``); None for ``other`` when
+    ``world`` is the only one of its family in ``worlds``."""
+    if branch == "exact":
+        return world.scenes.physics.get(0)
+    if branch == "blind":
+        return WORLD_BLIND
+    if branch != "other":
+        raise ValueError(f"unknown branch {branch!r}, expected one of {BRANCHES}")
+    family = [w for w in worlds if w.family == world.family]
+    if len(family) < 2:
+        return None
+    return family[(family.index(world) + 1) % len(family)].scenes.physics.get(0)
+
+
+def scenes_at(world: WorldSet, i: int) -> env.SceneBatch:
+    """The exact state of ``world``'s sequences at frame i, checked against its frames."""
+    if world.scenes is None:
+        raise ValueError(f"world {world.name!r} has no simulator state (WorldSet.scenes)")
+    scenes = world.scenes.copy()
+    frame = scenes.rollout([i])[:, 0] if i > 0 else scenes.render()
+    if not np.array_equal(frame, np.asarray(world.frames[:, i])):
+        raise ValueError(f"world {world.name!r}: its scenes do not reproduce its frame {i}")
+    return scenes
+
+
+@torch.no_grad()
+def _latents(learner: Learner, frames: np.ndarray, target: bool) -> torch.Tensor:
+    """EMA-target (or online) latents (N, K, D) of frames (N, K, 1, H, W), in chunks."""
+    n, k = frames.shape[:2]
+    per = max(1, learner.cfg.eval_batch_size // k)
+    out = [learner.encode(torch.from_numpy(np.ascontiguousarray(frames[s : s + per])).flatten(0, 1),
+                          target=target).view(-1, k, learner.cfg.latent_dim).cpu()
+           for s in range(0, n, per)]  # fmt: skip
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def world_sums(learner: Learner, world: WorldSet, worlds: Sequence[WorldSet], i: int,
+               branches: Sequence[str]) -> dict[str, NormErrorSums]:  # fmt: skip
+    """D's sums per branch for one world's sequences at input frame i."""
+    hs = list(learner.cfg.horizons)
+    frames = np.asarray(world.frames)
+    z = _latents(learner, frames[:, [i]], target=False)[:, 0]
+    targets = _latents(learner, frames[:, [i + h for h in hs]], target=True)
+    start = scenes_at(world, i)
+    out = {}
+    for branch in branches:
+        physics = branch_physics(branch, world, worlds)
+        if physics is None:
+            continue
+        scenes = start.copy()
+        scenes.physics.assign(np.arange(scenes.num_scenes), [physics] * scenes.num_scenes)
+        pred = _latents(learner, scenes.rollout(hs), target=True)
+        out[branch] = norm_error_sums(pred, z, targets, learner.cfg.norm_eps)
+    return out
+
+
+def perfect_physics(learner: Learner, worlds: Sequence[WorldSet], n_max: int,
+                    branches: Sequence[str] = ("blind", "other")) -> dict[str, Any]:  # fmt: skip
+    """D of perfect physics in ``learner``'s latent on ``worlds`` (the module doc), at the input
+    frame of the held-out evaluation with memories of up to ``n_max`` entries: ``{"horizons",
+    "input_frame", "families": {family: {branch: [D per horizon..., their mean]}}}`` with a
+    ``"pooled"`` family (the families' mean, as the bounds pool them)."""
+    i = input_index(learner.cfg, n_max)
+    sums: dict[tuple[str, str], list[NormErrorSums]] = {}
+    for world in worlds:
+        for branch, s in world_sums(learner, world, worlds, i, branches).items():
+            sums.setdefault((world.family, branch), []).append(s)
+    fams: dict[str, dict[str, list[float]]] = {}
+    for (fam, branch), parts in sums.items():
+        total = NormErrorSums(*(sum(x) for x in zip(*parts, strict=True)))
+        d, d_h = norm_error(total)
+        fams.setdefault(fam, {})[branch] = [*d_h.tolist(), float(d)]
+    if fams:
+        common = set.intersection(*(set(v) for v in fams.values()))
+        fams["pooled"] = {b: np.mean([fams[f][b] for f in fams], axis=0).tolist()
+                          for b in branches if b in common}  # fmt: skip
+    return {"horizons": list(learner.cfg.horizons), "input_frame": i, "families": fams}
