@@ -35,6 +35,7 @@ MEMORY_WRITES = ("boundary", "every")
 MEMORY_SCOPES = ("global", "group")
 MEMORY_READS = ("peer", "all")
 PREDICTORS = ("direct", "rollout")
+REGULARISED = ("predictions", "latents")
 # The oracle's input: the true physics of a sample's world, (gravity_x, gravity_y, restitution,
 # friction) as ``env.PHYSICS_FEATURES`` (a test keeps the two in step; agent never imports env).
 PHYSICS_DIM = 4
@@ -150,6 +151,7 @@ _NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {
     "tau_end": (lambda v: v <= 1, "in [tau_base, 1]"),
     "gamma": (lambda v: v >= 0, ">= 0"),
     "lambda_reg": (lambda v: v >= 0, ">= 0"),
+    "lambda_cov": (lambda v: v >= 0, ">= 0"),
     "kappa": (lambda v: v > 0, "> 0"),
     "detector_momentum": (lambda v: 0 < v < 1, "in (0, 1)"),
     "input_scale": (lambda v: v > 0, "> 0"),
@@ -175,6 +177,11 @@ class AgentConfig:
     tau_end: float = 0.9999  # EMA target decay at total_steps
     gamma: float = 0.75  # variance hinge threshold
     lambda_reg: float = 0.05  # weight of the variance hinge
+    # what the variance hinge holds apart: the "predictions" (the paper) or the online
+    # encoder's "latents" of the context frames (eb_jepa, VICReg); lambda_cov weighs VICReg's
+    # covariance term on the same tensor (0: none, the paper)
+    regularise: str = "predictions"
+    lambda_cov: float = 0.0
     buffer_capacity: int = 256  # experience buffer entries (FIFO)
     kappa: float = 1.5  # boundary fires when s > mu + kappa * sigma
     detector_momentum: float = 0.99  # EMA momentum of the surprisal statistics
@@ -268,6 +275,7 @@ class AgentConfig:
             "memory_write": MEMORY_WRITES,
             "memory_read": MEMORY_READS,
             "predictor": PREDICTORS,
+            "regularise": REGULARISED,
         }
 
     def _validate_shapes(self) -> None:

@@ -56,14 +56,37 @@ def reg_loss(pred: torch.Tensor, gamma: float, weight: torch.Tensor | None = Non
     return torch.clamp(gamma - std, min=0.0).mean()
 
 
+def cov_loss(x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """VICReg covariance term: the squared off-diagonal entries of the (unbiased) covariance of
+    x (N, D) over its rows, summed and divided by D; weight (N,) 0/1 float or None."""
+    w = torch.ones(x.shape[0], device=x.device) if weight is None else weight
+    n = w.sum()
+    xc = x - (x * w.unsqueeze(1)).sum(0) / n.clamp(min=1.0)
+    cov = (xc * w.unsqueeze(1)).T @ xc / (n - 1.0).clamp(min=1.0)
+    off = cov - torch.diag(torch.diagonal(cov))
+    return off.pow(2).sum() / x.shape[1]
+
+
 def compute_loss(
     pred: torch.Tensor,
     targets: torch.Tensor,
     gamma: float,
     lambda_reg: float,
     weight: torch.Tensor | None = None,
+    latents: torch.Tensor | None = None,
+    lambda_cov: float = 0.0,
 ) -> Loss:
-    """Loss(total, pred, reg) for pred (B, D) and targets (B, K, D)."""
+    """Loss(total, pred, reg) for pred (B, D) and targets (B, K, D). The variance hinge (and,
+    with ``lambda_cov``, the covariance term) is on the predictions (the paper), or on the
+    online encoder's ``latents`` (B, [C,] D) where given (each context frame a row)."""
     lp = pred_loss(pred, targets, weight)
-    lr = reg_loss(pred, gamma, weight)
-    return Loss(lp + lambda_reg * lr, lp, lr)
+    src, w = pred, weight
+    if latents is not None:
+        c = latents.shape[1] if latents.dim() == 3 else 1
+        src = latents.float().reshape(-1, latents.shape[-1])
+        w = None if weight is None else weight.repeat_interleave(c)
+    lr = reg_loss(src, gamma, w)
+    total = lp + lambda_reg * lr
+    if lambda_cov > 0:
+        total = total + lambda_cov * cov_loss(src.flatten(1), w)
+    return Loss(total, lp, lr)

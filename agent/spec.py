@@ -25,6 +25,8 @@ class StepSpec:
     input_scale: float = 1.0  # uint8 frames -> encoder input (``cfg.input_scale``)
     gamma: float = 0.75  # the variance hinge's target std
     lambda_reg: float = 0.05  # the variance hinge's weight
+    reg_latents: bool = False  # the hinge on the encoder's latents (``cfg.regularise``)
+    lambda_cov: float = 0.0  # the covariance term's weight
     write_every: bool = False  # write the memory at every valid step (``cfg.memory_write``)
     horizons: tuple[int, ...] = ()  # ``cfg.horizons`` (the rollout's outputs)
     rollout: bool = False  # the predictor is a transition rolled forward (``cfg.predictor``)
@@ -45,6 +47,8 @@ class StepSpec:
             input_scale=cfg.input_scale,
             gamma=cfg.gamma,
             lambda_reg=cfg.lambda_reg,
+            reg_latents=cfg.regularise == "latents",
+            lambda_cov=cfg.lambda_cov,
             write_every=cfg.memory_write == "every",
             horizons=cfg.horizons,
             rollout=cfg.rollout,

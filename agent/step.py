@@ -84,7 +84,8 @@ def jepa_step(
     pred, targets = mod.pred.float(), targets.result().float()  # (B, [K,] D), (B, K, D)
 
     # 2. Loss: prediction error at every horizon + variance hinge (invalid samples weigh 0).
-    loss = compute_loss(pred, targets, spec.gamma, spec.lambda_reg, w)
+    loss = compute_loss(pred, targets, spec.gamma, spec.lambda_reg, w,
+                        z if spec.reg_latents else None, spec.lambda_cov)
 
     # 3. Boundary: the detector on the BASE predictor's surprisal (no modulation, so no
     #    circular coupling with the memory); the memory pair, while the weights are this step's.

@@ -10,7 +10,9 @@ import torch
 from fp32 import assert_reordered
 
 from agent import AgentConfig, DatasetSource, Learner, StepMetrics, stack
+from agent.objective import reg_loss
 from agent.sources import Batch
+from agent.step import context_latents
 
 
 def fill_buffer(learner: Learner, n: int = 5) -> None:
@@ -51,6 +53,19 @@ def test_gradients_reach_every_trainable_part_and_not_the_target(frames: np.ndar
     for p in (mod.u1, mod.v1, mod.u2, mod.v2, mod.delta1_gen.weight, mod.delta2_gen.weight):
         assert p.grad is not None and p.grad.abs().sum() > 0
     assert all(p.grad is None and not p.requires_grad for p in nets.target.parameters())
+
+
+def test_the_hinge_on_the_latents_is_the_one_a_step_reports(frames: np.ndarray) -> None:
+    """regularise="latents": the step's loss/reg is the hinge on the online latents of the
+    context frames of the batch it trained on (before the update), not on its predictions."""
+    cfg = AgentConfig.from_preset("tiny", track="A", regularise="latents", lambda_cov=0.1)
+    learner, batch = Learner(cfg), DatasetSource(frames, cfg, seed=0).next()
+    with torch.no_grad():
+        z = context_latents(learner.nets, batch.frames, learner.spec)
+    expected = reg_loss(z.reshape(-1, cfg.latent_dim), cfg.gamma).item()
+    rec = learner.update(batch)
+    assert rec.loss_reg.item() == pytest.approx(expected, rel=1e-5)
+    assert math.isfinite(rec.loss_total.item()) and rec.loss_total.item() > rec.loss_pred.item()
 
 
 def test_track_a_dummy_projection_is_frozen(frames: np.ndarray) -> None:
