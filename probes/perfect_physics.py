@@ -49,7 +49,8 @@ def branch_physics(branch: str, world: WorldSet, worlds: Sequence[WorldSet]) -> 
     family = [w for w in worlds if w.family == world.family]
     if len(family) < 2:
         return None
-    return family[(family.index(world) + 1) % len(family)].scenes.physics.get(0)
+    at = next(k for k, w in enumerate(family) if w is world)  # by identity: WorldSets hold arrays
+    return family[(at + 1) % len(family)].scenes.physics.get(0)
 
 
 def scenes_at(world: WorldSet, i: int) -> env.SceneBatch:
