@@ -34,8 +34,9 @@ PUSH_PAIRS = ("newest", "input")
 MEMORY_WRITES = ("boundary", "every")
 MEMORY_SCOPES = ("global", "group")
 MEMORY_READS = ("peer", "all")
-PREDICTORS = ("direct", "rollout")
+PREDICTORS = ("direct", "change", "rollout")
 REGULARISED = ("predictions", "latents")
+PRED_ERRORS = ("mse", "relative")
 # The oracle's input: the true physics of a sample's world, (gravity_x, gravity_y, restitution,
 # friction) as ``env.PHYSICS_FEATURES`` (a test keeps the two in step; agent never imports env).
 PHYSICS_DIM = 4
@@ -182,6 +183,10 @@ class AgentConfig:
     # covariance term on the same tensor (0: none, the paper)
     regularise: str = "predictions"
     lambda_cov: float = 0.0
+    # the prediction error: "mse" the mean over horizons of the squared error (the paper);
+    # "relative" each horizon's divided by its batch's mean squared "no change" distance
+    # ||zbar_k - z_t||^2, so that the short horizons weigh as they do in D
+    pred_error: str = "mse"
     buffer_capacity: int = 256  # experience buffer entries (FIFO)
     kappa: float = 1.5  # boundary fires when s > mu + kappa * sigma
     detector_momentum: float = 0.99  # EMA momentum of the surprisal statistics
@@ -203,6 +208,7 @@ class AgentConfig:
     context_frames: int = 1  # predictor input: the latents of the last C frames (1: the paper)
     per_horizon: bool = False  # one predicted latent per horizon (False: the paper's single one)
     # "direct": the predictor maps the context to the horizons' latents at once (the paper);
+    # "change": the same, each latent as a change of the newest one, norm(z_t + f_k(...));
     # "rollout": a one-step transition z_{t+1} = norm(z_t + f(z_{t-C+1..t})), modulated at every
     # step, applied max(horizons) times, its outputs at the horizons (one latent per horizon, so
     # per_horizon is moot). docs/agent.md, "A predictor that rolls forward".
@@ -276,6 +282,7 @@ class AgentConfig:
             "memory_read": MEMORY_READS,
             "predictor": PREDICTORS,
             "regularise": REGULARISED,
+            "pred_error": PRED_ERRORS,
         }
 
     def _validate_shapes(self) -> None:
@@ -345,6 +352,11 @@ class AgentConfig:
     def rollout(self) -> bool:
         """The predictor is a one-step transition rolled forward to every horizon."""
         return self.predictor == "rollout"
+
+    @property
+    def residual(self) -> bool:
+        """The predictor's output is a change of its newest input latent."""
+        return self.predictor in ("change", "rollout")
 
     @property
     def out_heads(self) -> int:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from agent.config import AgentConfig
+from agent.objective import Objective
 
 
 @dataclass(frozen=True)
@@ -23,10 +24,7 @@ class StepSpec:
     context: int = 1  # C: latents the predictor reads (``cfg.context_frames``)
     push_pair: str = "newest"  # ``cfg.push_pair``
     input_scale: float = 1.0  # uint8 frames -> encoder input (``cfg.input_scale``)
-    gamma: float = 0.75  # the variance hinge's target std
-    lambda_reg: float = 0.05  # the variance hinge's weight
-    reg_latents: bool = False  # the hinge on the encoder's latents (``cfg.regularise``)
-    lambda_cov: float = 0.0  # the covariance term's weight
+    objective: Objective = Objective()  # the loss (gamma, lambda_reg, regularise, ...)
     write_every: bool = False  # write the memory at every valid step (``cfg.memory_write``)
     horizons: tuple[int, ...] = ()  # ``cfg.horizons`` (the rollout's outputs)
     rollout: bool = False  # the predictor is a transition rolled forward (``cfg.predictor``)
@@ -45,10 +43,13 @@ class StepSpec:
             context=cfg.context_frames,
             push_pair=cfg.push_pair,
             input_scale=cfg.input_scale,
-            gamma=cfg.gamma,
-            lambda_reg=cfg.lambda_reg,
-            reg_latents=cfg.regularise == "latents",
-            lambda_cov=cfg.lambda_cov,
+            objective=Objective(
+                gamma=cfg.gamma,
+                lambda_reg=cfg.lambda_reg,
+                on_latents=cfg.regularise == "latents",
+                lambda_cov=cfg.lambda_cov,
+                relative=cfg.pred_error == "relative",
+            ),
             write_every=cfg.memory_write == "every",
             horizons=cfg.horizons,
             rollout=cfg.rollout,

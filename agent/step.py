@@ -27,7 +27,7 @@ from agent.memory.view import MemoryView, group_slots
 from agent.metrics import StepMetrics, normalised_error, per_horizon
 from agent.modulators import Modulated
 from agent.networks import Encoder
-from agent.objective import Loss, compute_loss
+from agent.objective import Loss
 from agent.sources import Batch
 from agent.spec import StepSpec
 
@@ -84,8 +84,7 @@ def jepa_step(
     pred, targets = mod.pred.float(), targets.result().float()  # (B, [K,] D), (B, K, D)
 
     # 2. Loss: prediction error at every horizon + variance hinge (invalid samples weigh 0).
-    loss = compute_loss(pred, targets, spec.gamma, spec.lambda_reg, w,
-                        z if spec.reg_latents else None, spec.lambda_cov)
+    loss = spec.objective(pred, targets, w, z)
 
     # 3. Boundary: the detector on the BASE predictor's surprisal (no modulation, so no
     #    circular coupling with the memory); the memory pair, while the weights are this step's.

@@ -67,6 +67,7 @@ def test_tiny_preset_is_small_and_json_round_trips() -> None:
         ("lambda_reg", -1.0),
         ("lambda_cov", -0.1),
         ("regularise", "targets"),
+        ("pred_error", "l1"),
         ("buffer_capacity", 0),
         ("freeze_ema_at", -1),
         ("encoder_channels", (16, 32)),

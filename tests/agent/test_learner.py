@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -66,6 +67,16 @@ def test_the_hinge_on_the_latents_is_the_one_a_step_reports(frames: np.ndarray) 
     rec = learner.update(batch)
     assert rec.loss_reg.item() == pytest.approx(expected, rel=1e-5)
     assert math.isfinite(rec.loss_total.item()) and rec.loss_total.item() > rec.loss_pred.item()
+
+
+def test_the_relative_error_is_the_one_a_step_reports(frames: np.ndarray) -> None:
+    """pred_error="relative": the step's loss/pred is its objective's relative error (the
+    same weights and batch under "mse" report another number)."""
+    cfg = AgentConfig.from_preset("tiny", track="A", pred_error="relative")
+    assert Learner(cfg).spec.objective.relative
+    got = [Learner(c).update(DatasetSource(frames, c, seed=0).next()).loss_pred.item()
+           for c in (cfg, replace(cfg, pred_error="mse"))]
+    assert all(math.isfinite(x) for x in got) and got[0] != pytest.approx(got[1])
 
 
 def test_track_a_dummy_projection_is_frozen(frames: np.ndarray) -> None:

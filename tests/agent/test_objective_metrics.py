@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from agent.metrics import StepMetrics, normalised_error, sigma_embed, stack
-from agent.objective import compute_loss, cov_loss, reg_loss
+from agent.objective import Objective, compute_loss, cov_loss, pred_loss, reg_loss
 
 
 def listing_loss(pred: torch.Tensor, targets: list[torch.Tensor], gamma: float, lam: float):
@@ -61,6 +61,38 @@ def test_the_hinge_on_the_latents_ignores_the_predictions_spread() -> None:
     with_cov = compute_loss(pred, targets, 0.75, 0.1, w, z, lambda_cov=0.5)
     assert with_cov.total.item() == pytest.approx(
         (on_z.total + 0.5 * cov_loss(rows)).item(), rel=1e-6)
+
+
+def test_the_relative_error_weighs_each_horizon_by_its_no_change_distance() -> None:
+    """pred_error="relative": each horizon's MSE over its batch's mean ||zbar_k - z_t||^2, the
+    weights normalised to mean 1; the paper's MSE where every horizon's distance is the same;
+    invalid samples count in neither; the Objective reads z_t as the newest context latent."""
+    z = torch.zeros(4, 3)
+    targets = torch.zeros(4, 2, 3)
+    targets[:, 0, 0], targets[:, 1, 0] = 1.0, 2.0  # no-change distance^2: 1 and 4
+    pred = torch.zeros(4, 2, 3)
+    pred[:, 0, 0] = 1.0 + 0.5  # horizon 1: squared error 0.25 per sample
+    pred[:, 1, 0] = 2.0 + 0.5  # horizon 2: the same absolute error
+    mse = pred_loss(pred, targets)
+    assert mse.item() == pytest.approx(0.25 / 3)
+    # scales 1/1 and 1/4, normalised to mean 1: 1.6 and 0.4
+    rel = pred_loss(pred, targets, current=z)
+    assert rel.item() == pytest.approx((1.6 * 0.25 / 3 + 0.4 * 0.25 / 3) / 2)
+    pred[:, 1, 0] = 2.0 + 1.0  # twice the absolute error at twice the distance: D equal
+    rel = pred_loss(pred, targets, current=z)
+    assert rel.item() == pytest.approx((1.6 * 0.25 + 0.4 * 1.0) / 3 / 2)
+    same = torch.randn(4, 2, 3)
+    same[:, 1] = -same[:, 0]  # equal no-change distances at both horizons
+    p2 = torch.randn(4, 2, 3)
+    torch.testing.assert_close(pred_loss(p2, same, current=z), pred_loss(p2, same))
+    w = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    t2 = targets.clone()
+    t2[2:] = 100.0  # invalid samples: their distances and errors are not read
+    torch.testing.assert_close(pred_loss(pred, t2, w, current=z), pred_loss(pred[:2], targets[:2],
+                                                                          current=z[:2]))
+    ctx = torch.stack([torch.full((4, 3), 9.0), z], 1)  # (B, C=2, D): z_t the newest
+    got = Objective(relative=True)(pred, targets, torch.ones(4), ctx)
+    assert got.pred.item() == pytest.approx(rel.item())
 
 
 def test_d_is_exactly_one_for_no_change_and_zero_for_perfect() -> None:
