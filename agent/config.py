@@ -34,7 +34,7 @@ PUSH_PAIRS = ("newest", "input")
 MEMORY_WRITES = ("boundary", "every")
 MEMORY_SCOPES = ("global", "group")
 MEMORY_READS = ("peer", "all")
-PREDICTORS = ("direct", "change", "rollout")
+PREDICTORS = ("direct", "rollout")
 REGULARISED = ("predictions", "latents")
 PRED_ERRORS = ("mse", "relative")
 # The oracle's input: the true physics of a sample's world, (gravity_x, gravity_y, restitution,
@@ -208,7 +208,6 @@ class AgentConfig:
     context_frames: int = 1  # predictor input: the latents of the last C frames (1: the paper)
     per_horizon: bool = False  # one predicted latent per horizon (False: the paper's single one)
     # "direct": the predictor maps the context to the horizons' latents at once (the paper);
-    # "change": the same, each latent as a change of the newest one, norm(z_t + f_k(...));
     # "rollout": a one-step transition z_{t+1} = norm(z_t + f(z_{t-C+1..t})), modulated at every
     # step, applied max(horizons) times, its outputs at the horizons (one latent per horizon, so
     # per_horizon is moot). docs/agent.md, "A predictor that rolls forward".
@@ -352,11 +351,6 @@ class AgentConfig:
     def rollout(self) -> bool:
         """The predictor is a one-step transition rolled forward to every horizon."""
         return self.predictor == "rollout"
-
-    @property
-    def residual(self) -> bool:
-        """The predictor's output is a change of its newest input latent."""
-        return self.predictor in ("change", "rollout")
 
     @property
     def out_heads(self) -> int:

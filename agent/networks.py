@@ -79,9 +79,9 @@ class Predictor(nn.Module):
     modulators can act there; ``finish`` is the LayerNorm after fc2. ``forward`` is exactly the
     listing's ``norm(fc2(act(fc1(z))))`` in the paper's shapes.
 
-    ``residual`` (``cfg.predictor`` "change" or "rollout", the rollout's transition): the output
-    is ``norm(z_last + fc2(...))`` (each head's), a change of the newest input latent, so "no
-    change" is the prediction at fc2 = 0.
+    ``residual`` (the rollout's transition, ``cfg.predictor == "rollout"``): the output is
+    ``norm(z_last + fc2(...))``, a change of the newest input latent, so "no change" is the
+    transition at fc2 = 0.
     """
 
     def __init__(
@@ -93,6 +93,8 @@ class Predictor(nn.Module):
         residual: bool = False,
     ) -> None:
         super().__init__()
+        if residual and heads != 1:
+            raise ValueError("a residual predictor (the rollout's transition) has one head")
         self.latent_dim, self.heads, self.residual = latent_dim, heads, residual
         self.in_dim, self.out_dim = context * latent_dim, heads * latent_dim
         self.fc1 = nn.Linear(self.in_dim, hidden_dim)
@@ -102,7 +104,7 @@ class Predictor(nn.Module):
 
     @classmethod
     def from_config(cls, cfg: AgentConfig) -> Predictor:
-        return cls(cfg.latent_dim, cfg.hidden_dim, cfg.context_frames, cfg.out_heads, cfg.residual)
+        return cls(cfg.latent_dim, cfg.hidden_dim, cfg.context_frames, cfg.out_heads, cfg.rollout)
 
     def hidden(self, z: torch.Tensor) -> torch.Tensor:
         """(B, in_dim) -> (B, hidden): act(fc1(z))."""
@@ -112,12 +114,9 @@ class Predictor(nn.Module):
         """fc2's output (B, out_dim) -> the prediction: norm(y), (B, latent); per horizon
         (B, K, latent), each normalised. ``z`` (B, in_dim) is the input, read when
         ``residual``: norm(z_last + y)."""
-        if self.heads > 1:
-            y = y.unflatten(-1, (self.heads, self.latent_dim))
         if self.residual:
-            last = z[:, -self.latent_dim :]
-            return self.norm(y + (last if self.heads == 1 else last.unsqueeze(1)))
-        return self.norm(y)
+            return self.norm(y + z[:, -self.latent_dim :])
+        return self.norm(y if self.heads == 1 else y.unflatten(-1, (self.heads, self.latent_dim)))
 
     def readout(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """(B, hidden) -> the prediction: finish(fc2(h), z) for the input z."""
