@@ -18,7 +18,7 @@ from agent.memory import (
     OracleContext,
 )
 from agent.modulators import Modulator, build_modulator
-from agent.networks import Encoder, Predictor
+from agent.networks import ConvPredictor, Encoder, Predictor, build_predictor
 
 
 class Networks(nn.Module):
@@ -30,7 +30,7 @@ class Networks(nn.Module):
         self,
         encoder: Encoder,
         target: EMATarget,
-        predictor: Predictor,
+        predictor: Predictor | ConvPredictor,
         modulator: Modulator,
         experience: ExperienceEncoder | None,
         aggregator: AttentionAggregator | None,
@@ -70,7 +70,7 @@ def build_networks(cfg: AgentConfig) -> Networks:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         encoder = Encoder.from_config(cfg)
-        predictor = Predictor.from_config(cfg)
+        predictor = build_predictor(cfg)
         modulator = build_modulator(cfg)
         experience = aggregator = oracle = None
         if modulator.uses_memory and cfg.oracle:

@@ -34,7 +34,8 @@ PUSH_PAIRS = ("newest", "input")
 MEMORY_WRITES = ("boundary", "every")
 MEMORY_SCOPES = ("global", "group")
 MEMORY_READS = ("peer", "all")
-PREDICTORS = ("direct", "rollout")
+PREDICTORS = ("direct", "rollout", "conv")
+ENCODERS = ("flat", "map")
 REGULARISED = ("predictions", "latents")
 PRED_ERRORS = ("mse", "relative")
 # The oracle's input: the true physics of a sample's world, (gravity_x, gravity_y, restitution,
@@ -212,6 +213,11 @@ class AgentConfig:
     # step, applied max(horizons) times, its outputs at the horizons (one latent per horizon, so
     # per_horizon is moot). docs/agent.md, "A predictor that rolls forward".
     predictor: str = "direct"
+    # "flat": the listing's encoder, four strided convolutions and a Linear to latent_dim; "map":
+    # the feature map after the strided convolutions is the latent (a 1x1 convolution to
+    # latent_dim / side^2 channels; 64 px / 2^len(encoder_channels) a side), for the "conv"
+    # predictor, a convolutional one on the map (docs/agent.md, "A spatial latent")
+    encoder: str = "flat"
     push_pair: str = "newest"  # memory pair: "newest" frames (paper) or "input" (the input's own)
     # "global" one FIFO of batch means (paper), "group" one FIFO per group of ``group_size``
     # streams that share a world (agent/memory/group.py; group_size 1: each stream its own)
@@ -280,6 +286,7 @@ class AgentConfig:
             "memory_write": MEMORY_WRITES,
             "memory_read": MEMORY_READS,
             "predictor": PREDICTORS,
+            "encoder": ENCODERS,
             "regularise": REGULARISED,
             "pred_error": PRED_ERRORS,
         }
@@ -321,8 +328,14 @@ class AgentConfig:
                 "horizons", "the largest horizon must be >= 2 (the newest pair needs 2 frames)"
             )
         ch = self.encoder_channels
-        if len(ch) != 4 or not all(_is_int(c) and c >= 1 for c in ch):
-            self._bad("encoder_channels", "must be four positive integers")
+        if self.encoder == "flat" and len(ch) != 4:
+            self._bad("encoder_channels", "must be four positive integers (encoder 'map': 1-4)")
+        if not 1 <= len(ch) <= 4 or not all(_is_int(c) and c >= 1 for c in ch):
+            self._bad("encoder_channels", "must be one to four positive integers")
+        if self.encoder == "map" and self.latent_dim % (self.map_side**2):
+            self._bad("latent_dim", f"a map's latent is channels x {self.map_side}^2")
+        if self.predictor == "conv" and self.encoder != "map":
+            self._bad("predictor", "the convolutional predictor reads a map: encoder 'map'")
         if self.exp_dim % self.exp_heads:
             self._bad("exp_heads", f"must divide exp_dim={self.exp_dim}")
         width = min(self.latent_dim, self.hidden_dim)
@@ -346,6 +359,18 @@ class AgentConfig:
     def n_horizons(self) -> int:
         """K, the number of prediction horizons."""
         return len(self.horizons)
+
+    @property
+    def map_side(self) -> int:
+        """The side of the encoder's feature map: 64 px halved per strided convolution."""
+        return 64 >> len(self.encoder_channels)
+
+    @property
+    def predictor_widths(self) -> tuple[int, int]:
+        """The widths of the predictor's input to fc1 and output of fc2: the C context latents and
+        the latents of one call, or, for the convolutional predictor, their channels per cell."""
+        per = self.latent_dim // self.map_side**2 if self.predictor == "conv" else self.latent_dim
+        return self.context_frames * per, self.out_heads * per
 
     @property
     def rollout(self) -> bool:

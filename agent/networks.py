@@ -18,7 +18,9 @@ class Encoder(nn.Module):
     With the paper's channels (16, 32, 64, 64) and latent 64: 172,656 parameters.
     """
 
-    def __init__(self, latent_dim: int, channels: tuple[int, ...] = (16, 32, 64, 64)) -> None:
+    def __init__(
+        self, latent_dim: int, channels: tuple[int, ...] = (16, 32, 64, 64), spatial: bool = False
+    ) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         c_in = 1
@@ -29,7 +31,13 @@ class Encoder(nn.Module):
             ]
             c_in = c_out
         self.conv = nn.Sequential(*layers)
-        self.proj = nn.Linear(c_in * 4 * 4, latent_dim)  # 64 px / 2^4 = 4x4 feature map
+        side = 64 >> len(channels)  # the feature map's side: 4 after the listing's four convs
+        self.spatial = spatial
+        if spatial:  # the map is the latent: a 1x1 convolution to latent_dim / side^2 channels
+            self.proj: nn.Module = nn.Conv2d(c_in, latent_dim // (side * side), kernel_size=1)
+            self.proj.to(memory_format=torch.channels_last)
+        else:
+            self.proj = nn.Linear(c_in * side * side, latent_dim)
         self.norm = nn.LayerNorm(latent_dim)
         # channels_last (NHWC) convolutions: oneDNN's fast layout on CPU (the 1-channel first
         # conv is ~7x faster than in NCHW) and the tensor-core layout on GPU. Same values, same
@@ -38,7 +46,7 @@ class Encoder(nn.Module):
 
     @classmethod
     def from_config(cls, cfg: AgentConfig) -> Encoder:
-        return cls(cfg.latent_dim, cfg.encoder_channels)
+        return cls(cfg.latent_dim, cfg.encoder_channels, cfg.encoder == "map")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(N, 1, 64, 64) float frames -> (N, latent_dim) (``encode``)."""
@@ -47,12 +55,15 @@ class Encoder(nn.Module):
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """(N, 1, 64, 64) float frames -> (N, latent_dim): the listing's
         ``norm(proj(conv(x).flatten(1)))``, the convolutions on a channels_last copy of x and the
-        flatten before ``proj`` in NCHW order (``.contiguous()``)."""
+        flatten before ``proj`` in NCHW order (``.contiguous()``). A spatial encoder's latent is
+        ``norm(proj(conv(x)).flatten(1))``, its map flattened in NCHW order."""
         if x.device.type == "cpu" and not torch.is_grad_enabled() and _FUSED:
-            h = self._fused_convs(x).contiguous()
+            h = self._fused_convs(x)
         else:
-            h = self.conv(x.contiguous(memory_format=torch.channels_last)).contiguous()
-        return self.norm(self.proj(h.flatten(1)))
+            h = self.conv(x.contiguous(memory_format=torch.channels_last))
+        if self.spatial:
+            return self.norm(self.proj(h).contiguous().flatten(1))
+        return self.norm(self.proj(h.contiguous().flatten(1)))
 
     def _fused_convs(self, x: torch.Tensor) -> torch.Tensor:
         """``self.conv(x)`` without gradient on a CPU, each convolution and its ReLU one oneDNN
@@ -110,6 +121,33 @@ class Predictor(nn.Module):
         """(B, in_dim) -> (B, hidden): act(fc1(z))."""
         return self.act(self.fc1(z))
 
+    # What a modulator acts through (the same names on ``ConvPredictor``, per cell there).
+    def fc1_input(self, z: torch.Tensor) -> torch.Tensor:
+        """The input as fc1 reads it: z itself."""
+        return z
+
+    def trunk(self, pre: torch.Tensor) -> torch.Tensor:
+        """fc1's output (pre-activation) -> the hidden state: act(pre)."""
+        return self.act(pre)
+
+    @staticmethod
+    def per_sample(v: torch.Tensor) -> torch.Tensor:
+        """A per-sample vector (B, n) as it broadcasts against a hidden state: itself."""
+        return v
+
+    @staticmethod
+    def low_rank(
+        x: torch.Tensor, v: torch.Tensor, delta: torch.Tensor, u: torch.Tensor
+    ) -> torch.Tensor:
+        """x (B, n) through U diag(delta_b) V^T per sample: ((x V) * delta) U^T."""
+        return (x @ v) * delta @ u.T
+
+    @staticmethod
+    def mixed(x: torch.Tensor, c: torch.Tensor, bases: torch.Tensor) -> torch.Tensor:
+        """x (B, n) through sum_j c_bj H_j per sample, bases (m * n, out) the H_j stacked:
+        (c_b (x) x_b) @ bases (never materialising (B, out, n))."""
+        return (c.unsqueeze(2) * x.unsqueeze(1)).flatten(1) @ bases
+
     def finish(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """fc2's output (B, out_dim) -> the prediction: norm(y), (B, latent); per horizon
         (B, K, latent), each normalised. ``z`` (B, in_dim) is the input, read when
@@ -125,3 +163,89 @@ class Predictor(nn.Module):
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         """(B, in_dim) -> (B, latent) (or (B, K, latent)), the base (unmodulated) prediction."""
         return self.finish(self.fc2(self.act(self.fc1(z))), z)
+
+
+class ConvPredictor(nn.Module):
+    """A spatial latent's predictor: the C context maps stacked as channels -> K maps.
+
+    A 3x3 convolution (``fc1``), two dilated 3x3 convolutions (dilation 2 and 4: a receptive
+    field of 15 x 15 cells, 60 px at 4 px a cell), GELU after each, and a 1x1 convolution
+    (``fc2``) to K maps of the latent's channels, each map flattened (NCHW) and LayerNorm-ed as
+    the encoder's. ``hidden`` is the feature map (B, hidden, side, side) after the third GELU,
+    where a modulator acts per channel. The same interface as ``Predictor``.
+    """
+
+    def __init__(
+        self, latent_dim: int, hidden_dim: int, side: int, context: int = 1, heads: int = 1
+    ) -> None:
+        super().__init__()
+        self.latent_dim, self.heads, self.side = latent_dim, heads, side
+        self.channels = latent_dim // (side * side)
+        self.in_dim, self.out_dim = context * latent_dim, heads * latent_dim
+        self.fc1 = nn.Conv2d(context * self.channels, hidden_dim, 3, padding=1)
+        self.act = nn.GELU()
+        self.mid = nn.Sequential(
+            nn.GELU(),
+            nn.Conv2d(hidden_dim, hidden_dim, 3, padding=2, dilation=2),
+            nn.GELU(),
+            nn.Conv2d(hidden_dim, hidden_dim, 3, padding=4, dilation=4),
+        )
+        self.fc2 = nn.Conv2d(hidden_dim, heads * self.channels, 1)
+        self.norm = nn.LayerNorm(latent_dim)
+        self.to(memory_format=torch.channels_last)
+
+    @classmethod
+    def from_config(cls, cfg: AgentConfig) -> ConvPredictor:
+        return cls(cfg.latent_dim, cfg.hidden_dim, cfg.map_side, cfg.context_frames, cfg.out_heads)
+
+    def hidden(self, z: torch.Tensor) -> torch.Tensor:
+        """(B, in_dim) -> (B, hidden, side, side)."""
+        return self.trunk(self.fc1(self.fc1_input(z)))
+
+    def fc1_input(self, z: torch.Tensor) -> torch.Tensor:
+        """(B, C * latent) -> the C maps stacked as channels, (B, C * channels, side, side)."""
+        x = z.reshape(z.shape[0], -1, self.side, self.side)
+        return x.contiguous(memory_format=torch.channels_last)
+
+    def trunk(self, pre: torch.Tensor) -> torch.Tensor:
+        """fc1's output (pre-activation) -> the hidden map: act(mid(pre))."""
+        return self.act(self.mid(pre))
+
+    @staticmethod
+    def per_sample(v: torch.Tensor) -> torch.Tensor:
+        """A per-sample vector (B, n) as it broadcasts against a map (B, n, side, side)."""
+        return v[:, :, None, None]
+
+    @staticmethod
+    def low_rank(
+        x: torch.Tensor, v: torch.Tensor, delta: torch.Tensor, u: torch.Tensor
+    ) -> torch.Tensor:
+        """A map x (B, n, side, side) through U diag(delta_b) V^T at every cell."""
+        y = (x.movedim(1, -1) @ v) * delta[:, None, None] @ u.T
+        return y.movedim(-1, 1)
+
+    @staticmethod
+    def mixed(x: torch.Tensor, c: torch.Tensor, bases: torch.Tensor) -> torch.Tensor:
+        """A map x (B, n, side, side) through sum_j c_bj H_j at every cell."""
+        xc = x.movedim(1, -1)  # (B, side, side, n)
+        outer = (c[:, None, None, :, None] * xc.unsqueeze(-2)).flatten(-2)  # (B, s, s, m n)
+        return (outer @ bases).movedim(-1, 1)
+
+    def finish(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """fc2's output (B, K * channels, side, side) -> (B, latent) or (B, K, latent)."""
+        y = y.contiguous().flatten(1)
+        return self.norm(y if self.heads == 1 else y.unflatten(-1, (self.heads, self.latent_dim)))
+
+    def readout(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return self.finish(self.fc2(h), z)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.readout(self.hidden(z), z)
+
+
+AnyPredictor = Predictor | ConvPredictor
+
+
+def build_predictor(cfg: AgentConfig) -> AnyPredictor:
+    """The config's predictor: ``ConvPredictor`` for ``predictor="conv"``, else ``Predictor``."""
+    return ConvPredictor.from_config(cfg) if cfg.predictor == "conv" else Predictor.from_config(cfg)

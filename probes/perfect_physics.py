@@ -13,7 +13,12 @@ online latent of frame i, as for the learner's own predictions; docs/definitions
   base world): what perfect dynamics scores without knowing the world, the yardstick for a
   learned predictor without memory (track A);
 - ``other``: the exact physics of another world of the same family (the next one of the
-  evaluation's worlds): what knowing the wrong world is worth.
+  evaluation's worlds): what knowing the wrong world is worth;
+- ``seen``: world-blind physics from the state as two frames show it: each digit at its rendered
+  (whole-pixel) position in frame i, moving at the difference of its rendered positions in
+  frames i - 1 and i. The simulator's state is sub-pixel and ``blind`` starts from it; a
+  predictor that reads the frames cannot, so ``seen`` is the world-blind ceiling of a predictor
+  of two context frames.
 
 Beside the learned floor and oracle, ``blind`` says how much of their error is the predictor's
 own (an error floor the latent does not impose), and ``blind`` against ``exact`` how much the
@@ -32,8 +37,9 @@ import env
 from agent.adaptation import WorldSet, input_index
 from agent.learner import Learner
 from agent.metrics import NormErrorSums, norm_error, norm_error_sums
+from env.render import pixel_positions
 
-BRANCHES = ("exact", "blind", "other")
+BRANCHES = ("exact", "blind", "other", "seen")
 WORLD_BLIND = env.PhysicsParams()  # no gravity, elastic walls, no friction
 
 
@@ -42,7 +48,7 @@ def branch_physics(branch: str, world: WorldSet, worlds: Sequence[WorldSet]) -> 
     ``world`` is the only one of its family in ``worlds``."""
     if branch == "exact":
         return world.scenes.physics.get(0)
-    if branch == "blind":
+    if branch in ("blind", "seen"):
         return WORLD_BLIND
     if branch != "other":
         raise ValueError(f"unknown branch {branch!r}, expected one of {BRANCHES}")
@@ -51,6 +57,17 @@ def branch_physics(branch: str, world: WorldSet, worlds: Sequence[WorldSet]) -> 
         return None
     at = next(k for k, w in enumerate(family) if w is world)  # by identity: WorldSets hold arrays
     return family[(at + 1) % len(family)].scenes.physics.get(0)
+
+
+def as_seen(scenes: env.SceneBatch, before: env.SceneBatch) -> env.SceneBatch:
+    """``scenes`` with each digit at its rendered position and the velocity the rendered
+    positions of ``before`` (the frame before) and ``scenes`` show."""
+    seen = scenes.copy()
+    now = pixel_positions(scenes.positions, scenes.limit).astype(np.float64)
+    then = pixel_positions(before.positions, before.limit)
+    seen.positions[:] = now
+    seen.velocities[:] = now - then
+    return seen
 
 
 def scenes_at(world: WorldSet, i: int) -> env.SceneBatch:
@@ -87,9 +104,9 @@ def world_sums(learner: Learner, world: WorldSet, worlds: Sequence[WorldSet], i:
     out = {}
     for branch in branches:
         physics = branch_physics(branch, world, worlds)
-        if physics is None:
+        if physics is None or (branch == "seen" and i == 0):  # no frame before the first
             continue
-        scenes = start.copy()
+        scenes = as_seen(start, scenes_at(world, i - 1)) if branch == "seen" else start.copy()
         scenes.physics.assign(np.arange(scenes.num_scenes), [physics] * scenes.num_scenes)
         pred = _latents(learner, scenes.rollout(hs), target=True)
         out[branch] = norm_error_sums(pred, z, targets, learner.cfg.norm_eps)
@@ -97,7 +114,7 @@ def world_sums(learner: Learner, world: WorldSet, worlds: Sequence[WorldSet], i:
 
 
 def perfect_physics(learner: Learner, worlds: Sequence[WorldSet], n_max: int,
-                    branches: Sequence[str] = ("blind", "other")) -> dict[str, Any]:  # fmt: skip
+                    branches: Sequence[str] = ("blind", "other", "seen")) -> dict[str, Any]:  # fmt: skip
     """D of perfect physics in ``learner``'s latent on ``worlds`` (the module doc), at the input
     frame of the held-out evaluation with memories of up to ``n_max`` entries: ``{"horizons",
     "input_frame", "families": {family: {branch: [D per horizon..., their mean]}}}`` with a

@@ -17,8 +17,7 @@ def build_modulator(cfg: AgentConfig) -> Modulator:
         return NoModulator(cfg.exp_dim, cfg.hidden_dim)
     if cfg.track == "B":
         return ResidualModulator(cfg.exp_dim, cfg.hidden_dim)
-    c_in = cfg.context_frames * cfg.latent_dim  # the predictor's input and output widths
-    c_out = cfg.out_heads * cfg.latent_dim
+    c_in, c_out = cfg.predictor_widths  # fc1's input and fc2's output (per cell of a map)
     if cfg.track == "C":
         return LoRAModulator(c_in, cfg.hidden_dim, cfg.exp_dim, cfg.lora_rank, c_out)
     if cfg.track == "D":

@@ -7,7 +7,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from agent.networks import Predictor
+from agent.networks import AnyPredictor
 
 
 class Modulated(NamedTuple):
@@ -25,5 +25,5 @@ class Modulator(nn.Module):
 
     uses_memory: bool = True
 
-    def forward(self, predictor: Predictor, z: torch.Tensor, e_agg: torch.Tensor) -> Modulated:
+    def forward(self, predictor: AnyPredictor, z: torch.Tensor, e_agg: torch.Tensor) -> Modulated:
         raise NotImplementedError

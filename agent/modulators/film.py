@@ -6,11 +6,12 @@ import torch
 from torch import nn
 
 from agent.modulators.base import Modulated, Modulator
-from agent.networks import Predictor
+from agent.networks import AnyPredictor
 
 
 class FiLMModulator(Modulator):
-    """h1 = GELU(W1 z + b1) * (1 + g) + b, (g, b) = Linear(e_agg) with no bias.
+    """h1 = GELU(W1 z + b1) * (1 + g) + b, (g, b) = Linear(e_agg) with no bias (per channel of
+    a convolutional predictor's hidden map).
 
     Bias-free, so e_agg = 0 gives g = b = 0 and the base predictor exactly.
     """
@@ -19,9 +20,9 @@ class FiLMModulator(Modulator):
         super().__init__()
         self.film = nn.Linear(exp_dim, 2 * hidden_dim, bias=False)
 
-    def forward(self, predictor: Predictor, z: torch.Tensor, e_agg: torch.Tensor) -> Modulated:
+    def forward(self, predictor: AnyPredictor, z: torch.Tensor, e_agg: torch.Tensor) -> Modulated:
         """z (B, latent), e_agg (B, exp_dim) -> pred (B, latent), scales (B, 2 hidden)."""
         gb = self.film(e_agg)  # (B, 2 hidden)
         g, b = gb.chunk(2, dim=-1)
-        h1 = predictor.hidden(z) * (1.0 + g) + b
+        h1 = predictor.hidden(z) * (1.0 + predictor.per_sample(g)) + predictor.per_sample(b)
         return Modulated(predictor.readout(h1, z), gb)

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from agent.modulators.base import Modulated, Modulator
-from agent.networks import Predictor
+from agent.networks import AnyPredictor
 
 
 class HyperModulator(Modulator):
@@ -25,9 +25,9 @@ class HyperModulator(Modulator):
         self.bases = nn.Parameter(torch.empty(hyper_dim * in_dim, hidden_dim))
         nn.init.normal_(self.bases, std=0.02)
 
-    def forward(self, predictor: Predictor, z: torch.Tensor, e_agg: torch.Tensor) -> Modulated:
+    def forward(self, predictor: AnyPredictor, z: torch.Tensor, e_agg: torch.Tensor) -> Modulated:
         """z (B, in), e_agg (B, exp_dim) -> pred (``Predictor.readout``), scales (B, m)."""
         c = self.code(e_agg)  # (B, m)
-        outer = (c.unsqueeze(2) * z.unsqueeze(1)).flatten(1)  # (B, m * in)
-        h1 = predictor.act(predictor.fc1(z) + outer @ self.bases)  # (B, hidden)
+        x = predictor.fc1_input(z)
+        h1 = predictor.trunk(predictor.fc1(x) + predictor.mixed(x, c, self.bases))
         return Modulated(predictor.readout(h1, z), c)

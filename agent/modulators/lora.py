@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from agent.modulators.base import Modulated, Modulator
-from agent.networks import Predictor
+from agent.networks import AnyPredictor
 
 
 class LoRAModulator(Modulator):
@@ -30,10 +30,11 @@ class LoRAModulator(Modulator):
         for param in (self.u1, self.v1, self.u2, self.v2):
             nn.init.normal_(param, std=0.02)
 
-    def forward(self, predictor: Predictor, z: torch.Tensor, e_agg: torch.Tensor) -> Modulated:
+    def forward(self, predictor: AnyPredictor, z: torch.Tensor, e_agg: torch.Tensor) -> Modulated:
         """z (B, in), e_agg (B, exp_dim) -> pred (``Predictor.finish``), scales (B, 2r)."""
         delta1 = self.delta1_gen(e_agg)  # (B, r)
         delta2 = self.delta2_gen(e_agg)  # (B, r)
-        h1 = predictor.act(predictor.fc1(z) + (z @ self.v1) * delta1 @ self.u1.T)  # (B, hidden)
-        h2 = predictor.fc2(h1) + (h1 @ self.v2) * delta2 @ self.u2.T  # (B, out)
+        x = predictor.fc1_input(z)
+        h1 = predictor.trunk(predictor.fc1(x) + predictor.low_rank(x, self.v1, delta1, self.u1))
+        h2 = predictor.fc2(h1) + predictor.low_rank(h1, self.v2, delta2, self.u2)
         return Modulated(predictor.finish(h2, z), torch.cat([delta1, delta2], dim=-1))

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from agent.modulators.base import Modulated, Modulator
-from agent.networks import Predictor
+from agent.networks import AnyPredictor
 
 
 class NoModulator(Modulator):
@@ -19,6 +19,6 @@ class NoModulator(Modulator):
         self.proj_B = nn.Linear(exp_dim, hidden_dim)
         self.proj_B.requires_grad_(False)
 
-    def forward(self, predictor: Predictor, z: torch.Tensor, e_agg: torch.Tensor) -> Modulated:
+    def forward(self, predictor: AnyPredictor, z: torch.Tensor, e_agg: torch.Tensor) -> Modulated:
         """z (B, latent), e_agg ignored -> pred (B, latent)."""
         return Modulated(predictor(z), None)

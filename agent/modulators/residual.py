@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from agent.modulators.base import Modulated, Modulator
-from agent.networks import Predictor
+from agent.networks import AnyPredictor
 
 
 class ResidualModulator(Modulator):
@@ -16,6 +16,8 @@ class ResidualModulator(Modulator):
         super().__init__()
         self.proj_B = nn.Linear(exp_dim, hidden_dim)
 
-    def forward(self, predictor: Predictor, z: torch.Tensor, e_agg: torch.Tensor) -> Modulated:
+    def forward(self, predictor: AnyPredictor, z: torch.Tensor, e_agg: torch.Tensor) -> Modulated:
         """z (B, latent), e_agg (B, exp_dim) -> pred (B, latent)."""
-        return Modulated(predictor.readout(predictor.hidden(z) + self.proj_B(e_agg), z), None)
+        return Modulated(predictor.readout(
+            predictor.hidden(z) + predictor.per_sample(self.proj_B(e_agg)), z
+        ), None)

@@ -116,21 +116,27 @@ def perfect_physics_bound(held: dict[str, Any], held_a: dict[str, Any],
     """Perfect physics beside the bounds (``probes.perfect_physics``): the chosen track's
     latent's world-blind and other-world D (mean over horizons, ``d``; ``d_per_h``) per family,
     and ``floor_ratio_per_h``: track A's D^n per horizon over perfect world-blind physics in
-    track A's own latent. None for reports written before it."""
+    track A's own latent (``floor_ratio_seen_per_h``: over world-blind physics from the state
+    as two frames show it, where the report has it). None for reports written before it."""
     pp, pp_a = held.get("perfect_physics"), held_a.get("perfect_physics")
     if not pp or not pp_a:
         return None
     fams = pp["families"]
     out: dict[str, Any] = {
-        "d": {b: {f: rows[b][-1] for f, rows in fams.items() if b in rows} for b in ("blind", "other")},
+        "d": {b: {f: rows[b][-1] for f, rows in fams.items() if b in rows} for b in BRANCHES},
         "d_per_h": {b: {f: rows[b][:-1] for f, rows in fams.items() if b in rows}
-                    for b in ("blind", "other")},
+                    for b in BRANCHES},
     }  # fmt: skip
-    out["floor_ratio_per_h"] = {
-        f: [a / c if c > 0 else None for a, c in zip(h_a[f], rows["blind"][:-1], strict=True)]
-        for f, rows in pp_a["families"].items() if f in h_a and "blind" in rows
-    }  # fmt: skip
+    for key, branch in (("floor_ratio_per_h", "blind"), ("floor_ratio_seen_per_h", "seen")):
+        out[key] = {
+            f: [a / c if c > 0 else None for a, c in zip(h_a[f], rows[branch][:-1], strict=True)]
+            for f, rows in pp_a["families"].items() if f in h_a and branch in rows
+        }  # fmt: skip
     return out
+
+
+#: The perfect-physics branches beside the bounds (``probes.perfect_physics.BRANCHES``).
+BRANCHES = ("blind", "other", "seen")
 
 
 def _pct(x: float | None) -> str:
@@ -171,8 +177,9 @@ def bounds_text(b: dict[str, Any]) -> list[str]:
         f"{b['ceiling']['d'][f]:>16.3f}" for f in fams))
     pp = b.get("perfect_physics")
     if pp:
-        for key, label in (("blind", "perfect physics, blind"), ("other", "perfect physics, other")):
-            row = pp["d"][key]
+        for key, label in (("blind", "perfect physics, blind"), ("other", "perfect physics, other"),
+                           ("seen", "physics, blind, as seen")):
+            row = pp["d"].get(key, {})
             if all(f in row for f in fams):
                 out.append("  " + f"{label:<24}" + "".join(f"{row[f]:>16.3f}" for f in fams))
     head = b.get("headline")
@@ -184,6 +191,10 @@ def bounds_text(b: dict[str, Any]) -> list[str]:
         out.append("  track A / world-blind physics per horizon (pooled, each in its own latent): "
                    + ", ".join(f"h={h} {_times(x)}" for h, x in
                                zip(b["horizons"], pp["floor_ratio_per_h"]["pooled"], strict=False)))
+    if pp and "pooled" in pp.get("floor_ratio_seen_per_h", {}):
+        out.append("  track A / world-blind physics as two frames show it: " + ", ".join(
+            f"h={h} {_times(x)}" for h, x in
+            zip(b["horizons"], pp["floor_ratio_seen_per_h"]["pooled"], strict=False)))
     return out
 
 

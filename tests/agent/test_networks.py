@@ -9,7 +9,7 @@ from fp32 import assert_reordered
 from agent import AgentConfig
 from agent.build import build_networks, count_parameters
 from agent.modulators import LoRAModulator
-from agent.networks import Encoder, Predictor
+from agent.networks import ConvPredictor, Encoder, Predictor
 
 
 def test_encoder_matches_the_listing() -> None:
@@ -97,3 +97,49 @@ def test_fused_no_grad_convolutions_change_no_bit(bf16: bool, monkeypatch: pytes
     fused = latents()
     monkeypatch.setattr(networks, "_FUSED", False)
     assert torch.equal(fused, latents())
+
+
+MAP = {"encoder": "map", "encoder_channels": (4, 8), "latent_dim": 512, "predictor": "conv",
+       "hidden_dim": 16, "context_frames": 2, "per_horizon": True, "horizons": (1, 2, 4)}
+
+
+def test_a_map_encoder_keeps_the_map_and_the_conv_predictor_keeps_it_spatial() -> None:
+    """encoder="map": the feature map after len(encoder_channels) strided convolutions is the
+    latent (2 convolutions: 16 x 16 cells, 512 / 256 = 2 channels), flattened in NCHW order;
+    the conv predictor is translation-equivariant away from the borders (a shifted input map
+    gives the shifted output map, before the LayerNorm)."""
+    cfg = AgentConfig.from_preset("tiny", track="A", **MAP)
+    nets = build_networks(cfg)
+    assert cfg.map_side == 16 and cfg.predictor_widths == (4, 6)
+    x = torch.zeros(2, 1, 64, 64)
+    x[:, :, 20:30, 20:30] = 1.0
+    z = nets.encoder(x)
+    assert z.shape == (2, 512)
+    torch.testing.assert_close(z.mean(1), torch.zeros(2), atol=1e-5, rtol=0)  # LayerNorm
+    assert nets.predictor(torch.randn(3, 1024)).shape == (3, 3, 512)
+    p = ConvPredictor(4 * 32 * 32, 16, side=32)  # receptive field: 7 cells each way
+    m = torch.zeros(1, 4, 32, 32)
+    m[:, :, 14:18, 14:18] = torch.randn(1, 4, 4, 4)
+    y = p.fc2(p.hidden(m.flatten(1)))
+    y2 = p.fc2(p.hidden(torch.roll(m, 1, dims=3).flatten(1)))
+    torch.testing.assert_close(y2[..., 7:25, 8:25], y[..., 7:25, 7:24])
+
+
+@pytest.mark.parametrize("track", ["C", "D", "E"])
+def test_memory_modulates_the_conv_predictor_per_cell_and_not_at_e_agg_zero(track: str) -> None:
+    cfg = AgentConfig.from_preset("tiny", track=track, **MAP)
+    nets = build_networks(cfg)
+    z, e = torch.randn(3, 1024), torch.randn(3, cfg.exp_dim)
+    base = nets.predictor(z)
+    assert torch.equal(nets.modulator(nets.predictor, z, torch.zeros_like(e)).pred, base)
+    assert not torch.allclose(nets.modulator(nets.predictor, z, e).pred, base)
+
+
+def test_a_map_needs_the_conv_predictor_and_a_latent_of_whole_channels() -> None:
+    with pytest.raises(ValueError, match="latent_dim"):
+        AgentConfig.from_preset("tiny", track="A", **{**MAP, "latent_dim": 500})
+    with pytest.raises(ValueError, match="predictor"):
+        AgentConfig.from_preset("tiny", track="A", **{**MAP, "encoder": "flat",
+                                                        "encoder_channels": (4, 8, 8, 8)})
+    with pytest.raises(ValueError, match="encoder_channels"):
+        AgentConfig.from_preset("tiny", track="A", encoder_channels=(4, 8))

@@ -9,7 +9,13 @@ import pytest
 import env
 from agent import AgentConfig, Learner
 from agent.adaptation import input_index, sequence_length
-from probes.perfect_physics import WORLD_BLIND, branch_physics, perfect_physics, scenes_at
+from probes.perfect_physics import (
+    WORLD_BLIND,
+    as_seen,
+    branch_physics,
+    perfect_physics,
+    scenes_at,
+)
 from runners.online.world_sets import world_set
 
 N_MAX = 3
@@ -90,3 +96,21 @@ def test_scenes_that_do_not_reproduce_the_frames_are_refused() -> None:
     w.scenes = None
     with pytest.raises(ValueError, match="no simulator state"):
         scenes_at(w, i)
+
+
+def test_the_seen_state_renders_the_frame_and_moves_as_the_frames_show(learner: Learner) -> None:
+    """``as_seen``: whole-pixel positions that render frame i exactly, and the velocity of the
+    rendered positions of frames i - 1 and i; in a world without gravity whose state is whole
+    pixels (speeds rounded), the seen branch is the blind one."""
+    (world,) = worlds_of(learner.cfg, GRAVITY[:1])
+    i = input_index(learner.cfg, N_MAX)
+    now, before = scenes_at(world, i), scenes_at(world, i - 1)
+    seen = as_seen(now, before)
+    assert np.array_equal(seen.render(), now.render())
+    assert np.array_equal(seen.positions, np.rint(seen.positions))
+    moved = seen.copy()
+    moved.positions[:] = before.positions
+    np.testing.assert_array_equal(seen.velocities, seen.positions - np.rint(moved.positions).clip(
+        0, seen.limit))
+    out = perfect_physics(learner, worlds_of(learner.cfg, GRAVITY), N_MAX)["families"]["interp"]
+    assert all(d > 0.01 for d in out["seen"])  # whole pixels and no gravity: not the future
