@@ -368,9 +368,12 @@ class AgentConfig:
     @property
     def predictor_widths(self) -> tuple[int, int]:
         """The widths of the predictor's input to fc1 and output of fc2: the C context latents and
-        the latents of one call, or, for the convolutional predictor, their channels per cell."""
-        per = self.latent_dim // self.map_side**2 if self.predictor == "conv" else self.latent_dim
-        return self.context_frames * per, self.out_heads * per
+        the latents of one call, or, for the convolutional predictor, their channels per cell (fc1's
+        input: the 3 x 3 cells it reads)."""
+        if self.predictor != "conv":
+            return self.context_frames * self.latent_dim, self.out_heads * self.latent_dim
+        per = self.latent_dim // self.map_side**2  # channels a cell; fc1 reads 3 x 3 cells
+        return 9 * self.context_frames * per, self.out_heads * per
 
     @property
     def rollout(self) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from agent.config import AgentConfig
 
@@ -131,6 +132,11 @@ class Predictor(nn.Module):
         return self.act(pre)
 
     @staticmethod
+    def patches(x: torch.Tensor) -> torch.Tensor:
+        """What fc1 reads of its input x at each output: all of it."""
+        return x
+
+    @staticmethod
     def per_sample(v: torch.Tensor) -> torch.Tensor:
         """A per-sample vector (B, n) as it broadcasts against a hidden state: itself."""
         return v
@@ -172,7 +178,8 @@ class ConvPredictor(nn.Module):
     field of 15 x 15 cells, 60 px at 4 px a cell), GELU after each, and a 1x1 convolution
     (``fc2``) to K maps of the latent's channels, each map flattened (NCHW) and LayerNorm-ed as
     the encoder's. ``hidden`` is the feature map (B, hidden, side, side) after the third GELU,
-    where a modulator acts per channel. The same interface as ``Predictor``.
+    where a modulator acts per channel; on ``fc1`` a modulator's delta reads each cell's 3x3
+    ``patches`` (a per-sample delta of the kernel). The same interface as ``Predictor``.
     """
 
     def __init__(
@@ -210,6 +217,12 @@ class ConvPredictor(nn.Module):
     def trunk(self, pre: torch.Tensor) -> torch.Tensor:
         """fc1's output (pre-activation) -> the hidden map: act(mid(pre))."""
         return self.act(self.mid(pre))
+
+    def patches(self, x: torch.Tensor) -> torch.Tensor:
+        """What fc1 (3x3) reads at each cell: the cell's 3x3 neighbourhood of x (B, n, side,
+        side) as channels, (B, 9 n, side, side), so that a per-cell delta on it is a delta of
+        fc1's kernel and can move features between cells."""
+        return F.unfold(x, 3, padding=1).view(x.shape[0], -1, self.side, self.side)
 
     @staticmethod
     def per_sample(v: torch.Tensor) -> torch.Tensor:

@@ -35,6 +35,7 @@ class LoRAModulator(Modulator):
         delta1 = self.delta1_gen(e_agg)  # (B, r)
         delta2 = self.delta2_gen(e_agg)  # (B, r)
         x = predictor.fc1_input(z)
-        h1 = predictor.trunk(predictor.fc1(x) + predictor.low_rank(x, self.v1, delta1, self.u1))
+        dx = predictor.low_rank(predictor.patches(x), self.v1, delta1, self.u1)
+        h1 = predictor.trunk(predictor.fc1(x) + dx)
         h2 = predictor.fc2(h1) + predictor.low_rank(h1, self.v2, delta2, self.u2)
         return Modulated(predictor.finish(h2, z), torch.cat([delta1, delta2], dim=-1))

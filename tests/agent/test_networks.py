@@ -110,7 +110,7 @@ def test_a_map_encoder_keeps_the_map_and_the_conv_predictor_keeps_it_spatial() -
     gives the shifted output map, before the LayerNorm)."""
     cfg = AgentConfig.from_preset("tiny", track="A", **MAP)
     nets = build_networks(cfg)
-    assert cfg.map_side == 16 and cfg.predictor_widths == (4, 6)
+    assert cfg.map_side == 16 and cfg.predictor_widths == (36, 6)
     x = torch.zeros(2, 1, 64, 64)
     x[:, :, 20:30, 20:30] = 1.0
     z = nets.encoder(x)
