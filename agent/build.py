@@ -18,7 +18,7 @@ from agent.memory import (
     OracleContext,
 )
 from agent.modulators import Modulator, build_modulator
-from agent.networks import ConvPredictor, Encoder, Predictor, build_predictor
+from agent.networks import AnyPredictor, Encoder, build_predictor
 
 
 class Networks(nn.Module):
@@ -30,7 +30,7 @@ class Networks(nn.Module):
         self,
         encoder: Encoder,
         target: EMATarget,
-        predictor: Predictor | ConvPredictor,
+        predictor: AnyPredictor,
         modulator: Modulator,
         experience: ExperienceEncoder | None,
         aggregator: AttentionAggregator | None,

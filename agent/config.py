@@ -216,7 +216,8 @@ class AgentConfig:
     # "flat": the listing's encoder, four strided convolutions and a Linear to latent_dim; "map":
     # the feature map after the strided convolutions is the latent (a 1x1 convolution to
     # latent_dim / side^2 channels; 64 px / 2^len(encoder_channels) a side), for the "conv"
-    # predictor, a convolutional one on the map (docs/agent.md, "A spatial latent")
+    # predictor, a convolutional one on the map (docs/agent.md, "Beyond the paper: a spatial
+    # latent and a convolutional predictor")
     encoder: str = "flat"
     push_pair: str = "newest"  # memory pair: "newest" frames (paper) or "input" (the input's own)
     # "global" one FIFO of batch means (paper), "group" one FIFO per group of ``group_size``
