@@ -180,10 +180,9 @@ class AgentConfig:
     gamma: float = 0.75  # variance hinge threshold
     lambda_reg: float = 0.05  # weight of the variance hinge
     # what the variance hinge holds apart: the "predictions" (the paper) or the online
-    # encoder's "latents" of the context frames (eb_jepa, VICReg); lambda_cov weighs VICReg's
-    # covariance term on the same tensor (0: none, the paper)
+    # encoder's "latents" of the context frames (eb_jepa, VICReg)
     regularise: str = "predictions"
-    lambda_cov: float = 0.0
+    lambda_cov: float = 0.0  # weight of VICReg's covariance term on what regularise names (0: none, the paper)
     # the prediction error: "mse" the mean over horizons of the squared error (the paper);
     # "relative" each horizon's divided by its batch's mean squared "no change" distance
     # ||zbar_k - z_t||^2, so that the short horizons weigh as they do in D

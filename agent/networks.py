@@ -132,6 +132,11 @@ class Predictor(nn.Module):
         return self.act(pre)
 
     @staticmethod
+    def body(h: torch.Tensor) -> torch.Tensor:
+        """The hidden state -> what fc2 reads: h itself (one hidden layer)."""
+        return h
+
+    @staticmethod
     def patches(x: torch.Tensor) -> torch.Tensor:
         """What fc1 reads of its input x at each output: all of it."""
         return x
@@ -177,8 +182,9 @@ class ConvPredictor(nn.Module):
     A 3x3 convolution (``fc1``), two dilated 3x3 convolutions (dilation 2 and 4: a receptive
     field of 15 x 15 cells, 60 px at 4 px a cell), GELU after each, and a 1x1 convolution
     (``fc2``) to K maps of the latent's channels, each map flattened (NCHW) and LayerNorm-ed as
-    the encoder's. ``hidden`` is the feature map (B, hidden, side, side) after the third GELU,
-    where a modulator acts per channel; on ``fc1`` a modulator's delta reads each cell's 3x3
+    the encoder's. ``hidden`` is the first hidden map (B, hidden, side, side), act(fc1(z)),
+    where a modulator acts per channel, so that the dilated convolutions after it (``body``) can
+    turn what it is told into a move; on ``fc1`` a modulator's delta reads each cell's 3x3
     ``patches`` (a per-sample delta of the kernel). The same interface as ``Predictor``.
     """
 
@@ -192,7 +198,6 @@ class ConvPredictor(nn.Module):
         self.fc1 = nn.Conv2d(context * self.channels, hidden_dim, 3, padding=1)
         self.act = nn.GELU()
         self.mid = nn.Sequential(
-            nn.GELU(),
             nn.Conv2d(hidden_dim, hidden_dim, 3, padding=2, dilation=2),
             nn.GELU(),
             nn.Conv2d(hidden_dim, hidden_dim, 3, padding=4, dilation=4),
@@ -206,7 +211,7 @@ class ConvPredictor(nn.Module):
         return cls(cfg.latent_dim, cfg.hidden_dim, cfg.map_side, cfg.context_frames, cfg.out_heads)
 
     def hidden(self, z: torch.Tensor) -> torch.Tensor:
-        """(B, in_dim) -> (B, hidden, side, side)."""
+        """(B, in_dim) -> the first hidden map (B, hidden, side, side): act(fc1(z))."""
         return self.trunk(self.fc1(self.fc1_input(z)))
 
     def fc1_input(self, z: torch.Tensor) -> torch.Tensor:
@@ -215,8 +220,12 @@ class ConvPredictor(nn.Module):
         return x.contiguous(memory_format=torch.channels_last)
 
     def trunk(self, pre: torch.Tensor) -> torch.Tensor:
-        """fc1's output (pre-activation) -> the hidden map: act(mid(pre))."""
-        return self.act(self.mid(pre))
+        """fc1's output (pre-activation) -> the first hidden map: act(pre)."""
+        return self.act(pre)
+
+    def body(self, h: torch.Tensor) -> torch.Tensor:
+        """The first hidden map -> what fc2 reads: act(mid(h)), the dilated convolutions."""
+        return self.act(self.mid(h))
 
     def patches(self, x: torch.Tensor) -> torch.Tensor:
         """What fc1 (3x3) reads at each cell: the cell's 3x3 neighbourhood of x (B, n, side,
@@ -250,7 +259,7 @@ class ConvPredictor(nn.Module):
         return self.norm(y if self.heads == 1 else y.unflatten(-1, (self.heads, self.latent_dim)))
 
     def readout(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        return self.finish(self.fc2(h), z)
+        return self.finish(self.fc2(self.body(h)), z)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return self.readout(self.hidden(z), z)

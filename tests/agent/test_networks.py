@@ -120,8 +120,8 @@ def test_a_map_encoder_keeps_the_map_and_the_conv_predictor_keeps_it_spatial() -
     p = ConvPredictor(4 * 32 * 32, 16, side=32)  # receptive field: 7 cells each way
     m = torch.zeros(1, 4, 32, 32)
     m[:, :, 14:18, 14:18] = torch.randn(1, 4, 4, 4)
-    y = p.fc2(p.hidden(m.flatten(1)))
-    y2 = p.fc2(p.hidden(torch.roll(m, 1, dims=3).flatten(1)))
+    y = p.fc2(p.body(p.hidden(m.flatten(1))))
+    y2 = p.fc2(p.body(p.hidden(torch.roll(m, 1, dims=3).flatten(1))))
     torch.testing.assert_close(y2[..., 7:25, 8:25], y[..., 7:25, 7:24])
 
 
@@ -133,6 +133,24 @@ def test_memory_modulates_the_conv_predictor_per_cell_and_not_at_e_agg_zero(trac
     base = nets.predictor(z)
     assert torch.equal(nets.modulator(nets.predictor, z, torch.zeros_like(e)).pred, base)
     assert not torch.allclose(nets.modulator(nets.predictor, z, e).pred, base)
+
+
+@pytest.mark.parametrize("track", ["B", "C", "D", "E"])
+def test_every_modulated_conv_predictor_stays_translation_equivariant(track: str) -> None:
+    """A memory (or the oracle) tells the conv predictor about the world, not about a place:
+    each track's modulation acts alike at every cell (per channel of the first hidden map, or a
+    per-sample kernel delta), so a shifted input map gives the shifted output map away from the
+    borders (before the LayerNorm, replaced here by the identity)."""
+    cfg = AgentConfig.from_preset("tiny", track=track, **{
+        **MAP, "encoder_channels": (4,), "latent_dim": 2 * 32 * 32})  # 32 x 32 cells
+    nets = build_networks(cfg)
+    nets.predictor.norm = torch.nn.Identity()
+    e = torch.randn(1, cfg.exp_dim)
+    m = torch.zeros(1, 4, 32, 32)  # 2 context maps of 2 channels
+    m[:, :, 14:18, 14:18] = torch.randn(1, 4, 4, 4)
+    y = nets.modulator(nets.predictor, m.flatten(1), e).pred.view(1, 3, 2, 32, 32)
+    y2 = nets.modulator(nets.predictor, torch.roll(m, 1, dims=3).flatten(1), e).pred
+    torch.testing.assert_close(y2.view(1, 3, 2, 32, 32)[..., 7:25, 8:25], y[..., 7:25, 7:24])
 
 
 def test_a_map_needs_the_conv_predictor_and_a_latent_of_whole_channels() -> None:
