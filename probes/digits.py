@@ -22,7 +22,7 @@ concatenated (``context``; with C = 1 the same as ``online``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,16 +64,46 @@ class Ridge:
         return ((np.asarray(x, np.float64) - self.mean) / self.scale) @ self.weight + self.bias
 
 
+@dataclass(frozen=True)
+class RidgePath:
+    """Ridge fits of any target at any penalty on one standardised x (N, F), from one
+    eigendecomposition: of the Gram matrix xs^T xs (F x F) when N >= F, else of the kernel
+    xs xs^T (N x N), whose ridge solution is the same (``(X^T X + l I)^-1 X^T = X^T (X X^T + l
+    I)^-1``). A fit costs two matrix products instead of a solve, so trying every penalty of
+    ``ALPHAS`` on every target costs about one solve."""
+
+    mean: np.ndarray  # (F,)
+    scale: np.ndarray  # (F,)
+    xs: np.ndarray  # (N, F): x standardised
+    basis: np.ndarray  # eigenvectors: (F, F) primal, (N, N) dual
+    eig: np.ndarray  # their eigenvalues
+
+    @classmethod
+    def fit(cls, x: np.ndarray) -> RidgePath:
+        x = np.asarray(x, np.float64)
+        mean, scale = x.mean(0), x.std(0)
+        scale = np.where(scale > 1e-8, scale, 1.0)
+        xs = (x - mean) / scale
+        eig, basis = np.linalg.eigh(xs.T @ xs if len(xs) >= xs.shape[1] else xs @ xs.T)
+        return cls(mean, scale, xs, basis, eig)
+
+    def ridge(self, y: np.ndarray, alpha: float) -> Ridge:
+        """The ridge probe of y (N, T), penalty ``alpha * N`` on the weights (so alpha does not
+        depend on the number of samples), intercept unpenalised."""
+        y = np.asarray(y, np.float64)
+        yc = y - y.mean(0)
+        shrink = 1.0 / (self.eig + alpha * len(self.xs))[:, None]
+        if self.basis.shape[0] == self.xs.shape[1]:  # primal: V diag(1 / (e + l)) V^T X^T y
+            weight = self.basis @ (shrink * (self.basis.T @ (self.xs.T @ yc)))
+        else:  # dual: X^T U diag(1 / (e + l)) U^T y
+            weight = self.xs.T @ (self.basis @ (shrink * (self.basis.T @ yc)))
+        return Ridge(self.mean, self.scale, weight, y.mean(0))
+
+
 def fit_ridge(x: np.ndarray, y: np.ndarray, alpha: float) -> Ridge:
     """Ridge regression of y (N, T) on standardised x (N, F), penalty ``alpha * N`` on the
     weights (so alpha does not depend on the number of samples), intercept unpenalised."""
-    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-    mean, scale = x.mean(0), x.std(0)
-    scale = np.where(scale > 1e-8, scale, 1.0)
-    xs = (x - mean) / scale
-    gram = xs.T @ xs + alpha * len(x) * np.eye(x.shape[1])
-    weight = np.linalg.solve(gram, xs.T @ (y - y.mean(0)))
-    return Ridge(mean, scale, weight, y.mean(0))
+    return RidgePath.fit(x).ridge(y, alpha)
 
 
 def r2_score(y: np.ndarray, pred: np.ndarray) -> float:
@@ -86,6 +116,21 @@ def r2_score(y: np.ndarray, pred: np.ndarray) -> float:
     return float(np.mean(1.0 - sse[keep] / sst[keep])) if keep.any() else float("nan")
 
 
+def fit_probes(
+    x_fit: np.ndarray, y_fit: Mapping[str, np.ndarray], alphas: Sequence[float] = ALPHAS
+) -> dict[str, Ridge]:
+    """A ridge probe of each target of ``y_fit`` on ``x_fit``: its penalty chosen on the last
+    fifth of the fitting set (fit on the rest), then refit on all of it. The targets share the
+    two decompositions of x (``RidgePath``)."""
+    cut = max(1, len(x_fit) - len(x_fit) // 5)
+    head, full = RidgePath.fit(x_fit[:cut]), RidgePath.fit(x_fit)
+    out = {}
+    for name, y in y_fit.items():
+        best = max(alphas, key=lambda a: r2_score(y[cut:], head.ridge(y[:cut], a).predict(x_fit[cut:])))
+        out[name] = full.ridge(y, best)
+    return out
+
+
 def probe_r2(
     x_fit: np.ndarray,
     y_fit: np.ndarray,
@@ -93,14 +138,9 @@ def probe_r2(
     y_test: np.ndarray,
     alphas: Sequence[float] = ALPHAS,
 ) -> float:
-    """Held-out R^2 of a ridge probe fit on (x_fit, y_fit): the penalty chosen on the last fifth
-    of the fitting set (fit on the rest), then refit on all of it and scored on the test set."""
-    cut = max(1, len(x_fit) - len(x_fit) // 5)
-    best = max(
-        alphas,
-        key=lambda a: r2_score(y_fit[cut:], fit_ridge(x_fit[:cut], y_fit[:cut], a).predict(x_fit[cut:])),
-    )
-    return r2_score(y_test, fit_ridge(x_fit, y_fit, best).predict(x_test))
+    """Held-out R^2 of a ridge probe fit on (x_fit, y_fit) (``fit_probes``), scored on the test
+    set."""
+    return r2_score(y_test, fit_probes(x_fit, {"y": y_fit}, alphas)["y"].predict(x_test))
 
 
 @dataclass
@@ -147,7 +187,8 @@ def probe_report(
     (for every latent of ``LATENTS`` and target of ``TARGETS``)."""
     x_fit, y_fit = probe_features(encode, fit, context)
     x_test, y_test = probe_features(encode, test, context)
-    return {
-        latent: {t: probe_r2(x_fit[latent], y_fit[t], x_test[latent], y_test[t]) for t in TARGETS}
-        for latent in LATENTS
-    }
+    out = {}
+    for latent in LATENTS:
+        probes = fit_probes(x_fit[latent], {t: y_fit[t] for t in TARGETS})
+        out[latent] = {t: r2_score(y_test[t], probes[t].predict(x_test[latent])) for t in TARGETS}
+    return out

@@ -28,7 +28,7 @@ from agent.adaptation import WorldSet, _encode, _memory, input_index
 from agent.learner import Learner
 from agent.memory.view import MemoryView
 from agent.step import aggregate
-from probes.digits import probe_r2
+from probes.digits import fit_probes, r2_score
 
 
 def entry_statistics(pairs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -99,7 +99,7 @@ def gravity_probe(
     """Held-out R^2 of a ridge probe of the gravity vector from ``features`` of a world's
     sequences (e_agg, ``context_codes``; or ``peer_entry_statistics``): fit on ``fit``'s
     worlds, scored on ``test``'s, per family and pooled (``"all"``). The penalty is chosen on
-    the last fifth of the fitting worlds (``probes.digits.probe_r2``)."""
+    the last fifth of the fitting worlds (``probes.digits.fit_probes``)."""
     x_fit, y_fit = [], []
     for w in fit:
         x_fit.append(features(learner, w, n, peers))
@@ -111,11 +111,12 @@ def gravity_probe(
         xs, ys = by_family.setdefault(w.family, ([], []))
         xs.append(x)
         ys.append(_gravity(w, len(x)))
+    probe = fit_probes(xf, {"gravity": yf})["gravity"]
     out = {}
     everything = ([], [])
     for fam, (xs, ys) in by_family.items():
-        out[fam] = probe_r2(xf, yf, np.concatenate(xs), np.concatenate(ys))
+        out[fam] = r2_score(np.concatenate(ys), probe.predict(np.concatenate(xs)))
         everything[0].extend(xs)
         everything[1].extend(ys)
-    out["all"] = probe_r2(xf, yf, np.concatenate(everything[0]), np.concatenate(everything[1]))
+    out["all"] = r2_score(np.concatenate(everything[1]), probe.predict(np.concatenate(everything[0])))
     return out

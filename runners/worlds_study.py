@@ -105,21 +105,10 @@ def build_report(args: WorldsStudy, plan: Sequence[tuple[str, grid.Point, backen
                             if args.oracle_track != "none" else [])),
         "evaluation": "held-out interp / extrap worlds at the end of the run: D^n from an empty "
                       "memory plus n own / same-world / wrong-world entries",
-        "commands": _commands(Path(args.out), command),
+        "commands": launch.study_commands(args.out, command),
     }
     return worlds_report.write_report(args.out, runs, meta, missing,
                                       title="EPM-JEPA worlds-protocol study")
-
-
-def _commands(out: Path, command: str) -> list[str]:
-    """The commands that made the study's runs: those of the previous report, then this one."""
-    import json
-
-    try:
-        before = json.loads((out / "report.json").read_text())["meta"]["commands"]
-    except (OSError, ValueError, KeyError, TypeError):
-        before = []
-    return list(dict.fromkeys([*(str(c) for c in before), command]))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

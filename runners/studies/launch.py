@@ -143,6 +143,18 @@ def run_specs(
             backend.shutdown()
 
 
+def study_commands(out: str | Path, command: str) -> list[str]:
+    """The commands that made a study's runs: those of its previous ``report.json``, then
+    ``command`` (each once)."""
+    import json
+
+    try:
+        before = json.loads((Path(out) / "report.json").read_text())["meta"]["commands"]
+    except (OSError, ValueError, KeyError, TypeError):
+        before = []
+    return list(dict.fromkeys([*(str(c) for c in before), command]))
+
+
 def report_failures(failed: Sequence[backends.RunResult]) -> int:
     """One line listing the failed runs (with their logs) and how to retry; the exit code."""
     if not failed:

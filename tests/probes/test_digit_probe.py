@@ -9,6 +9,8 @@ import torch
 import env
 from probes.digits import (
     ProbeSet,
+    RidgePath,
+    fit_probes,
     fit_ridge,
     probe_r2,
     probe_report,
@@ -41,6 +43,21 @@ def test_ridge_recovers_a_linear_map_and_r2_is_exact() -> None:
     assert probe_r2(x[:400], y[:400], x[400:], y[400:]) > 0.999
     noise = rng.normal(size=(500, 2))
     assert probe_r2(noise[:400], y[:400], noise[400:], y[400:]) < 0.05  # nothing to read
+
+
+@pytest.mark.parametrize("n", [200, 12])  # more samples than features (primal), fewer (dual)
+def test_ridge_path_is_the_ridge_solution_at_every_penalty(n: int) -> None:
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(n, 30)) + 2.0, rng.normal(size=(n, 3))
+    path = RidgePath.fit(x)
+    mean, scale = x.mean(0), x.std(0)
+    xs = (x - mean) / scale
+    for alpha in (1e-3, 1.0, 100.0):
+        direct = np.linalg.solve(xs.T @ xs + alpha * n * np.eye(30), xs.T @ (y - y.mean(0)))
+        np.testing.assert_allclose(path.ridge(y, alpha).weight, direct, rtol=1e-7, atol=1e-10)
+    shared = fit_probes(x, {"a": y, "b": y[:, :1]})  # targets sharing x's decompositions
+    alone = fit_probes(x, {"b": y[:, :1]})["b"]
+    np.testing.assert_allclose(shared["b"].predict(x), alone.predict(x), atol=1e-12)
 
 
 def _world(seed: int, gravity: float) -> ProbeSet:

@@ -34,6 +34,7 @@ from runners.cli import CliError, parse, run_main
         ("reproduce", ["--freeze-steps", "1"], "--freeze-steps"),
         ("worlds_study", ["--oracle-track", "A"], "--oracle-track: expected one of"),
         ("worlds_study", ["--tracks", "F"], "--tracks: expected one of 'A', 'B', 'C', 'D', 'E'"),
+        ("gravity_study", ["--scales", "x"], "--scales"),
     ],
 )
 def test_bad_command_line_is_one_line_exit_2(monkeypatch, capsys, module, argv, message):
@@ -52,7 +53,7 @@ def test_bad_command_line_is_one_line_exit_2(monkeypatch, capsys, module, argv, 
     ("module", "option"),
     [("make_dataset", "--shift-gravity"), ("evaluate", "--target-reference"),
      ("visualize", "--from RUN_DIR"), ("sweep", "--in-process"), ("reproduce", "--ablations"),
-     ("worlds_study", "--oracle-track")],
+     ("worlds_study", "--oracle-track"), ("gravity_study", "--scales")],
 )
 def test_help_lists_the_options_and_exits_0(module, option):
     res = cli(module, "--help")
