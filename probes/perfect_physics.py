@@ -18,7 +18,11 @@ online latent of frame i, as for the learner's own predictions; docs/definitions
   (whole-pixel) position in frame i, moving at the difference of its rendered positions in
   frames i - 1 and i. The simulator's state is sub-pixel and ``blind`` starts from it; a
   predictor that reads the frames cannot, so ``seen`` is the world-blind ceiling of a predictor
-  of two context frames.
+  of two context frames;
+- ``told``: the world's own physics from the state as two frames show it (``seen``'s start,
+  ``exact``'s physics): the ceiling of a predictor of two context frames that is told the world,
+  the oracle's yardstick (``told`` against ``seen``: what the world is worth to such a
+  predictor).
 
 Beside the learned floor and oracle, ``blind`` says how much of their error is the predictor's
 own (an error floor the latent does not impose), and ``blind`` against ``exact`` how much the
@@ -39,14 +43,14 @@ from agent.learner import Learner
 from agent.metrics import NormErrorSums, norm_error, norm_error_sums
 from env.render import pixel_positions
 
-BRANCHES = ("exact", "blind", "other", "seen")
+BRANCHES = ("exact", "blind", "other", "seen", "told")
 WORLD_BLIND = env.PhysicsParams()  # no gravity, elastic walls, no friction
 
 
 def branch_physics(branch: str, world: WorldSet, worlds: Sequence[WorldSet]) -> Any:
     """The physics a branch of ``world`` rolls under (``BRANCHES``); None for ``other`` when
     ``world`` is the only one of its family in ``worlds``."""
-    if branch == "exact":
+    if branch in ("exact", "told"):
         return world.scenes.physics.get(0)
     if branch in ("blind", "seen"):
         return WORLD_BLIND
@@ -104,9 +108,10 @@ def world_sums(learner: Learner, world: WorldSet, worlds: Sequence[WorldSet], i:
     out = {}
     for branch in branches:
         physics = branch_physics(branch, world, worlds)
-        if physics is None or (branch == "seen" and i == 0):  # no frame before the first
+        from_frames = branch in ("seen", "told")
+        if physics is None or (from_frames and i == 0):  # no frame before the first
             continue
-        scenes = as_seen(start, scenes_at(world, i - 1)) if branch == "seen" else start.copy()
+        scenes = as_seen(start, scenes_at(world, i - 1)) if from_frames else start.copy()
         scenes.physics.assign(np.arange(scenes.num_scenes), [physics] * scenes.num_scenes)
         pred = _latents(learner, scenes.rollout(hs), target=True)
         out[branch] = norm_error_sums(pred, z, targets, learner.cfg.norm_eps)
@@ -114,7 +119,8 @@ def world_sums(learner: Learner, world: WorldSet, worlds: Sequence[WorldSet], i:
 
 
 def perfect_physics(learner: Learner, worlds: Sequence[WorldSet], n_max: int,
-                    branches: Sequence[str] = ("blind", "other", "seen")) -> dict[str, Any]:  # fmt: skip
+                    branches: Sequence[str] = ("blind", "other", "seen", "told")
+                    ) -> dict[str, Any]:  # fmt: skip
     """D of perfect physics in ``learner``'s latent on ``worlds`` (the module doc), at the input
     frame of the held-out evaluation with memories of up to ``n_max`` entries: ``{"horizons",
     "input_frame", "families": {family: {branch: [D per horizon..., their mean]}}}`` with a

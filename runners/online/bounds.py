@@ -102,7 +102,7 @@ def bounds_report(main: dict[str, Any], floor: dict[str, Any], ceiling: dict[str
     return {
         "n": n,
         "track": main["track"],
-        "perfect_physics": perfect_physics_bound(held, held_a, h_a),
+        "perfect_physics": perfect_physics_bound(held, held_a, h_a, held_o, h_o),
         "horizons": held["horizons"],
         "floor": {"run": floor["run_dir"], "d": d_a, "d_per_h": h_a},
         "ceiling": {"run": ceiling["run_dir"], "d": d_o, "d_per_h": h_o},
@@ -111,13 +111,23 @@ def bounds_report(main: dict[str, Any], floor: dict[str, Any], ceiling: dict[str
     }
 
 
+def _ratios(h: dict[str, list[float]], pp: dict[str, Any], branch: str
+            ) -> dict[str, list[float | None]]:  # fmt: skip
+    """{family: a learner's D per horizon over perfect physics' ``branch`` in its own latent}."""
+    return {f: [a / c if c > 0 else None for a, c in zip(h[f], rows[branch][:-1], strict=True)]
+            for f, rows in pp["families"].items() if f in h and branch in rows}  # fmt: skip
+
+
 def perfect_physics_bound(held: dict[str, Any], held_a: dict[str, Any],
-                          h_a: dict[str, list[float]]) -> dict[str, Any] | None:  # fmt: skip
+                          h_a: dict[str, list[float]], held_o: dict[str, Any] | None = None,
+                          h_o: dict[str, list[float]] | None = None) -> dict[str, Any] | None:
     """Perfect physics beside the bounds (``probes.perfect_physics``): the chosen track's
-    latent's world-blind and other-world D (mean over horizons, ``d``; ``d_per_h``) per family,
-    and ``floor_ratio_per_h``: track A's D^n per horizon over perfect world-blind physics in
+    latent's D per branch (mean over horizons, ``d``; ``d_per_h``) per family, and
+    ``floor_ratio_per_h``: track A's D^n per horizon over perfect world-blind physics in
     track A's own latent (``floor_ratio_seen_per_h``: over world-blind physics from the state
-    as two frames show it, where the report has it). None for reports written before it."""
+    as two frames show it; ``ceiling_ratio_told_per_h``: the oracle's over the world's own
+    physics from that state, in the oracle's latent; each where the reports have it). None for
+    reports written before it."""
     pp, pp_a = held.get("perfect_physics"), held_a.get("perfect_physics")
     if not pp or not pp_a:
         return None
@@ -128,15 +138,15 @@ def perfect_physics_bound(held: dict[str, Any], held_a: dict[str, Any],
                     for b in BRANCHES},
     }  # fmt: skip
     for key, branch in (("floor_ratio_per_h", "blind"), ("floor_ratio_seen_per_h", "seen")):
-        out[key] = {
-            f: [a / c if c > 0 else None for a, c in zip(h_a[f], rows[branch][:-1], strict=True)]
-            for f, rows in pp_a["families"].items() if f in h_a and branch in rows
-        }  # fmt: skip
+        out[key] = _ratios(h_a, pp_a, branch)
+    pp_o = (held_o or {}).get("perfect_physics")
+    if pp_o and h_o is not None:
+        out["ceiling_ratio_told_per_h"] = _ratios(h_o, pp_o, "told")
     return out
 
 
 #: The perfect-physics branches beside the bounds (``probes.perfect_physics.BRANCHES``).
-BRANCHES = ("blind", "other", "seen")
+BRANCHES = ("blind", "other", "seen", "told")
 
 
 def _pct(x: float | None) -> str:
@@ -178,7 +188,8 @@ def bounds_text(b: dict[str, Any]) -> list[str]:
     pp = b.get("perfect_physics")
     if pp:
         for key, label in (("blind", "perfect physics, blind"), ("other", "perfect physics, other"),
-                           ("seen", "physics, blind, as seen")):
+                           ("seen", "physics, blind, as seen"),
+                           ("told", "physics, told, as seen")):
             row = pp["d"].get(key, {})
             if all(f in row for f in fams):
                 out.append("  " + f"{label:<24}" + "".join(f"{row[f]:>16.3f}" for f in fams))
@@ -191,10 +202,14 @@ def bounds_text(b: dict[str, Any]) -> list[str]:
         out.append("  track A / world-blind physics per horizon (pooled, each in its own latent): "
                    + ", ".join(f"h={h} {_times(x)}" for h, x in
                                zip(b["horizons"], pp["floor_ratio_per_h"]["pooled"], strict=False)))
-    if pp and "pooled" in pp.get("floor_ratio_seen_per_h", {}):
-        out.append("  track A / world-blind physics as two frames show it: " + ", ".join(
-            f"h={h} {_times(x)}" for h, x in
-            zip(b["horizons"], pp["floor_ratio_seen_per_h"]["pooled"], strict=False)))
+    for key, label in (("floor_ratio_seen_per_h", "track A / world-blind physics as two frames "
+                                                   "show it"),
+                       ("ceiling_ratio_told_per_h", "the oracle / the world's own physics as two "
+                                                    "frames show it")):
+        if pp and "pooled" in pp.get(key, {}):
+            out.append(f"  {label}: " + ", ".join(
+                f"h={h} {_times(x)}" for h, x in zip(b["horizons"], pp[key]["pooled"],
+                                                     strict=False)))
     return out
 
 

@@ -2,9 +2,10 @@
 
 Each run is one ``train_online`` run of the worlds protocol with its bounds, its families'
 gravity ranges scaled by one factor. From its ``summary.json`` it takes, pooled over the
-held-out families at n = 50 (docs/definitions.md): world-blind perfect physics in the run's own
-latent, the floor (track A), the oracle, the chosen track's peer / wrong-world / own memory and
-the gravity probe's R^2. Per scale: the mean and standard deviation over seeds, the oracle's
+held-out families at n = 50 (docs/definitions.md): perfect physics in the run's own latent
+(world-blind; world-blind and the world's own from the state two frames show, and what the world
+is worth between those two), the floor (track A), the oracle, the chosen track's peer /
+wrong-world / own memory and the gravity probe's R^2. Per scale: the mean and standard deviation over seeds, the oracle's
 margin below the floor, and ``OUT/figures/dose_response.png``.
 """
 
@@ -27,6 +28,9 @@ from runners.style import pyplot
 #: What a row holds, in the report's column order: key -> column header.
 COLUMNS = {
     "blind": "world-blind physics",
+    "seen": "world-blind physics as seen",
+    "told": "the world's physics as seen",
+    "worth": "told below seen",
     "floor": "floor (track A)",
     "oracle": "oracle",
     "margin": "oracle below the floor",
@@ -35,6 +39,9 @@ COLUMNS = {
     "own": "own memory",
     "probe_r2": "gravity probe R^2",
 }
+
+#: The columns that are shares (printed as percentages).
+PERCENT = ("worth", "margin")
 
 
 @dataclass(frozen=True)
@@ -66,8 +73,13 @@ def load_gravity_run(run_dir: str | Path, scale: float, seed: str) -> GravityRun
         return None
     floor = _get(bounds, "floor", "d", "pooled")
     oracle = _get(bounds, "ceiling", "d", "pooled")
+    seen = _get(bounds, "perfect_physics", "d", "seen", "pooled")
+    told = _get(bounds, "perfect_physics", "d", "told", "pooled")
     values = {
         "blind": _get(bounds, "perfect_physics", "d", "blind", "pooled"),
+        "seen": seen,
+        "told": told,
+        "worth": (seen - told) / seen if seen > 0 else math.nan,
         "floor": floor,
         "oracle": oracle,
         "margin": (floor - oracle) / floor if floor > 0 else math.nan,
@@ -107,7 +119,7 @@ def table_lines(result: Mapping[str, Any], families: Mapping[str, Mapping[str, t
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for scale, row in result.items():
         ranges = " / ".join(f"{lo:g}-{hi:g}" for lo, hi in families[scale].values())
-        cells = [_cell(row[k], pct=k == "margin") for k in COLUMNS]
+        cells = [_cell(row[k], pct=k in PERCENT) for k in COLUMNS]
         lines.append(f"| {scale} | {ranges} | " + " | ".join(cells)
                      + f" | {row['floor']['n']} |")
     return lines
@@ -115,8 +127,9 @@ def table_lines(result: Mapping[str, Any], families: Mapping[str, Mapping[str, t
 
 def fig_dose_response(result: Mapping[str, Any], path: Path) -> Path:
     """Left: D^50 of world-blind physics, the floor, peer memory and the oracle against the
-    gravity scale; right: the oracle's margin below the floor and peer memory's below
-    wrong-world memory (seed means, bars one standard deviation)."""
+    gravity scale; right: what the world is worth to perfect physics of two frames (told below
+    seen), the oracle's margin below the floor and peer memory's below wrong-world memory (seed
+    means, bars one standard deviation)."""
     plt = pyplot()
     xs = np.array([float(s) for s in result])
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
@@ -133,6 +146,8 @@ def fig_dose_response(result: Mapping[str, Any], path: Path) -> Path:
     left.set(xlabel="gravity x (all families)", ylabel="held-out D^50, pooled",
              title="Error against gravity's strength")
     left.legend(fontsize=8)
+    line(right, "worth", "perfect physics: told the world below world-blind (as seen)", "k--o",
+         100.0)
     line(right, "margin", "oracle below the floor", "-^", 100.0)
     gap = np.array([(result[s]["wrong"]["mean"] - result[s]["same"]["mean"])
                     / result[s]["floor"]["mean"] for s in result]) * 100.0

@@ -70,12 +70,13 @@ def test_perfect_physics_is_deterministic_and_leaves_the_worlds_alone(learner: L
 
 def test_the_branches_physics() -> None:
     """world-blind: no gravity; other: the next world of the same family, cyclically; none
-    for a family of one world."""
+    for a family of one world; told: the world's own."""
     cfg = AgentConfig.from_preset("tiny", track="A")
     a, b = worlds_of(cfg, GRAVITY)
     (c,) = worlds_of(cfg, [env.PhysicsParams(0.7, 90.0)], "extrap")
     worlds = [a, c, b]
     assert branch_physics("exact", a, worlds) == GRAVITY[0]
+    assert branch_physics("told", a, worlds) == GRAVITY[0]  # the world's own, from the frames
     assert branch_physics("blind", a, worlds) == WORLD_BLIND == env.PhysicsParams()
     assert branch_physics("other", a, worlds) == GRAVITY[1]
     assert branch_physics("other", b, worlds) == GRAVITY[0]
@@ -114,3 +115,14 @@ def test_the_seen_state_renders_the_frame_and_moves_as_the_frames_show(learner: 
         0, seen.limit))
     out = perfect_physics(learner, worlds_of(learner.cfg, GRAVITY), N_MAX)["families"]["interp"]
     assert all(d > 0.01 for d in out["seen"])  # whole pixels and no gravity: not the future
+
+
+def test_told_is_the_worlds_own_physics_from_what_two_frames_show(learner: Learner) -> None:
+    """``told`` starts where ``seen`` does and rolls the world's own physics: in worlds without
+    gravity the two are the same branch; with gravity they part."""
+    none = worlds_of(learner.cfg, [env.PhysicsParams(), env.PhysicsParams()], "flat")
+    flat = perfect_physics(learner, none, N_MAX, ("seen", "told"))["families"]["flat"]
+    assert flat["told"] == flat["seen"]
+    heavy = perfect_physics(learner, worlds_of(learner.cfg, GRAVITY), N_MAX,
+                            ("seen", "told"))["families"]["interp"]
+    assert heavy["told"] != heavy["seen"] and all(d > 0.01 for d in heavy["told"])

@@ -81,7 +81,8 @@ def test_the_report_places_every_memory_between_floor_and_ceiling() -> None:
 
 def test_perfect_physics_sits_beside_the_bounds() -> None:
     """The chosen track's perfect-physics D beside the bounds; track A's D per horizon over
-    perfect world-blind physics in its own latent."""
+    perfect world-blind physics in its own latent; the oracle's over the world's own physics as
+    two frames show it, in its own latent."""
     def pp(blind_i: list[float], blind_e: list[float]) -> dict:
         fams = {"interp": {"blind": blind_i, "other": [0.6, 0.7, 0.65]},
                 "extrap": {"blind": blind_e, "other": [0.8, 0.9, 0.85]}}
@@ -100,7 +101,15 @@ def test_perfect_physics_sits_beside_the_bounds() -> None:
     ceiling = {"run_dir": "c", "held_out": _held(
         {"interp": {"own": [0.9, 0.9]}, "extrap": {"own": [1.0, 1.0]}},
         {"interp": [0.8, 0.8], "extrap": [1.0, 1.0]})}  # fmt: skip
+    assert "ceiling_ratio_told_per_h" not in bounds.bounds_report(
+        main, floor, ceiling, n=50)["perfect_physics"]  # an oracle without perfect physics
+    told = {"interp": {"told": [0.4, 0.5, 0.45]}, "extrap": {"told": [0.5, 0.8, 0.65]},
+            "pooled": {"told": [0.45, 0.65, 0.55]}}
+    ceiling["held_out"]["perfect_physics"] = {"horizons": [2, 8], "families": told}
     b = bounds.bounds_report(main, floor, ceiling, n=50)["perfect_physics"]
+    assert b["ceiling_ratio_told_per_h"]["interp"] == pytest.approx([2.0, 1.6])
+    assert b["ceiling_ratio_told_per_h"]["extrap"] == pytest.approx([2.0, 1.25])
+    assert b["ceiling_ratio_told_per_h"]["pooled"] == pytest.approx([0.9 / 0.45, 0.9 / 0.65])
     assert b["d"]["blind"] == {"interp": 0.3, "extrap": 0.6, "pooled": pytest.approx(0.45)}
     assert b["d_per_h"]["other"]["extrap"] == [0.8, 0.9]
     assert b["floor_ratio_per_h"]["interp"] == pytest.approx([4.0, 2.0])
@@ -111,6 +120,7 @@ def test_perfect_physics_sits_beside_the_bounds() -> None:
     assert row[-3:] == ["0.300", "0.600", "0.450"]
     assert "track A / world-blind physics per horizon (pooled, each in its own latent): " \
         "h=2 3.4x, h=8 2.0x" in text
+    assert "the oracle / the world's own physics as two frames show it: h=2 2.0x, h=8 1.4x" in text
 
 
 def test_the_default_run_trains_floor_and_ceiling_and_tells_the_story(tmp_path: Path) -> None:

@@ -33,7 +33,8 @@ def _summary(floor: float, oracle: float, same: float, wrong: float, blind: floa
         return {"d": {"interp": x, "extrap": x, "pooled": x}}
     return {"bounds": {"floor": d(floor), "ceiling": d(oracle),
                        "memories": {"same": d(same), "wrong": d(wrong), "own": d(same)},
-                       "perfect_physics": {"d": {"blind": {"pooled": blind}}}},
+                       "perfect_physics": {"d": {"blind": {"pooled": blind},
+                                                 "seen": {"pooled": 0.5}, "told": {"pooled": 0.4}}}},
             "held_out": {"gravity_probe": {"r2": {"all": 0.5}}}}
 
 
@@ -55,7 +56,9 @@ def test_report_numbers_are_seed_means_of_the_runs_summaries(tmp_path: Path) -> 
     assert row["margin"]["seeds"] == {"0": pytest.approx(0.25), "1": pytest.approx(0.0)}
     assert row["blind"]["std"] == 0.0 and row["probe_r2"]["mean"] == pytest.approx(0.5)
     text = "\n".join(gr.table_lines(res, {"2": gs.families(2.0)}))
-    assert "| 2 | 0.2-1 / 0.3-0.9 / 1.2-1.6 | 0.300 +- 0.000 | 0.700 +- 0.141 |" in text
+    assert row["worth"]["mean"] == pytest.approx(0.2)  # (0.5 - 0.4) / 0.5
+    assert ("| 2 | 0.2-1 / 0.3-0.9 / 1.2-1.6 | 0.300 +- 0.000 | 0.500 +- 0.000 | 0.400 +- 0.000 | "
+            "20.0% +- 0.0% | 0.700 +- 0.141 |") in text
     assert "12.5% +- 17.7%" in text and text.endswith("| 2 |")
 
 
@@ -78,6 +81,7 @@ def test_study_runs_every_scale_writes_the_report_and_skips_finished_runs(tmp_pa
     assert row["floor"]["mean"] == pytest.approx(bounds["floor"]["d"]["pooled"], abs=1e-12)
     assert row["oracle"]["mean"] == pytest.approx(bounds["ceiling"]["d"]["pooled"], abs=1e-12)
     assert math.isfinite(row["blind"]["mean"]) and row["blind"]["mean"] > 0
+    assert math.isfinite(row["told"]["mean"]) and math.isfinite(row["seen"]["mean"])
     assert (out / "figures" / "dose_response.png").read_bytes()[:4] == b"\x89PNG"
     assert "| 2 | 0.2-1 / 0.3-0.9 / 1.2-1.6 |" in (out / "report.md").read_text()
     again = cli("gravity_study", *args)
