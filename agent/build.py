@@ -18,15 +18,13 @@ from agent.memory import (
     OracleContext,
 )
 from agent.modulators import Modulator, build_modulator
-from agent.modulators.translate import Translation
 from agent.networks import AnyPredictor, Encoder, build_predictor
 
 
 class Networks(nn.Module):
     """The learner's modules in one state dict. ``experience`` and ``aggregator`` are None for
     tracks whose modulator ignores memory (A) and with the oracle, whose ``oracle`` module
-    (None otherwise) feeds the true physics in place of e_agg; ``translation`` (``translate``, a
-    map's tracks B-E) moves the predicted maps as e_agg says."""
+    (None otherwise) feeds the true physics in place of e_agg."""
 
     def __init__(
         self,
@@ -37,7 +35,6 @@ class Networks(nn.Module):
         experience: ExperienceEncoder | None,
         aggregator: AttentionAggregator | None,
         oracle: OracleContext | None = None,
-        translation: Translation | None = None,
     ) -> None:
         super().__init__()
         self.encoder = encoder
@@ -47,7 +44,6 @@ class Networks(nn.Module):
         self.experience = experience
         self.aggregator = aggregator
         self.oracle = oracle
-        self.translation = translation
 
     def trainable(self) -> list[nn.Parameter]:
         """What the optimiser updates (everything but the EMA target and frozen dummies)."""
@@ -82,11 +78,8 @@ def build_networks(cfg: AgentConfig) -> Networks:
         elif modulator.uses_memory:
             experience = ExperienceEncoder.from_config(cfg)
             aggregator = AttentionAggregator.from_config(cfg)
-        translation = (Translation(cfg.exp_dim, cfg.out_heads, cfg.map_side)
-                       if cfg.translate and modulator.uses_memory else None)
     target = EMATarget(encoder)
-    return Networks(encoder, target, predictor, modulator, experience, aggregator, oracle,
-                    translation)
+    return Networks(encoder, target, predictor, modulator, experience, aggregator, oracle)
 
 
 def build_learner_parts(cfg: AgentConfig, device: torch.device | str = "cpu") -> LearnerParts:

@@ -257,8 +257,6 @@ def modulated_prediction(
         return mod.pred
 
     pred = unroll(transition, z, spec)
-    if nets.translation is not None:  # the maps moved as e_agg says (agent.modulators.translate)
-        pred = nets.translation(pred, e_agg)
     return Modulated(pred, scales[0]), agg
 
 

@@ -161,39 +161,3 @@ def test_a_map_needs_the_conv_predictor_and_a_latent_of_whole_channels() -> None
                                                         "encoder_channels": (4, 8, 8, 8)})
     with pytest.raises(ValueError, match="encoder_channels"):
         AgentConfig.from_preset("tiny", track="A", encoder_channels=(4, 8))
-
-
-def test_translation_moves_each_horizons_map_by_a_displacement_linear_in_e_agg() -> None:
-    """``translate``: e_agg = 0 (and the zero init) leaves the prediction as it is (to float
-    rounding: the resampling is read at the cells' centres); a
-    displacement of whole cells moves the map by whole cells (border cells repeated), half a
-    cell mixes two cells equally, each horizon by its own displacement, and the displacement is
-    linear in e_agg (so it is told the world's direction, not a place)."""
-    cfg = AgentConfig.from_preset("tiny", track="D", translate=True, **MAP)
-    nets = build_networks(cfg)
-    move = nets.translation
-    assert move is not None and move.heads == 3 and move.side == 16
-    pred = torch.randn(2, 3, 512)
-    torch.testing.assert_close(move(pred, torch.randn(2, cfg.exp_dim)), pred)  # zero init
-    with torch.no_grad():
-        move.proj.weight.zero_()
-        move.proj.weight[0, 0] = 1.0  # horizon 0 moves right by e_0 cells
-        move.proj.weight[3, 1] = -2.0  # horizon 1 moves down by -2 e_1 cells
-    e = torch.zeros(2, cfg.exp_dim)
-    e[0, 0], e[1, 0], e[0, 1] = 1.0, 0.5, 1.0
-    maps = pred.view(2, 3, 2, 16, 16)
-    out = move(pred, e).view(2, 3, 2, 16, 16)
-    torch.testing.assert_close(out[0, 0, ..., 1:], maps[0, 0, ..., :-1])  # one cell right
-    torch.testing.assert_close(out[0, 0, ..., 0], maps[0, 0, ..., 0])  # the border repeated
-    torch.testing.assert_close(out[1, 0, ..., 1:], (maps[1, 0, ..., 1:] + maps[1, 0, ..., :-1]) / 2)
-    torch.testing.assert_close(out[0, 1, :, :-2], maps[0, 1, :, 2:])  # two cells up
-    torch.testing.assert_close(out[:, 2], maps[:, 2])  # horizon 2 told nothing
-    torch.testing.assert_close(move.displacement(2 * e), 2 * move.displacement(e))
-
-
-def test_translation_is_built_for_a_memory_track_on_a_map_only() -> None:
-    assert build_networks(AgentConfig.from_preset("tiny", track="A", translate=True,
-                                                  **MAP)).translation is None  # no e_agg
-    assert build_networks(AgentConfig.from_preset("tiny", track="D", **MAP)).translation is None
-    with pytest.raises(ValueError, match="translate"):
-        AgentConfig.from_preset("tiny", track="D", translate=True)
