@@ -126,36 +126,37 @@ def table_lines(result: Mapping[str, Any], families: Mapping[str, Mapping[str, t
 
 
 def fig_dose_response(result: Mapping[str, Any], path: Path) -> Path:
-    """Left: D^50 of world-blind physics, the floor, peer memory and the oracle against the
-    gravity scale; right: what the world is worth to perfect physics of two frames (told below
-    seen), the oracle's margin below the floor and peer memory's below wrong-world memory (seed
-    means, bars one standard deviation)."""
+    """Left: D^50 of perfect physics (world-blind from the exact state, and the world's own from
+    the state two frames show), the floor, peer memory and the oracle against the gravity scale;
+    right: what the world is worth to perfect physics of two frames (told below seen), the
+    oracle's margin below the floor and peer memory's below wrong-world memory (seed means, bars
+    one standard deviation)."""
     plt = pyplot()
     xs = np.array([float(s) for s in result])
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 5))
 
-    def line(ax: Any, key: str, label: str, style: str, scale: float = 1.0) -> None:
+    def line(ax: Any, key: str, label: str, style: str, color: str, scale: float = 1.0) -> None:
         mean = np.array([result[s][key]["mean"] for s in result]) * scale
         std = np.array([result[s][key]["std"] for s in result]) * scale
-        ax.errorbar(xs, mean, yerr=std, fmt=style, label=label, capsize=3)
+        ax.errorbar(xs, mean, yerr=std, fmt=style, label=label, capsize=3, color=color)
 
-    line(left, "blind", "world-blind perfect physics", "k--o")
-    line(left, "floor", "floor (track A)", "-o")
-    line(left, "same", "peer memory", "-s")
-    line(left, "oracle", "oracle (told the world)", "-^")
+    line(left, "blind", "perfect physics, world-blind", "--o", "black")
+    line(left, "told", "perfect physics, told the world (as two frames show)", ":^", "black")
+    line(left, "floor", "floor (track A)", "-o", "tab:blue")
+    line(left, "same", "peer memory", "-s", "tab:orange")
+    line(left, "oracle", "oracle (told the world)", "-^", "tab:green")
     left.set(xlabel="gravity x (all families)", ylabel="held-out D^50, pooled",
              title="Error against gravity's strength")
-    left.legend(fontsize=8)
-    line(right, "worth", "perfect physics: told the world below world-blind (as seen)", "k--o",
-         100.0)
-    line(right, "margin", "oracle below the floor", "-^", 100.0)
+    left.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
+    line(right, "worth", "perfect physics: told below world-blind (as seen)", ":^", "black", 100.0)
+    line(right, "margin", "oracle below the floor", "-^", "tab:green", 100.0)
     gap = np.array([(result[s]["wrong"]["mean"] - result[s]["same"]["mean"])
                     / result[s]["floor"]["mean"] for s in result]) * 100.0
-    right.plot(xs, gap, "-s", label="wrong-world above peer memory")
+    right.plot(xs, gap, "-s", label="wrong-world above peer memory", color="tab:orange")
     right.axhline(0.0, color="grey", lw=0.8)
-    right.set(xlabel="gravity x (all families)", ylabel="% of the floor's D^50",
+    right.set(xlabel="gravity x (all families)", ylabel="% of D^50",
               title="What the world is worth")
-    right.legend(fontsize=8)
+    right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     with writing(path):
