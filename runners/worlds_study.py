@@ -19,16 +19,13 @@ under ``OUT/runs/<preset>-<steps>/``; rerunning the command finishes only what i
 
 from __future__ import annotations
 
-import shlex
-import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from agent.config import TRACKS, Track
-from runners.cli import CliError, ensure_output_dir, parse, run_main, writing
+from runners.cli import CliError, parse, run_main
 from runners.online.config import Preset
 from runners.studies import backends, grid, launch, worlds_report
 
@@ -122,20 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(t.startswith("oracle=") or t in ("--oracle", "--no-oracle") for t in passthrough):
         raise CliError("the oracle is an arm of the study; use --oracle-track")
     plan = make_specs(args, passthrough)
-    if not args.report_only:  # every run's typed config is valid before anything is written
-        launch.check_specs([s for _, _, s in plan])
-    command = PROG + " " + shlex.join(list(argv) if argv is not None else sys.argv[1:])
-    t0 = time.perf_counter()
-    ensure_output_dir(args.out, "--out")
-    failed: list[backends.RunResult] = []
-    if not args.report_only:
-        results = launch.run_specs(args.backend.make(), [s for _, _, s in plan],
-                                   Path(args.out) / "logs")
-        failed = [r for r in results if not r.ok]
-    with writing(args.out):
-        path = build_report(args, plan, command.strip())
-    print(f"report: {path} ({time.perf_counter() - t0:.0f} s)")
-    return launch.report_failures(failed)
+    return launch.run_study(PROG, argv, args.out, [s for _, _, s in plan], args.backend,
+                            args.report_only, lambda command: build_report(args, plan, command))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import numpy as np
 
 from runners.cli import writing
 from runners.studies import stats
-from runners.studies.report import jsonable
+from runners.studies.report import jsonable, study_header
 from runners.style import pyplot
 
 #: What a row holds, in the report's column order: key -> column header.
@@ -170,16 +170,8 @@ def write_report(out_dir: str | Path, runs: Sequence[GravityRun], meta: Mapping[
                  missing: Sequence[str]) -> Path:
     """``out_dir/report.md``, ``report.json`` and ``figures/dose_response.png``."""
     out_dir = Path(out_dir)
-    lines = ["# EPM-JEPA gravity study: what the world is worth against gravity's strength", "",
-             "## Protocol", ""]
-    lines += [f"- {k}: {v}" for k, v in meta.items() if k != "commands"]
-    for cmd in meta.get("commands", []):
-        lines += ["", "```", cmd, "```"]
-    lines.append("")
-    if missing:
-        lines += [f"**Unfinished or missing runs ({len(missing)}):** "
-                  + ", ".join(f"`{m}`" for m in missing) + ". Rerun the same command to finish "
-                  "them; numbers below use what exists.", ""]
+    lines = study_header("EPM-JEPA gravity study: what the world is worth against gravity's "
+                         "strength", meta, missing)
     result: dict[str, Any] = {}
     if not runs:
         lines += ["No run has finished yet.", ""]

@@ -10,14 +10,17 @@ point), ``run_specs`` (run or skip them) and ``report_failures``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import tyro
 
-from runners.cli import CliError
+from runners.cli import CliError, ensure_output_dir, writing
 from runners.studies import backends, grid
 
 if TYPE_CHECKING:
@@ -153,6 +156,34 @@ def study_commands(out: str | Path, command: str) -> list[str]:
     except (OSError, ValueError, KeyError, TypeError):
         before = []
     return list(dict.fromkeys([*(str(c) for c in before), command]))
+
+
+def run_study(
+    prog: str,
+    argv: Sequence[str] | None,
+    out: str,
+    specs: Sequence[backends.RunSpec],
+    backend: BackendOptions,
+    report_only: bool,
+    build_report: Callable[[str], Path],
+) -> int:
+    """A study's command after its options are checked: every run's config validated before
+    anything is written, the output folder made, the runs run (or skipped: finished, or
+    ``report_only``), then ``build_report(command)`` (the command line as typed) inside the
+    study's write guard; the exit code (``report_failures``)."""
+    if not report_only:
+        check_specs(specs)
+    command = prog + " " + shlex.join(list(argv) if argv is not None else sys.argv[1:])
+    t0 = time.perf_counter()
+    ensure_output_dir(out, "--out")
+    failed: list[backends.RunResult] = []
+    if not report_only:
+        results = run_specs(backend.make(), specs, Path(out) / "logs")
+        failed = [r for r in results if not r.ok]
+    with writing(out):
+        path = build_report(command.strip())
+    print(f"report: {path} ({time.perf_counter() - t0:.0f} s)")
+    return report_failures(failed)
 
 
 def report_failures(failed: Sequence[backends.RunResult]) -> int:

@@ -178,6 +178,21 @@ def write_report(out_dir: str | Path, inp: ReportInput, title: str = "Reproducti
     return out_dir / "report.md"
 
 
+def study_header(title: str, meta: Mapping[str, Any], missing: Sequence[str]) -> list[str]:
+    """A many-run study's report.md head: the title, its protocol (``meta``'s items, then each of
+    ``meta["commands"]`` in a code block) and the runs still missing."""
+    lines = [f"# {title}", "", "## Protocol", ""]
+    lines += [f"- {k}: {v}" for k, v in meta.items() if k != "commands"]
+    for cmd in meta.get("commands", []):
+        lines += ["", "```", cmd, "```"]
+    lines.append("")
+    if missing:
+        lines += [f"**Unfinished or missing runs ({len(missing)}):** "
+                  + ", ".join(f"`{m}`" for m in missing) + ". Rerun the same command to finish "
+                  "them; numbers below use what exists.", ""]
+    return lines
+
+
 def jsonable(o: Any) -> Any:
     """``json.dumps`` default for numpy values (anything else as text)."""
     if isinstance(o, np.ndarray):

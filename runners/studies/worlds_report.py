@@ -32,7 +32,7 @@ import numpy as np
 
 from runners.cli import CliError, writing
 from runners.studies import stats
-from runners.studies.report import jsonable
+from runners.studies.report import jsonable, study_header
 from runners.studies.runs import HEADLINE_N
 from runners.style import TRACK_COLORS, pyplot
 
@@ -509,17 +509,7 @@ def write_report(out_dir: str | Path, runs: Sequence[WorldsRun], meta: Mapping[s
                  missing: Sequence[str], title: str) -> Path:
     """``out_dir/report.md``, ``report.json`` and ``figures/held_out_curves.png``."""
     out_dir = Path(out_dir)
-    lines = [f"# {title}", "", "## Protocol", ""]
-    for key, value in meta.items():
-        if key != "commands":
-            lines.append(f"- {key}: {value}")
-    for cmd in meta.get("commands", []):
-        lines += ["", "```", cmd, "```"]
-    lines.append("")
-    if missing:
-        lines += [f"**Unfinished or missing runs ({len(missing)}):** "
-                  + ", ".join(f"`{m}`" for m in missing) + ". Rerun the same command to finish "
-                  "them; numbers below use what exists.", ""]
+    lines = study_header(title, meta, missing)
     result: dict[str, Any] = {}
     if not runs:
         lines += ["No run has finished yet.", ""]
