@@ -8,13 +8,17 @@ learner's frozen latents, one that reads the context latents only and one that a
 world's true physics, and scoring both by D on held-out worlds (docs/definitions.md#the-world-probe).
 
 Everything is in the EMA target's space (context, targets and "no change" alike), so no
-online-target gap enters. Each predictor is an MLP (``layers`` hidden layers of ``hidden`` units,
-GELU) that gives the change of the newest context latent at every horizon, fit by Adam on the
-squared error for ``steps`` minibatches of ``batch`` windows drawn from the fitting worlds. Both
-start from the same initial weights (seeded) and see the same minibatches; the world's
-features (``PHYSICS_DIM``: gravity x and y, restitution, friction) enter the second one
-concatenated to its input. Both are seeded alike and see the same minibatches. The two scores'
-ratio is the world's worth on this latent: ``gain = 1 - D_world / D_latent``.
+online-target gap enters. Each predictor is fit by Adam on the squared error for ``steps``
+minibatches of ``batch`` windows drawn from the fitting worlds; both start from the same initial
+weights (seeded) and see the same minibatches. ``predictor="mlp"``: an MLP (``layers`` hidden
+layers of ``hidden`` units, GELU) that gives the change of the newest context latent at every
+horizon, the world's features (``PHYSICS_DIM``: gravity x and y, restitution, friction)
+concatenated to its input. ``predictor="conv"`` (a spatial latent of ``map_side`` x ``map_side``
+cells): the learner's own convolutional predictor (``agent.networks.ConvPredictor``, ``hidden``
+channels) giving the horizons' maps, the world's features read through a FiLM of its first hidden
+map (a small MLP to a scale and shift per channel), as track D and the oracle read them. Each
+window starts at frame ``start`` of its sequence. The two scores' ratio is the world's worth on
+this latent: ``gain = 1 - D_world / D_latent``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import torch
 from torch import nn
 
 from agent.metrics import normalised_error
+from agent.networks import ConvPredictor
 
 #: The two predictors: context latents only, and context latents with the world's physics.
 PROBES = ("latent", "latent_world")
@@ -52,6 +57,13 @@ class ProbeConfig:
     batch: int = 256
     lr: float = 1e-3
     seed: int = 0
+    predictor: str = "mlp"  # "mlp", or "conv" on a spatial latent of map_side x map_side cells
+    map_side: int = 16
+    start: int = 0  # the first context frame of every window
+
+    def __post_init__(self) -> None:
+        if self.predictor not in ("mlp", "conv"):
+            raise ValueError(f"predictor: expected 'mlp' or 'conv' (got {self.predictor!r})")
 
 
 Encode = Callable[[torch.Tensor], torch.Tensor]  # frames (M, ...) -> EMA-target latents (M, D)
@@ -59,11 +71,12 @@ Encode = Callable[[torch.Tensor], torch.Tensor]  # frames (M, ...) -> EMA-target
 
 @torch.no_grad()
 def windows(
-    encode: Encode, worlds: Sequence[ProbeWorld], context: int, horizons: Sequence[int]
+    encode: Encode, worlds: Sequence[ProbeWorld], context: int, horizons: Sequence[int],
+    start: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[str]]:
-    """Every sequence's first window: context latents (N, C, D) of frames 0..C-1, targets (N, K,
-    D) at C-1+h, physics (N, PHYSICS_DIM); and each row's family."""
-    frames_at = [*range(context), *(context - 1 + h for h in horizons)]
+    """One window of every sequence: context latents (N, C, D) of frames start..start+C-1,
+    targets (N, K, D) at start+C-1+h, physics (N, PHYSICS_DIM); and each row's family."""
+    frames_at = [*range(start, start + context), *(start + context - 1 + h for h in horizons)]
     ctx, tgt, phys, fams = [], [], [], []
     for w in worlds:
         x = torch.from_numpy(np.ascontiguousarray(np.asarray(w.frames)[:, frames_at]))
@@ -94,9 +107,27 @@ class _Predictor(nn.Module):
         return ctx[:, -1:] + self.net(x).view(-1, self.k, self.latent)
 
 
+class _ConvProbe(nn.Module):
+    """Context maps (B, C, D) [and physics (B, P)] -> the horizons' maps (B, K, D) by the
+    learner's convolutional predictor, the physics through a FiLM of its first hidden map."""
+
+    def __init__(self, latent: int, k: int, context: int, extra: int, cfg: ProbeConfig) -> None:
+        super().__init__()
+        self.net = ConvPredictor(latent, cfg.hidden, cfg.map_side, context, k)
+        self.film = (nn.Sequential(nn.Linear(extra, 64), nn.GELU(), nn.Linear(64, 2 * cfg.hidden))
+                     if extra else None)
+
+    def forward(self, ctx: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
+        h = self.net.hidden(ctx.flatten(1))
+        if self.film is not None:
+            g, b = self.film(extra).chunk(2, dim=-1)
+            h = h * (1.0 + self.net.per_sample(g)) + self.net.per_sample(b)
+        return self.net.readout(h, ctx)
+
+
 def fit_predictor(
     ctx: torch.Tensor, tgt: torch.Tensor, extra: torch.Tensor, cfg: ProbeConfig
-) -> _Predictor:
+) -> nn.Module:
     """Adam on the squared error over ``cfg.steps`` minibatches; ``extra`` (N, E) is read beside
     the context (E = 0: none). The initial weights and the minibatches depend only on
     ``cfg.seed`` and the shapes, so the fit is deterministic; the caller's random state is
@@ -105,7 +136,11 @@ def fit_predictor(
     n, _, d = ctx.shape
     with torch.random.fork_rng(devices=[]):  # nn.Linear's init draws from the global generator
         torch.manual_seed(cfg.seed)
-        net = _Predictor(ctx[0].numel() + extra.shape[1], d, tgt.shape[1], cfg)
+        net: nn.Module = (
+            _ConvProbe(d, tgt.shape[1], ctx.shape[1], extra.shape[1], cfg)
+            if cfg.predictor == "conv"
+            else _Predictor(ctx[0].numel() + extra.shape[1], d, tgt.shape[1], cfg)
+        )
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
     for _ in range(cfg.steps):
         i = torch.randint(0, n, (min(cfg.batch, n),), generator=gen)
@@ -134,11 +169,11 @@ def world_probe(
     """{family: {"latent" | "latent_world": [D at each horizon..., their mean], "gain": [1 -
     D_world / D_latent at each horizon..., of the means]}} on the ``test`` worlds' families,
     and ``"pooled"`` (the families' mean), for predictors fit on the ``fit`` worlds."""
-    ctx, tgt, phys, _ = windows(encode, fit, context, horizons)
+    ctx, tgt, phys, _ = windows(encode, fit, context, horizons, cfg.start)
     none = torch.zeros(len(ctx), 0)
     nets = {"latent": fit_predictor(ctx, tgt, none, cfg),
             "latent_world": fit_predictor(ctx, tgt, phys, cfg)}  # fmt: skip
-    t_ctx, t_tgt, t_phys, fams = windows(encode, test, context, horizons)
+    t_ctx, t_tgt, t_phys, fams = windows(encode, test, context, horizons, cfg.start)
     out: dict[str, dict[str, list[float]]] = {}
     per_family: dict[str, dict[str, np.ndarray]] = {}
     with torch.no_grad():

@@ -316,9 +316,10 @@ def world_probe_text(probe: dict[str, Any] | None) -> list[str]:
     fit = probe["fit"]
     head = "".join(f"{f'h={h}':>7}" for h in probe["horizons"]) + f"{'mean':>7}"
     w = max(len(v) for v in WORLD_PROBE_ROWS.values())
+    start = f", windows from frame {fit['start']}" if fit.get("start") else ""
     out = ["", "the world probe: predictors fit offline on the frozen EMA-target latents of "
-           f"{fit['sequences']} sequences of {fit['worlds']} training worlds ({fit['predictor']}), "
-           "on held-out worlds (docs/definitions.md#the-world-probe):",
+           f"{fit['sequences']} sequences of {fit['worlds']} training worlds ({fit['predictor']}"
+           f"{start}), on held-out worlds (docs/definitions.md#the-world-probe):",
            f"  {'':<7} {'':<{w}}" + head]
     for fam, rows in probe["families"].items():
         for key, label in WORLD_PROBE_ROWS.items():

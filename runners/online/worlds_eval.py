@@ -154,10 +154,11 @@ def world_probe_report(learner: Learner, held_out: Sequence[WorldSet], *, worlds
     """``probes.world.world_probe`` on the learner's EMA-target latents: fit on ``worlds``
     worlds drawn from the training ``family`` (default ``env.FAMILIES["train"]``; ``seqs``
     sequences of the MNIST training digits each, generated from ``seed``), scored on
-    ``held_out`` (the test digits); ``cfg``: the predictors (None: ``ProbeConfig()``). Returns
-    its result with the fitting set's size."""
+    ``held_out`` (the test digits); ``cfg``: the predictors (None: ``ProbeConfig()``), its
+    windows starting at ``cfg.start``. Returns its result with the fitting set's size."""
     c, hs = learner.cfg.context_frames, learner.cfg.horizons
-    length = c + hs[-1]
+    cfg = cfg or ProbeConfig()
+    length = cfg.start + c + hs[-1]
     drawn = (family or env.FAMILIES["train"]).sample(np.random.default_rng(seed), worlds)
     fit = []
     for k, physics in enumerate(drawn):  # the training digits: the held-out sets have the test's
@@ -169,8 +170,9 @@ def world_probe_report(learner: Learner, held_out: Sequence[WorldSet], *, worlds
     def encode(frames: Any) -> Any:
         return learner.encode(frames, target=True)
 
-    cfg = cfg or ProbeConfig()
     out = world_probe(encode, fit, test, c, hs, cfg)
+    what = (f"{cfg.layers} x {cfg.hidden} GELU" if cfg.predictor == "mlp"
+            else f"the conv predictor, {cfg.hidden} channels, the world by FiLM")
     return {"fit": {"worlds": worlds, "sequences": worlds * seqs, "seed": seed,
-                    "predictor": f"{cfg.layers} x {cfg.hidden} GELU, {cfg.steps} Adam steps"},
+                    "predictor": f"{what}, {cfg.steps} Adam steps", "start": cfg.start},
             "horizons": list(hs), "families": out}

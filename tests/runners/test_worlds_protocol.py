@@ -193,6 +193,16 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
     assert "the world probe" in probe.stdout
     bad = cli("evaluate", str(tmp_path / "w"), "--world-probe", "--probe-steps", "0")
     assert bad.returncode == 2 and "--probe-steps" in bad.stderr and "Traceback" not in bad.stderr
+    flat = cli("evaluate", str(tmp_path / "w"), "--world-probe", "--probe-predictor", "conv")
+    assert flat.returncode == 2 and "encoder 'map'" in flat.stderr and "Traceback" not in flat.stderr
+    at = cli("evaluate", str(tmp_path / "w"), "--n", "0", "3", "--world-probe", "--probe-worlds",
+             "2", "--probe-steps", "5", "--probe-window", "input", "--out", str(tmp_path / "at.json"))
+    assert at.returncode == 0, at.stderr
+    cfg = json.loads((tmp_path / "w" / "config.json").read_text())["agent"]
+    start = json.loads((tmp_path / "at.json").read_text())["world_probe"]["fit"]["start"]
+    c = cfg["context_frames"]  # the held-out input frame (n = 3) ends the context
+    assert start == max(3 + cfg["entry_frames"] - 1, c - 1) - c + 1 > 0
+    assert f"windows from frame {start}" in at.stdout
     # A checkpoint on its own: its group memory says the worlds protocol.
     alone = cli("evaluate", str(tmp_path / "w" / "checkpoints" / "latest.pt"), "--n", "0", "3",
                 "--out", str(tmp_path / "alone.json"))  # fmt: skip
