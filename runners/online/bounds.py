@@ -119,8 +119,8 @@ def _ratios(h: dict[str, list[float]], pp: dict[str, Any], branch: str
 
 
 def perfect_physics_bound(held: dict[str, Any], held_a: dict[str, Any],
-                          h_a: dict[str, list[float]], held_o: dict[str, Any] | None = None,
-                          h_o: dict[str, list[float]] | None = None) -> dict[str, Any] | None:
+                          h_a: dict[str, list[float]], held_o: dict[str, Any],
+                          h_o: dict[str, list[float]]) -> dict[str, Any] | None:
     """Perfect physics beside the bounds (``probes.perfect_physics``): the chosen track's
     latent's D per branch (mean over horizons, ``d``; ``d_per_h``) per family, and
     ``floor_ratio_per_h``: track A's D^n per horizon over perfect world-blind physics in
@@ -139,8 +139,8 @@ def perfect_physics_bound(held: dict[str, Any], held_a: dict[str, Any],
     }  # fmt: skip
     for key, branch in (("floor_ratio_per_h", "blind"), ("floor_ratio_seen_per_h", "seen")):
         out[key] = _ratios(h_a, pp_a, branch)
-    pp_o = (held_o or {}).get("perfect_physics")
-    if pp_o and h_o is not None:
+    pp_o = held_o.get("perfect_physics")
+    if pp_o:
         out["ceiling_ratio_told_per_h"] = _ratios(h_o, pp_o, "told")
     return out
 
