@@ -34,7 +34,7 @@ PUSH_PAIRS = ("newest", "input")
 MEMORY_WRITES = ("boundary", "every")
 MEMORY_SCOPES = ("global", "group")
 MEMORY_READS = ("peer", "all")
-PREDICTORS = ("direct", "rollout", "conv", "warp")
+PREDICTORS = ("direct", "rollout", "conv")
 ENCODERS = ("flat", "map")
 REGULARISED = ("predictions", "latents")
 PRED_ERRORS = ("mse", "relative")
@@ -334,8 +334,8 @@ class AgentConfig:
             self._bad("encoder_channels", "must be one to four positive integers")
         if self.encoder == "map" and self.latent_dim % (self.map_side**2):
             self._bad("latent_dim", f"a map's latent is channels x {self.map_side}^2")
-        if self.convolutional and self.encoder != "map":
-            self._bad("predictor", "a convolutional predictor reads a map: encoder 'map'")
+        if self.predictor == "conv" and self.encoder != "map":
+            self._bad("predictor", "the convolutional predictor reads a map: encoder 'map'")
         if self.exp_dim % self.exp_heads:
             self._bad("exp_heads", f"must divide exp_dim={self.exp_dim}")
         width = min(self.latent_dim, self.hidden_dim)
@@ -370,16 +370,10 @@ class AgentConfig:
         """The widths of the predictor's input to fc1 and output of fc2: the C context latents and
         the latents of one call, or, for the convolutional predictor, their channels per cell (fc1's
         input: the 3 x 3 cells it reads)."""
-        if not self.convolutional:
+        if self.predictor != "conv":
             return self.context_frames * self.latent_dim, self.out_heads * self.latent_dim
         per = self.latent_dim // self.map_side**2  # channels a cell; fc1 reads 3 x 3 cells
-        out = per + 2 if self.predictor == "warp" else per  # "warp": a flow beside the change
-        return 9 * self.context_frames * per, self.out_heads * out
-
-    @property
-    def convolutional(self) -> bool:
-        """The predictor is a convolutional one on the map ("conv" or "warp")."""
-        return self.predictor in ("conv", "warp")
+        return 9 * self.context_frames * per, self.out_heads * per
 
     @property
     def rollout(self) -> bool:

@@ -265,47 +265,9 @@ class ConvPredictor(nn.Module):
         return self.readout(self.hidden(z), z)
 
 
-class WarpPredictor(ConvPredictor):
-    """A spatial latent's predictor that moves the newest map: ``ConvPredictor``'s layers, its
-    1x1 ``fc2`` giving per horizon and cell a flow (2 channels, in cells) and a change (the map's
-    channels); each horizon's map is ``norm(warp(z_t, flow_k) + change_k)``, where ``warp``
-    samples the newest context map bilinearly at each cell moved back by its flow (the content at
-    x came from x - flow). A move of a digit is a flow, sharp by construction, not a map drawn
-    anew; "no change" is flow 0 and change 0. The same interface as ``ConvPredictor``.
-    """
-
-    def __init__(
-        self, latent_dim: int, hidden_dim: int, side: int, context: int = 1, heads: int = 1
-    ) -> None:
-        super().__init__(latent_dim, hidden_dim, side, context, heads)
-        self.fc2 = nn.Conv2d(hidden_dim, heads * (2 + self.channels), 1)
-        self.to(memory_format=torch.channels_last)
-        centres = (torch.arange(side, dtype=torch.float32) * 2 + 1) / side - 1  # align_corners=False
-        gy, gx = torch.meshgrid(centres, centres, indexing="ij")
-        self.register_buffer("grid", torch.stack([gx, gy], -1), persistent=False)  # (s, s, 2)
-
-    def finish(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """fc2's output (B, K (2 + channels), side, side) and the input z (B, C * latent) ->
-        (B, latent) or (B, K, latent)."""
-        b, k, s, c = y.shape[0], self.heads, self.side, self.channels
-        y = y.reshape(b, k, 2 + c, s, s)
-        flow, change = y[:, :, :2], y[:, :, 2:]
-        src = z[:, -self.latent_dim :].reshape(b, 1, c, s, s).expand(b, k, c, s, s)
-        grid = self.grid - flow.permute(0, 1, 3, 4, 2) * (2.0 / s)  # (B, K, s, s, 2)
-        moved = F.grid_sample(src.reshape(b * k, c, s, s), grid.reshape(b * k, s, s, 2),
-                              mode="bilinear", padding_mode="border", align_corners=False)
-        out = (moved.view(b, k, c, s, s) + change).flatten(2)
-        return self.norm(out[:, 0] if k == 1 else out)
-
-
 AnyPredictor = Predictor | ConvPredictor
 
 
 def build_predictor(cfg: AgentConfig) -> AnyPredictor:
-    """The config's predictor: ``ConvPredictor`` for ``predictor="conv"``, ``WarpPredictor``
-    for ``"warp"``, else ``Predictor``."""
-    if cfg.predictor == "conv":
-        return ConvPredictor.from_config(cfg)
-    if cfg.predictor == "warp":
-        return WarpPredictor.from_config(cfg)
-    return Predictor.from_config(cfg)
+    """The config's predictor: ``ConvPredictor`` for ``predictor="conv"``, else ``Predictor``."""
+    return ConvPredictor.from_config(cfg) if cfg.predictor == "conv" else Predictor.from_config(cfg)

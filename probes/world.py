@@ -16,9 +16,7 @@ horizon, the world's features (``PHYSICS_DIM``: gravity x and y, restitution, fr
 concatenated to its input. ``predictor="conv"`` (a spatial latent of ``map_side`` x ``map_side``
 cells): the learner's own convolutional predictor (``agent.networks.ConvPredictor``, ``hidden``
 channels) giving the horizons' maps, the world's features read through a FiLM of its first hidden
-map (a small MLP to a scale and shift per channel), as track D and the oracle read them;
-``predictor="warp"`` the same with ``agent.networks.WarpPredictor`` (the newest map moved by a
-predicted flow). Each
+map (a small MLP to a scale and shift per channel), as track D and the oracle read them. Each
 window starts at frame ``start`` of its sequence. The two scores' ratio is the world's worth on
 this latent: ``gain = 1 - D_world / D_latent``.
 """
@@ -33,7 +31,7 @@ import torch
 from torch import nn
 
 from agent.metrics import normalised_error
-from agent.networks import ConvPredictor, WarpPredictor
+from agent.networks import ConvPredictor
 
 #: The two predictors: context latents only, and context latents with the world's physics.
 PROBES = ("latent", "latent_world")
@@ -59,13 +57,13 @@ class ProbeConfig:
     batch: int = 256
     lr: float = 1e-3
     seed: int = 0
-    predictor: str = "mlp"  # "mlp"; "conv" or "warp" on a spatial latent of map_side^2 cells
+    predictor: str = "mlp"  # "mlp", or "conv" on a spatial latent of map_side x map_side cells
     map_side: int = 16
     start: int = 0  # the first context frame of every window
 
     def __post_init__(self) -> None:
-        if self.predictor not in ("mlp", "conv", "warp"):
-            raise ValueError(f"predictor: expected 'mlp', 'conv' or 'warp' (got {self.predictor!r})")
+        if self.predictor not in ("mlp", "conv"):
+            raise ValueError(f"predictor: expected 'mlp' or 'conv' (got {self.predictor!r})")
 
 
 Encode = Callable[[torch.Tensor], torch.Tensor]  # frames (M, ...) -> EMA-target latents (M, D)
@@ -115,8 +113,7 @@ class _ConvProbe(nn.Module):
 
     def __init__(self, latent: int, k: int, context: int, extra: int, cfg: ProbeConfig) -> None:
         super().__init__()
-        net = WarpPredictor if cfg.predictor == "warp" else ConvPredictor
-        self.net = net(latent, cfg.hidden, cfg.map_side, context, k)
+        self.net = ConvPredictor(latent, cfg.hidden, cfg.map_side, context, k)
         self.film = (nn.Sequential(nn.Linear(extra, 64), nn.GELU(), nn.Linear(64, 2 * cfg.hidden))
                      if extra else None)
 
@@ -141,7 +138,7 @@ def fit_predictor(
         torch.manual_seed(cfg.seed)
         net: nn.Module = (
             _ConvProbe(d, tgt.shape[1], ctx.shape[1], extra.shape[1], cfg)
-            if cfg.predictor in ("conv", "warp")
+            if cfg.predictor == "conv"
             else _Predictor(ctx[0].numel() + extra.shape[1], d, tgt.shape[1], cfg)
         )
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)

@@ -67,8 +67,8 @@ class Evaluate:
     """--world-probe: training-family worlds to fit on (96 sequences each)"""
     probe_steps: int = 4000
     """--world-probe: Adam steps of each predictor"""
-    probe_predictor: Literal["mlp", "conv", "warp"] = "mlp"
-    """--world-probe: an MLP (2 x 256 GELU) on the flat latents; the learner's convolutional predictor (a map run: its --hidden-dim channels, the world through a FiLM of its first hidden map); or the warp predictor, the same moving the newest map by a predicted flow"""
+    probe_predictor: Literal["mlp", "conv"] = "mlp"
+    """--world-probe: an MLP (2 x 256 GELU) on the flat latents, or the learner's convolutional predictor (a map run: its --hidden-dim channels, the world through a FiLM of its first hidden map)"""
     probe_window: Literal["first", "input"] = "first"
     """--world-probe: each sequence's window starts at its first frame, or ends its context at the held-out evaluation's input frame (where D^n and perfect physics are measured)"""
     device: Device = "auto"
@@ -142,9 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise CliError("--world-probe: a worlds-protocol run only")
     if args.probe_worlds < 1 or args.probe_steps < 1:
         raise CliError("--probe-worlds and --probe-steps must be at least 1")
-    if args.world_probe and args.probe_predictor != "mlp" and agent_cfg.encoder != "map":
-        raise CliError(f"--probe-predictor {args.probe_predictor}: a run with a spatial latent "
-                       "(encoder 'map') only")
+    if args.world_probe and args.probe_predictor == "conv" and agent_cfg.encoder != "map":
+        raise CliError("--probe-predictor conv: a run with a spatial latent (encoder 'map') only")
     if args.target_reference and (cfg.worlds_protocol or agent_cfg.context_frames != 1):
         raise CliError("--target-reference: a paper-protocol run (one context frame) only")
     store = None
@@ -177,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from probes.world import ProbeConfig
         from runners.online.worlds_eval import world_probe_report
 
-        conv = args.probe_predictor != "mlp"
+        conv = args.probe_predictor == "conv"
         start = 0 if args.probe_window == "first" else (
             input_index(agent_cfg, max(ns)) - agent_cfg.context_frames + 1)
         probe_cfg = ProbeConfig(steps=args.probe_steps, predictor=args.probe_predictor,

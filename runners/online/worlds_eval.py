@@ -172,7 +172,7 @@ def world_probe_report(learner: Learner, held_out: Sequence[WorldSet], *, worlds
 
     out = world_probe(encode, fit, test, c, hs, cfg)
     what = (f"{cfg.layers} x {cfg.hidden} GELU" if cfg.predictor == "mlp"
-            else f"the {cfg.predictor} predictor, {cfg.hidden} channels, the world by FiLM")
+            else f"the conv predictor, {cfg.hidden} channels, the world by FiLM")
     return {"fit": {"worlds": worlds, "sequences": worlds * seqs, "seed": seed,
                     "predictor": f"{what}, {cfg.steps} Adam steps", "start": cfg.start},
             "horizons": list(hs), "families": out}

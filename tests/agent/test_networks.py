@@ -9,7 +9,7 @@ from fp32 import assert_reordered
 from agent import AgentConfig
 from agent.build import build_networks, count_parameters
 from agent.modulators import LoRAModulator
-from agent.networks import ConvPredictor, Encoder, Predictor, WarpPredictor
+from agent.networks import ConvPredictor, Encoder, Predictor
 
 
 def test_encoder_matches_the_listing() -> None:
@@ -125,12 +125,9 @@ def test_a_map_encoder_keeps_the_map_and_the_conv_predictor_keeps_it_spatial() -
     torch.testing.assert_close(y2[..., 7:25, 8:25], y[..., 7:25, 7:24])
 
 
-@pytest.mark.parametrize("predictor", ["conv", "warp"])
 @pytest.mark.parametrize("track", ["C", "D", "E"])
-def test_memory_modulates_the_conv_predictor_per_cell_and_not_at_e_agg_zero(
-    track: str, predictor: str
-) -> None:
-    cfg = AgentConfig.from_preset("tiny", track=track, **{**MAP, "predictor": predictor})
+def test_memory_modulates_the_conv_predictor_per_cell_and_not_at_e_agg_zero(track: str) -> None:
+    cfg = AgentConfig.from_preset("tiny", track=track, **MAP)
     nets = build_networks(cfg)
     z, e = torch.randn(3, 1024), torch.randn(3, cfg.exp_dim)
     base = nets.predictor(z)
@@ -138,18 +135,14 @@ def test_memory_modulates_the_conv_predictor_per_cell_and_not_at_e_agg_zero(
     assert not torch.allclose(nets.modulator(nets.predictor, z, e).pred, base)
 
 
-@pytest.mark.parametrize("predictor", ["conv", "warp"])
 @pytest.mark.parametrize("track", ["B", "C", "D", "E"])
-def test_every_modulated_conv_predictor_stays_translation_equivariant(
-    track: str, predictor: str
-) -> None:
+def test_every_modulated_conv_predictor_stays_translation_equivariant(track: str) -> None:
     """A memory (or the oracle) tells the conv predictor about the world, not about a place:
     each track's modulation acts alike at every cell (per channel of the first hidden map, or a
     per-sample kernel delta), so a shifted input map gives the shifted output map away from the
     borders (before the LayerNorm, replaced here by the identity)."""
     cfg = AgentConfig.from_preset("tiny", track=track, **{
-        **MAP, "encoder_channels": (4,), "latent_dim": 2 * 32 * 32,
-        "predictor": predictor})  # 32 x 32 cells
+        **MAP, "encoder_channels": (4,), "latent_dim": 2 * 32 * 32})  # 32 x 32 cells
     nets = build_networks(cfg)
     nets.predictor.norm = torch.nn.Identity()
     e = torch.randn(1, cfg.exp_dim)
@@ -158,28 +151,6 @@ def test_every_modulated_conv_predictor_stays_translation_equivariant(
     y = nets.modulator(nets.predictor, m.flatten(1), e).pred.view(1, 3, 2, 32, 32)
     y2 = nets.modulator(nets.predictor, torch.roll(m, 1, dims=3).flatten(1), e).pred
     torch.testing.assert_close(y2.view(1, 3, 2, 32, 32)[..., 7:25, 8:25], y[..., 7:25, 7:24])
-
-
-def test_the_warp_predictor_moves_the_newest_map_by_its_flow() -> None:
-    """predictor="warp": fc2 gives per horizon a flow (in cells) and a change; a flow of one
-    cell to the right and no change give the newest context map moved one cell right (the
-    content at x from x - 1, the border repeated), LayerNorm-ed; flow 0 and change 0 give "no
-    change"; the flow is learned through the bilinear sampling."""
-    cfg = AgentConfig.from_preset("tiny", track="A", **{**MAP, "predictor": "warp"})
-    p = build_networks(cfg).predictor
-    assert isinstance(p, WarpPredictor) and cfg.predictor_widths == (36, 3 * (2 + 2))
-    z = torch.randn(4, 1024)
-    newest = z[:, 512:].view(4, 2, 16, 16)
-    y = torch.zeros(4, 3, 4, 16, 16)
-    torch.testing.assert_close(p.finish(y.flatten(1, 2), z), p.norm(newest.flatten(1))[:, None]
-                               .expand(4, 3, 512))
-    y[:, 1, 0] = 1.0  # horizon 2: one cell right
-    moved = torch.cat([newest[..., :1], newest[..., :-1]], dim=-1)
-    torch.testing.assert_close(p.finish(y.flatten(1, 2), z)[:, 1], p.norm(moved.flatten(1)))
-    y[:, 1, 0] = 0.5
-    y.requires_grad_(True)
-    p.finish(y.flatten(1, 2), z)[:, 1].pow(2).sum().backward()
-    assert y.grad is not None and y.grad[:, 1, :2].abs().sum() > 0
 
 
 def test_a_map_needs_the_conv_predictor_and_a_latent_of_whole_channels() -> None:
