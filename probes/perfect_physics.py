@@ -22,7 +22,17 @@ online latent of frame i, as for the learner's own predictions; docs/definitions
 - ``told``: the world's own physics from the state as two frames show it (``seen``'s start,
   ``exact``'s physics): the ceiling of a predictor of two context frames that is told the world,
   the oracle's yardstick (``told`` against ``seen``: what the world is worth to such a
-  predictor).
+  predictor);
+- ``seen_mean`` and ``told_mean``, the *hedged* yardsticks: a predictor trained on the squared
+  error predicts the mean of the futures its inputs leave open, and that mean scores better than
+  any one sharp guess. For each of ``samples`` draws, the state two frames show is moved within
+  the rendered pixel (each coordinate of the position at frames i and i - 1 uniform in
+  [-0.5, 0.5), so the velocity moves by their difference) and rolled; the prediction is the mean
+  of the draws' latents. ``told_mean`` rolls the world's own physics: the best a predictor of two
+  frames told the world can do (the oracle's yardstick). ``seen_mean`` rolls, in each draw, a
+  world drawn from the training family: the best a world-blind predictor trained on those worlds
+  can do (track A's yardstick). Both share their draws of the sub-pixel state (the same random
+  numbers), so they differ by the world alone.
 
 Beside the learned floor and oracle, ``blind`` says how much of their error is the predictor's
 own (an error floor the latent does not impose), and ``blind`` against ``exact`` how much the
@@ -43,16 +53,21 @@ from agent.learner import Learner
 from agent.metrics import NormErrorSums, norm_error, norm_error_sums
 from env.render import pixel_positions
 
-BRANCHES = ("exact", "blind", "other", "seen", "told")
+BRANCHES = ("exact", "blind", "other", "seen", "told", "seen_mean", "told_mean")
+#: The hedged branches: the mean latent over draws of what two frames leave open.
+HEDGED = ("seen_mean", "told_mean")
+#: The default branches of ``perfect_physics`` (``exact`` is a check; ``seen_mean`` needs the
+#: training family).
+DEFAULT_BRANCHES = ("blind", "other", "seen", "told", "seen_mean", "told_mean")
 WORLD_BLIND = env.PhysicsParams()  # no gravity, elastic walls, no friction
 
 
 def branch_physics(branch: str, world: WorldSet, worlds: Sequence[WorldSet]) -> Any:
     """The physics a branch of ``world`` rolls under (``BRANCHES``); None for ``other`` when
     ``world`` is the only one of its family in ``worlds``."""
-    if branch in ("exact", "told"):
+    if branch in ("exact", "told", "told_mean"):
         return world.scenes.physics.get(0)
-    if branch in ("blind", "seen"):
+    if branch in ("blind", "seen", "seen_mean"):  # seen_mean: worlds of the family, per draw
         return WORLD_BLIND
     if branch != "other":
         raise ValueError(f"unknown branch {branch!r}, expected one of {BRANCHES}")
@@ -72,6 +87,17 @@ def as_seen(scenes: env.SceneBatch, before: env.SceneBatch) -> env.SceneBatch:
     seen.positions[:] = now
     seen.velocities[:] = now - then
     return seen
+
+
+def within_pixels(seen: env.SceneBatch, rng: np.random.Generator) -> env.SceneBatch:
+    """A draw of a state that two frames show as ``seen`` (``as_seen``): each coordinate of the
+    position at frames i and i - 1 moved by u ~ U[-0.5, 0.5) (position u_i, velocity u_i -
+    u_(i-1)), the position kept within [0, limit]."""
+    out = seen.copy()
+    now, then = rng.uniform(-0.5, 0.5, (2, *seen.positions.shape))
+    out.positions[:] = np.clip(seen.positions + now, 0, seen.limit)
+    out.velocities[:] = seen.velocities + now - then
+    return out
 
 
 def scenes_at(world: WorldSet, i: int) -> env.SceneBatch:
@@ -97,9 +123,30 @@ def _latents(learner: Learner, frames: np.ndarray, target: bool) -> torch.Tensor
 
 
 @torch.no_grad()
+def hedged(learner: Learner, seen: env.SceneBatch, hs: list[int], physics: Any,
+           family: env.WorldFamily | None, samples: int, seed: Sequence[int]) -> torch.Tensor:
+    """The mean EMA-target latent (N, K, D) of ``samples`` draws of the state ``seen`` leaves
+    open (``within_pixels``), each rolled under ``physics``, or, with a ``family``, under a
+    world of it drawn per sequence and draw. The sub-pixel draws depend on ``seed`` alone
+    (the same for every physics); the worlds' on ``seed`` and the family."""
+    pixels, worlds = np.random.default_rng([*seed, 0]), np.random.default_rng([*seed, 1])
+    total = None
+    for _ in range(samples):
+        scenes = within_pixels(seen, pixels)
+        n = scenes.num_scenes
+        scenes.physics.assign(np.arange(n), family.sample(worlds, n) if family else [physics] * n)
+        z = _latents(learner, scenes.rollout(hs), target=True)
+        total = z if total is None else total + z
+    assert total is not None
+    return total / samples
+
+
+@torch.no_grad()
 def world_sums(learner: Learner, world: WorldSet, worlds: Sequence[WorldSet], i: int,
-               branches: Sequence[str]) -> dict[str, NormErrorSums]:  # fmt: skip
-    """D's sums per branch for one world's sequences at input frame i."""
+               branches: Sequence[str], family: env.WorldFamily | None = None,
+               samples: int = 8, seed: Sequence[int] = (0,)) -> dict[str, NormErrorSums]:  # fmt: skip
+    """D's sums per branch for one world's sequences at input frame i (``seed``: the hedged
+    branches' draws; ``seen_mean`` only with the training ``family``)."""
     hs = list(learner.cfg.horizons)
     frames = np.asarray(world.frames)
     z = _latents(learner, frames[:, [i]], target=False)[:, 0]
@@ -108,27 +155,37 @@ def world_sums(learner: Learner, world: WorldSet, worlds: Sequence[WorldSet], i:
     out = {}
     for branch in branches:
         physics = branch_physics(branch, world, worlds)
-        from_frames = branch in ("seen", "told")
+        from_frames = branch in ("seen", "told", *HEDGED)
         if physics is None or (from_frames and i == 0):  # no frame before the first
             continue
+        if branch == "seen_mean" and family is None:
+            continue
         scenes = as_seen(start, scenes_at(world, i - 1)) if from_frames else start.copy()
-        scenes.physics.assign(np.arange(scenes.num_scenes), [physics] * scenes.num_scenes)
-        pred = _latents(learner, scenes.rollout(hs), target=True)
+        if branch in HEDGED:
+            pred = hedged(learner, scenes, hs, physics,
+                          family if branch == "seen_mean" else None, samples, seed)
+        else:
+            scenes.physics.assign(np.arange(scenes.num_scenes), [physics] * scenes.num_scenes)
+            pred = _latents(learner, scenes.rollout(hs), target=True)
         out[branch] = norm_error_sums(pred, z, targets, learner.cfg.norm_eps)
     return out
 
 
 def perfect_physics(learner: Learner, worlds: Sequence[WorldSet], n_max: int,
-                    branches: Sequence[str] = ("blind", "other", "seen", "told")
+                    branches: Sequence[str] = DEFAULT_BRANCHES,
+                    family: env.WorldFamily | None = None, samples: int = 8, seed: int = 0
                     ) -> dict[str, Any]:  # fmt: skip
     """D of perfect physics in ``learner``'s latent on ``worlds`` (the module doc), at the input
     frame of the held-out evaluation with memories of up to ``n_max`` entries: ``{"horizons",
     "input_frame", "families": {family: {branch: [D per horizon..., their mean]}}}`` with a
-    ``"pooled"`` family (the families' mean, as the bounds pool them)."""
+    ``"pooled"`` family (the families' mean, as the bounds pool them). The hedged branches mean
+    ``samples`` draws (seeded by ``seed`` and the world's place in ``worlds``); ``seen_mean``
+    draws its worlds from ``family`` (the training family), and is left out without one."""
     i = input_index(learner.cfg, n_max)
     sums: dict[tuple[str, str], list[NormErrorSums]] = {}
-    for world in worlds:
-        for branch, s in world_sums(learner, world, worlds, i, branches).items():
+    for k, world in enumerate(worlds):
+        for branch, s in world_sums(learner, world, worlds, i, branches, family, samples,
+                                    (seed, k)).items():
             sums.setdefault((world.family, branch), []).append(s)
     fams: dict[str, dict[str, list[float]]] = {}
     for (fam, branch), parts in sums.items():

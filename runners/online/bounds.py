@@ -126,8 +126,9 @@ def perfect_physics_bound(held: dict[str, Any], held_a: dict[str, Any],
     ``floor_ratio_per_h``: track A's D^n per horizon over perfect world-blind physics in
     track A's own latent (``floor_ratio_seen_per_h``: over world-blind physics from the state
     as two frames show it; ``ceiling_ratio_told_per_h``: the oracle's over the world's own
-    physics from that state, in the oracle's latent; each where the reports have it). None for
-    reports written before it."""
+    physics from that state, in the oracle's latent; ``floor_ratio_seen_mean_per_h`` and
+    ``ceiling_ratio_told_mean_per_h``: the same over the hedged branches; each where the reports
+    have it). None for reports written before it."""
     pp, pp_a = held.get("perfect_physics"), held_a.get("perfect_physics")
     if not pp or not pp_a:
         return None
@@ -137,16 +138,18 @@ def perfect_physics_bound(held: dict[str, Any], held_a: dict[str, Any],
         "d_per_h": {b: {f: rows[b][:-1] for f, rows in fams.items() if b in rows}
                     for b in BRANCHES},
     }  # fmt: skip
-    for key, branch in (("floor_ratio_per_h", "blind"), ("floor_ratio_seen_per_h", "seen")):
+    for key, branch in (("floor_ratio_per_h", "blind"), ("floor_ratio_seen_per_h", "seen"),
+                        ("floor_ratio_seen_mean_per_h", "seen_mean")):
         out[key] = _ratios(h_a, pp_a, branch)
     pp_o = held_o.get("perfect_physics")
     if pp_o:
         out["ceiling_ratio_told_per_h"] = _ratios(h_o, pp_o, "told")
+        out["ceiling_ratio_told_mean_per_h"] = _ratios(h_o, pp_o, "told_mean")
     return out
 
 
 #: The perfect-physics branches beside the bounds (``probes.perfect_physics.BRANCHES``).
-BRANCHES = ("blind", "other", "seen", "told")
+BRANCHES = ("blind", "other", "seen", "told", "seen_mean", "told_mean")
 
 
 def _pct(x: float | None) -> str:
@@ -189,7 +192,9 @@ def bounds_text(b: dict[str, Any]) -> list[str]:
     if pp:
         for key, label in (("blind", "perfect physics, blind"), ("other", "perfect physics, other"),
                            ("seen", "physics, blind, as seen"),
-                           ("told", "physics, told, as seen")):
+                           ("told", "physics, told, as seen"),
+                           ("seen_mean", "physics, blind, hedged"),
+                           ("told_mean", "physics, told, hedged")):
             row = pp["d"].get(key, {})
             if all(f in row for f in fams):
                 out.append("  " + f"{label:<24}" + "".join(f"{row[f]:>16.3f}" for f in fams))
@@ -205,7 +210,10 @@ def bounds_text(b: dict[str, Any]) -> list[str]:
     for key, label in (("floor_ratio_seen_per_h", "track A / world-blind physics as two frames "
                                                    "show it"),
                        ("ceiling_ratio_told_per_h", "the oracle / the world's own physics as two "
-                                                    "frames show it")):
+                                                    "frames show it"),
+                       ("floor_ratio_seen_mean_per_h", "track A / world-blind physics, hedged"),
+                       ("ceiling_ratio_told_mean_per_h", "the oracle / the world's own physics, "
+                                                         "hedged")):
         if pp and "pooled" in pp.get(key, {}):
             out.append(f"  {label}: " + ", ".join(
                 f"h={h} {_times(x)}" for h, x in zip(b["horizons"], pp[key]["pooled"],

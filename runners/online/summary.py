@@ -279,7 +279,9 @@ def reference_text(ref: dict[str, dict[str, list[float]]] | None, horizons: list
 PERFECT_PHYSICS_ROWS = {"exact": "the world's own physics", "blind": "world-blind (no gravity)",
                         "other": "another world of the family",
                         "seen": "world-blind, as two frames show it",
-                        "told": "the world's own, as two frames show it"}
+                        "told": "the world's own, as two frames show it",
+                        "seen_mean": "world-blind, hedged over the training worlds",
+                        "told_mean": "the world's own, hedged"}
 PERFECT_PHYSICS_CAPTION = ("perfect physics in this latent: the simulator branched at the input "
                            "frame, rendered, encoded by the EMA target, scored by D "
                            "(docs/definitions.md#perfect-physics-the-physics-ceiling)")

@@ -94,7 +94,9 @@ class WorldsEvaluator(CurveEvaluator):
             ],
             "probes": probes(learner, self.sets),
             "reference": reference_check(learner, self.sets.held_out),
-            "perfect_physics": perfect_physics(learner, self.sets.held_out, max(ns)),
+            "perfect_physics": perfect_physics(  # seen_mean's worlds: the training family
+                learner, self.sets.held_out, max(ns), family=next(iter(self.sets.families.values())),
+                seed=self.sets.seed),
             "gravity_probe": None if memories == ("own",) else gravity_probe_report(
                 learner, n=max(ns), seed=self.sets.seed, families=self.sets.families),
         }  # fmt: skip

@@ -126,3 +126,24 @@ def test_told_is_the_worlds_own_physics_from_what_two_frames_show(learner: Learn
     heavy = perfect_physics(learner, worlds_of(learner.cfg, GRAVITY), N_MAX,
                             ("seen", "told"))["families"]["interp"]
     assert heavy["told"] != heavy["seen"] and all(d > 0.01 for d in heavy["told"])
+
+
+def test_the_hedged_branches_differ_by_the_world_alone(learner: Learner) -> None:
+    """``seen_mean`` and ``told_mean`` mean the latents of draws of the sub-pixel state two
+    frames leave open, the same draws for both: where every world of the training family rolls
+    as the world's own (no gravity), they are one branch; under gravity they part, the draws
+    move the state off ``told``'s, and a second call draws the same. ``seen_mean`` needs the
+    training family and is left out without one."""
+    none = worlds_of(learner.cfg, [env.PhysicsParams(), env.PhysicsParams()], "flat")
+    still = env.WorldFamily("still", (0.0, 0.0), ((0.0, 360.0),))
+    flat = perfect_physics(learner, none, N_MAX, ("seen_mean", "told_mean"), still,
+                           samples=3)["families"]["flat"]
+    assert flat["seen_mean"] == flat["told_mean"]
+    heavy = env.WorldFamily("heavy", (0.6, 0.8), ((0.0, 360.0),))
+    worlds = worlds_of(learner.cfg, GRAVITY)
+    first = perfect_physics(learner, worlds, N_MAX, ("told", "seen_mean", "told_mean"), heavy,
+                            samples=3)["families"]["interp"]
+    assert first["seen_mean"] != first["told_mean"] and first["told_mean"] != first["told"]
+    assert perfect_physics(learner, worlds, N_MAX, ("told", "seen_mean", "told_mean"), heavy,
+                           samples=3)["families"]["interp"] == first
+    assert "seen_mean" not in perfect_physics(learner, worlds, N_MAX)["families"]["interp"]
