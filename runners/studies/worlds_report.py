@@ -292,7 +292,7 @@ def _ms(block: Mapping[str, Any] | None) -> str:
 
 
 def _arm_label(arm: str) -> str:
-    return "oracle (track C pathway, true physics)" if arm == ORACLE else f"track {arm}"
+    return "oracle (true physics)" if arm == ORACLE else f"track {arm}"
 
 
 def _arm_order(arms: Mapping[str, Any]) -> list[str]:
