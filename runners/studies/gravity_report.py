@@ -3,8 +3,8 @@
 Each run is one ``train_online`` run of the worlds protocol with its bounds, its families'
 gravity ranges scaled by one factor. From its ``summary.json`` it takes, pooled over the
 held-out families at n = 50 (docs/definitions.md): perfect physics in the run's own latent
-(world-blind; world-blind and the world's own from the state two frames show, and what the world
-is worth between those two), the floor (track A), the oracle, the chosen track's peer /
+(world-blind; world-blind and the world's own from the state two frames show, sharp and hedged,
+and what the world is worth between each pair), the floor (track A), the oracle, the chosen track's peer /
 wrong-world / own memory and the gravity probe's R^2. Per scale: the mean and standard deviation over seeds, the oracle's
 margin below the floor, and ``OUT/figures/dose_response.png``.
 """
@@ -31,6 +31,9 @@ COLUMNS = {
     "seen": "world-blind physics as seen",
     "told": "the world's physics as seen",
     "worth": "told below seen",
+    "seen_mean": "world-blind, hedged",
+    "told_mean": "the world's own, hedged",
+    "worth_mean": "hedged: told below seen",
     "floor": "floor (track A)",
     "oracle": "oracle",
     "margin": "oracle below the floor",
@@ -41,7 +44,7 @@ COLUMNS = {
 }
 
 #: The columns that are shares (printed as percentages).
-PERCENT = ("worth", "margin")
+PERCENT = ("worth", "worth_mean", "margin")
 
 
 @dataclass(frozen=True)
@@ -75,11 +78,16 @@ def load_gravity_run(run_dir: str | Path, scale: float, seed: str) -> GravityRun
     oracle = _get(bounds, "ceiling", "d", "pooled")
     seen = _get(bounds, "perfect_physics", "d", "seen", "pooled")
     told = _get(bounds, "perfect_physics", "d", "told", "pooled")
+    seen_mean = _get(bounds, "perfect_physics", "d", "seen_mean", "pooled")
+    told_mean = _get(bounds, "perfect_physics", "d", "told_mean", "pooled")
     values = {
         "blind": _get(bounds, "perfect_physics", "d", "blind", "pooled"),
         "seen": seen,
         "told": told,
         "worth": (seen - told) / seen if seen > 0 else math.nan,
+        "seen_mean": seen_mean,
+        "told_mean": told_mean,
+        "worth_mean": (seen_mean - told_mean) / seen_mean if seen_mean > 0 else math.nan,
         "floor": floor,
         "oracle": oracle,
         "margin": (floor - oracle) / floor if floor > 0 else math.nan,

@@ -34,7 +34,9 @@ def _summary(floor: float, oracle: float, same: float, wrong: float, blind: floa
     return {"bounds": {"floor": d(floor), "ceiling": d(oracle),
                        "memories": {"same": d(same), "wrong": d(wrong), "own": d(same)},
                        "perfect_physics": {"d": {"blind": {"pooled": blind},
-                                                 "seen": {"pooled": 0.5}, "told": {"pooled": 0.4}}}},
+                                                 "seen": {"pooled": 0.5}, "told": {"pooled": 0.4},
+                                                 "seen_mean": {"pooled": 0.5},
+                                                 "told_mean": {"pooled": 0.3}}}},
             "held_out": {"gravity_probe": {"r2": {"all": 0.5}}}}
 
 
@@ -57,8 +59,10 @@ def test_report_numbers_are_seed_means_of_the_runs_summaries(tmp_path: Path) -> 
     assert row["blind"]["std"] == 0.0 and row["probe_r2"]["mean"] == pytest.approx(0.5)
     text = "\n".join(gr.table_lines(res, {"2": gs.families(2.0)}))
     assert row["worth"]["mean"] == pytest.approx(0.2)  # (0.5 - 0.4) / 0.5
+    assert row["worth_mean"]["mean"] == pytest.approx(0.4)  # hedged: (0.5 - 0.3) / 0.5
     assert ("| 2 | 0.2-1 / 0.3-0.9 / 1.2-1.6 | 0.300 +- 0.000 | 0.500 +- 0.000 | 0.400 +- 0.000 | "
-            "20.0% +- 0.0% | 0.700 +- 0.141 |") in text
+            "20.0% +- 0.0% | 0.500 +- 0.000 | 0.300 +- 0.000 | 40.0% +- 0.0% | 0.700 +- 0.141 |"
+            ) in text
     assert "12.5% +- 17.7%" in text and text.endswith("| 2 |")
 
 
@@ -82,6 +86,9 @@ def test_study_runs_every_scale_writes_the_report_and_skips_finished_runs(tmp_pa
     assert row["oracle"]["mean"] == pytest.approx(bounds["ceiling"]["d"]["pooled"], abs=1e-12)
     assert math.isfinite(row["blind"]["mean"]) and row["blind"]["mean"] > 0
     assert math.isfinite(row["told"]["mean"]) and math.isfinite(row["seen"]["mean"])
+    assert row["worth_mean"]["mean"] == pytest.approx(
+        1 - bounds["perfect_physics"]["d"]["told_mean"]["pooled"]
+        / bounds["perfect_physics"]["d"]["seen_mean"]["pooled"], abs=1e-12)
     assert (out / "figures" / "dose_response.png").read_bytes()[:4] == b"\x89PNG"
     assert "| 2 | 0.2-1 / 0.3-0.9 / 1.2-1.6 |" in (out / "report.md").read_text()
     again = cli("gravity_study", *args)
