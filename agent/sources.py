@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from agent.config import PHYSICS_DIM, AgentConfig
+from env.device import to_device
 
 
 @dataclass
@@ -129,6 +130,11 @@ class StreamSource:
     windows are full. ``shifted`` (num_envs,) int64 is the shift tag of each stream's samples
     (of the newest frame): set by ``set_shifted``, or, with ``base_gravity`` given, 1 wherever
     the env's ``infos["gravity"]`` differs from it.
+
+    An env whose worlds live on a torch device (its ``device`` attribute, e.g.
+    ``MovingMNISTVectorEnv(device="cuda")``) returns its frames there; the windows are then
+    kept and cut there too, and a step copies only the per-stream tags (episode, validity,
+    world) from the host, through pinned memory without waiting: no frame passes the host.
     """
 
     def __init__(
@@ -154,7 +160,13 @@ class StreamSource:
         space = vec_env.action_space
         self._action = np.zeros(space.shape, dtype=space.dtype)  # Moving MNIST ignores actions
         n, w = self.num_envs, self.window
-        self.frames = np.zeros((n, w, 1, 64, 64), np.uint8)  # ring, slot head-1 is the newest
+        self.frames: Any = np.zeros((n, w, 1, 64, 64), np.uint8)  # ring, slot head-1 newest
+        self.world_device: torch.device | None = getattr(vec_env, "device", None)
+        if self.world_device is not None:  # the ring on the worlds' device, and its orders
+            self.frames = torch.zeros((n, w, 1, 64, 64), dtype=torch.uint8,
+                                      device=self.world_device)  # fmt: skip
+            at = np.arange(w)[:, None] + self.offsets[None]  # head -> window order
+            self._orders = torch.as_tensor(at % w, device=self.world_device)
         self.episode = np.full((n, w), -1, np.int64)  # episode id of each window frame
         self.head = 0
         self.episode_id = np.zeros(n, np.int64)
@@ -172,7 +184,9 @@ class StreamSource:
         else:
             self.shifted[np.asarray(mask, bool)] = shifted
 
-    def _push(self, obs: np.ndarray) -> None:
+    def _push(self, obs: Any) -> None:
+        if self.world_device is None:
+            obs = np.asarray(obs, np.uint8).reshape(self.num_envs, 1, 64, 64)
         self.frames[:, self.head] = obs
         self.episode[:, self.head] = self.episode_id
         self.head = (self.head + 1) % self.window
@@ -192,14 +206,14 @@ class StreamSource:
         self.episode_id = self.episode_id + self.done  # these streams were just reset
         self.done = np.logical_or(terminated, truncated)
         self._tag(infos)
-        self._push(np.asarray(obs, np.uint8).reshape(self.num_envs, 1, 64, 64))
+        self._push(obs)
         self.t += 1
 
     def start(self) -> None:
         """Reset the env and fill the windows (W-1 env steps after the reset)."""
         obs, infos = self.env.reset(seed=self.seed)
         self._tag(infos)
-        self._push(np.asarray(obs, np.uint8).reshape(self.num_envs, 1, 64, 64))
+        self._push(obs)
         for _ in range(self.window - 2):
             self._step()
         self.started = True
@@ -209,26 +223,30 @@ class StreamSource:
         if not self.started:
             self.start()
         self._step()
-        order = (self.head + self.offsets) % self.window  # oldest slot is head
-        x = self.frames[:, order]  # (B, F, 1, 64, 64)
+        if self.world_device is None:
+            order = (self.head + self.offsets) % self.window  # oldest slot is head
+            x = torch.from_numpy(self.frames[:, order])  # (B, F, 1, 64, 64)
+        else:
+            x = self.frames.index_select(1, self._orders[self.head])
         ep = self.episode  # (B, W)
         valid = (ep == ep[:, :1]).all(axis=1) & (ep[:, 0] >= 0)
         newest = ep[:, (self.head - 1) % self.window]
         episode = newest * self.num_envs + np.arange(self.num_envs)  # unique per stream, episode
         return Batch(
-            torch.from_numpy(x).to(self.device),
-            torch.from_numpy(valid).to(self.device),
-            torch.from_numpy(self.shifted.copy()).to(self.device),
-            torch.from_numpy(self.physics.copy()).to(self.device),
+            x.to(self.device),
+            to_device(valid, self.device),
+            to_device(self.shifted.copy(), self.device),
+            to_device(self.physics.copy(), self.device),
             clock=self.t,
-            episode=torch.from_numpy(episode).to(self.device),
-            world_key=torch.from_numpy(self.world_key.copy()).to(self.device),
+            episode=to_device(episode, self.device),
+            world_key=to_device(self.world_key.copy(), self.device),
         )
 
     def state_dict(self) -> dict[str, Any]:
         """Windows, episode ids, counters and the env's own state (bit-exact continuation)."""
+        frames = self.frames
         return {
-            "frames": self.frames.copy(),
+            "frames": frames.copy() if self.world_device is None else frames.cpu().numpy(),
             "episode": self.episode.copy(),
             "head": self.head,
             "episode_id": self.episode_id.copy(),
@@ -242,7 +260,11 @@ class StreamSource:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.frames = np.array(state["frames"], np.uint8)
+        frames = np.array(state["frames"], np.uint8)
+        if self.world_device is None:
+            self.frames = frames
+        else:
+            self.frames = torch.from_numpy(frames).to(self.world_device)
         self.episode = np.array(state["episode"], np.int64)
         self.head = int(state["head"])
         self.episode_id = np.array(state["episode_id"], np.int64)

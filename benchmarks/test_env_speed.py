@@ -1,10 +1,11 @@
-"""Env throughput: the 64-env vector env (frames/s, target >= 150,000 on one core) and a single
-env through ``gymnasium.make`` (steps/s).
+"""Env throughput: the 64-env vector env (frames/s, target >= 150,000 on one core), a single
+env through ``gymnasium.make`` (steps/s), and the vector env with its worlds on the suite's
+device (``env.device``: what a GPU run streams from; frames/s, nothing read back per step).
 
-    python -m pytest benchmarks/test_env_speed.py --benchmark-only
+    python -m pytest benchmarks/test_env_speed.py --benchmark-only [--device cuda]
 
-Both run pinned to one CPU core (where the OS allows it) with one numpy/torch thread: rendering
-is numpy, and the figure is meant to be comparable across machines per core.
+The numpy ones run pinned to one CPU core (where the OS allows it) with one numpy/torch thread:
+rendering is numpy, and the figure is meant to be comparable across machines per core.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 
 import env  # noqa: F401  (registers MovingMNIST-v0)
+from benchmarks.conftest import BenchSettings, synchronize
 
 NUM_ENVS = 64
 VECTOR_STEPS = 200
@@ -99,3 +101,27 @@ def test_single_env_steps_per_s(benchmark, one_core):
         }
     )
     print(f"\nsingle env via gymnasium.make: {steps_per_s:,.0f} steps/s (1 core)")
+
+
+def test_vector_env_on_the_device_frames_per_s(benchmark, bench: BenchSettings):
+    """The 64 worlds stepped and rendered as tensors on ``--device`` (on a CPU: torch's kernels
+    on the CPU's threads, slower than numpy there; the runs use it on a GPU only)."""
+    envs = env.MovingMNISTVectorEnv(NUM_ENVS, max_episode_steps=20, device=bench.device)
+    envs.reset(seed=0)
+
+    def run() -> None:
+        for _ in range(VECTOR_STEPS):
+            envs.step()
+        synchronize(bench.device)
+
+    benchmark.pedantic(run, rounds=5, iterations=1, warmup_rounds=1)
+    if benchmark.stats is None:  # --benchmark-disable
+        return
+    frames_per_s = NUM_ENVS * VECTOR_STEPS / benchmark.stats.stats.min
+    benchmark.extra_info.update({
+        "frames_per_s": round(frames_per_s),
+        "frames_per_s_median": round(NUM_ENVS * VECTOR_STEPS / benchmark.stats.stats.median),
+        "steps_per_s": round(VECTOR_STEPS / benchmark.stats.stats.min, 1),
+        "num_envs": NUM_ENVS,
+    })  # fmt: skip
+    print(f"\nvector env on {bench.device}: {frames_per_s:,.0f} frames/s ({NUM_ENVS} envs)")

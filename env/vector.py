@@ -86,7 +86,11 @@ class MovingMNISTVectorEnv(VectorEnv):
     ``reset(seed=s)`` seeds sub-env ``i`` with ``s + i`` (or ``seed`` may be a list of N seeds);
     ``options`` may hold physics parameters and a boolean ``reset_mask`` (reset only those envs).
 
-    Keyword arguments are those of :class:`~env.moving_mnist.MovingMNISTEnv`.
+    Keyword arguments are those of :class:`~env.moving_mnist.MovingMNISTEnv`, and ``device``:
+    a torch device (``"cuda"``) to step and render the worlds on (:class:`env.device.DeviceScenes`:
+    the same frames bit for bit). Then observations, and ``positions``/``velocities`` in the
+    infos, are torch tensors on that device, and a step reads nothing back to the host; the
+    episode draws, the physics parameters and every other info stay numpy on the host.
     """
 
     metadata: dict[str, Any] = {
@@ -108,6 +112,7 @@ class MovingMNISTVectorEnv(VectorEnv):
         split: str = "train",
         max_episode_steps: int | None = 20,
         render_mode: str | None = None,
+        device: Any = None,
     ) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
@@ -129,8 +134,18 @@ class MovingMNISTVectorEnv(VectorEnv):
         self._autoreset = np.zeros(self.num_envs, dtype=bool)
         self._has_reset = False
         self._window: PygameWindow | None = None
+        self._device: Any = None  # env.device.DeviceScenes when the worlds live on a device
+        if device is not None:
+            from env.device import DeviceScenes  # torch, only when asked for
+
+            self._device = DeviceScenes(self._scenes, device)
 
     # ------------------------------------------------------------------ properties
+
+    @property
+    def device(self) -> Any:
+        """The torch device the worlds are stepped and rendered on; None: numpy on the host."""
+        return None if self._device is None else self._device.device
 
     @property
     def n_digits(self) -> int:
@@ -181,15 +196,16 @@ class MovingMNISTVectorEnv(VectorEnv):
                 raise ValueError(f"seed must be an int or a list of {self.num_envs}, got {seed!r}")
         if params:
             self._scenes.set_physics(mask, **params)  # validates before changing anything
+            self._physics_changed()
         indices = np.flatnonzero(mask)
         for i in indices:
             if seeds[i] is not None or self._rngs[i] is None:
                 self._rngs[i] = seeding.np_random(seeds[i])[0]
-        self._scenes.reset_scenes(indices, [self._rngs[i] for i in indices])
+        self._reset_scenes(indices)
         self._elapsed[indices] = 0
         self._autoreset[indices] = False
         self._has_reset = True
-        obs = self._scenes.render()  # (N, 1, 64, 64)
+        obs = self._observe()  # (N, 1, 64, 64)
         if self.render_mode == "human":
             self.render()
         return obs, self._infos()
@@ -202,13 +218,17 @@ class MovingMNISTVectorEnv(VectorEnv):
             from gymnasium.error import ResetNeeded
 
             raise ResetNeeded("call reset() before step()")
-        self._scenes.step()  # deterministic, so stepping the envs about to reset costs nothing
+        # deterministic, so stepping the envs about to reset costs nothing
+        if self._device is None:
+            self._scenes.step()
+        else:
+            self._device.step()
         self._elapsed += 1
         pending = np.flatnonzero(self._autoreset)
         if pending.size:
-            self._scenes.reset_scenes(pending, [self._rngs[i] for i in pending])
+            self._reset_scenes(pending)
             self._elapsed[pending] = 0
-        obs = self._scenes.render()  # (N, 1, 64, 64)
+        obs = self._observe()  # (N, 1, 64, 64)
         truncations = self._elapsed >= self._limits
         terminations = np.zeros(self.num_envs, dtype=bool)
         rewards = np.zeros(self.num_envs, dtype=np.float64)
@@ -245,18 +265,20 @@ class MovingMNISTVectorEnv(VectorEnv):
                 f"got {worlds!r}"
             )
         self._scenes.physics.assign(indices, worlds)
+        self._physics_changed()
 
     def set_physics(self, mask: Any = None, **params: Any) -> None:
         """Set any of ``gravity``, ``gravity_direction``, ``restitution``, ``friction`` on all
         sub-envs or those in ``mask``, effective from the next step. Bad names, values or masks
         raise ``ValueError`` and change nothing."""
         self._scenes.set_physics(self._mask(mask), **params)
+        self._physics_changed()
 
     def render(self) -> np.ndarray | None:
         """``rgb_array``: (N, 64, 64, 3) uint8; ``human``: a pygame window tiling all sub-envs."""
         if self.render_mode is None:
             return None
-        gray = self._scenes.render()[:, 0]  # (N, 64, 64)
+        gray = self._host_frames()[:, 0]  # (N, 64, 64)
         rgb = np.repeat(gray[..., None], 3, axis=3)  # (N, 64, 64, 3)
         if self.render_mode == "rgb_array":
             return rgb
@@ -283,6 +305,8 @@ class MovingMNISTVectorEnv(VectorEnv):
 
         The dict holds numpy arrays, ints and the generators' ``bit_generator.state`` dicts.
         """
+        if self._device is not None:
+            self._device.save()  # the host's positions and velocities are the device's
         return {
             "num_envs": self.num_envs,
             "max_episode_steps": self.max_episode_steps,
@@ -309,8 +333,29 @@ class MovingMNISTVectorEnv(VectorEnv):
         self._limits = limits
         self._autoreset = np.asarray(state["autoreset"], dtype=bool).copy()
         self._has_reset = bool(state["has_reset"])
+        if self._device is not None:
+            self._device.load()
+            self._device.load_physics()
 
     # ------------------------------------------------------------------ helpers
+
+    def _reset_scenes(self, indices: np.ndarray) -> None:
+        """Draw new episodes for sub-envs ``indices`` from their generators (on the host)."""
+        self._scenes.reset_scenes(indices, [self._rngs[i] for i in indices])
+        if self._device is not None:
+            self._device.load(indices)
+
+    def _physics_changed(self) -> None:
+        if self._device is not None:
+            self._device.load_physics()
+
+    def _observe(self) -> Any:
+        """(N, 1, 64, 64) uint8 frames: a numpy array, or a tensor on the worlds' device."""
+        return self._scenes.render() if self._device is None else self._device.render()
+
+    def _host_frames(self) -> np.ndarray:
+        frames = self._observe()
+        return frames if self._device is None else frames.cpu().numpy()
 
     def _mask(self, mask: Any) -> np.ndarray:
         """A validated (N,) bool mask; None selects every sub-env."""
@@ -319,10 +364,15 @@ class MovingMNISTVectorEnv(VectorEnv):
     def _infos(self) -> dict[str, Any]:
         w = self._scenes
         present = np.ones(self.num_envs, dtype=bool)
+        motion = (
+            {"positions": w.positions.copy(), "velocities": w.velocities.copy()}
+            if self._device is None
+            else self._device.infos()
+        )
         return {
-            "positions": w.positions.copy(),
+            "positions": motion["positions"],
             "_positions": present,
-            "velocities": w.velocities.copy(),
+            "velocities": motion["velocities"],
             "_velocities": present,
             "gravity": w.physics.gravity.copy(),
             "_gravity": present,

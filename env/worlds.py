@@ -256,6 +256,11 @@ class WorldSchedule(VectorWrapper):
     # ------------------------------------------------------------------ properties
 
     @property
+    def device(self) -> Any:
+        """The env's worlds' torch device (None: numpy on the host)."""
+        return self.env.device
+
+    @property
     def num_groups(self) -> int:
         """W = N / group_size."""
         return self.num_envs // self.group_size

@@ -9,15 +9,17 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Tests marked ``bf16`` run bf16 kernels: skipped where this CPU has none (an AVX2-only
-    x86-64 CPU), the skip reason saying what torch found missing."""
+    x86-64 CPU), the skip reason saying what torch found missing. Tests marked ``gpu`` run on a
+    CUDA device: skipped, saying so, where torch sees none."""
     import pytest
+    import torch
 
     from agent.config import bf16_unsupported
 
     why = bf16_unsupported("cpu")
-    if why is None:
-        return
-    skip = pytest.mark.skip(reason=f"bf16: {why}")
+    skips = {"gpu": None if torch.cuda.is_available() else "gpu: torch sees no CUDA device"}
+    skips["bf16"] = None if why is None else f"bf16: {why}"
     for item in items:
-        if item.get_closest_marker("bf16") is not None:
-            item.add_marker(skip)
+        for marker, reason in skips.items():
+            if reason is not None and item.get_closest_marker(marker) is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))

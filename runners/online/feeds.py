@@ -107,7 +107,8 @@ def make_scheduled_feed(
 ) -> ScheduledFeed:  # fmt: skip
     """The run's streams under a world schedule (groups of ``group_size`` streams sharing a
     world for ``residency`` episodes), started (the first windows full)."""
-    vec_env = env.MovingMNISTVectorEnv(n_streams, max_episode_steps=None)
+    vec_env = env.MovingMNISTVectorEnv(n_streams, max_episode_steps=None,
+                                       device=world_device(device))  # fmt: skip
     schedule = env.WorldSchedule(vec_env, family, episode_steps=episode_steps, seed=seed,
                                  group_size=group_size, residency=residency)  # fmt: skip
     source = StreamSource(schedule, source_cfg, device, seed=seed)
@@ -118,11 +119,18 @@ def make_scheduled_feed(
 Feed = StreamFeed | DatasetFeed | ScheduledFeed
 
 
-def make_vec_env(cfg: RunConfig, paper: Paper) -> env.MovingMNISTVectorEnv:
+def world_device(device: Any) -> torch.device | None:
+    """Where the streams' worlds are stepped and rendered: on a GPU the learner's own (the
+    frames never pass the host: ``env.device``), elsewhere numpy on the host (faster there)."""
+    device = torch.device(device)
+    return device if device.type == "cuda" else None
+
+
+def make_vec_env(cfg: RunConfig, paper: Paper, device: torch.device) -> env.MovingMNISTVectorEnv:
     """The B parallel streams of the base world (long episodes, staggered phases)."""
     return env.MovingMNISTVectorEnv(
         cfg.agent.batch_size, gravity=cfg.physics_at(0).gravity,
-        max_episode_steps=paper.episode_length,
+        max_episode_steps=paper.episode_length, device=world_device(device),
     )
 
 
@@ -155,7 +163,7 @@ def make_feed(
             raise CliError("--source dataset needs --data PATH.zarr (written by runners.make_dataset)")
         check_store(cfg, store)
         return DatasetFeed(cfg, p, store, device)
-    vec_env = make_vec_env(cfg, p)
+    vec_env = make_vec_env(cfg, p, device)
     source = StreamSource(vec_env, a, device, seed=a.seed)
     source.start()
     if p.stagger and p.episode_length:

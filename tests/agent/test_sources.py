@@ -123,3 +123,40 @@ def test_a_stream_across_scheduled_worlds_tags_each_valid_window_with_its_world(
         assert ((g >= 0.1 - 1e-6) & (g <= 0.5 + 1e-6)).all()  # the train family's gravity
     worlds = {tuple(p.tolist()) for h in history for p in h}
     assert len(worlds) >= 6  # several worlds per stream over 40 steps
+
+
+def test_a_stream_over_worlds_on_a_device_gives_the_same_batches() -> None:
+    """The windows kept and cut on the worlds' device (``env.device``) equal the host ring's,
+    every tag included, and its state dict round-trips to the same continuation."""
+    import env
+
+    cfg = AgentConfig.from_preset("tiny", push_pair="input", batch_size=8, context_frames=2,
+                                  horizons=(2, 4), per_horizon=True)  # fmt: skip
+
+    def source(device: str | None) -> StreamSource:
+        vec = env.MovingMNISTVectorEnv(cfg.batch_size, max_episode_steps=None, device=device)
+        sched = env.WorldSchedule(vec, "train", episode_steps=(6, 15), seed=2, group_size=4)
+        return StreamSource(sched, cfg, seed=2)
+
+    host, dev = source(None), source("cpu")
+    assert dev.world_device == torch.device("cpu") and isinstance(dev.frames, torch.Tensor)
+
+    def same(a, b) -> None:
+        for field in ("frames", "valid", "shifted", "physics", "episode", "world_key"):
+            assert torch.equal(getattr(a, field), getattr(b, field)), field
+        assert a.clock == b.clock
+
+    valid = 0
+    for t in range(60):
+        a, b = host.next(), dev.next()
+        same(a, b)
+        valid += int(a.valid.sum())
+        if t == 30:
+            state = dev.state_dict()
+            np.testing.assert_equal(state, host.state_dict())
+    assert 0 < valid < 60 * cfg.batch_size  # windows across resets are masked
+    resumed = source("cpu")
+    resumed.load_state_dict(state)
+    host.load_state_dict(state)
+    for _ in range(10):
+        same(resumed.next(), host.next())

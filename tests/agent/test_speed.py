@@ -195,3 +195,34 @@ def test_docs_show_the_step_as_it_is() -> None:
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "agent.md").read_text()
     assert f"```python\n{inspect.getsource(jepa_step).rstrip()}\n```" in doc
+
+
+@pytest.mark.parametrize("track", ["A", "C"])
+def test_a_stream_step_on_a_device_world_never_reads_a_tensor_on_the_host(
+    track: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worlds protocol's step with the world on the learner's device: the env's step, the
+    windows cut there and the plain update make no host read (each would be a GPU sync)."""
+    import env
+    from agent import StreamSource
+
+    cfg = AgentConfig.from_preset(
+        "tiny", track=track, detector_warmup=0, push_pair="input", memory_scope="group",
+        batch_size=8, group_size=4, memory_write="every", context_frames=2, horizons=(2, 4),
+        per_horizon=True, input_scale=1 / 255,
+    )  # fmt: skip
+    vec = env.MovingMNISTVectorEnv(cfg.batch_size, max_episode_steps=None, device="cpu")
+    sched = env.WorldSchedule(vec, "train", episode_steps=(6, 12), seed=0, group_size=4)
+    source = StreamSource(sched, cfg, seed=0)
+    learner = Learner(cfg, speed=Speed())
+    learner.update(source.next())  # optimizer state is created on the first step
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("host read of a tensor in a stream step")
+
+    for name in ("item", "__bool__", "__float__", "__int__", "__index__", "tolist", "numpy"):
+        monkeypatch.setattr(torch.Tensor, name, forbidden)
+    for _ in range(20):  # episodes of 6-12 steps: resets and new worlds on the way
+        learner.update(source.next())
+    monkeypatch.undo()
+    assert learner.step == 21

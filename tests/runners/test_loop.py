@@ -106,6 +106,44 @@ def test_cut_and_resume_equals_one_go(tmp_path: Path, protocol: str) -> None:
         assert all(p == again.physics for p in feed.stream_physics())
 
 
+@pytest.mark.parametrize("protocol", ["paper", "worlds"])
+def test_a_run_with_its_world_on_the_device_is_the_same_run(
+    tmp_path: Path, protocol: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The streams' worlds stepped and rendered as tensors (``env.device``, what a GPU run
+    uses), here on the CPU, cut at step 25 and resumed: exactly the numpy world's run."""
+    import torch
+
+    from runners.online import feeds
+
+    over: list[str] = []
+    if protocol == "worlds":
+        over = ["--switch", "30:gravity=0.3,direction=45", "--eval-world-seqs", "4",
+                "--eval-worlds", "2", "--episode-steps", "21", "40", "--final-ns", "0", "5"]
+    whole = open_loop(tmp_path / "numpy", tiny_config(*over, protocol=protocol))
+    assert whole.vec_env.device is None  # on a CPU the world stays numpy
+    for _ in whole.steps():
+        pass
+    whole.close()
+
+    monkeypatch.setattr(feeds, "world_device", lambda device: torch.device(device))
+    cut = open_loop(tmp_path / "device", tiny_config(*over, protocol=protocol))
+    assert cut.vec_env.device == torch.device("cpu")
+    for res in cut.steps():
+        if res.step == 25:
+            cut.stop.request("test")
+    cut.checkpoint()
+    cut.folder.release()
+    again = open_loop(tmp_path / "device", tiny_config(*over, protocol=protocol), resume=True)
+    for _ in again.steps():
+        pass
+    again.close()
+    a, b = store_arrays(tmp_path / "numpy"), store_arrays(tmp_path / "device")
+    assert sorted(a) == sorted(b) and len(a["m:step"]) == 60
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
 def test_parts_are_passed_in(tmp_path: Path) -> None:
     """The loop drives the parts it is given (here one built by hand, with a spy feed)."""
     cfg = tiny_config("--steps", "10", "--no-switch", "--eval-every", "100",
