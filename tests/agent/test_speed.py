@@ -226,3 +226,31 @@ def test_a_stream_step_on_a_device_world_never_reads_a_tensor_on_the_host(
         learner.update(source.next())
     monkeypatch.undo()
     assert learner.step == 21
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("track", ["A", "C"])
+def test_on_a_gpu_a_stream_step_never_waits_for_the_device(track: str) -> None:
+    """torch's sync debug mode raises at any synchronising call in the worlds protocol's step
+    on a GPU: the env's step on the device, the windows cut there and the plain update."""
+    import env
+    from agent import StreamSource
+
+    cfg = AgentConfig.from_preset(
+        "tiny", track=track, detector_warmup=0, push_pair="input", memory_scope="group",
+        batch_size=8, group_size=4, memory_write="every", context_frames=2, horizons=(2, 4),
+        per_horizon=True, input_scale=1 / 255,
+    )  # fmt: skip
+    vec = env.MovingMNISTVectorEnv(cfg.batch_size, max_episode_steps=None, device="cuda")
+    sched = env.WorldSchedule(vec, "train", episode_steps=(6, 12), seed=0, group_size=4)
+    source = StreamSource(sched, cfg, device="cuda", seed=0)
+    learner = Learner(cfg, device="cuda", speed=Speed())
+    learner.update(source.next())
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(20):
+            learner.update(source.next())
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert learner.step == 21
