@@ -22,11 +22,16 @@ class EMATarget(nn.Module):
         self.target.eval()
 
     @torch.no_grad()
-    def update(self, online: nn.Module, tau: float) -> None:
-        """Move the target towards ``online`` with decay ``tau``."""
+    def update(self, online: nn.Module, tau: float | torch.Tensor) -> None:
+        """Move the target towards ``online`` with decay ``tau``: a number, or a 0-dim float64
+        tensor on the device (a captured step's; the same bits, no host read)."""
         tgt = list(self.target.parameters())
         src = [p.detach() for p in online.parameters()]
-        torch._foreach_lerp_(tgt, src, 1.0 - tau)
+        if isinstance(tau, torch.Tensor):
+            weight = (1.0 - tau).to(tgt[0].dtype)  # as a number is cast by the kernel
+            torch._foreach_lerp_(tgt, src, [weight] * len(tgt))
+        else:
+            torch._foreach_lerp_(tgt, src, 1.0 - tau)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Target encoding, no gradient: (N, ...) -> (N, latent)."""

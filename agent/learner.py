@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from agent.build import LearnerParts, build_learner_parts, build_optimizer
+from agent.capture import CapturedStep
 from agent.config import AgentConfig, bf16_unsupported
 from agent.latent_cache import LatentCache
 from agent.memory import Aggregate, ExperienceBuffer, GroupBuffer
@@ -74,6 +75,9 @@ class Learner:
         self.latents = LatentCache(cfg) if cfg.stream_cache else None
         self.speed = speed if speed is not None else Speed.default(self.device)
         self.paths = self.speed.paths(cfg, self.latents)
+        self.captured: CapturedStep | None = None  # the step as a CUDA graph (agent.capture)
+        if self.speed.captured:
+            self.captured = CapturedStep(self)
 
     @property
     def model(self) -> Model:
@@ -142,16 +146,24 @@ class Learner:
         view = self.view(buffer, z.shape[0])
         return modulated_prediction(self.nets, z, view, self.spec, physics)
 
-    def memory_view(self, training: bool, batch: Batch | None = None) -> MemoryView:
+    def memory_draws(self, training: bool) -> torch.Tensor | None:
+        """This step's draws of how much memory each sample sees (``cfg.vary_memory``, while
+        training): (B,) uniform in [0, 1) from the learner's generator; None otherwise."""
+        if not (training and self.cfg.vary_memory):
+            return None
+        return torch.rand(self.cfg.batch_size, generator=self.memory_rng, device=self.device)
+
+    def memory_view(
+        self, training: bool, batch: Batch | None = None, u: torch.Tensor | None = None
+    ) -> MemoryView:
         """What this step's samples read of the buffer: all of it, or while training with
-        ``cfg.vary_memory`` each sample its newest k entries, k uniform over 0..size. A world
-        memory (``memory_scope="group"``): each sample its world's, without its own episode's
+        ``cfg.vary_memory`` each sample its newest k entries, k uniform over 0..size (``u``:
+        the step's ``memory_draws``, drawn here when None). A world memory
+        (``memory_scope="group"``): each sample its world's, without its own episode's
         entries under ``memory_read="peer"`` (the episodes of ``batch``)."""
         cfg = self.cfg
-        vary = training and cfg.vary_memory
-        u = None
-        if vary:
-            u = torch.rand(cfg.batch_size, generator=self.memory_rng, device=self.device)
+        if u is None:
+            u = self.memory_draws(training)
         if cfg.memory_scope == "group":
             episode = None
             if cfg.memory_read == "peer":
@@ -164,11 +176,10 @@ class Learner:
         return MemoryView.visible(self.buffer, u)
 
     # ---------------------------------------------------------------- the step
-    def update(self, batch: Batch) -> StepMetrics:
-        """One training step on ``batch`` (frames (B, F, 1, 64, 64) uint8, valid / world (B,)):
-        ``agent.step.jepa_step``. Returns StepMetrics of 0-dim device tensors."""
+    def knobs(self) -> Knobs:
+        """This step's schedule values and switches."""
         cfg = self.cfg
-        knobs = Knobs(
+        return Knobs(
             step=self.step,
             lr=lr_at(self.step, cfg.lr, cfg.total_steps, cfg.warmup_frac),
             tau=tau_at(self.step, cfg.tau_base, cfg.tau_end, cfg.total_steps),
@@ -176,9 +187,18 @@ class Learner:
             ema=not self._frozen_at(cfg.freeze_ema_at),
             write=not self._frozen_at(cfg.freeze_buffer_at),
         )
-        batch = batch.to(self.device)
-        memory = self.memory_view(training=knobs.learn, batch=batch)
-        metrics = jepa_step(self.model, batch, memory, knobs, self.paths)
+
+    def update(self, batch: Batch) -> StepMetrics:
+        """One training step on ``batch`` (frames (B, F, 1, 64, 64) uint8, valid / world (B,)):
+        ``agent.step.jepa_step`` (replayed from a CUDA graph with ``Speed(captured=True)`` on a
+        GPU: ``agent.capture``). Returns StepMetrics of 0-dim device tensors."""
+        knobs = self.knobs()
+        if self.captured is not None:
+            metrics = self.captured.update(batch, knobs)
+        else:
+            batch = batch.to(self.device)
+            memory = self.memory_view(training=knobs.learn, batch=batch)
+            metrics = jepa_step(self.model, batch, memory, knobs, self.paths)
         self.step += 1
         return metrics
 
@@ -207,3 +227,5 @@ class Learner:
             self.memory_rng.set_state(state["memory_rng"].cpu())
         if self.latents is not None:  # absent (None) in checkpoints written before the cache
             self.latents.load_state_dict(state.get("latents"))
+        if self.captured is not None:  # the graphs read the tensors just replaced
+            self.captured.reset()

@@ -222,6 +222,9 @@ class Speed:
     visible_slots: bool = False
     lazy_pair: bool = False
     beside: bool = False
+    # The whole update replayed from CUDA graphs on a GPU (``agent.capture``; eager with the
+    # same tensor inputs elsewhere). Opt-in until measured on a GPU; needs stream_cache=false.
+    captured: bool = False
 
     @classmethod
     def default(cls, device: torch.device | str) -> Speed:

@@ -46,9 +46,11 @@ class Model:
 class Knobs(NamedTuple):
     """This step's schedule values and switches (``Learner.update`` sets them)."""
 
-    step: int  # updates done before this one (the memory entries' time stamp)
-    lr: float
-    tau: float  # EMA rate
+    # Numbers, or 0-dim tensors on the device (``agent.capture``: a captured step reads them
+    # there; lr and tau float64, step int64): the same bits either way.
+    step: int | torch.Tensor  # updates done before this one (the memory entries' time stamp)
+    lr: float | torch.Tensor
+    tau: float | torch.Tensor  # EMA rate
     learn: bool  # weights and optimiser update (False: frozen weights, memory mode)
     ema: bool  # the EMA target follows the encoder (``freeze_ema_at``)
     write: bool  # the memory is written (``freeze_buffer_at``)
@@ -336,7 +338,7 @@ def push(
     batch: Batch,
     w: torch.Tensor,
     write: torch.Tensor,
-    step: int,
+    step: int | torch.Tensor,
     group: torch.Tensor | None = None,
 ) -> None:
     """Write the memory where ``write``: per world each writing stream's pair into its group's
@@ -390,10 +392,17 @@ def step_metrics(
         boundary=fired.float().mean(),
         buffer_size=m.buffer.size.float().mean(),
         shift_share=m.buffer.shift_share(),
-        lr=torch.full((), knobs.lr, device=w.device),
-        tau=torch.full((), knobs.tau, device=w.device),
+        lr=as_metric(knobs.lr, w.device),
+        tau=as_metric(knobs.tau, w.device),
         delta_abs=delta_abs,
         attn_entropy=attn_entropy,
         valid_frac=n_valid / w.shape[0],
         norm_error=d.float(),
     )
+
+
+def as_metric(value: float | torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A knob as a 0-dim float32 metric on ``device`` (a tensor knob: a copy, no host read)."""
+    if isinstance(value, torch.Tensor):
+        return value.to(torch.float32, copy=True)
+    return torch.full((), value, device=device)

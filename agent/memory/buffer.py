@@ -66,8 +66,8 @@ class ExperienceBuffer:
         self.shifted.index_copy_(0, slot, torch.where(write, shifted, self.shifted[slot][0]).view(1))
         self.steps.index_copy_(0, slot, torch.where(write, step, self.steps[slot][0]).view(1))
         inc = write.long()
-        self.ptr = (self.ptr + inc) % self.capacity
-        self.size = torch.clamp(self.size + inc, max=self.capacity)
+        self.ptr.copy_((self.ptr + inc) % self.capacity)  # in place: a captured step's state
+        self.size.copy_(torch.clamp(self.size + inc, max=self.capacity))
 
     def _scalar(self, value: torch.Tensor | int | bool, dtype: torch.dtype) -> torch.Tensor:
         """0-dim tensor on the device. A Python number is filled in place (``torch.full``), not

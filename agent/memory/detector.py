@@ -65,8 +65,13 @@ class BoundaryDetector:
             count = torch.where(active, count, self.count)
             threshold = torch.where(active, threshold, self.threshold)
             fired = fired & active
-        self.mu, self.var, self.count, self.threshold = mu, var, count, threshold
+        for state, value in zip(self.state_tensors(), (mu, var, count, threshold), strict=True):
+            state.copy_(value)  # in place: a captured step's state
         return fired
+
+    def state_tensors(self) -> tuple[torch.Tensor, ...]:
+        """mu, var, count, threshold: the statistics, updated in place."""
+        return self.mu, self.var, self.count, self.threshold
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {

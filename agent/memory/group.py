@@ -46,9 +46,9 @@ class GroupBuffer:
 
     def clear(self, mask: torch.Tensor | None = None) -> None:
         """Empty every world's memory, or those where ``mask`` ((W,) bool, no host sync)."""
-        if mask is not None:
-            self.ptr = torch.where(mask, 0, self.ptr)
-            self.size = torch.where(mask, 0, self.size)
+        if mask is not None:  # in place, as every per-step change (a captured step's state)
+            self.ptr.masked_fill_(mask, 0)
+            self.size.masked_fill_(mask, 0)
             return
         w, cap, d = self.groups, self.capacity, self.device
         # Flat storage with one spare row at the end (where non-writing streams scatter).
@@ -89,7 +89,7 @@ class GroupBuffer:
         stream (``Batch.world_key``), ``group`` (B,) its group. A group's streams share one id."""
         now = self.key.clone().scatter_(0, group, key)  # (W,) the id each group is in now
         self.clear(now != self.key)
-        self.key = now
+        self.key.copy_(now)
 
     @torch.no_grad()
     def push(
@@ -98,11 +98,12 @@ class GroupBuffer:
         group: torch.Tensor,
         episode: torch.Tensor,
         shifted: torch.Tensor,
-        step: int,
+        step: int | torch.Tensor,
         write: torch.Tensor,
     ) -> None:
         """Append the entry (B, E, D) of every stream whose ``write`` (B,) bool is True to its
-        group's FIFO (``group`` (B,)), tagged with ``episode`` and ``shifted`` (B,) and ``step``."""
+        group's FIFO (``group`` (B,)), tagged with ``episode`` and ``shifted`` (B,) and ``step``
+        (an int, or a 0-dim tensor on the device)."""
         w, cap = self.groups, self.capacity
         write = write.to(self.device, torch.bool)
         per_group = torch.zeros(w, dtype=torch.long, device=self.device)
@@ -116,9 +117,9 @@ class GroupBuffer:
         self._pairs[flat] = pairs.detach().to(self._pairs.dtype)
         self._episode[flat] = episode.to(torch.long)
         self._shifted[flat] = shifted.to(torch.long)
-        self._steps[flat] = int(step)
-        self.ptr = (self.ptr + per_group) % cap
-        self.size = torch.clamp(self.size + per_group, max=cap)
+        self._steps[flat] = step if isinstance(step, torch.Tensor) else int(step)
+        self.ptr.copy_((self.ptr + per_group) % cap)
+        self.size.copy_(torch.clamp(self.size + per_group, max=cap))
 
     def mask(self) -> torch.Tensor:
         """(W, cap) bool, True for filled slots."""

@@ -1,0 +1,156 @@
+"""The whole update as one CUDA graph: ``CapturedStep`` (``Speed(captured=True)``).
+
+A step of the small networks here is a few hundred kernel launches and their Python; replayed
+from a CUDA graph it is one launch. The captured region is everything ``Learner.update`` does on
+the device: the memory view, ``agent.step.jepa_step`` (forward, loss, backward, AdamW, EMA
+update, memory write) and the metrics. What changes from step to step enters through tensors
+the graph reads in place, written before each replay without waiting for the device:
+
+- the batch, copied into static buffers (device to device when the world is on the device);
+- the knobs: the learning rate and tau (0-dim float64, the fused AdamW's tensor learning rate
+  and the EMA's tensor weight), the step (the memory entries' time stamp);
+- ``vary_memory``'s draws, drawn eagerly from the learner's own generator into a buffer;
+- the step's switches (learning, EMA, memory writes) choose among graphs, one per combination.
+
+Every state the step changes is changed in place (the optimizer's, the memory's, the detector's,
+the weights), so the graph's writes are the learner's state. The first ``warmup`` steps run
+eagerly (the optimizer's state is created, the libraries initialise) on a side stream; the
+step at which a graph is captured is then replayed once, so every update runs exactly once.
+The metrics come back as graph-owned tensors and are copied out (one kernel) before the next
+replay. Loading a state dict replaces the learner's tensors: the graphs are dropped then.
+
+Where capture is off (a CPU, or ``capture=False``) the same path runs eagerly: tensor knobs,
+drawn memory, the same kernels; on a CPU its numbers are the plain step's bit for bit
+(``tests/agent/test_capture.py``). The stream latent cache (``cfg.stream_cache``) keeps Python
+dictionaries of latents by stream time, which a graph cannot replay: a captured learner needs
+``stream_cache=False``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from agent.metrics import StepMetrics
+from agent.sources import Batch
+from agent.step import Knobs, jepa_step
+
+Key = tuple[bool, bool, bool]  # (learn, ema, write)
+
+
+class CapturedStep:
+    """``update(batch, knobs) -> StepMetrics`` for ``learner``, replayed from CUDA graphs on a
+    GPU (``capture``), eagerly with the same tensor inputs elsewhere."""
+
+    def __init__(self, learner: Any, capture: bool | None = None, warmup: int = 3) -> None:
+        """``learner``: the ``agent.Learner`` whose update this is (its networks, optimizer,
+        memory and generator); ``capture``: None for a GPU's default (on)."""
+        if learner.latents is not None:
+            raise ValueError(
+                "a captured step cannot replay the stream latent cache (Python dictionaries "
+                "by stream time): set stream_cache=false"
+            )
+        self.learner = learner
+        device = learner.device
+        self.capture = device.type == "cuda" if capture is None else capture
+        if self.capture and device.type != "cuda":
+            raise ValueError(f"CUDA graphs need a CUDA device, the learner is on {device}")
+        self.warmup = int(warmup)
+        self.lr = torch.zeros((), dtype=torch.float64, device=device)
+        self.tau = torch.zeros((), dtype=torch.float64, device=device)
+        self.step = torch.zeros((), dtype=torch.long, device=device)
+        self.draws = torch.zeros(learner.cfg.batch_size, device=device)
+        self.batch: Batch | None = None  # the static inputs, allocated by the first batch
+        self.graphs: dict[Key, tuple[torch.cuda.CUDAGraph, StepMetrics]] = {}
+        self.eager_steps = 0
+        for group in learner.optimizer.param_groups:
+            group["lr"] = self.lr  # the fused AdamW's tensor learning rate
+            if self.capture:
+                group["capturable"] = True
+
+    def reset(self) -> None:
+        """Drop the graphs (the learner's tensors were replaced: a loaded state dict)."""
+        self.graphs.clear()
+
+    # ------------------------------------------------------------------ one update
+    def update(self, batch: Batch, knobs: Knobs) -> StepMetrics:
+        """One update with ``knobs`` (numbers, from ``Learner.knobs``) on ``batch``."""
+        learner = self.learner
+        self.lr.fill_(knobs.lr)
+        self.tau.fill_(knobs.tau)
+        self.step.fill_(knobs.step)
+        draws = learner.memory_draws(knobs.learn)
+        if draws is not None:
+            self.draws.copy_(draws)
+        self._fill(batch.to(learner.device))
+        key = (knobs.learn, knobs.ema, knobs.write)
+        run = self._body(key, draws is not None)
+        if not self.capture or self.eager_steps < self.warmup:
+            self.eager_steps += 1
+            return self._eager(run)
+        if key not in self.graphs:
+            self.graphs[key] = self._capture(run)
+        graph, out = self.graphs[key]
+        graph.replay()
+        values = torch.stack(list(out))  # copied out: the next replay overwrites ``out``
+        return StepMetrics(*values.unbind())
+
+    def _body(self, key: Key, drawn: bool) -> Callable[[], StepMetrics]:
+        learn, ema, write = key
+        learner = self.learner
+
+        def run() -> StepMetrics:
+            knobs = Knobs(self.step, self.lr, self.tau, learn, ema, write)
+            u = self.draws if drawn else None
+            memory = learner.memory_view(training=learn, batch=self.batch, u=u)
+            return jepa_step(learner.model, self.batch, memory, knobs, learner.paths)
+
+        return run
+
+    def _eager(self, run: Callable[[], StepMetrics]) -> StepMetrics:
+        if not self.capture:
+            return run()
+        side = torch.cuda.Stream(self.learner.device)
+        side.wait_stream(torch.cuda.current_stream(self.learner.device))
+        with torch.cuda.stream(side):
+            metrics = run()
+        torch.cuda.current_stream(self.learner.device).wait_stream(side)
+        return metrics
+
+    def _capture(self, run: Callable[[], StepMetrics]) -> tuple[torch.cuda.CUDAGraph, StepMetrics]:
+        """Record ``run`` (nothing executes while recording); the caller replays it."""
+        graph = torch.cuda.CUDAGraph()
+        cache = torch.is_autocast_cache_enabled()
+        torch.set_autocast_cache_enabled(False)  # autocast's cast cache cannot be replayed
+        try:
+            with torch.cuda.graph(graph):
+                out = run()
+        finally:
+            torch.set_autocast_cache_enabled(cache)
+        return graph, out
+
+    def _fill(self, batch: Batch) -> None:
+        """Copy ``batch`` into the static inputs (allocated, and fixed, by the first batch)."""
+        if self.batch is None:
+            self.batch = Batch(
+                *(None if t is None else t.clone() for t in (
+                    batch.frames, batch.valid, batch.shifted, batch.physics)),
+                clock=None,
+                episode=None if batch.episode is None else batch.episode.clone(),
+                world_key=None if batch.world_key is None else batch.world_key.clone(),
+            )  # fmt: skip
+            return
+        pairs = (
+            (self.batch.frames, batch.frames), (self.batch.valid, batch.valid),
+            (self.batch.shifted, batch.shifted), (self.batch.physics, batch.physics),
+            (self.batch.episode, batch.episode), (self.batch.world_key, batch.world_key),
+        )  # fmt: skip
+        for static, new in pairs:
+            if (static is None) != (new is None) or (
+                static is not None and static.shape != new.shape
+            ):
+                raise ValueError("a captured step's batches must all have the first's layout")
+            if static is not None:
+                static.copy_(new, non_blocking=True)
