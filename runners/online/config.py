@@ -217,6 +217,8 @@ class RunConfig:
     """Learner size: cpu (tiny networks, 64 streams, learns in minutes), study (cpu with a 64-d latent and a 256-wide rolling predictor, 12,000 steps: 4.5-6.5 minutes), tiny (seconds, tests), paper (Tables 4-5)."""
     device: Device = "auto"
     """auto = cuda when available, else cpu."""
+    capture: bool = False
+    """Each learner's update replayed from CUDA graphs (agent.capture; on a CPU the same step runs eagerly); needs --set stream_cache=false."""
     bounds: bool = True
     """Worlds protocol: also train the floor (track A) and the ceiling (the oracle) on the same stream, in the run folder's floor/ and ceiling/, and report the chosen track between them (--no-bounds: the chosen track alone)."""
 
@@ -329,6 +331,9 @@ def resolve(cfg: RunConfig) -> RunConfig:
             raise CliError(f"{name} must be at least 1, got {value}")
     if out.record_frames < 0:
         raise CliError(f"record_frames must be >= 0, got {out.record_frames}")
+    if cfg.capture and cfg.agent.stream_cache:
+        raise CliError("--capture: a captured step cannot replay the stream latent cache; "
+                       "add --set stream_cache=false")
     if s.best_min_sigma is None:
         s.best_min_sigma = 0.2 if cfg.worlds_protocol else 0.0
     if not s.best_min_sigma >= 0.0:

@@ -15,6 +15,7 @@ own factory so a caller (the visualizer, a test, a benchmark) can build or repla
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,7 @@ import torch
 
 import env
 from agent import EvalData, Learner
+from agent.speed import Speed
 from runners.cli import CliError
 from runners.online.config import Paper, RunConfig, Worlds, device_name, world_families
 from runners.online.evaluation import CurveEvaluator, Evaluator
@@ -43,7 +45,8 @@ def resolve_device(name: str) -> torch.device:
 
 
 def make_learner(cfg: RunConfig, device: torch.device) -> Learner:
-    return Learner(cfg.agent, device=device)
+    speed = dataclasses.replace(Speed.default(device), captured=True) if cfg.capture else None
+    return Learner(cfg.agent, device=device, speed=speed)
 
 
 # -- evaluation --------------------------------------------------------------------------------

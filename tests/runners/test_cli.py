@@ -35,6 +35,7 @@ from runners.cli import CliError, parse, run_main
         ("worlds_study", ["--oracle-track", "A"], "--oracle-track: expected one of"),
         ("worlds_study", ["--tracks", "F"], "--tracks: expected one of 'A', 'B', 'C', 'D', 'E'"),
         ("gravity_study", ["--scales", "x"], "--scales"),
+        ("train_online", ["--capture"], "--capture: a captured step cannot replay the stream"),
     ],
 )
 def test_bad_command_line_is_one_line_exit_2(monkeypatch, capsys, module, argv, message):

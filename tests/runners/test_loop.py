@@ -144,6 +144,24 @@ def test_a_run_with_its_world_on_the_device_is_the_same_run(
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
+def test_a_run_with_a_captured_step_is_the_same_run_off_a_gpu(tmp_path: Path) -> None:
+    """--capture (agent.capture) runs its step eagerly on a CPU: the run records exactly what
+    the plain step's does."""
+    over = ["--switch", "30:gravity=0.3,direction=45", "--eval-world-seqs", "4",
+            "--eval-worlds", "2", "--episode-steps", "21", "40", "--final-ns", "0", "5",
+            "--set", "stream_cache=false"]  # fmt: skip
+    for name, extra in (("plain", []), ("captured", ["--capture"])):
+        loop = open_loop(tmp_path / name, tiny_config(*over, *extra, protocol="worlds"))
+        assert (loop.learner.captured is not None) == bool(extra)
+        for _ in loop.steps():
+            pass
+        loop.close()
+    a, b = store_arrays(tmp_path / "plain"), store_arrays(tmp_path / "captured")
+    assert sorted(a) == sorted(b) and len(a["m:step"]) == 60
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
 def test_parts_are_passed_in(tmp_path: Path) -> None:
     """The loop drives the parts it is given (here one built by hand, with a spy feed)."""
     cfg = tiny_config("--steps", "10", "--no-switch", "--eval-every", "100",
