@@ -233,10 +233,6 @@ class AgentConfig:
     vary_memory: bool = False  # training: each sample sees only its newest k entries, k ~ U{0..n}
     memory_write: str = "boundary"  # push on a detector "boundary" (paper) or at "every" valid step
     oracle: bool = False  # feed the true physics (Batch.physics) in place of e_agg: the ceiling
-    # Track D with the "conv" predictor: FiLM, and each horizon's predicted map moved by a
-    # displacement (x, y in cells) read linearly from e_agg (0 at e_agg = 0): a move that what
-    # the memory, or the oracle, knows of the world's gravity can make at once (docs/agent.md)
-    film_shift: bool = False
     # Speed: a stream frame's EMA-target latent is computed once, when it arrives, and reused at
     # its later horizons; the previous input's latent is the memory pair's older frame
     # (agent.latent_cache; stream batches only). False: every latent recomputed at every step.
@@ -258,7 +254,7 @@ class AgentConfig:
             if getattr(self, name) not in choices:
                 what = "unknown track, expected" if name == "track" else "expected"
                 self._bad(name, f"{what} one of {', '.join(choices)}")
-        for name in ("per_horizon", "vary_memory", "oracle", "stream_cache", "film_shift"):
+        for name in ("per_horizon", "vary_memory", "oracle", "stream_cache"):
             if not isinstance(getattr(self, name), bool):
                 self._bad(name, "must be true or false")
         for name in _POSITIVE_INTS:
@@ -340,8 +336,6 @@ class AgentConfig:
             self._bad("latent_dim", f"a map's latent is channels x {self.map_side}^2")
         if self.predictor == "conv" and self.encoder != "map":
             self._bad("predictor", "the convolutional predictor reads a map: encoder 'map'")
-        if self.film_shift and (self.track != "D" or self.predictor != "conv"):
-            self._bad("film_shift", "moves a map's prediction: track D with predictor 'conv'")
         if self.exp_dim % self.exp_heads:
             self._bad("exp_heads", f"must divide exp_dim={self.exp_dim}")
         width = min(self.latent_dim, self.hidden_dim)

@@ -253,18 +253,6 @@ class ConvPredictor(nn.Module):
         outer = (c[:, None, None, :, None] * xc.unsqueeze(-2)).flatten(-2)  # (B, s, s, m n)
         return (outer @ bases).movedim(-1, 1)
 
-    def translate(self, y: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-        """fc2's output (B, K * channels, side, side) with map k of sample b moved by d[b, k]
-        (x, y in cells; bilinear, the border extended): d (B, K, 2)."""
-        b, k, s = y.shape[0], self.heads, self.side
-        maps = y.reshape(b * k, self.channels, s, s).float()
-        theta = torch.zeros(b * k, 2, 3, device=y.device)
-        theta[:, 0, 0] = theta[:, 1, 1] = 1.0
-        theta[:, :, 2] = -2.0 * d.reshape(b * k, 2).float() / s  # sample at x - d: a move by +d
-        grid = F.affine_grid(theta, list(maps.shape), align_corners=False)
-        out = F.grid_sample(maps, grid, padding_mode="border", align_corners=False)
-        return out.reshape(y.shape).to(y.dtype)
-
     def finish(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """fc2's output (B, K * channels, side, side) -> (B, latent) or (B, K, latent)."""
         y = y.contiguous().flatten(1)

@@ -99,6 +99,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="end to end: a train_online field for the loop (as its --set), e.g. "
         "memory_read=all; repeatable",
     )
+    group.addoption(
+        "--bench-capture",
+        action="store_true",
+        help="end to end: the loop's update as CUDA graphs (train_online --capture; add "
+        "--bench-set stream_cache=false)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -125,6 +131,7 @@ class BenchSettings:
     timer: Callable[[], float] = time.perf_counter
     timer_name: str = "time.perf_counter"
     sets: tuple[str, ...] = ()  # --bench-set FIELD=VALUE: train_online fields of the loop
+    capture: bool = False  # --bench-capture: train_online --capture
 
 
 @pytest.fixture(scope="session")
@@ -156,6 +163,7 @@ def bench(pytestconfig: pytest.Config) -> BenchSettings:
         _load_timer(timer_name),
         timer_name,
         tuple(pytestconfig.getoption("--bench-set")),
+        bool(pytestconfig.getoption("--bench-capture")),
     )
 
 

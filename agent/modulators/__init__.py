@@ -21,7 +21,7 @@ def build_modulator(cfg: AgentConfig) -> Modulator:
     if cfg.track == "C":
         return LoRAModulator(c_in, cfg.hidden_dim, cfg.exp_dim, cfg.lora_rank, c_out)
     if cfg.track == "D":
-        return FiLMModulator(cfg.exp_dim, cfg.hidden_dim, cfg.out_heads if cfg.film_shift else 0)
+        return FiLMModulator(cfg.exp_dim, cfg.hidden_dim)
     if cfg.track == "E":
         return HyperModulator(c_in, cfg.hidden_dim, cfg.exp_dim, cfg.hyper_dim)
     raise ValueError(f"track: unknown track {cfg.track!r}")

@@ -161,28 +161,3 @@ def test_a_map_needs_the_conv_predictor_and_a_latent_of_whole_channels() -> None
                                                         "encoder_channels": (4, 8, 8, 8)})
     with pytest.raises(ValueError, match="encoder_channels"):
         AgentConfig.from_preset("tiny", track="A", encoder_channels=(4, 8))
-
-
-def test_film_shift_moves_each_horizons_map_by_its_displacement() -> None:
-    """cfg.film_shift: track D's FiLM plus a displacement per horizon read from e_agg. A whole
-    number of cells moves the map exactly (away from the extended border); zero at
-    initialisation and at e_agg = 0 (to the rounding of resampling in place)."""
-    cfg = AgentConfig.from_preset("tiny", track="D", film_shift=True, **MAP)
-    nets = build_networks(cfg)
-    p = nets.predictor
-    y = torch.randn(2, 3 * 2, 16, 16)  # 3 horizons x 2 channels
-    d = torch.tensor([[[1.0, 0.0], [0.0, 2.0], [-3.0, 1.0]], [[0.0, 0.0], [2.0, -1.0], [0.0, 0.0]]])
-    moved = p.translate(y, d).view(2, 3, 2, 16, 16)
-    y = y.view(2, 3, 2, 16, 16)
-    torch.testing.assert_close(moved[0, 0, :, :, 1:], y[0, 0, :, :, :-1])  # +1 cell in x
-    torch.testing.assert_close(moved[0, 1, :, 2:], y[0, 1, :, :-2])  # +2 cells in y
-    torch.testing.assert_close(moved[0, 2, :, 1:, :-3], y[0, 2, :, :-1, 3:])  # -3 x, +1 y
-    torch.testing.assert_close(moved[1, 0], y[1, 0])
-    torch.testing.assert_close(moved[1, 1, :, :-1, 2:], y[1, 1, :, 1:, :-2])
-    z, e = torch.randn(3, 1024), torch.randn(3, cfg.exp_dim)
-    base = nets.predictor(z)
-    torch.testing.assert_close(nets.modulator(p, z, torch.zeros_like(e)).pred, base)
-    torch.testing.assert_close(nets.modulator(p, z, e).pred,
-                               build_networks(cfg.replace(film_shift=False)).modulator(p, z, e).pred)
-    with pytest.raises(ValueError, match="film_shift"):
-        AgentConfig.from_preset("tiny", track="C", film_shift=True, **MAP)
