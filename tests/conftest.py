@@ -1,6 +1,9 @@
 """Test-wide settings: no display, no audio, and a small thread count so tests stay predictable."""
 
+import contextlib
 import os
+
+import pytest
 
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
@@ -11,7 +14,6 @@ def pytest_collection_modifyitems(config, items) -> None:
     """Tests marked ``bf16`` run bf16 kernels: skipped where this CPU has none (an AVX2-only
     x86-64 CPU), the skip reason saying what torch found missing. Tests marked ``gpu`` run on a
     CUDA device: skipped, saying so, where torch sees none."""
-    import pytest
     import torch
 
     from agent.config import bf16_unsupported
@@ -23,3 +25,24 @@ def pytest_collection_modifyitems(config, items) -> None:
         for marker, reason in skips.items():
             if reason is not None and item.get_closest_marker(marker) is not None:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+
+@pytest.fixture
+def no_host_reads():
+    """``with no_host_reads("what"):`` any ``.item()``, ``bool()``, ``float()``, ``int()``,
+    index, ``tolist()`` or ``numpy()`` of a tensor inside raises (on a GPU each would wait for
+    the device)."""
+    import torch
+
+    @contextlib.contextmanager
+    def forbid(what: str):
+        def forbidden(*args, **kwargs):
+            raise AssertionError(f"host read of a tensor inside {what}")
+
+        with pytest.MonkeyPatch.context() as mp:
+            for name in ("item", "__bool__", "__float__", "__int__", "__index__", "tolist", "numpy"):
+                mp.setattr(torch.Tensor, name, forbidden)
+            yield
+
+    return forbid
