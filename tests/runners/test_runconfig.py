@@ -100,14 +100,15 @@ def test_the_defaults_follow_protocol_preset_track_and_device() -> None:
     assert (build().agent.tau_base, build().agent.tau_end) == (0.996, 0.9999)
 
 
-def test_the_study_preset_is_the_cpu_learner_grown_and_trained_longer() -> None:
+def test_the_study_preset_is_the_map_learner_trained_longer() -> None:
     cpu, study = build_config([]), build_config(["--preset", "study"])
-    assert (study.agent.latent_dim, study.agent.hidden_dim, study.agent.predictor) == (
-        64, 256, "rollout")
-    assert (cpu.agent.latent_dim, cpu.agent.predictor) == (16, "direct")
+    a = study.agent
+    assert (a.encoder, a.encoder_channels, a.latent_dim, a.map_side) == ("map", (8, 16), 1024, 16)
+    assert (a.predictor, a.hidden_dim, a.lr) == ("conv", 32, 3e-3)
+    assert (cpu.agent.latent_dim, cpu.agent.predictor, cpu.agent.encoder) == (16, "direct", "flat")
     assert (study.schedule.steps, cpu.schedule.steps) == (12_000, 4_500)
     assert study.schedule.switches[0].step == 8_000 and study.agent.total_steps == 8_000
-    same = {"batch_size", "lr", "lambda_reg", "buffer_capacity", "horizons"}
+    same = {"batch_size", "lambda_reg", "buffer_capacity", "horizons"}
     assert all(getattr(study.agent, f) == getattr(cpu.agent, f) for f in same)
     assert build_config(["--preset", "study", "--steps", "300"]).schedule.steps == 300
 
