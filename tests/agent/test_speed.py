@@ -191,12 +191,9 @@ def test_docs_show_the_step_as_it_is() -> None:
     assert f"```python\n{inspect.getsource(jepa_step).rstrip()}\n```" in doc
 
 
-@pytest.mark.parametrize("track", ["A", "C"])
-def test_a_stream_step_on_a_device_world_never_reads_a_tensor_on_the_host(
-    track: str, no_host_reads
-) -> None:
-    """The worlds protocol's step with the world on the learner's device: the env's step, the
-    windows cut there and the plain update make no host read (each would be a GPU sync)."""
+def device_world_step(track: str, device: str) -> tuple[Learner, object]:
+    """A plain-step learner of the worlds protocol's kind (group memory written every step) and
+    a stream source over worlds stepped and rendered on ``device`` (short episodes)."""
     import env
     from agent import StreamSource
 
@@ -205,10 +202,19 @@ def test_a_stream_step_on_a_device_world_never_reads_a_tensor_on_the_host(
         batch_size=8, group_size=4, memory_write="every", context_frames=2, horizons=(2, 4),
         per_horizon=True, input_scale=1 / 255,
     )  # fmt: skip
-    vec = env.MovingMNISTVectorEnv(cfg.batch_size, max_episode_steps=None, device="cpu")
+    vec = env.MovingMNISTVectorEnv(cfg.batch_size, max_episode_steps=None, device=device)
     sched = env.WorldSchedule(vec, "train", episode_steps=(6, 12), seed=0, group_size=4)
-    source = StreamSource(sched, cfg, seed=0)
-    learner = Learner(cfg, speed=Speed())
+    source = StreamSource(sched, cfg, device=device, seed=0)
+    return Learner(cfg, device=device, speed=Speed()), source
+
+
+@pytest.mark.parametrize("track", ["A", "C"])
+def test_a_stream_step_on_a_device_world_never_reads_a_tensor_on_the_host(
+    track: str, no_host_reads
+) -> None:
+    """The worlds protocol's step with the world on the learner's device: the env's step, the
+    windows cut there and the plain update make no host read (each would be a GPU sync)."""
+    learner, source = device_world_step(track, "cpu")
     learner.update(source.next())  # optimizer state is created on the first step
     with no_host_reads("a stream step"):
         for _ in range(20):  # episodes of 6-12 steps: resets and new worlds on the way
@@ -221,18 +227,7 @@ def test_a_stream_step_on_a_device_world_never_reads_a_tensor_on_the_host(
 def test_on_a_gpu_a_stream_step_never_waits_for_the_device(track: str) -> None:
     """torch's sync debug mode raises at any synchronising call in the worlds protocol's step
     on a GPU: the env's step on the device, the windows cut there and the plain update."""
-    import env
-    from agent import StreamSource
-
-    cfg = AgentConfig.from_preset(
-        "tiny", track=track, detector_warmup=0, push_pair="input", memory_scope="group",
-        batch_size=8, group_size=4, memory_write="every", context_frames=2, horizons=(2, 4),
-        per_horizon=True, input_scale=1 / 255,
-    )  # fmt: skip
-    vec = env.MovingMNISTVectorEnv(cfg.batch_size, max_episode_steps=None, device="cuda")
-    sched = env.WorldSchedule(vec, "train", episode_steps=(6, 12), seed=0, group_size=4)
-    source = StreamSource(sched, cfg, device="cuda", seed=0)
-    learner = Learner(cfg, device="cuda", speed=Speed())
+    learner, source = device_world_step(track, "cuda")
     learner.update(source.next())
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")

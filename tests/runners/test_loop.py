@@ -23,6 +23,9 @@ from runners.online.rundir import RunFolder, StopRequest
 from runners.studies import backends
 
 ROOT = Path(__file__).resolve().parents[2]
+# A short worlds-protocol run's own options (a switch into a held-out world at step 30).
+WORLDS = ["--switch", "30:gravity=0.3,direction=45", "--eval-world-seqs", "4", "--eval-worlds",
+          "2", "--episode-steps", "21", "40", "--final-ns", "0", "5"]  # fmt: skip
 
 
 def tiny_config(*argv: str, protocol: str = "paper") -> RunConfig:
@@ -66,8 +69,7 @@ def test_cut_and_resume_equals_one_go(tmp_path: Path, protocol: str) -> None:
     schedule, per-stream memories and the switch into a held-out world included)."""
     over: list[str] = []
     if protocol == "worlds":
-        over = ["--switch", "30:gravity=0.3,direction=45", "--eval-world-seqs", "4",
-                "--eval-worlds", "2", "--episode-steps", "21", "40", "--final-ns", "0", "5"]
+        over = WORLDS
     whole = open_loop(tmp_path / "whole", tiny_config(*over, protocol=protocol))
     for _ in whole.steps():
         pass
@@ -118,8 +120,7 @@ def test_a_run_with_its_world_on_the_device_is_the_same_run(
 
     over: list[str] = []
     if protocol == "worlds":
-        over = ["--switch", "30:gravity=0.3,direction=45", "--eval-world-seqs", "4",
-                "--eval-worlds", "2", "--episode-steps", "21", "40", "--final-ns", "0", "5"]
+        over = WORLDS
     whole = open_loop(tmp_path / "numpy", tiny_config(*over, protocol=protocol))
     assert whole.vec_env.device is None  # on a CPU the world stays numpy
     for _ in whole.steps():
@@ -147,9 +148,7 @@ def test_a_run_with_its_world_on_the_device_is_the_same_run(
 def test_a_run_with_a_captured_step_is_the_same_run_off_a_gpu(tmp_path: Path) -> None:
     """--capture (agent.capture) runs its step eagerly on a CPU: the run records exactly what
     the plain step's does."""
-    over = ["--switch", "30:gravity=0.3,direction=45", "--eval-world-seqs", "4",
-            "--eval-worlds", "2", "--episode-steps", "21", "40", "--final-ns", "0", "5",
-            "--set", "stream_cache=false"]  # fmt: skip
+    over = [*WORLDS, "--set", "stream_cache=false"]
     for name, extra in (("plain", []), ("captured", ["--capture"])):
         loop = open_loop(tmp_path / name, tiny_config(*over, *extra, protocol="worlds"))
         assert (loop.learner.captured is not None) == bool(extra)
@@ -268,8 +267,7 @@ def test_after_the_freeze_only_what_can_change_is_evaluated(tmp_path: Path, prot
     live buffer, so it goes on (every 20 steps and at the end)."""
     over: list[str] = []
     if protocol == "worlds":
-        over = ["--switch", "30:gravity=0.3,direction=45", "--eval-world-seqs", "4",
-                "--eval-worlds", "2", "--episode-steps", "21", "40", "--final-ns", "0", "5"]
+        over = WORLDS
     loop = open_loop(tmp_path / "run", tiny_config(*over, protocol=protocol))
     evaluated = [res.step for res in loop.steps() if res.evaluation is not None]
     loop.close()
