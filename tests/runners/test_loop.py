@@ -49,6 +49,15 @@ def store_arrays(root: Path) -> dict[str, np.ndarray]:
     return {**{f"m:{k}": v for k, v in rec.read_metrics().items()}, **{f"e:{k}": v for k, v in ev.items()}}
 
 
+def assert_same_records(one: Path, other: Path) -> dict[str, np.ndarray]:
+    """Two 60-step runs' stores hold exactly the same metrics and evaluations; the first's."""
+    a, b = store_arrays(one), store_arrays(other)
+    assert sorted(a) == sorted(b) and len(a["m:step"]) == 60
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    return a
+
+
 def test_schedule_decides_periodic_work() -> None:
     cfg = tiny_config()
     sch = Cadence.from_config(cfg)
@@ -89,11 +98,8 @@ def test_cut_and_resume_equals_one_go(tmp_path: Path, protocol: str) -> None:
     again.close()
     assert again.learner.weights_frozen  # memory mode after the switch at 30
 
-    a, b = store_arrays(tmp_path / "whole"), store_arrays(tmp_path / "cut")
-    assert sorted(a) == sorted(b)
-    assert len(a["m:step"]) == 60 and np.array_equal(a["m:step"], np.arange(60))
-    for k in a:
-        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    a = assert_same_records(tmp_path / "whole", tmp_path / "cut")
+    assert np.array_equal(a["m:step"], np.arange(60))
     # The world's physics are recorded per step (NaN while the worlds protocol's streams each
     # live in their own training world).
     g = a["m:physics/gravity"]
@@ -139,10 +145,7 @@ def test_a_run_with_its_world_on_the_device_is_the_same_run(
     for _ in again.steps():
         pass
     again.close()
-    a, b = store_arrays(tmp_path / "numpy"), store_arrays(tmp_path / "device")
-    assert sorted(a) == sorted(b) and len(a["m:step"]) == 60
-    for k in a:
-        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    assert_same_records(tmp_path / "numpy", tmp_path / "device")
 
 
 def test_a_run_with_a_captured_step_is_the_same_run_off_a_gpu(tmp_path: Path) -> None:
@@ -155,10 +158,7 @@ def test_a_run_with_a_captured_step_is_the_same_run_off_a_gpu(tmp_path: Path) ->
         for _ in loop.steps():
             pass
         loop.close()
-    a, b = store_arrays(tmp_path / "plain"), store_arrays(tmp_path / "captured")
-    assert sorted(a) == sorted(b) and len(a["m:step"]) == 60
-    for k in a:
-        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    assert_same_records(tmp_path / "plain", tmp_path / "captured")
 
 
 def test_parts_are_passed_in(tmp_path: Path) -> None:
