@@ -244,9 +244,10 @@ class StreamSource:
 
     def state_dict(self) -> dict[str, Any]:
         """Windows, episode ids, counters and the env's own state (bit-exact continuation)."""
-        frames = self.frames
+        frames = self.frames  # a copy either way: the state must not follow the live windows
+        frames = frames.copy() if self.world_device is None else frames.to("cpu", copy=True).numpy()
         return {
-            "frames": frames.copy() if self.world_device is None else frames.cpu().numpy(),
+            "frames": frames,
             "episode": self.episode.copy(),
             "head": self.head,
             "episode_id": self.episode_id.copy(),

@@ -154,6 +154,8 @@ def test_a_stream_over_worlds_on_a_device_gives_the_same_batches() -> None:
         if t == 30:
             state = dev.state_dict()
             np.testing.assert_equal(state, host.state_dict())
+            then = state["frames"].copy()
+    np.testing.assert_array_equal(state["frames"], then)  # a copy, not the live windows
     assert 0 < valid < 60 * cfg.batch_size  # windows across resets are masked
     resumed = source("cpu")
     resumed.load_state_dict(state)
