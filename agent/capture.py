@@ -65,14 +65,20 @@ class CapturedStep:
         self.batch: Batch | None = None  # the static inputs, allocated by the first batch
         self.graphs: dict[Key, tuple[torch.cuda.CUDAGraph, StepMetrics]] = {}
         self.eager_steps = 0
-        for group in learner.optimizer.param_groups:
+        self._set_optimizer()
+
+    def _set_optimizer(self) -> None:
+        for group in self.learner.optimizer.param_groups:
             group["lr"] = self.lr  # the fused AdamW's tensor learning rate
             if self.capture:
                 group["capturable"] = True
 
     def reset(self) -> None:
-        """Drop the graphs (the learner's tensors were replaced: a loaded state dict)."""
+        """Drop the graphs (the learner's tensors were replaced: a loaded state dict, whose
+        optimizer groups are set for capture again) and warm up afresh."""
         self.graphs.clear()
+        self.eager_steps = 0
+        self._set_optimizer()
 
     # ------------------------------------------------------------------ one update
     def update(self, batch: Batch, knobs: Knobs) -> StepMetrics:

@@ -83,3 +83,20 @@ def test_on_a_gpu_the_captured_step_is_the_eager_step_to_rounding(track: str) ->
     for p, q in zip(eager.nets.parameters(), captured.nets.parameters(), strict=True):
         torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(eager.buffer.size.cpu(), captured.buffer.size.cpu())
+
+
+def test_a_captured_learner_resumes_from_a_state_dict_as_the_plain_one_goes_on() -> None:
+    """Loading a state dict drops the graphs and sets the optimizer for the captured step
+    again; off a GPU the resumed learner goes on exactly as the plain one."""
+    cfg = world_cfg("C")
+    data = batches(cfg, 12)
+    plain, first = Learner(cfg, speed=Speed()), Learner(cfg, speed=Speed(captured=True))
+    train(plain, data[:6], 99), train(first, data[:6], 99)
+    resumed = Learner(cfg, speed=Speed(captured=True))
+    resumed.load_state_dict(first.state_dict())
+    assert resumed.optimizer.param_groups[0]["lr"] is resumed.captured.lr
+    a, b = train(plain, data[6:], 99), train(resumed, data[6:], 99)
+    for ma, mb in zip(a, b, strict=True):
+        assert all(torch.equal(x, y) or (x.isnan() & y.isnan()) for x, y in zip(ma, mb, strict=True))
+    for p, q in zip(plain.nets.parameters(), resumed.nets.parameters(), strict=True):
+        assert torch.equal(p, q)
