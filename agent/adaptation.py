@@ -111,14 +111,14 @@ def _memory(
     b, _, d = sources[0].shape
     if n == 0:
         empty = sources[0].new_zeros(b, 1, frames, d)
-        return MemoryView(empty, torch.zeros(b, 1, dtype=torch.bool))
+        return MemoryView(empty, torch.zeros(b, 1, dtype=torch.bool, device=empty.device))
     steps = -(-n // len(sources))  # ceil: the steps that fill n entries
-    j = torch.arange(i - steps, i)
+    j = torch.arange(i - steps, i, device=sources[0].device)
     entry = [
         torch.stack([z[:, j - frames + 1 + e] for e in range(frames)], 2) for z in sources
     ]  # each (B, steps, E, D)
     pairs = torch.stack(entry, 2).flatten(1, 2)[:, -n:]  # (B, steps * P, E, D) -> newest n
-    return MemoryView(pairs, torch.ones(b, n, dtype=torch.bool))
+    return MemoryView(pairs, torch.ones(b, n, dtype=torch.bool, device=pairs.device))
 
 
 def _score(
@@ -180,7 +180,7 @@ def world_curves(
                 z_src = [z.roll(-p, dims=0) for p in range(1, peers + 1)]
             else:
                 other = encoded[(wi + 1) % len(worlds)][0]
-                rows = torch.arange(z.shape[0])
+                rows = torch.arange(z.shape[0], device=other.device)
                 z_src = [other[(rows + p) % other.shape[0]] for p in range(peers)]
             curve = WorldCurve(world.name, world.family, source, list(ns), [])
             for n in ns:

@@ -7,8 +7,10 @@ update, memory write) and the metrics. What changes from step to step enters thr
 the graph reads in place, written before each replay without waiting for the device:
 
 - the batch, copied into static buffers (device to device when the world is on the device);
-- the knobs: the learning rate and tau (0-dim float64, the fused AdamW's tensor learning rate
-  and the EMA's tensor weight), the step (the memory entries' time stamp);
+- the knobs: the learning rate and tau (0-dim tensors: the fused AdamW's tensor learning rate
+  and the EMA's tensor weight; float32 on a GPU, whose fused kernels take no other, float64 on
+  a CPU, where they compute as the plain step's Python floats do), the step (the memory
+  entries' time stamp);
 - ``vary_memory``'s draws, drawn eagerly from the learner's own generator into a buffer;
 - the step's switches (learning, EMA, memory writes) choose among graphs, one per combination.
 
@@ -58,8 +60,9 @@ class CapturedStep:
         if self.capture and device.type != "cuda":
             raise ValueError(f"CUDA graphs need a CUDA device, the learner is on {device}")
         self.warmup = int(warmup)
-        self.lr = torch.zeros((), dtype=torch.float64, device=device)
-        self.tau = torch.zeros((), dtype=torch.float64, device=device)
+        knob = torch.float32 if device.type == "cuda" else torch.float64
+        self.lr = torch.zeros((), dtype=knob, device=device)
+        self.tau = torch.zeros((), dtype=knob, device=device)
         self.step = torch.zeros((), dtype=torch.long, device=device)
         self.draws = torch.zeros(learner.cfg.batch_size, device=device)
         self.batch: Batch | None = None  # the static inputs, allocated by the first batch

@@ -70,7 +70,9 @@ class LatentCache:
         missing = [j for j, s in enumerate(times) if s not in self.target]
         if missing:
             cols = [self.target_index[j] for j in missing]
-            z = encode(x[:, cols].flatten(0, 1)).view(x.shape[0], len(cols), -1)
+            # slices, not a list index (which would travel host -> device: a GPU sync)
+            x_cols = torch.cat([x[:, c : c + 1] for c in cols], 1)
+            z = encode(x_cols.flatten(0, 1)).view(x.shape[0], len(cols), -1)
             for i, j in enumerate(missing):
                 self.target[times[j]] = z[:, i]
         return torch.stack([self.target[s] for s in times], 1)

@@ -100,6 +100,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "memory_read=all; repeatable",
     )
     group.addoption(
+        "--bench-preset",
+        default="paper",
+        choices=("cpu", "study", "paper"),
+        help="end to end: the loop's learner preset (train_online --preset)",
+    )
+    group.addoption(
         "--bench-capture",
         action="store_true",
         help="end to end: the loop's update as CUDA graphs (train_online --capture; add "
@@ -132,6 +138,7 @@ class BenchSettings:
     timer_name: str = "time.perf_counter"
     sets: tuple[str, ...] = ()  # --bench-set FIELD=VALUE: train_online fields of the loop
     capture: bool = False  # --bench-capture: train_online --capture
+    preset: str = "paper"  # --bench-preset: train_online --preset of the loop
 
 
 @pytest.fixture(scope="session")
@@ -164,6 +171,7 @@ def bench(pytestconfig: pytest.Config) -> BenchSettings:
         timer_name,
         tuple(pytestconfig.getoption("--bench-set")),
         bool(pytestconfig.getoption("--bench-capture")),
+        pytestconfig.getoption("--bench-preset"),
     )
 
 

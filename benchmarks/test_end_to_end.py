@@ -1,6 +1,6 @@
 """End to end: steps/s of what users run, `python -m runners.train_online`'s loop
 (`OnlineLoop.step()`: env or store, source, learner, memory, metric blocks appended to
-`run.zarr`), at the paper preset, against the paper-faithful reference step
+`run.zarr`), at the paper preset (``--bench-preset`` for another), against the paper-faithful reference step
 (`benchmarks/paper_reference.py`) timed in the same rounds of the same process.
 
     pytest benchmarks/test_end_to_end.py --benchmark-only --bench-threads 1 --benchmark-json e2e.json
@@ -75,7 +75,7 @@ def make_loop(
            ["--source", source, "--data", str(data), "--eval-shift-train", "8",
             "--eval-base-test", "8"])
     cfg = build_config([
-        "--protocol", protocol, "--steps", str(NEVER), "--no-switch", "--preset", "paper",
+        "--protocol", protocol, "--steps", str(NEVER), "--no-switch", "--preset", bench.preset,
         "--track", track, "--precision", precision, "--device", bench.device.type,
         "--eval-every", str(NEVER), "--checkpoint-every", str(NEVER), "--eval-shift-test", "8",
         *own, *(["--set", *bench.sets] if bench.sets else []),
@@ -162,4 +162,5 @@ def test_train_online_loop(
         group_size=cfg.group_size,
         bench_set=list(bench.sets),
         capture=bench.capture,
+        preset=bench.preset,
     )

@@ -46,3 +46,47 @@ def no_host_reads():
             yield
 
     return forbid
+
+
+@pytest.fixture
+def no_device_syncs():
+    """``with no_device_syncs("what"):`` on a GPU, torch's sync debug mode watches the block
+    and fails it listing every synchronising call (its place in this repository's code, and how
+    often), not only the first. (Off a GPU only warnings raised by hand are seen.)"""
+    import traceback
+    import warnings
+
+    import torch
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    @contextlib.contextmanager
+    def watch(what: str):
+        sites: dict[str, int] = {}
+
+        def record(message, category, filename, lineno, file=None, line=None):
+            if "called a synchronizing CUDA operation" not in str(message):
+                return  # (torch also warns, once, that the debug mode is a prototype)
+            ours = [f for f in traceback.extract_stack()[:-1] if f.filename.startswith(root)
+                    and "conftest" not in f.filename]  # fmt: skip
+            where = " <- ".join(f"{os.path.relpath(f.filename, root)}:{f.lineno}"
+                                for f in reversed(ours[-3:]))  # fmt: skip
+            sites[where] = sites.get(where, 0) + 1
+
+        gpu = torch.cuda.is_available()
+        if gpu:
+            torch.cuda.synchronize()
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = record
+            if gpu:
+                torch.cuda.set_sync_debug_mode("warn")
+            try:
+                yield sites
+            finally:
+                if gpu:
+                    torch.cuda.set_sync_debug_mode("default")
+        listed = "\n".join(f"  {n}x {where}" for where, n in sites.items())
+        assert not sites, f"synchronising calls inside {what}:\n{listed}"
+
+    return watch

