@@ -44,6 +44,9 @@ class Encoder(nn.Module):
         # conv is ~7x faster than in NCHW) and the tensor-core layout on GPU. Same values, same
         # parameter count and state dict; only the strides of the conv weights differ.
         self.conv.to(memory_format=torch.channels_last)
+        # Run stacked under vmap (agent.seeds sets it): plain kernels, neither the layout hint
+        # nor the fused oneDNN call, which have no vmap rule.
+        self.batched = False
 
     @classmethod
     def from_config(cls, cfg: AgentConfig) -> Encoder:
@@ -58,7 +61,9 @@ class Encoder(nn.Module):
         ``norm(proj(conv(x).flatten(1)))``, the convolutions on a channels_last copy of x and the
         flatten before ``proj`` in NCHW order (``.contiguous()``). A spatial encoder's latent is
         ``norm(proj(conv(x)).flatten(1))``, its map flattened in NCHW order."""
-        if x.device.type == "cpu" and not torch.is_grad_enabled() and _FUSED:
+        if self.batched:
+            h = self.conv(x)
+        elif x.device.type == "cpu" and not torch.is_grad_enabled() and _FUSED:
             h = self._fused_convs(x)
         else:
             h = self.conv(x.contiguous(memory_format=torch.channels_last))
@@ -205,6 +210,7 @@ class ConvPredictor(nn.Module):
         self.fc2 = nn.Conv2d(hidden_dim, heads * self.channels, 1)
         self.norm = nn.LayerNorm(latent_dim)
         self.to(memory_format=torch.channels_last)
+        self.batched = False  # stacked under vmap (agent.seeds): no layout hint (no vmap rule)
 
     @classmethod
     def from_config(cls, cfg: AgentConfig) -> ConvPredictor:
@@ -217,7 +223,7 @@ class ConvPredictor(nn.Module):
     def fc1_input(self, z: torch.Tensor) -> torch.Tensor:
         """(B, C * latent) -> the C maps stacked as channels, (B, C * channels, side, side)."""
         x = z.reshape(z.shape[0], -1, self.side, self.side)
-        return x.contiguous(memory_format=torch.channels_last)
+        return x if self.batched else x.contiguous(memory_format=torch.channels_last)
 
     def trunk(self, pre: torch.Tensor) -> torch.Tensor:
         """fc1's output (pre-activation) -> the first hidden map: act(pre)."""

@@ -25,12 +25,18 @@ class Block(nn.Module):
         self.ff1 = nn.Linear(dim, ff_dim)
         self.ff2 = nn.Linear(ff_dim, dim)
         self.norm2 = nn.LayerNorm(dim)
+        # Stacked under vmap (agent.seeds): the attention written out (softmax(q k^T / sqrt(d))
+        # v, equal to rounding), as the fused kernel has no vmap rule on a CPU.
+        self.batched = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(N, T, d) -> (N, T, d)."""
         n, t, d = x.shape
         q, k, v = self.qkv(x).view(n, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v)  # (N, heads, T, d/heads)
+        if self.batched:
+            a = torch.softmax(q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5), -1) @ v
+        else:
+            a = F.scaled_dot_product_attention(q, k, v)  # (N, heads, T, d/heads)
         x = self.norm1(x + self.out(a.transpose(1, 2).reshape(n, t, d)))
         return self.norm2(x + self.ff2(F.relu(self.ff1(x))))
 

@@ -1,0 +1,116 @@
+"""Seeds stacked: S learners' networks of one configuration as one set of stacked parameters.
+
+A study runs the same configuration from several seeds (each its own initialisation and world
+stream). On a GPU each of these small learners leaves the device mostly idle: a step is a few
+hundred kernels of a few microseconds each. Stacked, the S seeds' networks run as one: every
+parameter gets a leading seed dimension (``torch.func.stack_module_state``), and a function of
+the networks runs once per seed under ``torch.func.vmap`` (``SeedStack.map``), so each kernel
+does the S seeds' work at once.
+
+The layout is seed-major: a stacked batch of S seeds' B samples is (S * B, ...), seed s's rows
+at s * B .. (s + 1) * B - 1; ``map`` splits each tensor argument so, and the function sees one
+seed's rows, with that seed's parameters, as the networks it is written for. What it returns
+comes back with a leading seed dimension (S, ...).
+
+Exactness: the seeds share no parameter, so the gradient of the sum of the S seeds' losses is
+each seed's own gradient, and AdamW and the EMA update are elementwise: a stacked update is the
+S single updates. Under ``vmap`` the networks' kernels are batched ones (a grouped convolution,
+a batched matmul), equal to the single ones to rounding (``tests/agent/test_seeds.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch.func import functional_call, stack_module_state, vmap
+
+
+class _Apply(nn.Module):
+    """``forward(fn, *args) = fn(module, *args)``: any function of a module as its forward, so
+    ``functional_call`` can run it with other parameters."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(self.module, *args)
+
+
+class SeedStack:
+    """S modules of one architecture (e.g. ``agent.build.Networks`` of one config, S seeds),
+    their parameters and buffers stacked along a leading seed dimension.
+
+    Attributes:
+        seeds: S.
+        params: name -> (S, ...) leaf tensors (what an optimizer updates; requires_grad as the
+            modules' parameters).
+        buffers: name -> (S, ...) tensors.
+    """
+
+    def __init__(self, modules: Sequence[nn.Module]) -> None:
+        if len(modules) < 1:
+            raise ValueError("a SeedStack needs at least one module")
+        shapes = [{n: p.shape for n, p in m.state_dict().items()} for m in modules]
+        if any(s != shapes[0] for s in shapes[1:]):
+            raise ValueError("the stacked modules must have the same parameters and shapes")
+        self.seeds = len(modules)
+        self.params, self.buffers = stack_module_state(list(modules))
+        # The template's own tensors are never read: each call substitutes the stacked ones.
+        self._apply = _Apply(copy.deepcopy(modules[0]))
+        for m in self._apply.modules():  # modules with a vmap-safe path take it
+            if hasattr(m, "batched"):
+                m.batched = True
+
+    # ------------------------------------------------------------------ running
+    def split(self, x: torch.Tensor) -> torch.Tensor:
+        """(S * n, ...) seed-major rows -> (S, n, ...)."""
+        if x.dim() == 0 or x.shape[0] % self.seeds:
+            raise ValueError(
+                f"a stacked tensor's leading dimension must be a multiple of the {self.seeds} "
+                f"seeds, got shape {tuple(x.shape)}"
+            )
+        return x.view(self.seeds, x.shape[0] // self.seeds, *x.shape[1:])
+
+    def map(self, fn: Callable[..., Any], *args: Any, shared: Sequence[int] = ()) -> Any:
+        """``fn(module, *args)`` once per seed with that seed's parameters and rows: each tensor
+        argument (S * n, ...) is split seed-major (``split``), except the positions in
+        ``shared``, which every seed gets whole, as do non-tensor arguments. Returns ``fn``'s
+        output (a tensor or a structure of them) with a leading seed dimension."""
+        split = tuple(
+            self.split(a) if isinstance(a, torch.Tensor) and i not in shared else a
+            for i, a in enumerate(args)
+        )
+        in_dims = tuple(
+            0 if isinstance(a, torch.Tensor) and i not in shared else None
+            for i, a in enumerate(args)
+        )
+
+        def one(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], *a: Any) -> Any:
+            state = {f"module.{n}": t for n, t in (*params.items(), *buffers.items())}
+            return functional_call(self._apply, state, (fn, *a))
+
+        return vmap(one, in_dims=(0, 0, *in_dims), randomness="error")(
+            self.params, self.buffers, *split
+        )
+
+    # ------------------------------------------------------------------ state
+    def state_dicts(self) -> list[dict[str, torch.Tensor]]:
+        """Each seed's state dict (its parameters and buffers, in the template's order), as
+        the single module's ``state_dict()`` keys it: copies, detached."""
+        stacked = {**self.params, **self.buffers}
+        names = list(self._apply.module.state_dict())
+        return [{n: stacked[n][s].detach().clone() for n in names} for s in range(self.seeds)]
+
+    def load_state_dicts(self, states: Sequence[dict[str, torch.Tensor]]) -> None:
+        """Copy S single state dicts (``state_dicts``' layout) into the stacked tensors, in
+        place (an optimizer over ``params`` keeps them)."""
+        if len(states) != self.seeds:
+            raise ValueError(f"expected {self.seeds} state dicts, got {len(states)}")
+        with torch.no_grad():
+            for name, t in (*self.params.items(), *self.buffers.items()):
+                t.copy_(torch.stack([s[name] for s in states]))
