@@ -1,0 +1,285 @@
+"""StackedLearner: S seeds of one learner configuration trained as one (``agent.seeds``).
+
+Each seed keeps what makes it that seed's run: its initial weights (``build_networks`` of its
+config), its world memories and detector statistics, its optimizer state, its generator of
+memory draws, and its stream, whose batch it is given each step. What is shared is the work:
+the S seeds' networks are one ``SeedStack`` (every parameter with a leading seed dimension),
+their forward runs once under ``torch.func.vmap``, their S losses are summed for one backward
+(the seeds share no parameter, so each gets its own gradient), and one fused AdamW and one EMA
+update act on the stacked tensors (both elementwise: each seed's own update).
+
+The layout is seed-major throughout: the stacked batch is (S * B, ...), seed s's streams at
+rows s * B .. (s + 1) * B - 1; the world memories and detectors are the S seeds' W groups each,
+seed s's at s * W .. (s + 1) * W - 1, so the group memory's and detector's own code, which keeps
+groups apart, keeps the seeds apart too. Each step returns one ``StepMetrics`` per seed.
+
+The stacked step is the plain step (``agent.step.jepa_step`` with ``Speed()``) of each seed to
+rounding (``tests/agent/test_stacked.py``). It covers the worlds protocol's memory
+(``memory_scope="group"``) and the plain path: no stream latent cache, no work beside the
+encoder, no capture yet.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, NamedTuple
+
+import torch
+
+from agent.build import build_networks
+from agent.config import AgentConfig
+from agent.memory import BoundaryDetector, GroupBuffer
+from agent.metrics import StepMetrics, normalised_error
+from agent.schedules import lr_at, tau_at
+from agent.seeds import SeedStack
+from agent.sources import Batch
+from agent.spec import StepSpec
+from agent.step import (
+    Knobs,
+    MemoryView,
+    Model,
+    base_error,
+    boundary,
+    context_latents,
+    encode,
+    episode_key,
+    input_latent,
+    memory_codes,
+    modulated_prediction,
+    newest_pair,
+    push,
+    target_latents,
+    world_key,
+)
+
+
+class SeedForward(NamedTuple):
+    """One seed's forward, as ``SeedStack.map`` returns it (tensors only, a leading seed
+    dimension added): the loss, the surprisal and memory entry of each sample, the metrics'
+    per-seed parts."""
+
+    loss_total: torch.Tensor
+    loss_pred: torch.Tensor
+    loss_reg: torch.Tensor
+    err: torch.Tensor  # (B,) the base predictor's surprisal
+    entry: torch.Tensor  # (B, E, D) float32, each sample's memory entry
+    delta_abs: torch.Tensor  # () NaN without modulation scales
+    attn_entropy: torch.Tensor  # () NaN without attention
+    norm_error: torch.Tensor  # ()
+
+
+def seed_forward(
+    nets: Any,
+    frames: torch.Tensor,
+    valid: torch.Tensor,
+    pairs: torch.Tensor,
+    mask: torch.Tensor,
+    group: torch.Tensor,
+    physics: torch.Tensor | None,
+    spec: StepSpec,
+    learn: bool,
+) -> SeedForward:
+    """One seed's part of the step that reads its networks (``agent.step.jepa_step``'s steps 1-3
+    and its metrics' forward parts): frames (B, F, 1, 64, 64), valid (B,), its group memories
+    pairs (W, cap, E, D) with each sample's mask (B, cap) and group (B,) in 0..W-1."""
+    memory = MemoryView(pairs, mask, group)
+    w = valid.float()
+    with torch.no_grad(), spec.autocast():
+        targets = target_latents(nets, frames, spec)
+    with torch.set_grad_enabled(learn):
+        codes = memory_codes(nets, memory, spec)
+    with spec.autocast(), torch.set_grad_enabled(learn):
+        z = context_latents(nets, frames, spec)
+        mod, agg = modulated_prediction(nets, z, memory, spec, physics, codes)
+    pred, targets = mod.pred.float(), targets.float()
+    loss = spec.objective(pred, targets, w, z)
+    with torch.no_grad():
+        err = base_error(nets, z, mod, targets, spec)
+        entry = _entry(nets, frames, z, spec)
+        denom = w.sum().clamp(min=1.0)
+        nan = torch.full((), math.nan, device=w.device)
+        delta_abs = attn_entropy = nan
+        if mod.scales is not None:
+            delta_abs = (mod.scales.detach().float().abs().mean(1) * w).sum() / denom
+        if agg is not None:
+            at = agg.attn.detach().float()
+            attn_entropy = (-torch.special.xlogy(at, at).sum(1) * w).sum() / denom
+        d = normalised_error(pred.detach(), input_latent(z).detach(), targets, spec.norm_eps,
+                             w > 0)[0]  # fmt: skip
+    return SeedForward(loss.total, loss.pred, loss.reg, err, entry, delta_abs, attn_entropy,
+                       d.float())  # fmt: skip
+
+
+def _entry(nets: Any, frames: torch.Tensor, z: torch.Tensor, spec: StepSpec) -> torch.Tensor:
+    """Each sample's memory entry (B, E, D) float32 (``agent.step.memory_pairs`` without the
+    stream cache): the paper's newest pair, or the input's own E latents."""
+    if spec.push_pair == "newest":
+        with spec.autocast():
+            return newest_pair(nets, frames, spec).float()
+    ctx = (z if z.dim() == 3 else z.unsqueeze(1)).detach()
+    if ctx.shape[1] >= spec.entry:
+        return ctx[:, -spec.entry :].float()
+    k = spec.entry - ctx.shape[1]
+    p, c = spec.past, spec.context
+    x = frames[:, p - c - k : p - c]
+    with spec.autocast():  # the online latents of the k frames before the context
+        before = encode(nets.encoder, x.flatten(0, 1), spec).view(x.shape[0], k, -1)
+    return torch.cat([before.to(ctx.dtype), ctx], 1).float()
+
+
+class StackedLearner:
+    """S learners of one configuration (``cfgs``: equal but for ``seed``) as one stacked
+    learner; ``update(batches)`` takes each seed's batch and returns each seed's metrics."""
+
+    def __init__(self, cfgs: Sequence[AgentConfig], device: torch.device | str = "cpu") -> None:
+        if not cfgs:
+            raise ValueError("a stacked learner needs at least one seed")
+        base = cfgs[0]
+        if any(replace(c, seed=base.seed) != base for c in cfgs[1:]):
+            raise ValueError("stacked seeds must share their configuration but for the seed")
+        if base.memory_scope != "group":
+            raise ValueError("stacked seeds need memory_scope='group' (the worlds protocol's)")
+        if base.total_steps is None:
+            raise ValueError("total_steps: None is for a runner to fill in")
+        self.cfgs, self.cfg, self.seeds = list(cfgs), base, len(cfgs)
+        self.device = torch.device(device)
+        self.spec = StepSpec.from_config(base, self.device)
+        self.stack = SeedStack([build_networks(c).to(self.device) for c in cfgs])
+        trainable = [p for n, p in self.stack.params.items()
+                     if p.requires_grad and not n.startswith("target.")]  # fmt: skip
+        self.optimizer = torch.optim.AdamW(trainable, lr=base.lr, weight_decay=base.weight_decay,
+                                           fused=True)  # fmt: skip
+        prefix = "target.target."  # the EMA copy's parameter names, the encoder's after it
+        self._ema = [(p, self.stack.params["encoder." + n[len(prefix) :]])
+                     for n, p in self.stack.params.items() if n.startswith(prefix)]  # fmt: skip
+        w = base.num_groups
+        self.detector = BoundaryDetector(base.kappa, base.detector_momentum, base.detector_warmup,
+                                         self.device, streams=self.seeds * w)  # fmt: skip
+        self.buffer = GroupBuffer(self.seeds * w, base.buffer_capacity, base.latent_dim,
+                                  self.device, frames=base.entry_frames)  # fmt: skip
+        b = base.batch_size
+        self.groups = torch.arange(self.seeds * b, device=self.device) // base.group_size
+        self.local_groups = self.groups[:b]  # each seed's samples' groups, 0..W-1
+        self.memory_rngs = []
+        for c in cfgs:
+            g = torch.Generator(self.device)
+            g.manual_seed(c.seed)
+            self.memory_rngs.append(g)
+        self.step = 0
+        self._frozen = False
+
+    # ---------------------------------------------------------------- controls
+    @property
+    def weights_frozen(self) -> bool:
+        return self._frozen
+
+    def freeze_weights(self) -> None:
+        """Stop weight and EMA updates of every seed (memory mode)."""
+        self._frozen = True
+
+    def unfreeze_weights(self) -> None:
+        self._frozen = False
+
+    def knobs(self) -> Knobs:
+        cfg, frozen = self.cfg, (lambda at: at is not None and self.step >= at)
+        return Knobs(
+            step=self.step,
+            lr=lr_at(self.step, cfg.lr, cfg.total_steps, cfg.warmup_frac),
+            tau=tau_at(self.step, cfg.tau_base, cfg.tau_end, cfg.total_steps),
+            learn=not self._frozen,
+            ema=not frozen(cfg.freeze_ema_at),
+            write=not frozen(cfg.freeze_buffer_at),
+        )
+
+    def memory_view(self, training: bool, batch: Batch) -> MemoryView:
+        """Each sample's view of its world memory (``Learner.memory_view``), every seed's
+        drawn from its own generator."""
+        u = None
+        if training and self.cfg.vary_memory:
+            u = torch.cat([torch.rand(self.cfg.batch_size, generator=g, device=self.device)
+                           for g in self.memory_rngs])  # fmt: skip
+        episode = episode_key(batch) if self.cfg.memory_read == "peer" else None
+        return MemoryView.of_group(self.buffer, self.groups, episode, u)
+
+    # ---------------------------------------------------------------- the step
+    def update(self, batches: Sequence[Batch]) -> list[StepMetrics]:
+        """One step of every seed, seed s on ``batches[s]``; each seed's ``StepMetrics``."""
+        if len(batches) != self.seeds:
+            raise ValueError(f"expected {self.seeds} batches (one a seed), got {len(batches)}")
+        batch = stack_batches([b.to(self.device) for b in batches])
+        knobs = self.knobs()
+        memory = self.memory_view(knobs.learn, batch)
+        local = self.local_groups.repeat(self.seeds)
+        fwd = self.stack.map(
+            seed_forward, batch.frames, batch.valid, memory.pairs, memory.mask, local,
+            batch.physics, self.spec, knobs.learn,
+        )  # fmt: skip
+        w = batch.valid.float()
+        err = fwd.err.flatten(0, 1)
+        m = Model(None, self.optimizer, self.detector, self.buffer, self.spec)  # type: ignore[arg-type]
+        with torch.no_grad():
+            fired, write = boundary(m, err, batch.valid, w, self.groups)
+        if knobs.learn:
+            for group in self.optimizer.param_groups:
+                group["lr"] = knobs.lr
+            self.optimizer.zero_grad(set_to_none=True)
+            fwd.loss_total.sum().backward()
+            self.optimizer.step()
+            if knobs.ema:
+                with torch.no_grad():
+                    tgt, src = zip(*self._ema, strict=True)
+                    torch._foreach_lerp_(list(tgt), [p.detach() for p in src], 1.0 - knobs.tau)
+        with torch.no_grad():
+            self.buffer.enter(self.groups, world_key(batch))
+            if knobs.write:
+                push(m, fwd.entry.flatten(0, 1), batch, w, write, knobs.step, self.groups)
+            metrics = self._metrics(knobs, fwd, err, w, fired)
+        self.step += 1
+        return metrics
+
+    def _metrics(
+        self, knobs: Knobs, fwd: SeedForward, err: torch.Tensor, w: torch.Tensor,
+        fired: torch.Tensor,
+    ) -> list[StepMetrics]:  # fmt: skip
+        """Each seed's ``StepMetrics`` (``agent.step.step_metrics`` over its own samples and
+        world memories)."""
+        s = self.seeds
+        ws = w.view(s, -1)
+        n_valid = ws.sum(1)
+        per_group = lambda t: t.float().view(s, -1)  # noqa: E731
+        filled = self.buffer.mask()
+        shifted = (self.buffer.shifted.eq(1) & filled).view(s, -1).sum(1)
+        size = self.buffer.size.view(s, -1)
+        lr = torch.full((s,), float(knobs.lr), device=self.device)
+        tau = torch.full((s,), float(knobs.tau), device=self.device)
+        columns = StepMetrics(
+            loss_total=fwd.loss_total.detach(),
+            loss_pred=fwd.loss_pred.detach(),
+            loss_reg=fwd.loss_reg.detach(),
+            surprisal=(err.view(s, -1) * ws).sum(1) / n_valid.clamp(min=1.0),
+            threshold=per_group(self.detector.threshold).mean(1),
+            boundary=per_group(fired).mean(1),
+            buffer_size=size.float().mean(1),
+            shift_share=shifted.float() / size.sum(1).clamp(min=1).float(),
+            lr=lr,
+            tau=tau,
+            delta_abs=fwd.delta_abs,
+            attn_entropy=fwd.attn_entropy,
+            valid_frac=n_valid / ws.shape[1],
+            norm_error=fwd.norm_error,
+        )
+        return [StepMetrics(*(c[i] for c in columns)) for i in range(s)]
+
+
+def stack_batches(batches: Sequence[Batch]) -> Batch:
+    """The seeds' batches as one, seed-major (each field concatenated; None where any is)."""
+
+    def cat(name: str) -> torch.Tensor | None:
+        parts = [getattr(b, name) for b in batches]
+        return None if any(p is None for p in parts) else torch.cat(parts)
+
+    return Batch(frames=cat("frames"), valid=cat("valid"), shifted=cat("shifted"),
+                 physics=cat("physics"), clock=None, episode=cat("episode"),
+                 world_key=cat("world_key"))  # fmt: skip

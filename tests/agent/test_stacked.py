@@ -1,0 +1,75 @@
+"""agent.stacked.StackedLearner: S seeds trained as one, each seed's metrics, weights and memory
+those of its own plain learner (``Learner`` with ``Speed()``) on its own stream, to rounding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import env
+from agent import AgentConfig, Learner, StreamSource
+from agent.speed import Speed
+from agent.stacked import StackedLearner
+
+SEEDS = (5, 8)
+
+
+def config(track: str, seed: int, **kw) -> AgentConfig:
+    return AgentConfig.from_preset(
+        "tiny", track=track, seed=seed, detector_warmup=0, push_pair="input",
+        memory_scope="group", batch_size=8, group_size=4, memory_write="every", context_frames=2,
+        horizons=(2, 4), per_horizon=True, input_scale=1 / 255, vary_memory=True,
+        stream_cache=False, total_steps=40, entry_frames=3, precision="fp32", **kw,
+    )  # fmt: skip
+
+
+def stream(cfg: AgentConfig, n: int) -> list:
+    """n batches of the seed's own worlds stream (its generators seeded by its seed)."""
+    vec = env.MovingMNISTVectorEnv(cfg.batch_size, max_episode_steps=None)
+    sched = env.WorldSchedule(vec, "train", episode_steps=(6, 12), seed=cfg.seed, group_size=4)
+    source = StreamSource(sched, cfg, seed=cfg.seed)
+    return [source.next() for _ in range(n)]
+
+
+def close(x: torch.Tensor, y: torch.Tensor, what: str) -> None:
+    torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5, equal_nan=True, msg=what)
+
+
+@pytest.mark.parametrize(("track", "kw"), [("A", {}), ("B", {}), ("C", {}), ("E", {}), ("D", {"oracle": True}), ("C", {"memory_read": "all"})])
+def test_each_stacked_seed_trains_as_its_own_plain_learner(track: str, kw: dict) -> None:
+    cfgs = [config(track, s, **kw) for s in SEEDS]
+    steps, freeze = 14, 10
+    data = [stream(c, steps) for c in cfgs]
+    singles = [Learner(c, speed=Speed()) for c in cfgs]
+    stacked = StackedLearner(cfgs)
+    sizes = []
+    for t in range(steps):
+        if t == freeze:  # memory mode: the weights stop, the memories go on
+            stacked.freeze_weights()
+            for one in singles:
+                one.freeze_weights()
+        got = stacked.update([d[t] for d in data])
+        sizes.append(max(float(m.buffer_size) for m in got))
+        for s, one in enumerate(singles):
+            want = one.update(data[s][t])
+            for name, x, y in zip(want._fields, want, got[s], strict=True):
+                close(y, x, f"step {t}, seed {SEEDS[s]}: {name}")
+    states = stacked.stack.state_dicts()
+    for s, one in enumerate(singles):
+        for name, p in one.nets.state_dict().items():
+            close(states[s][name], p, f"seed {SEEDS[s]}: {name}")
+        w = one.buffer.groups
+        rows = slice(s * w, (s + 1) * w)
+        assert torch.equal(stacked.buffer.size[rows], one.buffer.size)
+        close(stacked.buffer.pairs[rows], one.buffer.pairs, "memory")
+    assert stacked.step == steps and max(sizes) > 0  # the memories were written
+
+
+def test_a_stack_refuses_what_it_cannot_run() -> None:
+    with pytest.raises(ValueError, match="but for the seed"):
+        StackedLearner([config("C", 1), config("C", 2, lr=1.0)])
+    with pytest.raises(ValueError, match="memory_scope='group'"):
+        StackedLearner([config("C", 1).replace(memory_scope="global", entry_frames=2)])
+    stacked = StackedLearner([config("C", s) for s in SEEDS])
+    with pytest.raises(ValueError, match="expected 2 batches"):
+        stacked.update([])
