@@ -31,8 +31,8 @@ def stream(cfg: AgentConfig, n: int) -> list:
     return [source.next() for _ in range(n)]
 
 
-def close(x: torch.Tensor, y: torch.Tensor, what: str) -> None:
-    torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5, equal_nan=True, msg=what)
+def close(x: torch.Tensor, y: torch.Tensor, what: str, rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    torch.testing.assert_close(x, y, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{what}: {m}")
 
 
 @pytest.mark.parametrize(("track", "kw"), [("A", {}), ("B", {}), ("C", {}), ("E", {}), ("D", {"oracle": True}), ("C", {"memory_read": "all"})])
@@ -56,8 +56,16 @@ def test_each_stacked_seed_trains_as_its_own_plain_learner(track: str, kw: dict)
                 close(y, x, f"step {t}, seed {SEEDS[s]}: {name}")
     states = stacked.stack.state_dicts()
     for s, one in enumerate(singles):
+        # Weights after 10 AdamW steps: to rounding, but for the attention's key bias, which
+        # softmax ignores: its gradient is zero but for rounding, and Adam, dividing each
+        # gradient by its own size, turns that rounding into steps of up to lr (held to that).
         for name, p in one.nets.state_dict().items():
-            close(states[s][name], p, f"seed {SEEDS[s]}: {name}")
+            x, what = states[s][name], f"seed {SEEDS[s]}: {name}"
+            if name.endswith("qkv.bias"):
+                d = p.shape[0] // 3
+                close(x[d : 2 * d], p[d : 2 * d], what, rtol=0.0, atol=freeze * cfgs[0].lr)
+                x, p = torch.cat([x[:d], x[2 * d :]]), torch.cat([p[:d], p[2 * d :]])
+            close(x, p, what, rtol=1e-3, atol=1e-4)
         w = one.buffer.groups
         rows = slice(s * w, (s + 1) * w)
         assert torch.equal(stacked.buffer.size[rows], one.buffer.size)
