@@ -106,6 +106,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="end to end: the loop's learner preset (train_online --preset)",
     )
     group.addoption(
+        "--bench-seeds",
+        default="1,8",
+        help="stacked seeds: comma-separated seed counts (benchmarks/test_stacked_speed.py)",
+    )
+    group.addoption(
         "--bench-capture",
         action="store_true",
         help="end to end: the loop's update as CUDA graphs (train_online --capture; add "
