@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The GPU checks and figures in one go (about 8 minutes on one H100), each part time-limited:
+# the GPU-marked tests, the loop end to end at the cpu and paper presets (plain and captured),
+# stacked seeds against one by one, a loop step split by benchmarks.profile_loop, and the
+# default run with --capture timed whole. Figures go to docs/throughput.md#on-a-gpu-one-nvidia-h100.
+#
+#   bash benchmarks/gpu_check.sh [OUT_DIR]      # OUT_DIR (default gpu-check/) gets log and JSON
+set -u
+out=${1:-gpu-check}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 SDL_VIDEODRIVER=dummy
+python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
+    echo "gpu_check: torch sees no CUDA device" >&2; exit 2; }
+part() { echo; echo "== $1 ($(date +%T))"; }
+{
+nvidia-smi -L
+python -c "import torch; print('torch', torch.__version__)"
+part "GPU-marked tests"
+timeout 90 python -m pytest -q -m gpu tests -p no:cacheprovider --tb=short 2>&1 |
+    grep -E "^E  |FAILED|passed|failed" | head -40
+for preset in cpu paper; do
+    for cap in "" "--bench-capture --bench-set stream_cache=false"; do
+        part "loop end to end, $preset preset ${cap:+(captured)}"
+        timeout 100 python -m pytest -q benchmarks/test_end_to_end.py --benchmark-only \
+            --device cuda --bench-tracks C --bench-precision bf16 -k "worlds or paper-stream" \
+            --bench-preset "$preset" --bench-rounds 3 --bench-warmup 1 $cap -p no:cacheprovider \
+            --benchmark-json "$out/e2e-$preset${cap:+-captured}.json" 2>&1 | grep -E "passed|failed|rror"
+    done
+done
+part "stacked seeds, paper preset"
+timeout 120 python -m pytest -q benchmarks/test_stacked_speed.py --benchmark-only -s \
+    --device cuda --bench-preset paper --bench-tracks C --bench-seeds 1,16,64 --bench-rounds 3 \
+    --bench-warmup 1 -p no:cacheprovider --benchmark-json "$out/stacked.json" 2>&1 |
+    grep -E "seed-steps|passed|failed|rror"
+part "a loop step split (paper preset, captured)"
+timeout 60 python -m benchmarks.profile_loop --device cuda --preset paper --protocol paper --capture
+part "the default run, captured"
+( time timeout 180 python -m runners.train_online --device cuda --capture \
+    --set stream_cache=false --out "$out/runs" ) 2>&1 | tail -6
+} 2>&1 | tee "$out/log"
