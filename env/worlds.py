@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import VectorWrapper
 
+from env.blocks import EnvBlock
 from env.moving_mnist import rng_from_state
 from env.physics import PhysicsParams
 from env.vector import NO_EPISODE_LIMIT, MovingMNISTVectorEnv, check_mask
@@ -221,7 +222,7 @@ class WorldSchedule(VectorWrapper):
         group_size: int = 1,
         residency: tuple[int, int] = (1, 1),
     ) -> None:
-        if not isinstance(env, MovingMNISTVectorEnv):
+        if not isinstance(env, MovingMNISTVectorEnv | EnvBlock):  # a block drives as an env
             raise ValueError(f"env must be a MovingMNISTVectorEnv, got {type(env).__name__}")
         if isinstance(family, str):
             family = _family_named(family)

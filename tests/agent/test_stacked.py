@@ -81,3 +81,33 @@ def test_a_stack_refuses_what_it_cannot_run() -> None:
     stacked = StackedLearner([config("C", s) for s in SEEDS])
     with pytest.raises(ValueError, match="expected 2 batches"):
         stacked.update([])
+
+
+def test_one_source_over_the_seeds_worlds_feeds_the_stack_as_their_own_streams() -> None:
+    """``env.blocks``: one shared env of the seeds' blocks, each under its seed's schedule, read
+    by one ``StreamSource``: its stacked batches train the stack as each seed's own stream
+    trains its plain learner."""
+    from env.blocks import Schedules, SharedWorlds
+
+    cfgs = [config("C", s) for s in SEEDS]
+    b = cfgs[0].batch_size
+    shared = SharedWorlds(env.MovingMNISTVectorEnv(len(SEEDS) * b, max_episode_steps=None),
+                          len(SEEDS))  # fmt: skip
+    joint = Schedules([
+        env.WorldSchedule(blk, "train", episode_steps=(6, 12), seed=c.seed, group_size=4)
+        for blk, c in zip(shared.blocks, cfgs, strict=True)
+    ])  # fmt: skip
+    source = StreamSource(joint, cfgs[0], seed=[c.seed for c in cfgs])
+    data = [stream(c, 12) for c in cfgs]
+    singles = [Learner(c, speed=Speed()) for c in cfgs]
+    stacked = StackedLearner(cfgs)
+    for t in range(12):
+        batch = source.next()
+        for s in range(len(SEEDS)):
+            rows = slice(s * b, (s + 1) * b)
+            assert torch.equal(batch.frames[rows], data[s][t].frames), (t, s)
+        got = stacked.update(batch)
+        for s, one in enumerate(singles):
+            want = one.update(data[s][t])
+            for name, x, y in zip(want._fields, want, got[s], strict=True):
+                close(y, x, f"step {t}, seed {SEEDS[s]}: {name}")
