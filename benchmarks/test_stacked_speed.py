@@ -1,27 +1,34 @@
-"""Stacked seeds: seed-steps/s of `agent.stacked.StackedLearner.update` (S seeds of the worlds
-protocol's learner trained as one) against S plain `Learner.update`s one after another, in the
-same process, on batches drawn beforehand from each seed's own stream (the learner alone: the
-worlds' feed is not in the timing).
+"""Stacked seeds: seed-steps/s of S seeds of the worlds protocol's learner trained as one
+(`agent.stacked.StackedLearner`, fed by one `StreamSource` over the seeds' blocks of one shared
+env: `env.blocks`) against the same S seeds one after another in the same process (S plain
+`Learner`s, S lone envs and sources). Both include their worlds' feed; on a GPU the worlds live
+on the device.
 
     pytest benchmarks/test_stacked_speed.py --benchmark-only --bench-seeds 1,8 --bench-preset cpu
     pytest benchmarks/test_stacked_speed.py --benchmark-only --device cuda --bench-seeds 1,16,64
 
-A round is ``--bench-steps`` updates of all S seeds; seed-steps/s = S x updates/s. The learner
-is `train_online --protocol worlds --preset P`'s (its precision the device's default), track
-C unless ``--bench-tracks`` names others.
+A round is ``--bench-steps`` steps of all S seeds; seed-steps/s = S x steps/s. The learner is
+`train_online --protocol worlds --preset P`'s (its precision the device's default), with the
+stream latent cache off (the stack recomputes, as a captured step does), track C unless
+``--bench-tracks`` names others.
 """
 
 from __future__ import annotations
 
 import pytest
 
+import env
 from agent import Learner, StreamSource
 from agent.speed import Speed
 from agent.stacked import StackedLearner
 from benchmarks.conftest import BenchSettings, record, skip_unless_selected, timed_rate
+from env.blocks import Schedules, SharedWorlds
 from runners.online.command import build_config
 
-BATCHES = 8  # distinct batches per seed, cycled (the learner's time does not depend on them)
+
+def schedule(vec, cfg) -> env.WorldSchedule:
+    return env.WorldSchedule(vec, "train", episode_steps=(100, 400), seed=cfg.seed,
+                             group_size=cfg.group_size)  # fmt: skip
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -37,16 +44,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("seeds", counts)
 
 
-def seed_batches(cfg, device, n: int) -> list:
-    import env
-
-    vec = env.MovingMNISTVectorEnv(cfg.batch_size, max_episode_steps=None)
-    sched = env.WorldSchedule(vec, "train", episode_steps=(100, 400), seed=cfg.seed,
-                              group_size=cfg.group_size)  # fmt: skip
-    source = StreamSource(sched, cfg, device=device, seed=cfg.seed)
-    return [source.next() for _ in range(n)]
-
-
 @pytest.mark.parametrize("track", ["A", "C"])
 @pytest.mark.parametrize("mode", ["stacked", "one by one"])
 def test_stacked_seeds(
@@ -56,21 +53,26 @@ def test_stacked_seeds(
     base = build_config(["--protocol", "worlds", "--preset", bench.preset, "--track", track,
                          "--device", bench.device.type, "--set", "stream_cache=false"])  # fmt: skip
     cfgs = [base.agent.replace(seed=s) for s in range(seeds)]
-    data = [seed_batches(c, bench.device, BATCHES) for c in cfgs]
-    turn = iter(range(10**12))
+    world = bench.device if bench.device.type == "cuda" else None  # numpy on a CPU
+    b = cfgs[0].batch_size
     if mode == "stacked":
+        shared = SharedWorlds(env.MovingMNISTVectorEnv(seeds * b, max_episode_steps=None,
+                                                       device=world), seeds)  # fmt: skip
+        joint = Schedules([schedule(blk, c) for blk, c in zip(shared.blocks, cfgs, strict=True)])
+        source = StreamSource(joint, cfgs[0], bench.device, seed=[c.seed for c in cfgs])
         learner = StackedLearner(cfgs, bench.device)
 
         def step() -> None:
-            i = next(turn) % BATCHES
-            learner.update([d[i] for d in data])
+            learner.update(source.next())
     else:
+        sources = [StreamSource(schedule(env.MovingMNISTVectorEnv(b, max_episode_steps=None,
+                                                                  device=world), c),
+                                c, bench.device, seed=c.seed) for c in cfgs]  # fmt: skip
         learners = [Learner(c, bench.device, speed=Speed()) for c in cfgs]
 
         def step() -> None:
-            i = next(turn) % BATCHES
-            for one, d in zip(learners, data, strict=True):
-                one.update(d[i])
+            for one, src in zip(learners, sources, strict=True):
+                one.update(src.next())
 
     rate = timed_rate(benchmark, step, bench)
     record(
