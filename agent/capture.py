@@ -2,8 +2,9 @@
 
 A step of the small networks here is a few hundred kernel launches and their Python; replayed
 from a CUDA graph it is one launch. The captured region is everything ``Learner.update`` does on
-the device: the memory view, ``agent.step.jepa_step`` (forward, loss, backward, AdamW, EMA
-update, memory write) and the metrics. What changes from step to step enters through tensors
+the device: ``learner.step_on`` (the memory view, ``agent.step.jepa_step``: forward, loss,
+backward, AdamW, EMA update, memory write, and the metrics; a ``StackedLearner``'s stacked step
+likewise). What changes from step to step enters through tensors
 the graph reads in place, written before each replay without waiting for the device:
 
 - the batch, copied into static buffers (device to device when the world is on the device);
@@ -37,7 +38,7 @@ import torch
 
 from agent.metrics import StepMetrics
 from agent.sources import Batch
-from agent.step import Knobs, jepa_step
+from agent.step import Knobs
 
 Key = tuple[bool, bool, bool]  # (learn, ema, write)
 
@@ -64,7 +65,7 @@ class CapturedStep:
         self.lr = torch.zeros((), dtype=knob, device=device)
         self.tau = torch.zeros((), dtype=knob, device=device)
         self.step = torch.zeros((), dtype=torch.long, device=device)
-        self.draws = torch.zeros(learner.cfg.batch_size, device=device)
+        self.draws: torch.Tensor | None = None  # vary_memory's draws, allocated by the first
         self.batch: Batch | None = None  # the static inputs, allocated by the first batch
         self.graphs: dict[Key, tuple[torch.cuda.CUDAGraph, StepMetrics]] = {}
         self.eager_steps = 0
@@ -92,7 +93,10 @@ class CapturedStep:
         self.step.fill_(knobs.step)
         draws = learner.memory_draws(knobs.learn)
         if draws is not None:
-            self.draws.copy_(draws)
+            if self.draws is None:
+                self.draws = draws.clone()
+            else:
+                self.draws.copy_(draws)
         self._fill(batch.to(learner.device))
         key = (knobs.learn, knobs.ema, knobs.write)
         run = self._body(key, draws is not None)
@@ -112,9 +116,7 @@ class CapturedStep:
 
         def run() -> StepMetrics:
             knobs = Knobs(self.step, self.lr, self.tau, learn, ema, write)
-            u = self.draws if drawn else None
-            memory = learner.memory_view(training=learn, batch=self.batch, u=u)
-            return jepa_step(learner.model, self.batch, memory, knobs, learner.paths)
+            return learner.step_on(self.batch, knobs, self.draws if drawn else None)
 
         return run
 

@@ -25,15 +25,23 @@ class EMATarget(nn.Module):
     def update(self, online: nn.Module, tau: float | torch.Tensor) -> None:
         """Move the target towards ``online`` with decay ``tau``: a number, or a 0-dim float64
         tensor on the device (a captured step's; the same bits, no host read)."""
-        tgt = list(self.target.parameters())
-        src = [p.detach() for p in online.parameters()]
-        if isinstance(tau, torch.Tensor):
-            weight = (1.0 - tau).to(tgt[0].dtype)  # as a number is cast by the kernel
-            torch._foreach_lerp_(tgt, src, [weight] * len(tgt))
-        else:
-            torch._foreach_lerp_(tgt, src, 1.0 - tau)
+        lerp_towards(list(self.target.parameters()), list(online.parameters()), tau)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Target encoding, no gradient: (N, ...) -> (N, latent)."""
         with torch.no_grad():
             return self.target(x)
+
+
+@torch.no_grad()
+def lerp_towards(
+    targets: list[torch.Tensor], online: list[torch.Tensor], tau: float | torch.Tensor
+) -> None:
+    """targets <- tau * targets + (1 - tau) * online, one fused ``torch._foreach_lerp_``; tau a
+    number or a 0-dim tensor on the device (a captured step's: no host read)."""
+    src = [p.detach() for p in online]
+    if isinstance(tau, torch.Tensor):
+        weight = (1.0 - tau).to(targets[0].dtype)  # as a number is cast by the kernel
+        torch._foreach_lerp_(targets, src, [weight] * len(targets))
+    else:
+        torch._foreach_lerp_(targets, src, 1.0 - tau)

@@ -196,11 +196,17 @@ class Learner:
         if self.captured is not None:
             metrics = self.captured.update(batch, knobs)
         else:
-            batch = batch.to(self.device)
-            memory = self.memory_view(training=knobs.learn, batch=batch)
-            metrics = jepa_step(self.model, batch, memory, knobs, self.paths)
+            metrics = self.step_on(batch.to(self.device), knobs)
         self.step += 1
         return metrics
+
+    def step_on(
+        self, batch: Batch, knobs: Knobs, u: torch.Tensor | None = None
+    ) -> StepMetrics:
+        """The step itself on a batch on the device: the memory view (``u``: this step's
+        ``memory_draws``, drawn when None) and ``agent.step.jepa_step``."""
+        memory = self.memory_view(training=knobs.learn, batch=batch, u=u)
+        return jepa_step(self.model, batch, memory, knobs, self.paths)
 
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:

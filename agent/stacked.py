@@ -29,7 +29,9 @@ from typing import Any, NamedTuple
 import torch
 
 from agent.build import build_networks
+from agent.capture import CapturedStep
 from agent.config import AgentConfig
+from agent.ema import lerp_towards
 from agent.memory import BoundaryDetector, GroupBuffer
 from agent.metrics import StepMetrics, normalised_error
 from agent.schedules import lr_at, tau_at
@@ -40,6 +42,7 @@ from agent.step import (
     Knobs,
     MemoryView,
     Model,
+    as_metric,
     base_error,
     boundary,
     context_latents,
@@ -131,9 +134,14 @@ def _entry(nets: Any, frames: torch.Tensor, z: torch.Tensor, spec: StepSpec) -> 
 
 class StackedLearner:
     """S learners of one configuration (``cfgs``: equal but for ``seed``) as one stacked
-    learner; ``update(batches)`` takes each seed's batch and returns each seed's metrics."""
+    learner; ``update(batches)`` takes each seed's batch and returns each seed's metrics.
+    ``captured``: the stacked step replayed from CUDA graphs on a GPU (``agent.capture``; on a
+    CPU the same path runs eagerly)."""
 
-    def __init__(self, cfgs: Sequence[AgentConfig], device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self, cfgs: Sequence[AgentConfig], device: torch.device | str = "cpu",
+        captured: bool = False,
+    ) -> None:  # fmt: skip
         if not cfgs:
             raise ValueError("a stacked learner needs at least one seed")
         base = cfgs[0]
@@ -169,6 +177,10 @@ class StackedLearner:
             self.memory_rngs.append(g)
         self.step = 0
         self._frozen = False
+        self.latents = None  # no stream latent cache (what a captured step needs too)
+        self.captured: CapturedStep | None = None  # the stacked step as CUDA graphs
+        if captured:
+            self.captured = CapturedStep(self)
 
     # ---------------------------------------------------------------- controls
     @property
@@ -193,13 +205,21 @@ class StackedLearner:
             write=not frozen(cfg.freeze_buffer_at),
         )
 
-    def memory_view(self, training: bool, batch: Batch) -> MemoryView:
-        """Each sample's view of its world memory (``Learner.memory_view``), every seed's
-        drawn from its own generator."""
-        u = None
-        if training and self.cfg.vary_memory:
-            u = torch.cat([torch.rand(self.cfg.batch_size, generator=g, device=self.device)
-                           for g in self.memory_rngs])  # fmt: skip
+    def memory_draws(self, training: bool) -> torch.Tensor | None:
+        """This step's draws of how much memory each sample sees (``cfg.vary_memory``, while
+        training), (S * B,): each seed's B from its own generator; None otherwise."""
+        if not (training and self.cfg.vary_memory):
+            return None
+        return torch.cat([torch.rand(self.cfg.batch_size, generator=g, device=self.device)
+                          for g in self.memory_rngs])  # fmt: skip
+
+    def memory_view(
+        self, training: bool, batch: Batch, u: torch.Tensor | None = None
+    ) -> MemoryView:
+        """Each sample's view of its world memory (``Learner.memory_view``; ``u``: this step's
+        ``memory_draws``, drawn when None)."""
+        if u is None:
+            u = self.memory_draws(training)
         episode = episode_key(batch) if self.cfg.memory_read == "peer" else None
         return MemoryView.of_group(self.buffer, self.groups, episode, u)
 
@@ -207,9 +227,9 @@ class StackedLearner:
     def update(self, batches: Batch | Sequence[Batch]) -> list[StepMetrics]:
         """One step of every seed: seed s on ``batches[s]``, or on rows s * B .. (s + 1) * B - 1
         of one stacked batch (a ``StreamSource`` over ``env.blocks.Schedules``); each seed's
-        ``StepMetrics``."""
+        ``StepMetrics``. Replayed from CUDA graphs when ``captured`` (``agent.capture``)."""
         if isinstance(batches, Batch):
-            batch = batches.to(self.device)
+            batch = batches
             if batch.valid.shape[0] != self.seeds * self.cfg.batch_size:
                 raise ValueError(f"a stacked batch has {self.seeds} x {self.cfg.batch_size} "
                                  f"rows, got {batch.valid.shape[0]}")  # fmt: skip
@@ -218,7 +238,19 @@ class StackedLearner:
         else:
             batch = stack_batches([b.to(self.device) for b in batches])
         knobs = self.knobs()
-        memory = self.memory_view(knobs.learn, batch)
+        if self.captured is not None:
+            columns = self.captured.update(batch, knobs)
+        else:
+            columns = self.step_on(batch.to(self.device), knobs)
+        self.step += 1
+        return [StepMetrics(*(c[i] for c in columns)) for i in range(self.seeds)]
+
+    def step_on(
+        self, batch: Batch, knobs: Knobs, u: torch.Tensor | None = None
+    ) -> StepMetrics:
+        """The stacked step on a stacked batch on the device; its metrics as columns (each
+        field (S,), seed s's at s)."""
+        memory = self.memory_view(knobs.learn, batch, u)
         local = self.local_groups.repeat(self.seeds)
         fwd = self.stack.map(
             seed_forward, batch.frames, batch.valid, memory.pairs, memory.mask, local,
@@ -236,49 +268,111 @@ class StackedLearner:
             fwd.loss_total.sum().backward()
             self.optimizer.step()
             if knobs.ema:
-                with torch.no_grad():
-                    tgt, src = zip(*self._ema, strict=True)
-                    torch._foreach_lerp_(list(tgt), [p.detach() for p in src], 1.0 - knobs.tau)
+                tgt, src = zip(*self._ema, strict=True)
+                lerp_towards(list(tgt), list(src), knobs.tau)
         with torch.no_grad():
             self.buffer.enter(self.groups, world_key(batch))
             if knobs.write:
                 push(m, fwd.entry.flatten(0, 1), batch, w, write, knobs.step, self.groups)
-            metrics = self._metrics(knobs, fwd, err, w, fired)
-        self.step += 1
-        return metrics
+            return self._metrics(knobs, fwd, err, w, fired)
 
     def _metrics(
         self, knobs: Knobs, fwd: SeedForward, err: torch.Tensor, w: torch.Tensor,
         fired: torch.Tensor,
-    ) -> list[StepMetrics]:  # fmt: skip
-        """Each seed's ``StepMetrics`` (``agent.step.step_metrics`` over its own samples and
-        world memories)."""
+    ) -> StepMetrics:  # fmt: skip
+        """Each seed's ``StepMetrics`` as columns (``agent.step.step_metrics`` over each seed's
+        own samples and world memories)."""
         s = self.seeds
         ws = w.view(s, -1)
         n_valid = ws.sum(1)
-        per_group = lambda t: t.float().view(s, -1)  # noqa: E731
-        filled = self.buffer.mask()
-        shifted = (self.buffer.shifted.eq(1) & filled).view(s, -1).sum(1)
         size = self.buffer.size.view(s, -1)
-        lr = torch.full((s,), float(knobs.lr), device=self.device)
-        tau = torch.full((s,), float(knobs.tau), device=self.device)
-        columns = StepMetrics(
+        shifted = (self.buffer.shifted.eq(1) & self.buffer.mask()).view(s, -1).sum(1)
+        return StepMetrics(
             loss_total=fwd.loss_total.detach(),
             loss_pred=fwd.loss_pred.detach(),
             loss_reg=fwd.loss_reg.detach(),
             surprisal=(err.view(s, -1) * ws).sum(1) / n_valid.clamp(min=1.0),
-            threshold=per_group(self.detector.threshold).mean(1),
-            boundary=per_group(fired).mean(1),
+            threshold=self.detector.threshold.float().view(s, -1).mean(1),
+            boundary=fired.float().view(s, -1).mean(1),
             buffer_size=size.float().mean(1),
             shift_share=shifted.float() / size.sum(1).clamp(min=1).float(),
-            lr=lr,
-            tau=tau,
+            lr=as_metric(knobs.lr, self.device).expand(s),
+            tau=as_metric(knobs.tau, self.device).expand(s),
             delta_abs=fwd.delta_abs,
             attn_entropy=fwd.attn_entropy,
             valid_frac=n_valid / ws.shape[1],
             norm_error=fwd.norm_error,
         )
-        return [StepMetrics(*(c[i] for c in columns)) for i in range(s)]
+
+    # ---------------------------------------------------------------- state
+    def state_dicts(self) -> list[dict[str, Any]]:
+        """Each seed's ``Learner.state_dict()``: its weights, optimizer state, detector and
+        world memories, step and generator, as its lone learner writes them (a lone learner of
+        its config loads it; the memory's spare row, where non-writing streams scatter and
+        nothing reads, is the stack's)."""
+        nets = self.stack.state_dicts()
+        opt = self.optimizer.state_dict()
+        det, buf = self.detector.state_dict(), self.buffer.state_dict()
+        w, cap = self.cfg.num_groups, self.cfg.buffer_capacity
+        out = []
+        for s in range(self.seeds):
+            groups, slots = slice(s * w, (s + 1) * w), slice(s * w * cap, (s + 1) * w * cap)
+            memory = {}
+            for name, t in buf.items():
+                if t.shape[0] == self.seeds * w:
+                    memory[name] = t[groups].clone()
+                else:  # flat slots, then the spare row
+                    memory[name] = torch.cat([t[slots], t[-1:]]).clone()
+            out.append({
+                "step": self.step,
+                "manual_freeze": self._frozen,
+                "nets": nets[s],
+                "optimizer": {
+                    "state": {i: {k: (v if k == "step" else v[s]).clone() for k, v in st.items()}
+                              for i, st in opt["state"].items()},
+                    "param_groups": opt["param_groups"],
+                },
+                "detector": {k: v[groups].clone() for k, v in det.items()},
+                "buffer": memory,
+                "memory_rng": self.memory_rngs[s].get_state(),
+                "latents": None,
+            })  # fmt: skip
+        return out
+
+    def load_state_dicts(self, states: Sequence[dict[str, Any]]) -> None:
+        """Load S lone learners' state dicts (``state_dicts``' layout; all at one step), in
+        place for the weights (the optimizer keeps them); a captured step captures afresh."""
+        if len(states) != self.seeds:
+            raise ValueError(f"expected {self.seeds} state dicts, got {len(states)}")
+        steps = {int(st["step"]) for st in states}
+        if len(steps) != 1:
+            raise ValueError(f"stacked seeds resume at one step, got steps {sorted(steps)}")
+        self.stack.load_state_dicts([st["nets"] for st in states])  # in place: AdamW's params
+        first = states[0]["optimizer"]
+        self.optimizer.load_state_dict({
+            "state": {i: {k: v.clone() if k == "step" else torch.stack(
+                [st["optimizer"]["state"][i][k] for st in states]) for k, v in part.items()}
+                for i, part in first["state"].items()},
+            "param_groups": first["param_groups"],
+        })  # fmt: skip
+        self.detector.load_state_dict(
+            {k: torch.cat([st["detector"][k] for st in states]) for k in states[0]["detector"]}
+        )
+        w, cap = self.cfg.num_groups, self.cfg.buffer_capacity
+        memory = {}
+        for name in GroupBuffer._STATE:
+            parts = [st["buffer"][name] for st in states]
+            if parts[0].shape[0] == w:
+                memory[name] = torch.cat(parts)
+            else:  # the seeds' slots, then one spare row
+                memory[name] = torch.cat([p[: w * cap] for p in parts] + [parts[0][-1:]])
+        self.buffer.load_state_dict(memory)
+        for g, st in zip(self.memory_rngs, states, strict=True):
+            g.set_state(st["memory_rng"].cpu())
+        self.step = steps.pop()
+        self._frozen = bool(states[0]["manual_freeze"])
+        if self.captured is not None:  # the graphs read the tensors just replaced
+            self.captured.reset()
 
 
 def stack_batches(batches: Sequence[Batch]) -> Batch:

@@ -27,11 +27,13 @@ for preset in cpu paper; do
             --benchmark-json "$out/e2e-$preset${cap:+-captured}.json" 2>&1 | grep -E "passed|failed|rror"
     done
 done
-part "stacked seeds, paper preset"
-timeout 120 python -m pytest -q benchmarks/test_stacked_speed.py --benchmark-only -s \
-    --device cuda --bench-preset paper --bench-tracks C --bench-seeds 1,16,64 --bench-rounds 3 \
-    --bench-warmup 1 -p no:cacheprovider --benchmark-json "$out/stacked.json" 2>&1 |
-    grep -E "seed-steps|passed|failed|rror"
+for cap in "" "--bench-capture"; do
+    part "stacked seeds, paper preset ${cap:+(captured)}"
+    timeout 150 python -m pytest -q benchmarks/test_stacked_speed.py --benchmark-only -s \
+        --device cuda --bench-preset paper --bench-tracks C --bench-seeds 1,16,64 \
+        --bench-rounds 3 --bench-warmup 1 $cap -p no:cacheprovider \
+        --benchmark-json "$out/stacked${cap:+-captured}.json" 2>&1 | grep -E "seed-steps|passed|failed|rror"
+done
 part "a loop step split (paper preset, captured)"
 timeout 60 python -m benchmarks.profile_loop --device cuda --preset paper --protocol paper --capture
 part "the default run, captured"

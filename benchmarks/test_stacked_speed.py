@@ -10,7 +10,7 @@ on the device.
 A round is ``--bench-steps`` steps of all S seeds; seed-steps/s = S x steps/s. The learner is
 `train_online --protocol worlds --preset P`'s (its precision the device's default), with the
 stream latent cache off (the stack recomputes, as a captured step does), track C unless
-``--bench-tracks`` names others.
+``--bench-tracks`` names others; ``--bench-capture``: both from CUDA graphs (``agent.capture``).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def test_stacked_seeds(
                                                        device=world), seeds)  # fmt: skip
         joint = Schedules([schedule(blk, c) for blk, c in zip(shared.blocks, cfgs, strict=True)])
         source = StreamSource(joint, cfgs[0], bench.device, seed=[c.seed for c in cfgs])
-        learner = StackedLearner(cfgs, bench.device)
+        learner = StackedLearner(cfgs, bench.device, captured=bench.capture)
 
         def step() -> None:
             learner.update(source.next())
@@ -68,7 +68,7 @@ def test_stacked_seeds(
         sources = [StreamSource(schedule(env.MovingMNISTVectorEnv(b, max_episode_steps=None,
                                                                   device=world), c),
                                 c, bench.device, seed=c.seed) for c in cfgs]  # fmt: skip
-        learners = [Learner(c, bench.device, speed=Speed()) for c in cfgs]
+        learners = [Learner(c, bench.device, speed=Speed(captured=bench.capture)) for c in cfgs]
 
         def step() -> None:
             for one, src in zip(learners, sources, strict=True):
@@ -86,7 +86,9 @@ def test_stacked_seeds(
         batch_size=cfgs[0].batch_size,
         updates_per_s=rate,
         seed_steps_per_s=None if rate is None else rate * seeds,
+        capture=bench.capture,
     )
     if rate is not None:
-        print(f"\n{mode}, track {track}, {seeds} seeds, {bench.preset} preset: "
+        print(f"\n{mode}{' (captured)' if bench.capture else ''}, track {track}, {seeds} seeds, "
+              f"{bench.preset} preset: "
               f"{rate * seeds:,.0f} seed-steps/s ({rate:,.1f} updates/s)")  # fmt: skip

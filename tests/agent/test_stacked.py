@@ -111,3 +111,63 @@ def test_one_source_over_the_seeds_worlds_feeds_the_stack_as_their_own_streams()
             want = one.update(data[s][t])
             for name, x, y in zip(want._fields, want, got[s], strict=True):
                 close(y, x, f"step {t}, seed {SEEDS[s]}: {name}")
+
+
+def run(learner, data: list, steps: int, freeze: int | None = None) -> list:
+    out = []
+    for t in range(steps):
+        if t == freeze:
+            learner.freeze_weights()
+        out.append(learner.update([d[t] for d in data]))
+    return out
+
+
+def test_off_a_gpu_the_captured_stack_is_the_plain_stack_bit_for_bit() -> None:
+    """``captured=True`` runs ``agent.capture``'s path (tensor knobs, drawn memory) eagerly
+    off a GPU: the plain stacked step's numbers exactly, through a freeze."""
+    cfgs = [config("C", s) for s in SEEDS]
+    data = [stream(c, 10) for c in cfgs]
+    plain, captured = StackedLearner(cfgs), StackedLearner(cfgs, captured=True)
+    assert captured.captured is not None and not captured.captured.capture
+    for a, b in zip(run(plain, data, 10, 7), run(captured, data, 10, 7), strict=True):
+        for ma, mb in zip(a, b, strict=True):
+            assert all(torch.equal(x, y) or (x.isnan() & y.isnan()) for x, y in zip(ma, mb, strict=True))
+    for name, p in plain.stack.params.items():
+        assert torch.equal(p, captured.stack.params[name]), name
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_captured_stack_is_the_eager_stack_to_rounding() -> None:
+    cfgs = [config("C", s) for s in SEEDS]
+    data = [stream(c, 16) for c in cfgs]
+    for d in data:
+        d[:] = [b.to("cuda") for b in d]
+    eager, captured = StackedLearner(cfgs, "cuda"), StackedLearner(cfgs, "cuda", captured=True)
+    assert captured.captured.capture
+    for a, b in zip(run(eager, data, 16, 12), run(captured, data, 16, 12), strict=True):
+        for ma, mb in zip(a, b, strict=True):
+            for name, x, y in zip(ma._fields, ma, mb, strict=True):
+                close(y, x, name, rtol=1e-3, atol=1e-4)
+    assert len(captured.captured.graphs) == 2  # learning, then memory mode
+
+
+def test_each_seed_state_is_a_lone_learner_state_and_back() -> None:
+    """A stacked seed's state dict, loaded into a lone learner of its config, goes on as the
+    seed goes on in the stack; lone learners' state dicts, loaded into a fresh stack, go on as
+    the lone learners do (to rounding)."""
+    cfgs = [config("C", s) for s in SEEDS]
+    data = [stream(c, 14) for c in cfgs]
+    stacked = StackedLearner(cfgs)
+    run(stacked, [d[:8] for d in data], 8)
+    lone = [Learner(c, speed=Speed()) for c in cfgs]
+    for one, state in zip(lone, stacked.state_dicts(), strict=True):
+        one.load_state_dict(state)
+    again = StackedLearner(cfgs)
+    again.load_state_dicts([one.state_dict() for one in lone])
+    rest = [d[8:] for d in data]
+    for t, (got, other) in enumerate(zip(run(stacked, rest, 6), run(again, rest, 6), strict=True)):
+        for s, one in enumerate(lone):
+            want = one.update(rest[s][t])
+            for name, x, y, z in zip(want._fields, want, got[s], other[s], strict=True):
+                close(y, x, f"step {t}, seed {SEEDS[s]}: {name}")
+                close(z, x, f"step {t}, seed {SEEDS[s]} (loaded stack): {name}")
