@@ -149,6 +149,8 @@ class StackedLearner:
             raise ValueError("stacked seeds must share their configuration but for the seed")
         if base.memory_scope != "group":
             raise ValueError("stacked seeds need memory_scope='group' (the worlds protocol's)")
+        if base.stream_cache:
+            raise ValueError("stacked seeds encode every frame afresh: set stream_cache=false")
         if base.total_steps is None:
             raise ValueError("total_steps: None is for a runner to fill in")
         self.cfgs, self.cfg, self.seeds = list(cfgs), base, len(cfgs)

@@ -210,6 +210,9 @@ class OnlineLoop:
         self.saved_step: int | None = None  # the step latest.pt holds (None: none written yet)
         self.evals: list[EvalRecord] = []
         self._t0 = time.perf_counter()
+        # Called before the loop reads its learner's state (evaluation, checkpoint): a stacked
+        # run (``runners.online.stacked``) loads the seed's state from the stack there.
+        self.sync_learner: Callable[[], None] = lambda: None
 
     @classmethod
     def open(
@@ -274,14 +277,24 @@ class OnlineLoop:
     def step(self) -> StepResult:
         """Advance one learner update (with the switch, recording, evaluation and checkpoint
         that fall on it) and return what happened."""
+        batch = self.prepare()
+        return self.complete(batch, self.learner.update(batch))
+
+    def prepare(self) -> Batch:
+        """A step's first half: the switch that falls on it, then the world's next batch (the
+        learner updates on it next: ``step``, or a stacked learner's update of many loops)."""
         s = self.step_count
-        switched = s in self.switch_at
-        if switched:
+        if s in self.switch_at:
             self.enter(self.physics_at(s))
             if self.frozen:
                 self.learner.freeze_weights()
-        batch = self.feed.next()
-        metrics = self.learner.update(batch)
+        return self.feed.next()
+
+    def complete(self, batch: Batch, metrics: StepMetrics) -> StepResult:
+        """A step's second half, once the learner has updated on ``batch`` with ``metrics``:
+        recording, evaluation and checkpoint that fall on it."""
+        s = self.step_count - 1
+        switched = s in self.switch_at
         self.pending.append(metrics)
         self.pending_physics.append(self.physics)
         if self.cfg.output.record_frames and s % self.cfg.output.record_frames == 0:
@@ -349,6 +362,7 @@ class OnlineLoop:
         """The periodic evaluation (D_shift^n for n in eval_ns, D_base, sigma_embed), recorded
         in run.zarr; a new lowest D_shift^{headline_n} (sigma_embed at least best_min_sigma) is
         saved as best.pt."""
+        self.sync_learner()
         rec = self.evaluator(self.learner)
         self.recorder.append_eval(
             rec.step, rec.ns, rec.d_shift, rec.d_shift_per_h, rec.d_base, rec.d_base_per_h,
@@ -366,6 +380,7 @@ class OnlineLoop:
     def checkpoint(self) -> None:
         """Flush metrics, then write latest.pt atomically (metrics never lag the checkpoint)."""
         self.flush()
+        self.sync_learner()
         self._save(self.folder.latest)
         self.saved_step = self.step_count
 
