@@ -19,15 +19,19 @@ the learner's included, is an option; ``--help`` lists them; see docs/train_onli
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from runners.cli import ensure_output_dir, run_main
+from runners.cli import CliError, ensure_output_dir, run_main
 from runners.online.command import TrainCommand, parse_command, resume_config
-from runners.online.config import resolve
-from runners.online.job import PROG, set_threads, train
+from runners.online.config import RunConfig, resolve
+from runners.online.job import PROG, set_threads, train, train_stacked
 from runners.online.parts import resolve_device
-from runners.online.rundir import StopRequest, existing_run_folder, new_run_folder
+from runners.online.rundir import RunFolder, StopRequest, existing_run_folder, new_run_folder
 
 
 def parse(argv: Sequence[str]) -> TrainCommand:
@@ -38,21 +42,75 @@ def parse(argv: Sequence[str]) -> TrainCommand:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse(argv)
-    folder = None
+    prog = f"python -m runners.{PROG}"
+    folders: list[RunFolder] = []
     if args.resume:
+        if args.stack_seeds:
+            raise CliError("--stack-seeds cannot be given with --resume: the runs stacked "
+                           f"together are listed in the run folder's {STACK_FILE}")  # fmt: skip
         folder = existing_run_folder(args.resume)  # held by this process from here on
-        cfg = resume_config(folder.read_config(), argv, prog=f"python -m runners.{PROG}")
-        cfg.save(folder.config)
+        folders = [folder] + [existing_run_folder(p) for p in stacked_with(folder)]
+        cfgs = [resume_config(f.read_config(), argv, prog=prog) for f in folders]
+        for f, c in zip(folders, cfgs, strict=True):
+            c.save(f.config)
     else:
-        cfg = resolve(args.run)  # --config FILE, the options, --set
-    set_threads(resolve_device(cfg.device))  # a bad --device fails before any folder exists
-    with StopRequest() as stop:
-        if folder is None:
-            out = cfg.output
+        cfgs = stacked_configs(resolve(args.run), args.stack_seeds)  # --config, options, --set
+    set_threads(resolve_device(cfgs[0].device))  # a bad --device fails before any folder exists
+    with StopRequest() as stop, contextlib.ExitStack() as held:
+        if not folders:
+            out = cfgs[0].output
             ensure_output_dir(out.out, "--out")
-            folder = new_run_folder(out.out, out.name, cfg.agent.track, cfg.agent.seed)
-        with folder:  # released at the end (the OS releases it on any exit)
-            return train(cfg, folder, stop, resume=bool(args.resume))
+            for c in cfgs:
+                folders.append(new_run_folder(out.out, c.output.name, c.agent.track, c.agent.seed))
+                held.enter_context(folders[-1])
+            if len(folders) > 1:
+                names = [f.root.name for f in folders]
+                for f in folders:
+                    (f.root / STACK_FILE).write_text(json.dumps({"runs": names}, indent=2) + "\n")
+        else:
+            for f in folders:
+                held.enter_context(f)  # released at the end (the OS releases it on any exit)
+        if len(folders) > 1:
+            return train_stacked(cfgs, folders, stop, resume=bool(args.resume))
+        return train(cfgs[0], folders[0], stop, resume=bool(args.resume))
+
+
+#: In each run folder of a stacked set: the set's folder names, in stack order.
+STACK_FILE = "stack.json"
+
+
+def stacked_configs(cfg: RunConfig, seeds: Sequence[int]) -> list[RunConfig]:
+    """``cfg`` and, for each of ``seeds``, ``cfg`` with that seed (its run folder named
+    NAME-s<SEED> when ``cfg`` has a --name)."""
+    if not seeds:
+        return [cfg]
+    all_seeds = [cfg.agent.seed, *seeds]
+    if len(set(all_seeds)) != len(all_seeds):
+        raise CliError(f"--stack-seeds: every seed once, --seed {cfg.agent.seed} included; got "
+                       f"{' '.join(map(str, all_seeds))}")  # fmt: skip
+    if not cfg.worlds_protocol:
+        raise CliError("--stack-seeds: stacked seeds run the worlds protocol")
+    if cfg.agent.stream_cache:
+        raise CliError("--stack-seeds: stacked seeds encode every frame afresh: add "
+                       "--set stream_cache=false")  # fmt: skip
+    name = cfg.output.name
+    out = [cfg]
+    for s in seeds:
+        output = dataclasses.replace(cfg.output, name=None if name is None else f"{name}-s{s}")
+        out.append(dataclasses.replace(cfg, agent=cfg.agent.replace(seed=s), output=output))
+    return out
+
+
+def stacked_with(folder: RunFolder) -> list[Path]:
+    """The other run folders stacked with ``folder`` (its ``STACK_FILE``; none without one)."""
+    path = folder.root / STACK_FILE
+    if not path.exists():
+        return []
+    try:
+        names = json.loads(path.read_text())["runs"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise CliError(f"--resume {folder.root}: damaged {STACK_FILE} ({err})") from None
+    return [folder.root.parent / n for n in names if n != folder.root.name]
 
 
 if __name__ == "__main__":

@@ -158,6 +158,57 @@ def run(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool,
     return None
 
 
+def train_stacked(cfgs: list[RunConfig], folders: list[RunFolder], stop: StopRequest, *,
+                  resume: bool) -> int:  # fmt: skip
+    """Run (or continue) S runs of one configuration but for the seed, each in its folder,
+    trained as one stacked learner (``runners.online.stacked``); each run's ending (curve,
+    figures, summary) as a lone run's. A stop request checkpoints every run (continue with
+    ``--resume`` on the first)."""
+    from runners.online.stacked import StackedLoops
+
+    if any(bounds.wanted(c) for c in cfgs):
+        raise CliError("stacked seeds train the chosen track alone: add --no-bounds "
+                       "(the floor and the ceiling are runs of their own)")  # fmt: skip
+    stop.pause_file = folders[0].pause
+    loops = [OnlineLoop.open(c, f, resume=resume, stop=stop, log=print)
+             for c, f in zip(cfgs, folders, strict=True)]  # fmt: skip
+    stack = StackedLoops(loops, captured=cfgs[0].capture)
+    seeds = " ".join(str(c.agent.seed) for c in cfgs)
+    print(f"{PROG}: seeds {seeds} stacked: {describe(cfgs[0])}")
+    print(f"{PROG}: {precision_note(cfgs[0])}")
+    for loop in loops:
+        print(f"{PROG}: run folder {loop.folder.root} (seed {loop.cfg.agent.seed})")
+    steps = cfgs[0].schedule.steps
+    if any(loop.step_count > steps for loop in loops):
+        raise CliError(f"--steps {steps} is below the {loops[0].step_count} steps these runs have done")
+    bar = tqdm(total=steps, initial=loops[0].step_count, desc="step", unit="step",
+               dynamic_ncols=True, file=sys.stdout,
+               mininterval=0.5 if sys.stdout.isatty() else 15.0)  # fmt: skip
+    try:
+        while not stack.done and not stop.requested:
+            results = stack.step()
+            if results[0].block is not None:
+                bar.update(results[0].step - bar.n)
+        bar.update(loops[0].step_count - bar.n)
+    finally:
+        bar.close()
+    if not stack.done:
+        for loop in loops:
+            loop.checkpoint()
+            write_summary(loop.folder.root, summarise(loop, final_curve=None, stopped=stop.reason))
+        print(f"{PROG}: stopped by {stop.reason} at step {loops[0].step_count} of {steps} "
+              f"(checkpoints written). Continue with:\n"
+              f"  python -m runners.{PROG} --resume {folders[0].root}")  # fmt: skip
+        return 0
+    stack.sync()
+    for loop in loops:
+        s = finish(loop)
+        write_summary(loop.folder.root, s)
+        print(format_table(s))
+        print(f"run folder: {loop.folder.root}")
+    return 0
+
+
 def train_bounds(cfg: RunConfig, folder: RunFolder, stop: StopRequest
                  ) -> dict[str, dict[str, Any]] | None:  # fmt: skip
     """Train (or continue, or read when finished) the bound runs of ``cfg`` in ``folder``'s

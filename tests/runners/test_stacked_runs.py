@@ -80,3 +80,41 @@ def test_runs_that_cannot_stack_are_refused(tmp_path: Path) -> None:
                       "--set", "stream_cache=false", "lr=0.1", protocol="worlds"))  # fmt: skip
     with pytest.raises(CliError, match="but for the seed"):
         StackedLoops([open_loop(tmp_path / "a", config(1)), other])
+
+
+def cli_args(out: Path, *extra: str) -> list[str]:
+    return ["--protocol", "worlds", "--preset", "tiny", "--steps", "60", "--eval-every", "20",
+            "--checkpoint-every", "20", "--log-every", "5", "--eval-shift-test", "16",
+            "--device", "cpu", "--precision", "fp32", "--no-bounds", "--set", "stream_cache=false",
+            *WORLDS, "--out", str(out), *extra]  # fmt: skip
+
+
+def test_train_online_stacks_seeds_into_their_own_run_folders(tmp_path: Path) -> None:
+    """``train_online --stack-seeds``: each seed's folder holds its lone run's records and a
+    finished summary; ``--resume`` of any of the folders continues the whole set."""
+    import json
+
+    from runners import train_online
+
+    for s in SEEDS:
+        assert train_online.main(cli_args(tmp_path / "alone", "--seed", str(s), "--name", f"r-s{s}")) == 0
+    argv = cli_args(tmp_path / "stacked", "--seed", str(SEEDS[0]), "--name", "r",
+                    "--stack-seeds", *map(str, SEEDS[1:]))  # fmt: skip
+    assert train_online.main(argv) == 0
+    names = {SEEDS[0]: "r", SEEDS[1]: f"r-s{SEEDS[1]}"}
+    for s, name in names.items():
+        root = tmp_path / "stacked" / name
+        assert json.loads((root / "summary.json").read_text())["stopped"] is None
+        assert json.loads((root / "stack.json").read_text()) == {"runs": ["r", f"r-s{SEEDS[1]}"]}
+        assert_close_records(tmp_path / "alone" / f"r-s{s}", root)
+    # Resumed from the second folder with more steps: both runs go on together.
+    assert train_online.main(["--resume", str(tmp_path / "stacked" / names[SEEDS[1]]),
+                              "--steps", "70"]) == 0  # fmt: skip
+    for name in names.values():
+        m = store_arrays(tmp_path / "stacked" / name)["m:step"]
+        np.testing.assert_array_equal(m, np.arange(70))
+    with pytest.raises(CliError, match="stream_cache=false"):
+        train_online.main([*cli_args(tmp_path / "x", "--stack-seeds", "9"), "--set",
+                           "stream_cache=true"])  # fmt: skip
+    with pytest.raises(CliError, match="every seed once"):
+        train_online.main(cli_args(tmp_path / "x", "--seed", "2", "--stack-seeds", "2"))
