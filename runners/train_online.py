@@ -80,8 +80,8 @@ STACK_FILE = "stack.json"
 
 
 def stacked_configs(cfg: RunConfig, seeds: Sequence[int]) -> list[RunConfig]:
-    """``cfg`` and, for each of ``seeds``, ``cfg`` with that seed (its run folder named
-    NAME-s<SEED> when ``cfg`` has a --name)."""
+    """``cfg`` and, for each of ``seeds``, ``cfg`` with that seed; with a --name NAME, every
+    seed's run folder (``cfg``'s too) is NAME-s<SEED>."""
     if not seeds:
         return [cfg]
     all_seeds = [cfg.agent.seed, *seeds]
@@ -94,8 +94,8 @@ def stacked_configs(cfg: RunConfig, seeds: Sequence[int]) -> list[RunConfig]:
         raise CliError("--stack-seeds: stacked seeds encode every frame afresh: add "
                        "--set stream_cache=false")  # fmt: skip
     name = cfg.output.name
-    out = [cfg]
-    for s in seeds:
+    out = []
+    for s in all_seeds:
         output = dataclasses.replace(cfg.output, name=None if name is None else f"{name}-s{s}")
         out.append(dataclasses.replace(cfg, agent=cfg.agent.replace(seed=s), output=output))
     return out

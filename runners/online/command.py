@@ -91,7 +91,7 @@ class TrainCommand:
     resume: Annotated[str | None, tyro.conf.arg(metavar="RUN_DIR")] = None
     """Continue a stopped run (only --steps, --switch, --device, --eval-every, --checkpoint-every may change)."""
     stack_seeds: tuple[int, ...] = ()
-    """Train these seeds too, stacked with --seed as one model in this process (agent.stacked; each seed its own world stream and run folder, NAME-s<SEED> with --name); the worlds protocol with --no-bounds and --set stream_cache=false. For a GPU: on a CPU it is slower than one run after another."""
+    """Train these seeds too, stacked with --seed as one model in this process (agent.stacked; each seed its own world stream and run folder, NAME-s<SEED> for every seed with --name); the worlds protocol with --no-bounds and --set stream_cache=false. For a GPU: on a CPU it is slower than one run after another."""
 
 
 # -- the fields, by option name ---------------------------------------------------------------

@@ -101,11 +101,11 @@ def test_train_online_stacks_seeds_into_their_own_run_folders(tmp_path: Path) ->
     argv = cli_args(tmp_path / "stacked", "--seed", str(SEEDS[0]), "--name", "r",
                     "--stack-seeds", *map(str, SEEDS[1:]))  # fmt: skip
     assert train_online.main(argv) == 0
-    names = {SEEDS[0]: "r", SEEDS[1]: f"r-s{SEEDS[1]}"}
+    names = {s: f"r-s{s}" for s in SEEDS}
     for s, name in names.items():
         root = tmp_path / "stacked" / name
         assert json.loads((root / "summary.json").read_text())["stopped"] is None
-        assert json.loads((root / "stack.json").read_text()) == {"runs": ["r", f"r-s{SEEDS[1]}"]}
+        assert json.loads((root / "stack.json").read_text()) == {"runs": list(names.values())}
         assert_close_records(tmp_path / "alone" / f"r-s{s}", root)
     # Resumed from the second folder with more steps: both runs go on together.
     assert train_online.main(["--resume", str(tmp_path / "stacked" / names[SEEDS[1]]),
