@@ -3,6 +3,7 @@
     python -m runners.worlds_study                      # tracks A-E + oracle x seeds 42 43 44
     python -m runners.worlds_study --tracks A B C --seeds 0 1 2 --workers 2
     python -m runners.worlds_study --report-only        # rebuild the report from the run folders
+    python -m runners.worlds_study --device cuda --stack  # on a GPU: each arm's seeds stacked
 
 Every arm is one ``python -m runners.train_online`` run of its default worlds protocol (training
 across drawn worlds of the ``train`` family, every stream switched to a held-out world, the
@@ -14,7 +15,9 @@ and the pre-registered delta = (D_B - D_C) / D_B at n = 50 with its outcome clas
 protocol has its own report (``python -m runners.reproduce``).
 
 Runs go through the sweep machinery (``runners.sweep``): one resumable folder per arm and seed
-under ``OUT/runs/<preset>-<steps>/``; rerunning the command finishes only what is missing.
+under ``OUT/runs/<preset>-<steps>/``; rerunning the command finishes only what is missing. With
+``--stack`` each arm's seeds train as one stacked run in this process (``train_online
+--stack-seeds``; arms one after another), in folders ``<arm>-s<seed>``.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ class WorldsStudy:
     """output folder"""
     report_only: bool = False
     """run nothing: rebuild the report from the existing run folders"""
+    stack: bool = False
+    """each arm's seeds as one stacked run (train_online --stack-seeds) in this process, arms one after another: for one GPU (with --device cuda); its runs live under names of their own (<arm>-s<seed>)"""
     backend: launch.BackendOptions = field(default_factory=launch.Backend)
 
 
@@ -75,7 +80,12 @@ def make_specs(args: WorldsStudy, passthrough: Sequence[str]
     # Track A and the oracle are arms of the study: no run trains its own floor and ceiling.
     common = ["--protocol", "worlds", "--preset", args.preset, "--no-bounds", *steps, *passthrough]
     points = make_points(args)
-    specs = launch.make_specs([p for _, p in points], group, common)
+    if args.stack:  # stacked runs recompute every latent (no stream latent cache)
+        sets = launch.stacked_specs([p for _, p in points], group,
+                                    [*common, "--set", "stream_cache=false"])  # fmt: skip
+        specs = [s for one in sets for s in one]  # the points' order: arms, seeds inside
+    else:
+        specs = launch.make_specs([p for _, p in points], group, common)
     return [(arm, p, s) for (arm, p), s in zip(points, specs, strict=True)]
 
 
@@ -118,9 +128,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise CliError(f"{opt} is fixed by the study; use worlds_study's options")
     if any(t.startswith("oracle=") or t in ("--oracle", "--no-oracle") for t in passthrough):
         raise CliError("the oracle is an arm of the study; use --oracle-track")
+    if args.stack and (args.backend.kind != "local" or args.backend.workers is not None):
+        raise CliError("--stack runs each arm's seeds as one run in this process: "
+                       "--backend ray and --workers do not apply")  # fmt: skip
     plan = make_specs(args, passthrough)
-    return launch.run_study(PROG, argv, args.out, [s for _, _, s in plan], args.backend,
-                            args.report_only, lambda command: build_report(args, plan, command))
+    specs = [s for _, _, s in plan]
+    sets = None
+    if args.stack:
+        by_arm: dict[str, list[backends.RunSpec]] = {}
+        for arm, _, spec in plan:
+            by_arm.setdefault(arm, []).append(spec)
+        sets = list(by_arm.values())
+    return launch.run_study(PROG, argv, args.out, specs, args.backend, args.report_only,
+                            lambda command: build_report(args, plan, command), stacked=sets)
 
 
 if __name__ == "__main__":

@@ -80,7 +80,7 @@ def run_state(run_dir: str | Path) -> str:
     return RunFolder(run_dir).state()
 
 
-def _move_aside(run_dir: Path) -> Path:
+def move_aside(run_dir: Path) -> Path:
     """Rename a stale run folder to ``<name>.stale-<k>`` (first free k) and return the new path."""
     k = 1
     while (target := run_dir.with_name(f"{run_dir.name}.stale-{k}")).exists():
@@ -128,7 +128,7 @@ def _execute(
     if state == "finished":
         return RunResult(spec.name, spec.run_dir, "skipped", 0, 0.0)
     if state == "stale":
-        _move_aside(Path(spec.run_dir))
+        move_aside(Path(spec.run_dir))
         state = "new"
     action = "resumed" if state == "interrupted" else "started"
     argv = command_for(spec, state)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import tyro
 
 from runners.cli import CliError, ensure_output_dir, writing
+from runners.online.rundir import RunFolder
 from runners.studies import backends, grid
 
 if TYPE_CHECKING:
@@ -146,6 +147,95 @@ def run_specs(
             backend.shutdown()
 
 
+def stacked_specs(
+    points: Sequence[grid.Point], out: str | Path, common: Sequence[str] = ()
+) -> list[list[backends.RunSpec]]:
+    """The points as stacked sets (``train_online --stack-seeds``): points equal but for their
+    seed form one set, whose runs live in ``out/<name without the seed>-s<seed>``; each
+    spec's arguments those of its run alone (its seed included), so ``check_specs`` checks
+    each run."""
+    out = Path(out).resolve()
+    sets: dict[grid.Point, list[backends.RunSpec]] = {}
+    for p in points:
+        base = grid.Point(tuple((k, v) for k, v in p.items if k != "seed"), p.prefix, p.extra)
+        name = f"{base.name}-s{p.params['seed']}"
+        sets.setdefault(base, []).append(backends.RunSpec(
+            name=name, run_dir=str(out / name), args=tuple([*p.train_args(), *common])))  # fmt: skip
+    return list(sets.values())
+
+
+def run_stacked(sets: Sequence[Sequence[backends.RunSpec]]) -> list[backends.RunResult]:
+    """Run (or skip, or resume) each stacked set in this process, one after another: a set
+    whose runs are all finished is skipped, one whose runs hold checkpoints is resumed
+    (``--resume`` of its first run continues all), a new one starts with ``--stack-seeds``
+    (stale folders moved aside). One line per set; a set that fails is reported, the rest run."""
+    from runners import train_online
+
+    results: list[backends.RunResult] = []
+    print(f"{len(sets)} stacked set(s) of {sum(len(s) for s in sets)} run(s), in this process",
+          flush=True)  # fmt: skip
+    for specs in sets:
+        t0 = time.perf_counter()
+        folders = [RunFolder(s.run_dir) for s in specs]
+        states = [f.state() for f in folders]
+        claims = [f.claim() for f in folders]
+        try:
+            if any(c is None for c in claims):
+                action, code = "busy", 0
+            elif all(st == "finished" for st in states):
+                action, code = "skipped", 0
+            else:
+                try:
+                    action, argv = _stacked_command(specs, states)
+                except CliError as err:
+                    print(f"error: {err}", flush=True)
+                    action, code = "started", 2
+                else:
+                    print(f"{action} {' '.join(s.name for s in specs)}", flush=True)
+                    code = _call(train_online.main, argv)
+        finally:
+            for c in claims:
+                if c is not None:
+                    c.release()
+        seconds = time.perf_counter() - t0
+        results += [backends.RunResult(s.name, s.run_dir, action, code, seconds) for s in specs]
+    return results
+
+
+def _stacked_command(specs: Sequence[backends.RunSpec], states: Sequence[str]) -> tuple[str, list[str]]:
+    """("resumed" | "started", the train_online arguments) of a stacked set not finished."""
+    if all(st == "interrupted" for st in states):
+        return "resumed", ["--resume", specs[0].run_dir]
+    for spec, st in zip(specs, states, strict=True):
+        if st == "stale":
+            backends.move_aside(Path(spec.run_dir))
+        elif st != "new":
+            raise CliError(f"stacked runs {specs[0].name} ...: their folders are in different "
+                           f"states ({', '.join(states)}); move them aside to start again")  # fmt: skip
+    first = list(specs[0].args)
+    seeds = [s.args[s.args.index("--seed") + 1] for s in specs]
+    i = first.index("--seed")
+    base = Path(specs[0].run_dir).name.rsplit("-s", 1)[0]
+    argv = [*first[:i], *first[i + 2 :], "--seed", seeds[0], "--stack-seeds", *seeds[1:],
+            "--out", str(Path(specs[0].run_dir).parent), "--name", base]  # fmt: skip
+    return "started", argv
+
+
+def _call(main: Callable[[list[str]], int], argv: list[str]) -> int:
+    """``main(argv)``'s exit code; a ``CliError`` is one line and 2, anything else a traceback
+    and 1 (the study goes on)."""
+    import traceback
+
+    try:
+        return int(main(argv))
+    except CliError as err:
+        print(f"error: {err}", flush=True)
+        return 2
+    except Exception:  # noqa: BLE001 - one failed set must not stop the others
+        traceback.print_exc()
+        return 1
+
+
 def study_commands(out: str | Path, command: str) -> list[str]:
     """The commands that made a study's runs: those of its previous ``report.json``, then
     ``command`` (each once)."""
@@ -166,11 +256,13 @@ def run_study(
     backend: BackendOptions,
     report_only: bool,
     build_report: Callable[[str], Path],
+    stacked: Sequence[Sequence[backends.RunSpec]] | None = None,
 ) -> int:
     """A study's command after its options are checked: every run's config validated before
     anything is written, the output folder made, the runs run (or skipped: finished, or
     ``report_only``), then ``build_report(command)`` (the command line as typed) inside the
-    study's write guard; the exit code (``report_failures``)."""
+    study's write guard; the exit code (``report_failures``). ``stacked``: the specs as stacked
+    sets, run in this process (``run_stacked``) instead of on the backend."""
     if not report_only:
         check_specs(specs)
     command = prog + " " + shlex.join(list(argv) if argv is not None else sys.argv[1:])
@@ -178,7 +270,10 @@ def run_study(
     ensure_output_dir(out, "--out")
     failed: list[backends.RunResult] = []
     if not report_only:
-        results = run_specs(backend.make(), specs, Path(out) / "logs")
+        if stacked is not None:  # the sets in this process (``run_stacked``)
+            results = run_stacked(stacked)
+        else:
+            results = run_specs(backend.make(), specs, Path(out) / "logs")
         failed = [r for r in results if not r.ok]
     with writing(out):
         path = build_report(command.strip())

@@ -162,3 +162,29 @@ def test_bad_study_options_fail_in_one_line_before_anything_runs(
     assert res.returncode != 0
     assert message in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "s").exists()
+
+
+def test_a_stacked_study_trains_each_arms_seeds_as_one_and_skips_them_after(tmp_path: Path) -> None:
+    """``--stack``: each arm's two seeds as one stacked run in this process (folders
+    <arm>-s<seed>, a stack.json in each), the report over all; a rerun skips every set."""
+    out = tmp_path / "study"
+    args = ["--tracks", "A", "C", "--oracle-track", "none", "--seeds", "3", "4", "--preset",
+            "tiny", "--steps", "30", "--out", str(out), "--stack", "--precision", "fp32",
+            *TINY_WORLDS[2:]]  # fmt: skip
+    res = cli("worlds_study", *args)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "2 stacked set(s) of 4 run(s)" in res.stdout
+    runs = out / "runs" / "tiny-30"
+    names = sorted(p.name for p in runs.iterdir() if p.is_dir())
+    assert names == ["track-A-s3", "track-A-s4", "track-C-s3", "track-C-s4"]
+    for name in names:
+        cfg = json.loads((runs / name / "config.json").read_text())
+        assert cfg["agent"]["seed"] == int(name[-1]) and cfg["agent"]["stream_cache"] is False
+        assert json.loads((runs / name / "stack.json").read_text())["runs"][0].endswith("-s3")
+    report = json.loads((out / "report.json").read_text())
+    assert report["missing"] == []
+    again = cli("worlds_study", *args)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("started") == 0 and "report:" in again.stdout
+    refused = cli("worlds_study", *args, "--workers", "2")
+    assert refused.returncode != 0 and "--stack runs each arm's seeds" in refused.stderr
