@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
-# The GPU checks and figures in one go (about 8 minutes on one H100), each part time-limited:
+# The GPU checks and figures, each part time-limited. "checks" (about 8 minutes on one H100):
 # the GPU-marked tests, the loop end to end at the cpu and paper presets (plain and captured),
 # stacked seeds against one by one, a loop step split by benchmarks.profile_loop, and the
-# default run with --capture timed whole. Figures go to docs/throughput.md#on-a-gpu-one-nvidia-h100.
+# default run with --capture timed whole. "study": a 3-seed x 4-arm worlds study at the study
+# preset, each arm's seeds stacked and captured, timed whole (the target: under 5 minutes).
+# Figures go to docs/throughput.md#on-a-gpu-one-nvidia-h100.
 #
-#   bash benchmarks/gpu_check.sh [OUT_DIR]      # OUT_DIR (default gpu-check/) gets log and JSON
+#   bash benchmarks/gpu_check.sh [OUT_DIR] [checks|study]   # OUT_DIR (default gpu-check/): log, JSON
 set -u
 out=${1:-gpu-check}
+what=${2:-checks}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 SDL_VIDEODRIVER=dummy
 python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
     echo "gpu_check: torch sees no CUDA device" >&2; exit 2; }
 part() { echo; echo "== $1 ($(date +%T))"; }
+if [ "$what" = study ]; then
+    part "worlds study, study preset, 3 seeds x 4 arms, stacked and captured"
+    ( time timeout 540 python -m runners.worlds_study --device cuda --stack --preset study \
+        --tracks A C D --oracle-track D --seeds 42 43 44 --out "$out/study" --capture ) 2>&1 |
+        tee "$out/study.log" | grep -E "stacked set|started|skipped|report:|real|error|rror" 
+    exit 0
+fi
 {
 nvidia-smi -L
 python -c "import torch; print('torch', torch.__version__)"
