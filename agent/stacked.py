@@ -30,7 +30,7 @@ import torch
 
 from agent.build import build_networks
 from agent.capture import CapturedStep
-from agent.config import AgentConfig
+from agent.config import AgentConfig, bf16_unsupported
 from agent.ema import lerp_towards
 from agent.memory import BoundaryDetector, GroupBuffer
 from agent.metrics import StepMetrics, normalised_error
@@ -155,6 +155,9 @@ class StackedLearner:
             raise ValueError("total_steps: None is for a runner to fill in")
         self.cfgs, self.cfg, self.seeds = list(cfgs), base, len(cfgs)
         self.device = torch.device(device)
+        why = bf16_unsupported(self.device) if base.precision == "bf16" else None
+        if why:
+            raise ValueError(f"precision: bf16 cannot run here: {why} (use fp32)")
         self.spec = StepSpec.from_config(base, self.device)
         self.stack = SeedStack([build_networks(c).to(self.device) for c in cfgs])
         trainable = [p for n, p in self.stack.params.items()
