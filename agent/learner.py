@@ -20,7 +20,7 @@ from agent.latent_cache import LatentCache
 from agent.memory import Aggregate, ExperienceBuffer, GroupBuffer
 from agent.metrics import StepMetrics
 from agent.modulators import Modulated
-from agent.schedules import lr_at, tau_at
+from agent.schedules import knobs_at
 from agent.sources import Batch
 from agent.speed import Speed
 from agent.step import (
@@ -102,9 +102,6 @@ class Learner:
         """Undo ``freeze_weights``."""
         self._manual_freeze = False
 
-    def _frozen_at(self, at: int | None) -> bool:
-        return at is not None and self.step >= at
-
     # ---------------------------------------------------------------- forward pieces
     def encoder_input(self, frames: torch.Tensor) -> torch.Tensor:
         """uint8 frames (..., 1, 64, 64) -> float32 encoder input (``cfg.input_scale``)."""
@@ -178,15 +175,7 @@ class Learner:
     # ---------------------------------------------------------------- the step
     def knobs(self) -> Knobs:
         """This step's schedule values and switches."""
-        cfg = self.cfg
-        return Knobs(
-            step=self.step,
-            lr=lr_at(self.step, cfg.lr, cfg.total_steps, cfg.warmup_frac),
-            tau=tau_at(self.step, cfg.tau_base, cfg.tau_end, cfg.total_steps),
-            learn=not self.weights_frozen,
-            ema=not self._frozen_at(cfg.freeze_ema_at),
-            write=not self._frozen_at(cfg.freeze_buffer_at),
-        )
+        return knobs_at(self.cfg, self.step, self.weights_frozen)
 
     def update(self, batch: Batch) -> StepMetrics:
         """One training step on ``batch`` (frames (B, F, 1, 64, 64) uint8, valid / world (B,)):

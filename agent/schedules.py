@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import math
 
+from agent.config import AgentConfig
+from agent.step import Knobs
+
 
 def warmup_steps(total_steps: int, warmup_frac: float) -> int:
     """Number of linear warmup steps (0 when warmup_frac is 0)."""
@@ -27,3 +30,19 @@ def tau_at(step: int, tau_base: float, tau_end: float, total_steps: int) -> floa
     """EMA decay for update ``step``: cosine from tau_base (step 0) to tau_end (total_steps)."""
     progress = min(1.0, step / total_steps)
     return tau_end - (tau_end - tau_base) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def knobs_at(cfg: AgentConfig, step: int, frozen: bool) -> Knobs:
+    """Step ``step``'s schedule values and switches (``frozen``: the weights are held, memory
+    mode): lr, tau, and whether the weights, the EMA target and the memory change."""
+    def reached(at: int | None) -> bool:
+        return at is not None and step >= at
+
+    return Knobs(
+        step=step,
+        lr=lr_at(step, cfg.lr, cfg.total_steps, cfg.warmup_frac),
+        tau=tau_at(step, cfg.tau_base, cfg.tau_end, cfg.total_steps),
+        learn=not frozen,
+        ema=not reached(cfg.freeze_ema_at),
+        write=not reached(cfg.freeze_buffer_at),
+    )

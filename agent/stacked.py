@@ -34,7 +34,7 @@ from agent.config import AgentConfig, bf16_unsupported
 from agent.ema import lerp_towards
 from agent.memory import BoundaryDetector, GroupBuffer
 from agent.metrics import StepMetrics, normalised_error
-from agent.schedules import lr_at, tau_at
+from agent.schedules import knobs_at
 from agent.seeds import SeedStack
 from agent.sources import Batch
 from agent.spec import StepSpec
@@ -200,15 +200,8 @@ class StackedLearner:
         self._frozen = False
 
     def knobs(self) -> Knobs:
-        cfg, frozen = self.cfg, (lambda at: at is not None and self.step >= at)
-        return Knobs(
-            step=self.step,
-            lr=lr_at(self.step, cfg.lr, cfg.total_steps, cfg.warmup_frac),
-            tau=tau_at(self.step, cfg.tau_base, cfg.tau_end, cfg.total_steps),
-            learn=not self._frozen,
-            ema=not frozen(cfg.freeze_ema_at),
-            write=not frozen(cfg.freeze_buffer_at),
-        )
+        """This step's schedule values and switches (every seed's: one schedule)."""
+        return knobs_at(self.cfg, self.step, self._frozen)
 
     def memory_draws(self, training: bool) -> torch.Tensor | None:
         """This step's draws of how much memory each sample sees (``cfg.vary_memory``, while
