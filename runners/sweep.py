@@ -8,7 +8,8 @@ name derived from the point (``track-C_seed-42_lambda_reg-0.05``). Finished runs
 interrupted ones resumed, so the same command finishes a sweep that was stopped. Options this
 command does not know (``--preset``, ``--steps``, ``--source``, ``--data``, ``--set``, ...) go to
 every run unchanged; fields in ``--grid`` go to ``train_online`` as ``--track``/``--seed``/
-``--steps`` or as ``--set FIELD=VALUE``.
+``--steps`` or as ``--set FIELD=VALUE``. With ``--stack`` the points that differ only in their
+seed train as one stacked run in this process (``train_online --stack-seeds``).
 
 Backends: ``local`` (default: one worker process per core, ``cores // workers`` torch threads
 each) or ``ray`` (``--backend ray --address auto``; the optional extra ``pip install -e ".[ray]"``).
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import tyro
 
-from runners.cli import ensure_output_dir, parse, run_main, writing
+from runners.cli import CliError, ensure_output_dir, parse, run_main, writing
 from runners.studies import aggregate, backends, grid, launch, report, runs
 
 if TYPE_CHECKING:
@@ -52,6 +53,8 @@ class Sweep:
     """list the runs and their state only"""
     aggregate_only: bool = False
     """do not run: only aggregate"""
+    stack: bool = False
+    """points equal but for their seed as one stacked run (train_online --stack-seeds) in this process, sets one after another: for one GPU (with --device cuda; the worlds protocol); its runs live in <name without the seed>-s<seed>"""
     backend: launch.BackendOptions = field(default_factory=launch.Backend)
 
 
@@ -63,7 +66,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     common = ["--no-bounds", *launch.check_passthrough(extra)]
     points = grid.expand(specs_grid, prefix=args.prefix)
     out = Path(args.out)
-    specs = launch.make_specs(points, out, common)
+    sets = None
+    if args.stack:
+        if args.backend.kind != "local" or args.backend.workers is not None:
+            raise CliError("--stack runs each set of seeds as one run in this process: "
+                           "--backend ray and --workers do not apply")  # fmt: skip
+        if any("seed" not in p.params for p in points):
+            raise CliError("--stack stacks the seeds of each point: add seed=... to --grid")
+        sets = launch.stacked_specs(points, out, [*common, "--set", "stream_cache=false"])
+        by_dir = {s.run_dir: s for one in sets for s in one}
+        specs = [by_dir[str(Path(out).resolve() / launch.stacked_name(p))] for p in points]
+    else:
+        specs = launch.make_specs(points, out, common)
     launch.check_specs(specs)  # every run's config is valid before anything starts or is created
     if args.dry_run:
         for s in specs:
@@ -73,7 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ensure_output_dir(out, "--out")  # before any run starts
     failed: list[backends.RunResult] = []
     if not args.aggregate_only:
-        results = launch.run_specs(args.backend.make(), specs, out / "logs")
+        if sets is not None:
+            results = launch.run_stacked(sets)
+        else:
+            results = launch.run_specs(args.backend.make(), specs, out / "logs")
         failed = [r for r in results if not r.ok]
     keys = [k for k in specs_grid if k != "seed"]
     records = [

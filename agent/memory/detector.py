@@ -82,7 +82,7 @@ class BoundaryDetector:
         }
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        shape = getattr(self, "shape", None)  # StackedDetector has its own (R,) statistics
+        shape = getattr(self, "shape", None)  # a detector per stream: (S,) statistics
         if shape is not None and tuple(state["mu"].shape) != shape:
             raise ValueError(f"detector statistics of shape {tuple(state['mu'].shape)} != {shape}")
         for name in ("mu", "var", "count", "threshold"):

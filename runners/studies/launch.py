@@ -157,11 +157,20 @@ def stacked_specs(
     out = Path(out).resolve()
     sets: dict[grid.Point, list[backends.RunSpec]] = {}
     for p in points:
-        base = grid.Point(tuple((k, v) for k, v in p.items if k != "seed"), p.prefix, p.extra)
-        name = f"{base.name}-s{p.params['seed']}"
+        base, name = _unseeded(p), stacked_name(p)
         sets.setdefault(base, []).append(backends.RunSpec(
             name=name, run_dir=str(out / name), args=tuple([*p.train_args(), *common])))  # fmt: skip
     return list(sets.values())
+
+
+def _unseeded(p: grid.Point) -> grid.Point:
+    return grid.Point(tuple((k, v) for k, v in p.items if k != "seed"), p.prefix, p.extra)
+
+
+def stacked_name(p: grid.Point) -> str:
+    """A stacked run's folder name: the point's without its seed, then ``-s<seed>`` (what
+    ``train_online --stack-seeds --name`` gives)."""
+    return f"{_unseeded(p).name}-s{p.params['seed']}"
 
 
 def run_stacked(sets: Sequence[Sequence[backends.RunSpec]]) -> list[backends.RunResult]:

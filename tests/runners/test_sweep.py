@@ -272,3 +272,23 @@ def test_ray_backend_runs_the_same_runs_and_aggregates(tmp_path):
     rows = aggregate.group_table(recs, ["track"])
     assert [(r["track"], r["runs"], r["finished"]) for r in rows] == [("A", 1, 1), ("C", 1, 1)]
     assert all(np.isfinite(r["peak"].mean) for r in rows)
+
+
+def test_a_stacked_sweep_trains_each_points_seeds_as_one(tmp_path, capsys):
+    """``--stack``: the points equal but for their seed are one stacked run (folders
+    <name without the seed>-s<seed>); the table aggregates them as any sweep's."""
+    worlds = ["--protocol", "worlds", "--preset", "tiny", "--steps", "20", "--eval-every", "10",
+              "--checkpoint-every", "10", "--device", "cpu", "--precision", "fp32", "--set",
+              "eval_shift_test=8", "eval_world_seqs=4", "eval_worlds=2", "episode_steps=21,40",
+              "final_ns=0,5"]  # fmt: skip
+    assert sweep.main(["--grid", "track=A,C", "seed=1,2", "--out", str(tmp_path), "--stack",
+                       *worlds]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "2 stacked set(s) of 4 run(s)" in out
+    names = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
+    assert names == ["track-A-s1", "track-A-s2", "track-C-s1", "track-C-s2"]
+    assert all(RunFolder(tmp_path / n).is_finished() for n in names)
+    table = json.loads((tmp_path / "sweep.json").read_text())
+    assert len(table["runs"]) == 4 and len(table["groups"]) == 2
+    with pytest.raises(CliError, match="add seed=... to --grid"):
+        sweep.main(["--grid", "track=A,C", "--out", str(tmp_path / "x"), "--stack", *worlds])
