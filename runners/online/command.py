@@ -245,7 +245,7 @@ def default_config(tokens: Sequence[str]) -> RunConfig:
         protocol.source = d.source
     device = device_name(d.device)
     agent = preset_agent(d.preset, d.track, protocol, protocol.source if isinstance(
-        protocol, Paper) else "stream", preferred_precision(device))
+        protocol, Paper) else "stream", preferred_precision(device), device)
     schedule = Schedule(steps=PRESET_STEPS.get(d.preset, Schedule.steps))
     return RunConfig(protocol=protocol, preset=d.preset, device=d.device, agent=agent,
                      schedule=schedule)

@@ -363,6 +363,18 @@ def test_precision_defaults_to_the_devices_fast_precision(tmp_path: Path) -> Non
     assert json.loads((tmp_path / "config.json").read_text())["agent"]["precision"] == cfg.agent.precision
 
 
+@pytest.mark.parametrize("preset", ["cpu", "paper"])
+def test_on_a_gpu_the_evaluations_encode_larger_chunks(preset: str) -> None:
+    """--device cuda: the preset's eval_batch_size x GPU_EVAL_SCALE (resolved without a GPU);
+    an explicit one is kept."""
+    from runners.online.config import GPU_EVAL_SCALE
+
+    cpu = build_config(["--preset", preset, "--device", "cpu"]).agent.eval_batch_size
+    gpu = build_config(["--preset", preset, "--device", "cuda"]).agent.eval_batch_size
+    assert gpu == GPU_EVAL_SCALE * cpu
+    assert build_config(["--device", "cuda", "--eval-batch-size", "100"]).agent.eval_batch_size == 100
+
+
 @pytest.mark.bf16
 def test_an_explicit_bf16_is_kept() -> None:
     assert build_config(["--precision", "bf16"]).agent.precision == "bf16"
