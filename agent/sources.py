@@ -211,12 +211,21 @@ class StreamSource:
 
     def start(self) -> None:
         """Reset the env and fill the windows (W-1 env steps after the reset)."""
-        obs, infos = self.env.reset(seed=self.seed)
-        self._tag(infos)
-        self._push(obs)
-        for _ in range(self.window - 2):
-            self._step()
-        self.started = True
+        StreamSource.start_together([self])
+
+    @staticmethod
+    def start_together(sources: list[StreamSource]) -> None:
+        """Start several sources in lockstep: every env reset, then each source's W-2 filling
+        steps taken in turn, one a source (envs that step together, ``env.blocks``, need it)."""
+        for src in sources:
+            obs, infos = src.env.reset(seed=src.seed)
+            src._tag(infos)
+            src._push(obs)
+        for _ in range(max(src.window for src in sources) - 2):
+            for src in sources:
+                src._step()
+        for src in sources:
+            src.started = True
 
     def next(self) -> Batch:
         """Advance every stream one frame; return the windows ending at the new frame."""

@@ -103,16 +103,21 @@ class ScheduledFeed:
 
 def make_scheduled_feed(
     n_streams: int, family: str | env.WorldFamily, episode_steps: tuple[int, int], source_cfg: Any, device: Any,
-    seed: int, group_size: int = 1, residency: tuple[int, int] = (1, 1),
+    seed: int, group_size: int = 1, residency: tuple[int, int] = (1, 1), vec_env: Any = None,
 ) -> ScheduledFeed:  # fmt: skip
     """The run's streams under a world schedule (groups of ``group_size`` streams sharing a
-    world for ``residency`` episodes), started (the first windows full)."""
-    vec_env = env.MovingMNISTVectorEnv(n_streams, max_episode_steps=None,
-                                       device=world_device(device))  # fmt: skip
+    world for ``residency`` episodes), started (the first windows full). ``vec_env``: the env
+    to schedule (a block of a shared env, ``env.blocks``: not started then, as its blocks start
+    together, ``StreamSource.start_together``); None: a new one of ``n_streams``."""
+    own = vec_env is None
+    if own:
+        vec_env = env.MovingMNISTVectorEnv(n_streams, max_episode_steps=None,
+                                           device=world_device(device))  # fmt: skip
     schedule = env.WorldSchedule(vec_env, family, episode_steps=episode_steps, seed=seed,
                                  group_size=group_size, residency=residency)  # fmt: skip
     source = StreamSource(schedule, source_cfg, device, seed=seed)
-    source.start()
+    if own:
+        source.start()
     return ScheduledFeed(schedule, source)
 
 
@@ -147,17 +152,21 @@ def stagger(vec_env: env.MovingMNISTVectorEnv, episode_length: int) -> None:
 
 
 def make_feed(
-    cfg: RunConfig, device: torch.device, store: env.PaperDataset | None = None
-) -> Feed:
+    cfg: RunConfig, device: torch.device, store: env.PaperDataset | None = None,
+    vec_env: Any = None,
+) -> Feed:  # fmt: skip
     """The run's feed before any switch: streams in the training worlds (worlds protocol), or
-    live streams in the base physics, or the store's base split (paper protocol)."""
+    live streams in the base physics, or the store's base split (paper protocol). ``vec_env``:
+    the worlds protocol's env, given (a block of a shared env: ``make_scheduled_feed``)."""
     p, a = cfg.protocol, cfg.agent
     if isinstance(p, Worlds):
         group = a.group_size if a.memory_scope == "group" else 1
         return make_scheduled_feed(
             a.batch_size, world_families(p)["train"], p.episode_steps, a, device, a.seed,
-            group_size=group, residency=p.residency,
+            group_size=group, residency=p.residency, vec_env=vec_env,
         )  # fmt: skip
+    if vec_env is not None:
+        raise ValueError("a given env is for the worlds protocol's feed")
     if p.source == "dataset":
         if store is None:
             raise CliError("--source dataset needs --data PATH.zarr (written by runners.make_dataset)")

@@ -164,15 +164,14 @@ def train_stacked(cfgs: list[RunConfig], folders: list[RunFolder], stop: StopReq
     trained as one stacked learner (``runners.online.stacked``); each run's ending (curve,
     figures, summary) as a lone run's. A stop request checkpoints every run (continue with
     ``--resume`` on the first)."""
-    from runners.online.stacked import StackedLoops
+    from runners.online.stacked import open_stacked
 
     if any(bounds.wanted(c) for c in cfgs):
         raise CliError("stacked seeds train the chosen track alone: add --no-bounds "
                        "(the floor and the ceiling are runs of their own)")  # fmt: skip
     stop.pause_file = folders[0].pause
-    loops = [OnlineLoop.open(c, f, resume=resume, stop=stop, log=print)
-             for c, f in zip(cfgs, folders, strict=True)]  # fmt: skip
-    stack = StackedLoops(loops, captured=cfgs[0].capture)
+    stack = open_stacked(cfgs, folders, resume=resume, stop=stop, log=print)
+    loops = stack.loops
     seeds = " ".join(str(c.agent.seed) for c in cfgs)
     print(f"{PROG}: seeds {seeds} stacked: {describe(cfgs[0])}")
     print(f"{PROG}: {precision_note(cfgs[0])}")

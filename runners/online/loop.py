@@ -223,10 +223,12 @@ class OnlineLoop:
         resume: bool = False,
         stop: StopRequest | None = None,
         log: Callable[[str], None] = print,
+        vec_env: Any = None,
     ) -> OnlineLoop:
-        """Build the parts (``build_run_parts``) and the loop: a fresh run saves its config, a resume
-        loads ``checkpoints/latest.pt`` into the same freshly built parts."""
-        loop = cls(cfg, folder, build_run_parts(cfg, folder), stop=stop, log=log)
+        """Build the parts (``build_run_parts``; ``vec_env``: the worlds protocol's env, given)
+        and the loop: a fresh run saves its config, a resume loads ``checkpoints/latest.pt``
+        into the same freshly built parts."""
+        loop = cls(cfg, folder, build_run_parts(cfg, folder, vec_env), stop=stop, log=log)
         if resume:
             loop.restore()
         else:
@@ -283,12 +285,16 @@ class OnlineLoop:
     def prepare(self) -> Batch:
         """A step's first half: the switch that falls on it, then the world's next batch (the
         learner updates on it next: ``step``, or a stacked learner's update of many loops)."""
+        self.switch_due()
+        return self.feed.next()
+
+    def switch_due(self) -> None:
+        """The switch that falls on this step, if any (from the next frame on)."""
         s = self.step_count
         if s in self.switch_at:
             self.enter(self.physics_at(s))
             if self.frozen:
                 self.learner.freeze_weights()
-        return self.feed.next()
 
     def complete(self, batch: Batch, metrics: StepMetrics) -> StepResult:
         """A step's second half, once the learner has updated on ``batch`` with ``metrics``:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -106,15 +107,16 @@ class RunParts:
     evaluator: CurveEvaluator
 
 
-def build_run_parts(cfg: RunConfig, folder: RunFolder) -> RunParts:
-    """Every part of the run in ``folder``, in its initial state (a resume loads into them)."""
+def build_run_parts(cfg: RunConfig, folder: RunFolder, vec_env: Any = None) -> RunParts:
+    """Every part of the run in ``folder``, in its initial state (a resume loads into them);
+    ``vec_env``: the worlds protocol's env, given (``feeds.make_feed``)."""
     device = resolve_device(cfg.device)
     p = cfg.protocol
     store = open_store(p.data) if isinstance(p, Paper) and p.data else None
     return RunParts(
         device=device,
         learner=make_learner(cfg, device),
-        feed=make_feed(cfg, device, store),
+        feed=make_feed(cfg, device, store, vec_env),
         recorder=Recorder(folder),
         evaluator=make_evaluator(cfg, store),
     )

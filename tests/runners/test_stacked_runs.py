@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from runners.cli import CliError
-from runners.online.stacked import StackedLoops
+from runners.online.rundir import RunFolder
+from runners.online.stacked import StackedLoops, open_stacked
 from tests.runners.test_loop import WORLDS, open_loop, store_arrays, tiny_config
 
 SEEDS = (3, 4)
@@ -47,28 +48,36 @@ def test_stacked_runs_write_what_each_run_alone_writes(tmp_path: Path) -> None:
         assert_close_records(tmp_path / f"alone-{s}", tmp_path / f"stacked-{s}")
 
 
-def test_stacked_runs_cut_and_resumed_go_on_as_uncut(tmp_path: Path) -> None:
-    loops = [open_loop(tmp_path / f"whole-{s}", config(s)) for s in SEEDS]
-    stack = StackedLoops(loops)
-    while not stack.done:
+def held(root: Path) -> RunFolder:
+    folder = RunFolder(root).hold()
+    folder.make()
+    return folder
+
+
+def test_stacked_runs_on_one_shared_env_cut_and_resumed_are_the_runs_alone(tmp_path: Path) -> None:
+    """``open_stacked`` (the seeds' worlds the blocks of one env, as train_online runs them),
+    cut at step 25 and resumed: each run's records are its lone run's."""
+    for s in SEEDS:
+        alone = open_loop(tmp_path / f"alone-{s}", config(s))
+        for _ in alone.steps():
+            pass
+        alone.close()
+    cfgs = [config(s) for s in SEEDS]
+    folders = [held(tmp_path / f"cut-{s}") for s in SEEDS]
+    stack = open_stacked(cfgs, folders, resume=False, log=lambda _: None)
+    while stack.loops[0].step_count < 25:
         stack.step()
-    for loop in loops:
-        loop.close()
-    cut = [open_loop(tmp_path / f"cut-{s}", config(s)) for s in SEEDS]
-    stack = StackedLoops(cut)
-    while cut[0].step_count < 25:
-        stack.step()
-    for loop in cut:
+    for loop in stack.loops:
         loop.checkpoint()
         loop.folder.release()
-    again = [open_loop(tmp_path / f"cut-{s}", config(s), resume=True) for s in SEEDS]
-    stack = StackedLoops(again)
+    folders = [held(tmp_path / f"cut-{s}") for s in SEEDS]
+    stack = open_stacked(cfgs, folders, resume=True, log=lambda _: None)
     while not stack.done:
         stack.step()
-    for loop in again:
+    for loop in stack.loops:
         loop.close()
     for s in SEEDS:
-        assert_close_records(tmp_path / f"whole-{s}", tmp_path / f"cut-{s}")
+        assert_close_records(tmp_path / f"alone-{s}", tmp_path / f"cut-{s}")
 
 
 def test_runs_that_cannot_stack_are_refused(tmp_path: Path) -> None:
