@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-KIND_ORDER = {"e2e": -1, "reference": 0, "learner": 1, "loop": 2, "env": 3}
+KIND_ORDER = {"e2e": -1, "reference": 0, "learner": 1, "loop": 2, "stacked": 3, "env": 4}
 KIND_LABEL = {
     "e2e": "`train_online` loop",
     "reference": "paper-faithful reference step",
@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--kinds",
         default=None,
-        help="comma-separated kinds to include: e2e, reference, learner, loop, env (default all)",
+        help="comma-separated kinds to include: e2e, reference, learner, loop, env, stacked "
+        "(default all)",
     )
     args = parser.parse_args(argv)
     docs = []

@@ -78,6 +78,9 @@ def test_stacked_seeds(
     record(
         benchmark,
         kind="stacked",
+        label=f"{seeds} seeds of the worlds learner, {mode} ({bench.preset} preset)",
+        steps_per_s=None if rate is None else rate * seeds,  # make_table's rate column
+        unit="seed-steps/s",
         mode=mode,
         track=track,
         seeds=seeds,
