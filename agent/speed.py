@@ -35,6 +35,7 @@ from agent.sources import Batch
 from agent.step import (
     MemoryView,
     Model,
+    earlier_latents,
     encode,
     memory_codes,
     target_latents,
@@ -64,10 +65,8 @@ class Plain:
     def earlier(self, m: Model, batch: Batch, k: int) -> torch.Tensor:
         """(B, k, D): the online latents of the k frames before the context frames (the
         oldest of the input's memory entry)."""
-        p, c = m.spec.past, m.spec.context
-        x = batch.frames[:, p - c - k : p - c]
         with torch.no_grad(), m.spec.autocast():
-            return encode(m.nets.encoder, x.flatten(0, 1), m.spec).view(x.shape[0], k, -1)
+            return earlier_latents(m.nets, batch.frames, m.spec, k)
 
     def pair_needed(self, write: torch.Tensor) -> bool:
         """Whether to compute the memory pair: always (deciding from ``write`` is a host read)."""

@@ -46,7 +46,7 @@ from agent.step import (
     base_error,
     boundary,
     context_latents,
-    encode,
+    earlier_latents,
     episode_key,
     input_latent,
     memory_codes,
@@ -124,11 +124,8 @@ def _entry(nets: Any, frames: torch.Tensor, z: torch.Tensor, spec: StepSpec) -> 
     ctx = (z if z.dim() == 3 else z.unsqueeze(1)).detach()
     if ctx.shape[1] >= spec.entry:
         return ctx[:, -spec.entry :].float()
-    k = spec.entry - ctx.shape[1]
-    p, c = spec.past, spec.context
-    x = frames[:, p - c - k : p - c]
-    with spec.autocast():  # the online latents of the k frames before the context
-        before = encode(nets.encoder, x.flatten(0, 1), spec).view(x.shape[0], k, -1)
+    with spec.autocast():
+        before = earlier_latents(nets, frames, spec, spec.entry - ctx.shape[1])
     return torch.cat([before.to(ctx.dtype), ctx], 1).float()
 
 

@@ -148,6 +148,14 @@ def target_latents(nets: Networks, x: torch.Tensor, spec: StepSpec) -> torch.Ten
     return encode(nets.target.target, x[:, p : p + k].flatten(0, 1), spec).view(x.shape[0], k, -1)
 
 
+def earlier_latents(nets: Networks, x: torch.Tensor, spec: StepSpec, k: int) -> torch.Tensor:
+    """(B, k, D): the online latents of the k frames before the batch's context frames (the
+    oldest of the input's memory entry). Call without gradient, under the spec's autocast."""
+    p, c = spec.past, spec.context
+    frames = x[:, p - c - k : p - c]
+    return encode(nets.encoder, frames.flatten(0, 1), spec).view(x.shape[0], k, -1)
+
+
 def newest_pair(nets: Networks, x: torch.Tensor, spec: StepSpec) -> torch.Tensor:
     """The paper's memory pair of each sample, (z_prev, z_newest) (B, 2, D), by the online
     encoder from the batch's last two columns (the frame before the newest, then the newest
