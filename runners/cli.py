@@ -167,6 +167,13 @@ def os_error_message(err: OSError) -> str:
     return f"{err.filename}: {reason}" if err.filename is not None else reason
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may use (its affinity where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
 def run_main(main: Callable[[Sequence[str] | None], int | None], prog: str) -> None:
     """Call ``main(sys.argv[1:])`` and turn user errors into one line and exit status 2."""
     try:

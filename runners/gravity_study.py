@@ -75,7 +75,7 @@ def make_plan(args: GravityStudy, passthrough: Sequence[str]
     """(scale, seed, run spec) of every run, scales in order, seeds inside."""
     steps = args.steps or PRESET_STEPS.get(args.preset, Schedule.steps)
     group = (Path(args.out) / "runs" / f"{args.preset}-{args.steps or 'default'}").resolve()
-    common = ["--protocol", "worlds", "--preset", args.preset, "--bounds",
+    common = ["--protocol", "worlds", "--preset", args.preset, "--bounds", "--workers", "1",
               *([] if args.steps is None else ["--steps", str(args.steps)]), *passthrough]
     plan = []
     for scale in dict.fromkeys(args.scales):
@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise CliError("--scales must be positive numbers")
     passthrough = launch.check_passthrough(extra)
     owned = ("--protocol", "--steps", "--preset", "--seed", "--switch", "--no-switch",
-             "--bounds", "--no-bounds", *FAMILIES.values())
+             "--bounds", "--no-bounds", "--workers", *FAMILIES.values())
     for token in passthrough:
         if token.split("=", 1)[0] in owned:
             raise CliError(f"{token.split('=', 1)[0]} is set by the study; use its own options")

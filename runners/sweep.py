@@ -62,8 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parse(Sweep, argv, PROG, unknown=True)
     specs_grid = grid.parse_grid([s for group in args.grid for s in group])
     launch.check_fields(list(specs_grid))
-    # A sweep's points are its arms: no run trains its own floor and ceiling (unless --bounds).
-    common = ["--no-bounds", *launch.check_passthrough(extra)]
+    # A sweep's points are its arms: no run trains its own floor and ceiling (unless --bounds:
+    # then after it, as the sweep's workers fill the cores).
+    passthrough = launch.check_passthrough(extra)
+    common = ["--no-bounds", *(["--workers", "1"] if "--bounds" in passthrough else []),
+              *passthrough]
     points = grid.expand(specs_grid, prefix=args.prefix)
     out = Path(args.out)
     sets = None

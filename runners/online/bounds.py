@@ -31,6 +31,14 @@ BOUNDS = (("floor", "floor", "track A: no memory"), ("ceiling", "ceiling", "the 
 HEADLINE_MEMORY = "same"
 
 
+def folder_of(name: str) -> tuple[str, str]:
+    """(subfolder, what it is) of bound ``name``."""
+    for bound, sub, what in BOUNDS:
+        if bound == name:
+            return sub, what
+    raise ValueError(f"unknown bound {name!r}")
+
+
 def wanted(cfg: RunConfig) -> bool:
     """Whether this run trains its bounds: ``--bounds`` under the worlds protocol, and not for
     a run that is itself a bound (the oracle)."""

@@ -45,7 +45,7 @@ from runners.online.switch import Switch, SwitchArg
 
 TRAIN_PROG = "python -m runners.train_online"
 #: What may change on --resume (the rest belongs to the run and is read from its config.json).
-RESUMABLE = ("steps", "switches", "device", "eval_every", "checkpoint_every", "bounds")
+RESUMABLE = ("steps", "switches", "device", "eval_every", "checkpoint_every", "bounds", "workers")
 
 
 @dataclass
@@ -311,7 +311,8 @@ def resume_config(saved: Mapping[str, Any], argv: Sequence[str], prog: str = TRA
     if fixed:
         raise CliError(
             f"cannot change {', '.join(_option(f) for f in fixed)} on --resume; "
-            f"only --steps, --switch, --device, --eval-every, --checkpoint-every and --bounds"
+            "only --steps, --switch, --device, --eval-every, --checkpoint-every, --bounds and "
+            "--workers"
         )
     return cfg
 

@@ -166,7 +166,7 @@ class Schedule:
     """When things happen: steps, switches, evaluations, checkpoints."""
 
     steps: int = 4500
-    """Online steps (one learner update each); calibrated so the default run tells the whole story, its floor and ceiling included, in about 3 minutes on a 2-core CPU (--preset study: 12,000)."""
+    """Online steps (one learner update each); calibrated so the default run tells the whole story, its floor and ceiling included (beside it), in about 2 minutes on a 2-core CPU (--preset study: 12,000)."""
     switches: tyro.conf.Suppress[tuple[Switch, ...] | None] = None
     """Physics switches (set by --switch); None: one at 2/3 of the run (worlds: gravity 0.3 towards 45 degrees, a held-out world; paper: gravity 0.5)."""
     after_switch: AfterSwitch = "memory"
@@ -224,6 +224,8 @@ class RunConfig:
     """Each learner's update replayed from CUDA graphs (agent.capture; on a CPU the same step runs eagerly); needs --set stream_cache=false."""
     bounds: bool = True
     """Worlds protocol: also train the floor (track A) and the ceiling (the oracle) on the same stream, in the run folder's floor/ and ceiling/, and report the chosen track between them (--no-bounds: the chosen track alone)."""
+    workers: int = 0
+    """Runs trained at once: the chosen track in this process, its bounds (--bounds) each in a process of its own beside it (runners.online.beside); 0: all three where this process may use two CPU cores or more, else one after another; 1: one after another. The numbers do not depend on it."""
 
     # -- derived ---------------------------------------------------------------------------
     @property
@@ -342,6 +344,8 @@ def resolve(cfg: RunConfig) -> RunConfig:
     for name, value in [(n, getattr(s, n)) for n in positive] + _protocol_counts(cfg.protocol):
         if value < 1:
             raise CliError(f"{name} must be at least 1, got {value}")
+    if cfg.workers < 0:
+        raise CliError(f"workers must be >= 0, got {cfg.workers}")
     if out.record_frames < 0:
         raise CliError(f"record_frames must be >= 0, got {out.record_frames}")
     if cfg.capture and cfg.agent.stream_cache:

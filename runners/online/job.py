@@ -21,7 +21,7 @@ import torch
 from tqdm import tqdm
 
 from runners.cli import CliError, os_error_message
-from runners.online import bounds
+from runners.online import beside, bounds
 from runners.online.config import Paper, RunConfig, describe, precision_note
 from runners.online.loop import OnlineLoop, StepResult
 from runners.online.plots import make_figures
@@ -95,14 +95,29 @@ def iterate(loop: OnlineLoop) -> str | None:
 
 def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool) -> int:
     """Run (or continue) the online run in ``folder`` (held by this process) to its end or to a
-    stop request, then its bounds (``runners.online.bounds``: the floor and the ceiling, in
-    ``folder``'s ``floor/`` and ``ceiling/``); 0 either way (a stopped run is continued with
-    ``--resume``)."""
-    s = run(cfg, folder, stop, resume=resume)
-    if s is None:
-        return 0
+    stop request, and its bounds (``runners.online.bounds``: the floor and the ceiling, in
+    ``folder``'s ``floor/`` and ``ceiling/``): beside it in processes of their own with
+    ``workers`` > 1 (``runners.online.beside``), else after it; 0 either way (a stopped run is
+    continued with ``--resume``)."""
+    found = None
+    if bounds.wanted(cfg) and beside.workers_for(cfg) > 1 and beside.pending(folder):
+        with beside.BoundProcesses(cfg, folder, beside.workers_for(cfg)) as others:
+            print(f"{PROG}: {others.describe()}")
+            s = run(cfg, folder, stop, resume=resume)
+            if s is None:
+                others.stop()
+            elif any(p.is_alive() for _, p in others.procs):
+                print(f"{PROG}: waiting for the bounds")
+            found = others.join(stop)
+        if s is None:
+            return 0
+    else:
+        s = run(cfg, folder, stop, resume=resume)
+        if s is None:
+            return 0
+        if bounds.wanted(cfg):
+            found = train_bounds(cfg, folder, stop)
     if bounds.wanted(cfg):
-        found = train_bounds(cfg, folder, stop)
         if found is None:  # stopped: the bound run holds a checkpoint, the main run is complete
             print(f"{PROG}: stopped while training the bounds; continue with:\n"
                   f"  python -m runners.{PROG} --resume {folder.root}")
@@ -211,26 +226,37 @@ def train_stacked(cfgs: list[RunConfig], folders: list[RunFolder], stop: StopReq
 def train_bounds(cfg: RunConfig, folder: RunFolder, stop: StopRequest
                  ) -> dict[str, dict[str, Any]] | None:  # fmt: skip
     """Train (or continue, or read when finished) the bound runs of ``cfg`` in ``folder``'s
-    subfolders; their summaries by name, or None when a stop request cut one short."""
+    subfolders, one after another; their summaries by name, or None when a stop request cut
+    one short."""
     found = {}
-    for name, sub, what in bounds.BOUNDS:
-        bound = RunFolder(folder.root / sub)
-        summary = bound.read_summary() if bound.is_finished() else None
+    for name, _, _ in bounds.BOUNDS:
+        summary = train_bound(cfg, folder, name, stop)
         if summary is None:
-            sub_cfg = bounds.bound_config(cfg, name)
-            state = bound.state()
-            if state == "stale":  # died before its first checkpoint: start it again
-                shutil.rmtree(bound.root)
-            bound.root.mkdir(exist_ok=True)
-            with bound:
-                bound.make()
-                summary = run(sub_cfg, bound, stop, resume=state == "interrupted",
-                              label=f"the {name} ({what}): ", pause=folder.pause)  # fmt: skip
-            if summary is None:
-                return None
-            write_summary(bound.root, summary)
+            return None
         found[name] = summary
     return found
+
+
+def train_bound(cfg: RunConfig, folder: RunFolder, name: str, stop: StopRequest
+                ) -> dict[str, Any] | None:  # fmt: skip
+    """Train (or continue, or read when finished) bound ``name`` of ``cfg`` in its subfolder
+    of ``folder`` (held by this process while it trains); its summary, or None when a stop
+    request cut it short."""
+    sub, what = bounds.folder_of(name)
+    bound = RunFolder(folder.root / sub)
+    if bound.is_finished():
+        return bound.read_summary()
+    state = bound.state()
+    if state == "stale":  # died before its first checkpoint: start it again
+        shutil.rmtree(bound.root)
+    bound.root.mkdir(exist_ok=True)
+    with bound:
+        bound.make()
+        summary = run(bounds.bound_config(cfg, name), bound, stop, resume=state == "interrupted",
+                      label=f"the {name} ({what}): ", pause=folder.pause)  # fmt: skip
+        if summary is not None:
+            write_summary(bound.root, summary)
+    return summary
 
 
 def plot_bounds(root: Any, s: dict[str, Any], found: dict[str, dict[str, Any]]) -> None:

@@ -30,7 +30,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from runners.cli import CliError
+from runners.cli import CliError, usable_cores
 from runners.online.rundir import RunFolder
 
 TRAIN_MODULE = "runners.train_online"
@@ -176,10 +176,7 @@ def _run_in_process(module: str, argv: list[str], threads: int) -> int:
 
 def default_workers() -> int:
     """As many workers as this process may use cores."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+    return usable_cores()
 
 
 def threads_per_worker(workers: int, cores: int | None = None) -> int:

@@ -184,7 +184,8 @@ def test_summary_json_is_written_once_and_last(tmp_path: Path, monkeypatch: pyte
         real(root, s)
 
     monkeypatch.setattr(job, "write_summary", spy)
-    cfg = build_config([*TINY, "--steps", "30", "--out", str(tmp_path), "--name", "run"])
+    cfg = build_config([*TINY, "--steps", "30", "--out", str(tmp_path), "--name", "run",
+                        "--workers", "1"])  # the bounds after it, in this process
     folder = RunFolder(tmp_path / "run")
     folder.make()
     with folder:
