@@ -32,7 +32,7 @@ import torch
 from agent.learner import Learner
 from agent.memory.view import MemoryView
 from agent.metrics import NormErrorSums, norm_error, norm_error_sums, score_predictions
-from agent.step import modulated_prediction
+from agent.step import encodes_memory, modulated_prediction
 
 MEMORIES = ("own", "same", "wrong")
 WORLD_NS = (0, 1, 5, 10, 25, 50)
@@ -80,18 +80,20 @@ def sequence_length(cfg: Any, n_max: int) -> int:
 
 
 @torch.no_grad()
-def _encode(learner: Learner, frames: Any, n_max: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Online latents (N, i+1, D) of frames 0..i and EMA targets (N, K, D) at i+h."""
+def _encode(
+    learner: Learner, frames: Any, n_max: int, first: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Online latents (N, i+1-first, D) of frames first..i and EMA targets (N, K, D) at i+h."""
     cfg = learner.cfg
     i = input_index(cfg, n_max)
-    past = np.arange(i + 1)
+    past = np.arange(first, i + 1)
     future = np.asarray([i + h for h in cfg.horizons])
     arr = np.asarray(frames[:, : i + cfg.horizons[-1] + 1])
-    per = max(1, cfg.eval_batch_size // (i + 1 + len(future)))
+    per = max(1, cfg.eval_batch_size // (len(past) + len(future)))
     zs, ts = [], []
     for start in range(0, arr.shape[0], per):
         chunk = torch.from_numpy(np.ascontiguousarray(arr[start : start + per]))
-        zs.append(learner.encode(chunk[:, past].flatten(0, 1)).view(chunk.shape[0], i + 1, -1))
+        zs.append(learner.encode(chunk[:, past].flatten(0, 1)).view(chunk.shape[0], len(past), -1))
         ts.append(
             learner.encode(chunk[:, future].flatten(0, 1), target=True).view(
                 chunk.shape[0], len(future), -1
@@ -165,12 +167,17 @@ def world_curves(
     if "wrong" in memories and len(worlds) < 2:
         raise ValueError("memories: the 'wrong' control needs at least two worlds")
     n_max = max(ns, default=0)
-    i = input_index(learner.cfg, n_max)
-    encoded = [_encode(learner, w.frames, n_max) for w in worlds]
+    cfg = learner.cfg
+    i = input_index(cfg, n_max)
+    # A learner that reads no memory (track A, the oracle) has one D for every n and source:
+    # only its context frames are encoded, and it is scored once, with an empty memory.
+    blind = not encodes_memory(learner.nets)
+    first = i + 1 - cfg.context_frames if blind else 0
+    encoded = [_encode(learner, w.frames, n_max, first) for w in worlds]
     out = []
     for wi, world in enumerate(worlds):
         z, targets = encoded[wi]
-        z_in = z[:, : i + 1]
+        z_in = z[:, : i + 1 - first]
         physics = torch.as_tensor(world.physics, dtype=torch.float32, device=learner.device)
         physics = physics.expand(z.shape[0], -1)
         for source in memories:
@@ -183,9 +190,13 @@ def world_curves(
                 rows = torch.arange(z.shape[0], device=other.device)
                 z_src = [other[(rows + p) % other.shape[0]] for p in range(peers)]
             curve = WorldCurve(world.name, world.family, source, list(ns), [])
+            if blind:
+                scored = _score(learner, z_in, targets, _memory(z, 0, 0, cfg.entry_frames), physics)
             for n in ns:
-                memory = _memory(z_src, i, n, learner.cfg.entry_frames)
-                sums, sigma = _score(learner, z_in, targets, memory, physics)
+                if not blind:
+                    memory = _memory(z_src, i, n, cfg.entry_frames)
+                    scored = _score(learner, z_in, targets, memory, physics)
+                sums, sigma = scored
                 d, d_h = norm_error(sums)
                 curve.d.append(float(d))
                 curve.d_per_h.append(d_h.tolist())

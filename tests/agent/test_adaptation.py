@@ -77,6 +77,29 @@ def test_floor_and_ceiling_do_not_read_memory(track: str, oracle: bool) -> None:
         assert moved[0].d != curves[0].d and moved[1].d == curves[3].d
 
 
+@pytest.mark.parametrize("track,oracle", [("A", False), ("C", True)])
+def test_a_learner_without_memory_is_scored_once_from_its_context_frames(
+    track: str, oracle: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Track A and the oracle: the context frames alone encoded, one score for every n, equal
+    (to the rounding of other batch shapes) to scoring through each n's memory."""
+    cfg = cfg_of(track, oracle=oracle, precision="fp32")
+    learner, ws = Learner(cfg), worlds(cfg)
+    calls: list[int] = []
+    real = learner.encode
+    monkeypatch.setattr(learner, "encode", lambda x, target=False: calls.append(len(x)) or
+                        real(x, target=target))  # fmt: skip
+    short = world_curves(learner, ws, NS, ("own",))
+    assert sum(calls) == len(ws) * 5 * (cfg.context_frames + cfg.n_horizons)
+    monkeypatch.setattr("agent.adaptation.encodes_memory", lambda nets: True)  # the long way
+    full = world_curves(learner, ws, NS, ("own",))
+    for a, b in zip(short, full, strict=True):
+        assert len(set(a.d)) == 1 and a.excluded == b.excluded
+        np.testing.assert_allclose(a.d, b.d, rtol=1e-5)
+        np.testing.assert_allclose(a.d_per_h, b.d_per_h, rtol=1e-5)
+        np.testing.assert_allclose(a.sigma_embed, b.sigma_embed, rtol=1e-5)
+
+
 def test_bad_requests() -> None:
     cfg = cfg_of()
     with pytest.raises(ValueError, match="unknown source"):
