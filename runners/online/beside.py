@@ -12,15 +12,18 @@ bit for bit on a CPU (``tests/runners/test_beside.py``).
 A bound process writes its output to ``floor.log`` or ``ceiling.log`` in the main run folder,
 and reports through its run folder (a finished run's ``summary.json``) and its exit status. A
 stop reaches all of them: Ctrl-C the whole process group, the main folder's PAUSE file each of
-them reads, and a SIGTERM to this process is passed on; each stops with a checkpoint, and
-``--resume`` on the main folder continues every one.
+them reads, a SIGTERM to this process is passed on, and a bound process whose starter ended
+(killed, say) stops too; each stops with a checkpoint, and ``--resume`` on the main folder
+continues every one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import multiprocessing.connection
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -67,6 +70,7 @@ def _train_in_process(cfg: RunConfig, root: str, names: Sequence[str]) -> None:
     folder = RunFolder(root)
     set_threads(resolve_device(cfg.device))
     with StopRequest(folder.pause) as stop:
+        _stop_with_parent(stop)
         for name in names:
             with open(log_path(folder, name), "a", buffering=1) as log, \
                     contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):  # fmt: skip
@@ -80,6 +84,20 @@ def _train_in_process(cfg: RunConfig, root: str, names: Sequence[str]) -> None:
                     sys.exit(1)
             if summary is None:
                 sys.exit(STOPPED)
+
+
+def _stop_with_parent(stop: StopRequest) -> None:
+    """Request a stop of this bound process when the process that started it ends (killed,
+    say): it then checkpoints and exits instead of training on alone."""
+    parent = mp.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        mp.connection.wait([parent.sentinel])
+        stop.request("the end of the main run's process")
+
+    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
 
 
 class BoundProcesses:

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +18,7 @@ from runners.cli import CliError
 from runners.online import beside, job
 from runners.online.command import build_config
 from runners.online.rundir import RunFolder, StopRequest
-from tests.runners.cli_helpers import TINY_WORLDS, cli
+from tests.runners.cli_helpers import ROOT, TINY_WORLDS, cli
 
 TINY = [a for a in TINY_WORLDS if a != "--no-bounds"]
 
@@ -68,6 +73,26 @@ def test_a_stop_reaches_the_bound_processes_and_resume_finishes_all(tmp_path: Pa
     assert folder.is_finished() and beside.pending(folder) == []
     s = folder.read_summary()
     assert s is not None and s["bounds"]["floor"]["run"] == str(folder.root / "floor")
+
+
+def test_bound_processes_stop_when_their_starter_is_killed(tmp_path: Path) -> None:
+    """A killed main process leaves no bound process training on: each stops, checkpointed."""
+    env = {**os.environ, "TORCH_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runners.train_online", *TINY, "--steps", "100000", "--no-switch",
+         "--out", str(tmp_path), "--name", "run", "--workers", "3"],
+        cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    root, deadline = tmp_path / "run", time.monotonic() + 120
+    while not all(RunFolder(root / sub).latest.exists() for sub in ("floor", "ceiling")):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)  # the bound processes hold its output pipe until they end
+    for sub in ("floor", "ceiling"):
+        assert RunFolder(root / sub).state() == "interrupted"
+        assert "stopped by the end of the main run's process" in (root / f"{sub}.log").read_text()
 
 
 def test_a_failed_bound_process_is_one_clear_error(tmp_path: Path) -> None:
