@@ -36,8 +36,7 @@ import tyro
 from runners.cli import CliError, ensure_output_dir, parse, run_main
 from runners.online.command import config_from_dict
 from runners.online.config import Device, Paper, RunConfig, Schedule, Worlds, resolve
-from runners.online.job import set_threads
-from runners.online.parts import make_evaluator, resolve_device
+from runners.online.parts import make_evaluator, resolve_device, set_threads
 from runners.online.rundir import RunFolder
 from runners.online.store import open_store
 from runners.online.summary import curve_report, format_curve, held_out_text, world_probe_text

@@ -29,8 +29,8 @@ from pathlib import Path
 from runners.cli import CliError, ensure_output_dir, run_main
 from runners.online.command import TrainCommand, parse_command, resume_config
 from runners.online.config import RunConfig, resolve
-from runners.online.job import PROG, set_threads, train, train_stacked
-from runners.online.parts import resolve_device
+from runners.online.job import PROG, train, train_stacked
+from runners.online.parts import resolve_device, set_threads
 from runners.online.rundir import RunFolder, StopRequest, existing_run_folder, new_run_folder
 
 

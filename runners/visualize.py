@@ -333,9 +333,8 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
     if args.video:
         ensure_output_dir(args.video, "--video")
     from runners.online.command import resume_config
-    from runners.online.job import set_threads
     from runners.online.loop import OnlineLoop
-    from runners.online.parts import resolve_device
+    from runners.online.parts import resolve_device, set_threads
 
     world_state: dict[str, Any] = {}
     starts: dict[str, Path] = {}

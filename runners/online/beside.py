@@ -25,14 +25,19 @@ import multiprocessing.connection
 import sys
 import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from runners.cli import CliError, usable_cores
 from runners.online import bounds
 from runners.online.config import RunConfig
+from runners.online.parts import resolve_device, set_threads
 from runners.online.rundir import RunFolder, StopRequest
+
+#: Trains one bound: (the run's config, its folder, the bound's name, the stop request) -> the
+#: bound's summary, or None when a stop request cut it short.
+TrainOne = Callable[[RunConfig, RunFolder, str, StopRequest], "dict[str, Any] | None"]
 
 #: A bound process's exit status when a stop request ended it (with a checkpoint).
 STOPPED = 3
@@ -60,13 +65,11 @@ def pending(folder: RunFolder) -> list[str]:
             if not RunFolder(folder.root / sub).is_finished()]  # fmt: skip
 
 
-def _train_in_process(cfg: RunConfig, root: str, names: Sequence[str]) -> None:
-    """A bound process: train the bounds ``names`` of ``cfg`` in the run folder ``root``, one
-    after the other, each with its output in its log (``log_path``); exits 0 when all finished,
-    ``STOPPED`` at a stop request, ``FAILED`` (the message last in the log) at an error."""
-    from runners.online.job import PROG, set_threads, train_bound
-    from runners.online.parts import resolve_device
-
+def _train_in_process(cfg: RunConfig, root: str, names: Sequence[str], train_one: TrainOne) -> None:
+    """A bound process: train the bounds ``names`` of ``cfg`` in the run folder ``root`` with
+    ``train_one``, one after the other, each with its output in its log (``log_path``); exits 0
+    when all finished, ``STOPPED`` at a stop request, ``FAILED`` (the message last in the log)
+    at an error."""
     folder = RunFolder(root)
     set_threads(resolve_device(cfg.device))
     with StopRequest(folder.pause) as stop:
@@ -75,9 +78,9 @@ def _train_in_process(cfg: RunConfig, root: str, names: Sequence[str]) -> None:
             with open(log_path(folder, name), "a", buffering=1) as log, \
                     contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):  # fmt: skip
                 try:
-                    summary = train_bound(cfg, folder, name, stop)
+                    summary = train_one(cfg, folder, name, stop)
                 except CliError as err:
-                    print(f"{PROG}: error: {err}")
+                    print(f"error: {err}")
                     sys.exit(FAILED)
                 except Exception:  # a fault: its traceback in the log, for the report
                     traceback.print_exc()
@@ -102,9 +105,12 @@ def _stop_with_parent(stop: StopRequest) -> None:
 
 class BoundProcesses:
     """The unfinished bounds of the run ``cfg`` in ``folder``, training in up to ``workers - 1``
-    spawned processes from construction; ``join`` waits for them and returns their summaries."""
+    spawned processes from construction, each bound by ``train_one`` (``job.train_bound``, a
+    module-level function: the processes import it by name); ``join`` waits for them and
+    returns their summaries."""
 
-    def __init__(self, cfg: RunConfig, folder: RunFolder, workers: int) -> None:
+    def __init__(self, cfg: RunConfig, folder: RunFolder, workers: int, train_one: TrainOne
+                 ) -> None:  # fmt: skip
         self.folder = folder
         self.stopping = False
         names = pending(folder)
@@ -112,7 +118,7 @@ class BoundProcesses:
         groups = [names[i::n] for i in range(n) if names[i::n]]
         ctx = mp.get_context("spawn")  # a fresh interpreter: CUDA and torch threads start clean
         self.procs = [
-            (group, ctx.Process(target=_train_in_process, args=(cfg, str(folder.root), group),
+            (group, ctx.Process(target=_train_in_process, args=(cfg, str(folder.root), group, train_one),
                                 name=f"bounds-{'-'.join(group)}", daemon=False))
             for group in groups
         ]  # fmt: skip

@@ -10,14 +10,12 @@ or, when stopped (Ctrl-C, SIGTERM, a PAUSE file), with a checkpoint and a summar
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import torch
 from tqdm import tqdm
 
 from runners.cli import CliError, os_error_message
@@ -31,13 +29,6 @@ from runners.online.switch import physics_label
 from runners.online.worlds_eval import WorldsEvaluator
 
 PROG = "train_online"
-
-
-def set_threads(device: torch.device) -> None:
-    """One intra-op thread on CPU unless TORCH_NUM_THREADS says otherwise: the models are small,
-    and on a shared CPU more threads spin against each other (measured 20x slower under load)."""
-    if device.type == "cpu":
-        torch.set_num_threads(int(os.environ.get("TORCH_NUM_THREADS", "1")))
 
 
 def postfix(loop: OnlineLoop, rate: float) -> dict[str, str]:
@@ -101,7 +92,7 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
     continued with ``--resume``)."""
     found = None
     if bounds.wanted(cfg) and beside.workers_for(cfg) > 1 and beside.pending(folder):
-        with beside.BoundProcesses(cfg, folder, beside.workers_for(cfg)) as others:
+        with beside.BoundProcesses(cfg, folder, beside.workers_for(cfg), train_bound) as others:
             print(f"{PROG}: {others.describe()}")
             s = run(cfg, folder, stop, resume=resume)
             if s is None:

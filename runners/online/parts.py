@@ -4,7 +4,8 @@
 alike (a resume then loads the checkpoint into the parts it built). Each part is built by its
 own factory so a caller (the visualizer, a test, a benchmark) can build or replace one alone:
 
-- ``resolve_device``: auto -> cuda when available, else cpu;
+- ``resolve_device``: auto -> cuda when available, else cpu; ``set_threads``: one torch
+  thread on a CPU unless TORCH_NUM_THREADS says otherwise;
 - ``make_learner``: ``agent.Learner`` of the run's ``AgentConfig``;
 - ``make_feed``: the streams the learner lives in and their batches (``runners.online.feeds``);
 - ``make_evaluator``: the worlds protocol's ``WorldsEvaluator`` (``runners.online.worlds_eval``
@@ -16,6 +17,7 @@ own factory so a caller (the visualizer, a test, a benchmark) can build or repla
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +36,13 @@ from runners.online.rundir import RunFolder
 from runners.online.store import open_store, split_frames
 from runners.online.world_sets import make_world_sets
 from runners.online.worlds_eval import WorldsEvaluator
+
+
+def set_threads(device: torch.device) -> None:
+    """One intra-op thread on CPU unless TORCH_NUM_THREADS says otherwise: the models are small,
+    and on a shared CPU more threads spin against each other (measured 20x slower under load)."""
+    if device.type == "cpu":
+        torch.set_num_threads(int(os.environ.get("TORCH_NUM_THREADS", "1")))
 
 
 def resolve_device(name: str) -> torch.device:
