@@ -65,7 +65,9 @@ def pending(folder: RunFolder) -> list[str]:
             if not RunFolder(folder.root / sub).is_finished()]  # fmt: skip
 
 
-def _train_in_process(cfg: RunConfig, root: str, names: Sequence[str], train_one: TrainOne) -> None:
+def _train_in_process(
+    cfg: RunConfig, root: str, names: Sequence[str], train_one: TrainOne
+) -> None:
     """A bound process: train the bounds ``names`` of ``cfg`` in the run folder ``root`` with
     ``train_one``, one after the other, each with its output in its log (``log_path``); exits 0
     when all finished, ``STOPPED`` at a stop request, ``FAILED`` (the message last in the log)
@@ -118,8 +120,8 @@ class BoundProcesses:
         groups = [names[i::n] for i in range(n) if names[i::n]]
         ctx = mp.get_context("spawn")  # a fresh interpreter: CUDA and torch threads start clean
         self.procs = [
-            (group, ctx.Process(target=_train_in_process, args=(cfg, str(folder.root), group, train_one),
-                                name=f"bounds-{'-'.join(group)}", daemon=False))
+            (group, ctx.Process(target=_train_in_process, name=f"bounds-{'-'.join(group)}",
+                                args=(cfg, str(folder.root), group, train_one)))
             for group in groups
         ]  # fmt: skip
         for _, proc in self.procs:
