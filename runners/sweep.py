@@ -9,7 +9,8 @@ interrupted ones resumed, so the same command finishes a sweep that was stopped.
 command does not know (``--preset``, ``--steps``, ``--source``, ``--data``, ``--set``, ...) go to
 every run unchanged; fields in ``--grid`` go to ``train_online`` as ``--track``/``--seed``/
 ``--steps`` or as ``--set FIELD=VALUE``. With ``--stack`` the points that differ only in their
-seed train as one stacked run in this process (``train_online --stack-seeds``).
+seed train as one stacked run (``train_online --stack-seeds``): in this process, sets one after
+another, or with ``--workers N`` N sets at once, each in a process of its own.
 
 Backends: ``local`` (default: one worker process per core, ``cores // workers`` torch threads
 each) or ``ray`` (``--backend ray --address auto``; the optional extra ``pip install -e ".[ray]"``).
@@ -54,7 +55,7 @@ class Sweep:
     aggregate_only: bool = False
     """do not run: only aggregate"""
     stack: bool = False
-    """points equal but for their seed as one stacked run (train_online --stack-seeds) in this process, sets one after another: for one GPU (with --device cuda; the worlds protocol); its runs live in <name without the seed>-s<seed>"""
+    """points equal but for their seed as one stacked run (train_online --stack-seeds): in this process, sets one after another, or --workers N sets at once, each in a process of its own; for one GPU (with --device cuda; the worlds protocol); its runs live in <name without the seed>-s<seed>"""
     backend: launch.BackendOptions = field(default_factory=launch.Backend)
 
 
@@ -71,9 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     sets = None
     if args.stack:
-        if args.backend.kind != "local" or args.backend.workers is not None:
-            raise CliError("--stack runs each set of seeds as one run in this process: "
-                           "--backend ray and --workers do not apply")  # fmt: skip
+        if args.backend.kind != "local":
+            raise CliError("--stack runs each set of seeds as one run on this machine: "
+                           "--backend ray does not apply")  # fmt: skip
         if any("seed" not in p.params for p in points):
             raise CliError("--stack stacks the seeds of each point: add seed=... to --grid")
         sets = launch.stacked_specs(points, out, [*common, "--set", "stream_cache=false"])
@@ -91,7 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed: list[backends.RunResult] = []
     if not args.aggregate_only:
         if sets is not None:
-            results = launch.run_stacked(sets)
+            results = launch.run_stacked(sets, args.backend.workers, args.backend.threads,
+                                         out / "logs")  # fmt: skip
         else:
             results = launch.run_specs(args.backend.make(), specs, out / "logs")
         failed = [r for r in results if not r.ok]

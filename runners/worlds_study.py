@@ -16,8 +16,9 @@ protocol has its own report (``python -m runners.reproduce``).
 
 Runs go through the sweep machinery (``runners.sweep``): one resumable folder per arm and seed
 under ``OUT/runs/<preset>-<steps>/``; rerunning the command finishes only what is missing. With
-``--stack`` each arm's seeds train as one stacked run in this process (``train_online
---stack-seeds``; arms one after another), in folders ``<arm>-s<seed>``.
+``--stack`` each arm's seeds train as one stacked run (``train_online --stack-seeds``), in
+folders ``<arm>-s<seed>``: in this process, arms one after another, or with ``--workers N`` N
+arms at once, each in a process of its own.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class WorldsStudy:
     report_only: bool = False
     """run nothing: rebuild the report from the existing run folders"""
     stack: bool = False
-    """each arm's seeds as one stacked run (train_online --stack-seeds) in this process, arms one after another: for one GPU (with --device cuda); its runs live under names of their own (<arm>-s<seed>)"""
+    """each arm's seeds as one stacked run (train_online --stack-seeds): in this process, arms one after another, or --workers N arms at once, each in a process of its own; for one GPU (with --device cuda); its runs live under names of their own (<arm>-s<seed>)"""
     backend: launch.BackendOptions = field(default_factory=launch.Backend)
 
 
@@ -128,9 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise CliError(f"{opt} is fixed by the study; use worlds_study's options")
     if any(t.startswith("oracle=") or t in ("--oracle", "--no-oracle") for t in passthrough):
         raise CliError("the oracle is an arm of the study; use --oracle-track")
-    if args.stack and (args.backend.kind != "local" or args.backend.workers is not None):
-        raise CliError("--stack runs each arm's seeds as one run in this process: "
-                       "--backend ray and --workers do not apply")  # fmt: skip
+    if args.stack and args.backend.kind != "local":
+        raise CliError("--stack runs each arm's seeds as one run on this machine: "
+                       "--backend ray does not apply")  # fmt: skip
     plan = make_specs(args, passthrough)
     specs = [s for _, _, s in plan]
     sets = None

@@ -138,22 +138,26 @@ def _execute(
         cmd = [spec.module, *argv]
     else:
         cmd = [sys.executable, "-m", spec.module, *argv]
-        env = dict(os.environ)
-        for var in ("TORCH_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-            env[var] = str(threads)  # train_online reads TORCH_NUM_THREADS
-        env.setdefault("TQDM_MININTERVAL", "30")  # keep logs short: one bar line per 30 s
-        path = str(REPO_ROOT)
-        env["PYTHONPATH"] = path + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        if log_dir is not None:
-            Path(log_dir).mkdir(parents=True, exist_ok=True)
-            log = str(Path(log_dir) / f"{spec.name}.log")
-            with open(log, "a") as fh:
-                fh.write(f"$ {' '.join(cmd)}\n")
-                fh.flush()
-                code = subprocess.call(cmd, cwd=REPO_ROOT, env=env, stdout=fh, stderr=fh)
-        else:
-            code = subprocess.call(cmd, cwd=REPO_ROOT, env=env)
+        code, log = call(cmd, threads, log_dir and str(Path(log_dir) / f"{spec.name}.log"))
     return RunResult(spec.name, spec.run_dir, action, code, time.perf_counter() - t0, log, cmd)
+
+
+def call(cmd: list[str], threads: int, log: str | None = None) -> tuple[int, str]:
+    """Run ``cmd`` in the repository root with ``threads`` torch threads, its output appended
+    to ``log`` (after the command line; None: this process's output); (exit code, log)."""
+    env = dict(os.environ)
+    for var in ("TORCH_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = str(threads)  # train_online reads TORCH_NUM_THREADS
+    env.setdefault("TQDM_MININTERVAL", "30")  # keep logs short: one bar line per 30 s
+    path = str(REPO_ROOT)
+    env["PYTHONPATH"] = path + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if log is None:
+        return subprocess.call(cmd, cwd=REPO_ROOT, env=env), ""
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as fh:
+        fh.write(f"$ {' '.join(cmd)}\n")
+        fh.flush()
+        return subprocess.call(cmd, cwd=REPO_ROOT, env=env, stdout=fh, stderr=fh), log
 
 
 def _run_in_process(module: str, argv: list[str], threads: int) -> int:

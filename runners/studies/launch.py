@@ -173,42 +173,73 @@ def stacked_name(p: grid.Point) -> str:
     return f"{_unseeded(p).name}-s{p.params['seed']}"
 
 
-def run_stacked(sets: Sequence[Sequence[backends.RunSpec]]) -> list[backends.RunResult]:
-    """Run (or skip, or resume) each stacked set in this process, one after another: a set
-    whose runs are all finished is skipped, one whose runs hold checkpoints is resumed
-    (``--resume`` of its first run continues all), a new one starts with ``--stack-seeds``
-    (stale folders moved aside). One line per set; a set that fails is reported, the rest run."""
+def run_stacked(
+    sets: Sequence[Sequence[backends.RunSpec]],
+    workers: int | None = None,
+    threads: int | None = None,
+    log_dir: str | Path | None = None,
+) -> list[backends.RunResult]:
+    """Run (or skip, or resume) each stacked set: a set whose runs are all finished is skipped,
+    one whose runs hold checkpoints is resumed (``--resume`` of its first run continues all), a
+    new one starts with ``--stack-seeds`` (stale folders moved aside). One set after another
+    in this process, or with ``workers`` > 1 that many sets at once, each a ``train_online``
+    subprocess with ``threads`` torch threads (default: cores // workers) and its output in
+    ``log_dir/<set>.log`` (as ``backends.LocalBackend`` runs single runs). One line per set; a
+    set that fails is reported, the rest run."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from runners import train_online
 
-    results: list[backends.RunResult] = []
-    print(f"{len(sets)} stacked set(s) of {sum(len(s) for s in sets)} run(s), in this process",
+    workers = max(1, workers or 1)
+    where = "in this process" if workers == 1 else f"{workers} at once, each in a process"
+    print(f"{len(sets)} stacked set(s) of {sum(len(s) for s in sets)} run(s), {where}",
           flush=True)  # fmt: skip
-    for specs in sets:
-        t0 = time.perf_counter()
-        folders = [RunFolder(s.run_dir) for s in specs]
-        states = [f.state() for f in folders]
-        claims = [f.claim() for f in folders]
-        try:
-            if any(c is None for c in claims):
-                action, code = "busy", 0
-            elif all(st == "finished" for st in states):
-                action, code = "skipped", 0
+    if workers == 1:
+        results = [_run_set(specs, lambda argv, _: (_call(train_online.main, argv), ""))
+                   for specs in sets]  # fmt: skip
+        return [r for one in results for r in one]
+    per = threads or backends.threads_per_worker(workers)
+    logs = Path(log_dir) if log_dir is not None else None
+
+    def run(argv: list[str], name: str) -> tuple[int, str]:
+        cmd = [sys.executable, "-m", backends.TRAIN_MODULE, *argv]
+        return backends.call(cmd, per, None if logs is None else str(logs / f"{name}.log"))
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(lambda specs: _run_set(specs, run), sets))
+    return [r for one in results for r in one]
+
+
+def _run_set(
+    specs: Sequence[backends.RunSpec], run: Callable[[list[str], str], tuple[int, str]]
+) -> list[backends.RunResult]:
+    """One stacked set brought to completion (``run_stacked``): ``run(argv, set name)`` ->
+    (exit code, log) starts or resumes it; its folders claimed meanwhile."""
+    t0 = time.perf_counter()
+    folders = [RunFolder(s.run_dir) for s in specs]
+    states = [f.state() for f in folders]
+    claims = [f.claim() for f in folders]
+    log = ""
+    try:
+        if any(c is None for c in claims):
+            action, code = "busy", 0
+        elif all(st == "finished" for st in states):
+            action, code = "skipped", 0
+        else:
+            try:
+                action, argv = _stacked_command(specs, states)
+            except CliError as err:
+                print(f"error: {err}", flush=True)
+                action, code = "started", 2
             else:
-                try:
-                    action, argv = _stacked_command(specs, states)
-                except CliError as err:
-                    print(f"error: {err}", flush=True)
-                    action, code = "started", 2
-                else:
-                    print(f"{action} {' '.join(s.name for s in specs)}", flush=True)
-                    code = _call(train_online.main, argv)
-        finally:
-            for c in claims:
-                if c is not None:
-                    c.release()
-        seconds = time.perf_counter() - t0
-        results += [backends.RunResult(s.name, s.run_dir, action, code, seconds) for s in specs]
-    return results
+                print(f"{action} {' '.join(s.name for s in specs)}", flush=True)
+                code, log = run(argv, Path(specs[0].run_dir).name.rsplit("-s", 1)[0])
+    finally:
+        for c in claims:
+            if c is not None:
+                c.release()
+    seconds = time.perf_counter() - t0
+    return [backends.RunResult(s.name, s.run_dir, action, code, seconds, log) for s in specs]
 
 
 def _stacked_command(specs: Sequence[backends.RunSpec], states: Sequence[str]) -> tuple[str, list[str]]:
@@ -271,7 +302,8 @@ def run_study(
     anything is written, the output folder made, the runs run (or skipped: finished, or
     ``report_only``), then ``build_report(command)`` (the command line as typed) inside the
     study's write guard; the exit code (``report_failures``). ``stacked``: the specs as stacked
-    sets, run in this process (``run_stacked``) instead of on the backend."""
+    sets (``run_stacked``: in this process, or ``--workers`` sets at once) instead of on the
+    backend."""
     if not report_only:
         check_specs(specs)
     command = prog + " " + shlex.join(list(argv) if argv is not None else sys.argv[1:])
@@ -279,8 +311,8 @@ def run_study(
     ensure_output_dir(out, "--out")
     failed: list[backends.RunResult] = []
     if not report_only:
-        if stacked is not None:  # the sets in this process (``run_stacked``)
-            results = run_stacked(stacked)
+        if stacked is not None:  # the sets (``run_stacked``): here, or --workers at once
+            results = run_stacked(stacked, backend.workers, backend.threads, Path(out) / "logs")
         else:
             results = run_specs(backend.make(), specs, Path(out) / "logs")
         failed = [r for r in results if not r.ok]

@@ -292,3 +292,14 @@ def test_a_stacked_sweep_trains_each_points_seeds_as_one(tmp_path, capsys):
     assert len(table["runs"]) == 4 and len(table["groups"]) == 2
     with pytest.raises(CliError, match="add seed=... to --grid"):
         sweep.main(["--grid", "track=A,C", "--out", str(tmp_path / "x"), "--stack", *worlds])
+    # --workers 2: the two sets at once, each a train_online process: the same runs, bit for bit
+    two = tmp_path / "two"
+    assert sweep.main(["--grid", "track=A,C", "seed=1,2", "--out", str(two), "--stack",
+                       "--workers", "2", *worlds]) == 0  # fmt: skip
+    assert "2 stacked set(s) of 4 run(s), 2 at once, each in a process" in capsys.readouterr().out
+    for name in names:
+        a = zarr.open_group(str(tmp_path / name / "run.zarr"), mode="r")["metrics"]
+        b = zarr.open_group(str(two / name / "run.zarr"), mode="r")["metrics"]
+        for key in ("loss/total", "memory/surprisal"):
+            np.testing.assert_array_equal(a[key][...], b[key][...], err_msg=f"{name} {key}")
+    assert sorted(p.name for p in (two / "logs").iterdir()) == ["track-A.log", "track-C.log"]

@@ -186,5 +186,5 @@ def test_a_stacked_study_trains_each_arms_seeds_as_one_and_skips_them_after(tmp_
     again = cli("worlds_study", *args)
     assert again.returncode == 0, again.stderr
     assert again.stdout.count("started") == 0 and "report:" in again.stdout
-    refused = cli("worlds_study", *args, "--workers", "2")
-    assert refused.returncode != 0 and "--stack runs each arm's seeds" in refused.stderr
+    refused = cli("worlds_study", *args, "--backend", "ray")
+    assert refused.returncode != 0 and "--backend ray does not apply" in refused.stderr
