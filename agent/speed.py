@@ -226,12 +226,15 @@ class Speed:
     captured: bool = False
 
     @classmethod
-    def default(cls, device: torch.device | str) -> Speed:
+    def default(cls, device: torch.device | str, cores: int | None = None) -> Speed:
         """A CPU's: host reads are free there (on a GPU each is a sync); the second thread with
         one torch thread and a spare core (with more threads each op already uses the cores).
-        Read when the learner is built: set the thread count first (the runners do)."""
+        ``cores``: the cores this learner may count on (None: all this process may use; fewer
+        where other runs train at once). Read when the learner is built: set the thread count
+        first (the runners do)."""
         cpu = torch.device(device).type == "cpu"
-        beside = cpu and torch.get_num_threads() == 1 and spare_core()
+        spare = spare_core() if cores is None else cores > 1
+        beside = cpu and torch.get_num_threads() == 1 and spare
         return cls(visible_slots=cpu, lazy_pair=cpu, beside=beside)
 
     def paths(self, cfg: AgentConfig, latents: LatentCache | None) -> Plain:

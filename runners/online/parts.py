@@ -54,8 +54,12 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def make_learner(cfg: RunConfig, device: torch.device) -> Learner:
-    speed = dataclasses.replace(Speed.default(device), captured=True) if cfg.capture else None
+def make_learner(cfg: RunConfig, device: torch.device, cores: int | None = None) -> Learner:
+    """The run's learner, its speed layers the device's defaults (``cores``: the CPU cores it
+    may count on, None: all this process may use) and the captured step with ``--capture``."""
+    speed = Speed.default(device, cores)
+    if cfg.capture:
+        speed = dataclasses.replace(speed, captured=True)
     return Learner(cfg.agent, device=device, speed=speed)
 
 
@@ -116,15 +120,18 @@ class RunParts:
     evaluator: CurveEvaluator
 
 
-def build_run_parts(cfg: RunConfig, folder: RunFolder, vec_env: Any = None) -> RunParts:
+def build_run_parts(
+    cfg: RunConfig, folder: RunFolder, vec_env: Any = None, cores: int | None = None
+) -> RunParts:
     """Every part of the run in ``folder``, in its initial state (a resume loads into them);
-    ``vec_env``: the worlds protocol's env, given (``feeds.make_feed``)."""
+    ``vec_env``: the worlds protocol's env, given (``feeds.make_feed``); ``cores``: the CPU
+    cores the learner may count on (``make_learner``)."""
     device = resolve_device(cfg.device)
     p = cfg.protocol
     store = open_store(p.data) if isinstance(p, Paper) and p.data else None
     return RunParts(
         device=device,
-        learner=make_learner(cfg, device),
+        learner=make_learner(cfg, device, cores),
         feed=make_feed(cfg, device, store, vec_env),
         recorder=Recorder(folder),
         evaluator=make_evaluator(cfg, store),

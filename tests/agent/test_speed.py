@@ -141,6 +141,9 @@ def test_beside_is_the_default_only_with_one_torch_thread() -> None:
         assert not Speed.default("cpu").beside
         torch.set_num_threads(1)
         assert Speed.default("cpu").beside == (len(__import__("os").sched_getaffinity(0)) > 1)
+        # the cores the learner may count on, where other runs train at once
+        assert not Speed.default("cpu", cores=1).beside and Speed.default("cpu", cores=2).beside
+        assert not Speed.default("cuda", cores=4).beside
     finally:
         torch.set_num_threads(threads)
 
