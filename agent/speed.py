@@ -16,7 +16,8 @@ is switched on its own (``Speed``) and tested against ``Plain``:
 - ``Beside``: the EMA targets and the memory's e_i (forward and backward) on a second thread while
   this one runs the online encoder (a CPU with one torch thread and a spare core). Same bits.
 
-The pieces come back as futures (``result()``); ``Plain``'s are already done.
+The pieces come back as ``agent.step.Piece`` s (``result()``): ``Plain``'s already computed
+(``Done``), ``Beside``'s as the second thread's futures.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from agent.sources import Batch
 from agent.step import (
     MemoryView,
     Model,
+    Piece,
     earlier_latents,
     encode,
     memory_codes,
@@ -42,22 +44,34 @@ from agent.step import (
 )
 
 
-def done(value: Any) -> Future:
-    """A future that already holds ``value``."""
-    future: Future = Future()
-    future.set_result(value)
-    return future
+class Done:
+    """A piece already computed (``Plain``'s): ``result()`` gives it. A finished ``Future``
+    without the lock a ``Future`` makes, at which a traced step (``torch.compile``) would break
+    its graph."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def result(self) -> Any:
+        return self.value
+
+
+def done(value: Any) -> Done:
+    """A piece that already holds ``value``."""
+    return Done(value)
 
 
 class Plain:
     """The plain step's pieces: each computed where the step asks for it."""
 
-    def targets(self, m: Model, batch: Batch) -> Future:
+    def targets(self, m: Model, batch: Batch) -> Piece:
         """-> (B, K, D): the EMA-target latents of the batch's target frames."""
         with torch.no_grad(), m.spec.autocast():
             return done(target_latents(m.nets, batch.frames, m.spec))
 
-    def codes(self, m: Model, memory: MemoryView, grad: bool) -> Future:
+    def codes(self, m: Model, memory: MemoryView, grad: bool) -> Piece:
         """-> (.., cap, exp_dim) | None: the memory's e_i (``agent.step.memory_codes``)."""
         with torch.set_grad_enabled(grad):
             return done(memory_codes(m.nets, memory, m.spec))
@@ -85,10 +99,10 @@ class Layer(Plain):
     def __init__(self, inner: Plain) -> None:
         self.inner = inner
 
-    def targets(self, m: Model, batch: Batch) -> Future:
+    def targets(self, m: Model, batch: Batch) -> Piece:
         return self.inner.targets(m, batch)
 
-    def codes(self, m: Model, memory: MemoryView, grad: bool) -> Future:
+    def codes(self, m: Model, memory: MemoryView, grad: bool) -> Piece:
         return self.inner.codes(m, memory, grad)
 
     def earlier(self, m: Model, batch: Batch, k: int) -> torch.Tensor:
@@ -108,7 +122,7 @@ class VisibleSlots(Layer):
     """A group memory's e_i only on the slots some sample of the world attends to (a peer read
     leaves out the entries of the sample's own episode; ``vary_memory`` shows it its newest k)."""
 
-    def codes(self, m: Model, memory: MemoryView, grad: bool) -> Future:
+    def codes(self, m: Model, memory: MemoryView, grad: bool) -> Piece:
         with torch.set_grad_enabled(grad):
             return done(memory_codes(m.nets, memory, m.spec, visible_only=True))
 
@@ -132,7 +146,7 @@ class StreamCache(Layer):
         self.latents = latents
         self.keep_input = keep_input  # the input's own pair (``push_pair="input"``)
 
-    def targets(self, m: Model, batch: Batch) -> Future:
+    def targets(self, m: Model, batch: Batch) -> Piece:
         if batch.clock is None:
             return self.inner.targets(m, batch)
         self.latents.begin(batch.clock)
@@ -180,10 +194,10 @@ class Beside(Layer):
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="beside")
         self.pending: _Leaf | None = None
 
-    def targets(self, m: Model, batch: Batch) -> Future:
+    def targets(self, m: Model, batch: Batch) -> Piece:
         return self.pool.submit(lambda: self.inner.targets(m, batch).result())
 
-    def codes(self, m: Model, memory: MemoryView, grad: bool) -> Future:
+    def codes(self, m: Model, memory: MemoryView, grad: bool) -> Piece:
         self.pending = _Leaf(self.pool.submit(lambda: self.inner.codes(m, memory, grad).result()))
         return self.pending
 

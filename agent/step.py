@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
@@ -56,12 +55,19 @@ class Knobs(NamedTuple):
     write: bool  # the memory is written (``freeze_buffer_at``)
 
 
+class Piece(Protocol):
+    """A piece of the step computed where the paths choose: ``result()`` gives it (waiting for
+    it where another thread computes it: a ``concurrent.futures.Future``)."""
+
+    def result(self) -> Any: ...
+
+
 class Paths(Protocol):
     """How the step gets what needs nothing of the online encoder (``agent.speed.Plain`` and
     the speed layers around it)."""
 
-    def targets(self, m: Model, batch: Batch) -> Future: ...  # -> (B, K, D) EMA latents
-    def codes(self, m: Model, memory: MemoryView, grad: bool) -> Future: ...  # -> e_i | None
+    def targets(self, m: Model, batch: Batch) -> Piece: ...  # -> (B, K, D) EMA latents
+    def codes(self, m: Model, memory: MemoryView, grad: bool) -> Piece: ...  # -> e_i | None
     def earlier(self, m: Model, batch: Batch, k: int) -> torch.Tensor: ...  # (B, k, D)
     def pair_needed(self, write: torch.Tensor) -> bool: ...
     def backward(self, loss: torch.Tensor) -> None: ...
@@ -101,7 +107,7 @@ def jepa_step(
     if knobs.learn:
         for group in m.optimizer.param_groups:
             group["lr"] = knobs.lr
-        m.optimizer.zero_grad(set_to_none=True)
+        clear_grads(m.optimizer)
         paths.backward(loss.total)
         m.optimizer.step()
 
@@ -162,6 +168,14 @@ def newest_pair(nets: Networks, x: torch.Tensor, spec: StepSpec) -> torch.Tensor
     target). Call without gradient, under the spec's autocast."""
     b, first = x.shape[0], spec.past + spec.n_horizons - 1  # columns (newest, before it)
     return encode(nets.encoder, x[:, first:].flatten(0, 1), spec).view(b, 2, -1).flip(1)
+
+
+def clear_grads(optimizer: torch.optim.Optimizer) -> None:
+    """``optimizer.zero_grad(set_to_none=True)`` written out: every parameter's gradient None
+    (``zero_grad`` itself is a function ``torch.compile`` will not trace)."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            p.grad = None
 
 
 def encodes_memory(nets: Networks) -> bool:
