@@ -17,8 +17,9 @@ the graph reads in place, written before each replay without waiting for the dev
 
 Every state the step changes is changed in place (the optimizer's, the memory's, the detector's,
 the weights), so the graph's writes are the learner's state. The first ``warmup`` steps run
-eagerly (the optimizer's state is created, the libraries initialise) on a side stream; the
-step at which a graph is captured is then replayed once, so every update runs exactly once.
+eagerly for each combination of the switches (the optimizer's state is created, the libraries
+initialise, a compiled step compiles) on a side stream; the step at which a graph is captured
+is then replayed once, so every update runs exactly once.
 The metrics come back as graph-owned tensors and are copied out (one kernel) before the next
 replay. Loading a state dict replaces the learner's tensors: the graphs are dropped then.
 
@@ -47,9 +48,12 @@ class CapturedStep:
     """``update(batch, knobs) -> StepMetrics`` for ``learner``, replayed from CUDA graphs on a
     GPU (``capture``), eagerly with the same tensor inputs elsewhere."""
 
-    def __init__(self, learner: Any, capture: bool | None = None, warmup: int = 3) -> None:
+    def __init__(
+        self, learner: Any, capture: bool | None = None, compiled: bool = False, warmup: int = 3
+    ) -> None:
         """``learner``: the ``agent.Learner`` whose update this is (its networks, optimizer,
-        memory and generator); ``capture``: None for a GPU's default (on)."""
+        memory and generator); ``capture``: None for a GPU's default (on); ``compiled``: the
+        step through ``torch.compile`` (``Speed(compiled=True)``)."""
         if learner.latents is not None:
             raise ValueError(
                 "a captured step cannot replay the stream latent cache (Python dictionaries "
@@ -61,6 +65,16 @@ class CapturedStep:
         if self.capture and device.type != "cuda":
             raise ValueError(f"CUDA graphs need a CUDA device, the learner is on {device}")
         self.warmup = int(warmup)
+        # The step itself: compiled, it fuses the step's kernels (its backend's code is what
+        # a graph records); each switch combination is compiled in its eager warmup.
+        self.body = learner.step_on
+        if compiled:
+            self.body = torch.compile(learner.step_on, dynamic=False)
+            # Compiled code is kept per function and guarded on the learner's objects, so each
+            # learner of a process (a run's floor and ceiling beside it) adds its own entries:
+            # more than torch's default limit of 8 would fall back to the eager step.
+            dynamo = torch._dynamo.config
+            dynamo.recompile_limit = max(dynamo.recompile_limit, 64)
         knob = torch.float32 if device.type == "cuda" else torch.float64
         self.lr = torch.zeros((), dtype=knob, device=device)
         self.tau = torch.zeros((), dtype=knob, device=device)
@@ -68,7 +82,7 @@ class CapturedStep:
         self.draws: torch.Tensor | None = None  # vary_memory's draws, allocated by the first
         self.batch: Batch | None = None  # the static inputs, allocated by the first batch
         self.graphs: dict[Key, tuple[torch.cuda.CUDAGraph, StepMetrics]] = {}
-        self.eager_steps = 0
+        self.eager_steps: dict[Key, int] = {}  # eager steps of each switch combination
         self._set_optimizer()
 
     def _set_optimizer(self) -> None:
@@ -81,7 +95,7 @@ class CapturedStep:
         """Drop the graphs (the learner's tensors were replaced: a loaded state dict, whose
         optimizer groups are set for capture again) and warm up afresh."""
         self.graphs.clear()
-        self.eager_steps = 0
+        self.eager_steps.clear()
         self._set_optimizer()
 
     # ------------------------------------------------------------------ one update
@@ -100,8 +114,9 @@ class CapturedStep:
         self._fill(batch.to(learner.device))
         key = (knobs.learn, knobs.ema, knobs.write)
         run = self._body(key, draws is not None)
-        if not self.capture or self.eager_steps < self.warmup:
-            self.eager_steps += 1
+        eager = self.eager_steps.get(key, 0)
+        if not self.capture or eager < self.warmup:
+            self.eager_steps[key] = eager + 1
             return self._eager(run)
         if key not in self.graphs:
             self.graphs[key] = self._capture(run)
@@ -112,11 +127,10 @@ class CapturedStep:
 
     def _body(self, key: Key, drawn: bool) -> Callable[[], StepMetrics]:
         learn, ema, write = key
-        learner = self.learner
 
         def run() -> StepMetrics:
             knobs = Knobs(self.step, self.lr, self.tau, learn, ema, write)
-            return learner.step_on(self.batch, knobs, self.draws if drawn else None)
+            return self.body(self.batch, knobs, self.draws if drawn else None)
 
         return run
 

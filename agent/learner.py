@@ -76,8 +76,9 @@ class Learner:
         self.speed = speed if speed is not None else Speed.default(self.device)
         self.paths = self.speed.paths(cfg, self.latents)
         self.captured: CapturedStep | None = None  # the step as a CUDA graph (agent.capture)
-        if self.speed.captured:
-            self.captured = CapturedStep(self)
+        if self.speed.captured or self.speed.compiled:
+            capture = None if self.speed.captured else False
+            self.captured = CapturedStep(self, capture, compiled=self.speed.compiled)
 
     @property
     def model(self) -> Model:

@@ -238,6 +238,12 @@ class Speed:
     # The whole update replayed from CUDA graphs on a GPU (``agent.capture``; eager with the
     # same tensor inputs elsewhere). Opt-in until measured on a GPU; needs stream_cache=false.
     captured: bool = False
+    # The step through ``torch.compile`` (its backend fuses the step's kernels; captured, the
+    # compiled code is what the graph records). Its tensor inputs are the captured step's (on
+    # without a graph where ``captured`` is off); the plain pieces only (``paths`` refuses the
+    # layers, whose host reads and threads a compiled graph would break at). For a GPU:
+    # compiling takes tens of seconds, and on a CPU the default layers are faster.
+    compiled: bool = False
 
     @classmethod
     def default(cls, device: torch.device | str, cores: int | None = None) -> Speed:
@@ -255,6 +261,12 @@ class Speed:
         """The layers, innermost first, around ``Plain`` (``latents``: ``cfg.stream_cache``'s
         store)."""
         paths = Plain()
+        layers = self.visible_slots or self.lazy_pair or self.beside or latents is not None
+        if self.compiled and layers:
+            raise ValueError(
+                "a compiled step runs the plain pieces: no visible_slots, lazy_pair, beside or "
+                "stream latent cache (stream_cache=false)"
+            )
         if self.visible_slots:
             paths = VisibleSlots(paths)
         paper_memory = cfg.memory_scope == "global" and cfg.memory_write == "boundary"

@@ -45,6 +45,7 @@ from agent.step import (
     as_metric,
     base_error,
     boundary,
+    clear_grads,
     context_latents,
     earlier_latents,
     episode_key,
@@ -133,11 +134,12 @@ class StackedLearner:
     """S learners of one configuration (``cfgs``: equal but for ``seed``) as one stacked
     learner; ``update(batches)`` takes each seed's batch and returns each seed's metrics.
     ``captured``: the stacked step replayed from CUDA graphs on a GPU (``agent.capture``; on a
-    CPU the same path runs eagerly)."""
+    CPU the same path runs eagerly); ``compiled``: the stacked step through ``torch.compile``
+    (``agent.speed.Speed.compiled``)."""
 
     def __init__(
         self, cfgs: Sequence[AgentConfig], device: torch.device | str = "cpu",
-        captured: bool = False,
+        captured: bool = False, compiled: bool = False,
     ) -> None:  # fmt: skip
         if not cfgs:
             raise ValueError("a stacked learner needs at least one seed")
@@ -181,8 +183,8 @@ class StackedLearner:
         self._frozen = False
         self.latents = None  # no stream latent cache (what a captured step needs too)
         self.captured: CapturedStep | None = None  # the stacked step as CUDA graphs
-        if captured:
-            self.captured = CapturedStep(self)
+        if captured or compiled:
+            self.captured = CapturedStep(self, None if captured else False, compiled=compiled)
 
     # ---------------------------------------------------------------- controls
     @property
@@ -259,7 +261,7 @@ class StackedLearner:
         if knobs.learn:
             for group in self.optimizer.param_groups:
                 group["lr"] = knobs.lr
-            self.optimizer.zero_grad(set_to_none=True)
+            clear_grads(self.optimizer)
             fwd.loss_total.sum().backward()
             self.optimizer.step()
             if knobs.ema:

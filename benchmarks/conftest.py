@@ -116,6 +116,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="end to end: the loop's update as CUDA graphs (train_online --capture; add "
         "--bench-set stream_cache=false)",
     )
+    group.addoption(
+        "--bench-compile",
+        action="store_true",
+        help="end to end and stacked: the step through torch.compile (train_online --compile; "
+        "add --bench-set stream_cache=false); the stacked benchmark's one-by-one mode is "
+        "skipped (a compilation a learner)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -143,6 +150,7 @@ class BenchSettings:
     timer_name: str = "time.perf_counter"
     sets: tuple[str, ...] = ()  # --bench-set FIELD=VALUE: train_online fields of the loop
     capture: bool = False  # --bench-capture: train_online --capture
+    compile: bool = False  # --bench-compile: train_online --compile
     preset: str = "paper"  # --bench-preset: train_online --preset of the loop
 
 
@@ -176,7 +184,8 @@ def bench(pytestconfig: pytest.Config) -> BenchSettings:
         timer_name,
         tuple(pytestconfig.getoption("--bench-set")),
         bool(pytestconfig.getoption("--bench-capture")),
-        pytestconfig.getoption("--bench-preset"),
+        compile=bool(pytestconfig.getoption("--bench-compile")),
+        preset=pytestconfig.getoption("--bench-preset"),
     )
 
 

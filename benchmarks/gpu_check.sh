@@ -1,54 +1,72 @@
 #!/usr/bin/env bash
-# The GPU checks and figures, each part time-limited, the most wanted first. "checks" (under 10
-# minutes on one H100): the GPU-marked tests, stacked seeds against one by one (plain and
-# captured), the default run with --capture timed whole, the loop end to end at the cpu and
-# paper presets (plain and captured), a loop step split by benchmarks.profile_loop. "study": a
-# 3-seed x 4-arm worlds study at the study preset, each arm's seeds stacked and captured, the
-# four arms at once (--workers 4, a process each), timed whole (the target: under 5 minutes).
+# The GPU checks and figures, each part time-limited, the most wanted first; each mode fits one
+# call of under 10 minutes on one H100.
+#   figures: the GPU-marked tests but the compiled ones, stacked seeds at the paper preset
+#            (captured; then compiled and captured), the loop end to end at the paper preset
+#            (compiled and captured), the default run with --capture timed whole.
+#   tests:   every GPU-marked test (the compiled ones compile: minutes), then a loop step split
+#            by benchmarks.profile_loop (paper preset, captured).
+#   study:   a 3-seed x 4-arm worlds study at the study preset, each arm's seeds stacked and
+#            captured, the four arms at once (--workers 4, a process each), timed whole (the
+#            target: under 5 minutes).
 # Figures go to docs/throughput.md#on-a-gpu-one-nvidia-h100.
 #
-#   bash benchmarks/gpu_check.sh [OUT_DIR] [checks|study]   # OUT_DIR (default gpu-check/): log, JSON
+#   bash benchmarks/gpu_check.sh [OUT_DIR] [figures|tests|study]   # OUT_DIR (default gpu-check/)
 set -u
 out=${1:-gpu-check}
-what=${2:-checks}
+what=${2:-figures}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 SDL_VIDEODRIVER=dummy
 python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
     echo "gpu_check: torch sees no CUDA device" >&2; exit 2; }
 part() { echo; echo "== $1 ($(date +%T))"; }
-if [ "$what" = study ]; then
+bench() {  # bench SECONDS FILE JSON_NAME ARGS...: one benchmark module on the GPU
+    local limit=$1 file=$2 name=$3; shift 3
+    timeout "$limit" python -m pytest -q -s "benchmarks/$file" --benchmark-only --device cuda \
+        --bench-tracks C --bench-rounds 3 --bench-warmup 1 -p no:cacheprovider \
+        --benchmark-json "$out/$name.json" "$@" 2>&1 | grep -E "seed-steps|passed|failed|rror"
+    [ -s "$out/$name.json" ] && python -m benchmarks.make_table "$out/$name.json" | grep "^|"
+}
+case "$what" in
+study)
     part "worlds study, study preset, 3 seeds x 4 arms, stacked and captured, 4 arms at once"
     ( time timeout 540 python -m runners.worlds_study --device cuda --stack --preset study \
         --tracks A C D --oracle-track D --seeds 42 43 44 --out "$out/study" --capture \
         --workers 4 ) 2>&1 |
-        tee "$out/study.log" | grep -E "stacked set|started|skipped|report:|real|error|rror" 
-    exit 0
-fi
-{
-nvidia-smi -L
-python -c "import torch; print('torch', torch.__version__)"
-part "GPU-marked tests"
-timeout 75 python -m pytest -q -m gpu tests -p no:cacheprovider --tb=short 2>&1 |
-    grep -E "^E  |FAILED|passed|failed" | head -40
-for cap in "" "--bench-capture"; do
-    part "stacked seeds, paper preset ${cap:+(captured)}"
-    timeout 100 python -m pytest -q benchmarks/test_stacked_speed.py --benchmark-only -s \
-        --device cuda --bench-preset paper --bench-tracks C --bench-seeds 1,16,64 \
-        --bench-rounds 3 --bench-warmup 1 $cap -p no:cacheprovider -k "not (one and 64)" \
-        --benchmark-json "$out/stacked${cap:+-captured}.json" 2>&1 | grep -E "seed-steps|passed|failed|rror"
-done
-part "the default run, captured (the floor and the ceiling beside it, a process each)"
-( time timeout 120 python -m runners.train_online --device cuda --capture \
-    --set stream_cache=false --out "$out/runs" ) 2>&1 | tail -6
-for preset in cpu paper; do
-    for cap in "" "--bench-capture --bench-set stream_cache=false"; do
-        part "loop end to end, $preset preset ${cap:+(captured)}"
-        timeout 45 python -m pytest -q benchmarks/test_end_to_end.py --benchmark-only \
-            --device cuda --bench-tracks C --bench-precision bf16 -k "worlds or paper-stream" \
-            --bench-preset "$preset" --bench-rounds 3 --bench-warmup 1 $cap -p no:cacheprovider \
-            --benchmark-json "$out/e2e-$preset${cap:+-captured}.json" 2>&1 | grep -E "passed|failed|rror"
-    done
-done
-part "a loop step split (paper preset, captured)"
-timeout 45 python -m benchmarks.profile_loop --device cuda --preset paper --protocol paper --capture
-} 2>&1 | tee "$out/log"
+        tee "$out/study.log" | grep -E "stacked set|started|skipped|report:|real|error|rror"
+    ;;
+tests)
+    {
+    part "GPU-marked tests, all"
+    timeout 420 python -m pytest -q -m gpu tests -p no:cacheprovider --tb=short 2>&1 |
+        grep -E "^E  |FAILED|passed|failed" | head -40
+    part "a loop step split (paper preset, captured)"
+    timeout 45 python -m benchmarks.profile_loop --device cuda --preset paper --protocol paper \
+        --capture
+    } 2>&1 | tee "$out/tests.log"
+    ;;
+figures)
+    {
+    nvidia-smi -L
+    python -c "import torch; print('torch', torch.__version__)"
+    part "GPU-marked tests but the compiled ones"
+    timeout 75 python -m pytest -q -m gpu tests -k "not compile" -p no:cacheprovider \
+        --tb=short 2>&1 | grep -E "^E  |FAILED|passed|failed" | head -40
+    part "stacked seeds, paper preset (captured)"
+    bench 100 test_stacked_speed.py stacked-captured --bench-preset paper --bench-seeds 1,16,64 \
+        --bench-capture -k "not (one and 64)"
+    part "stacked seeds, paper preset (compiled and captured)"
+    bench 130 test_stacked_speed.py stacked-compiled --bench-preset paper --bench-seeds 64 \
+        --bench-capture --bench-compile
+    part "loop end to end, paper preset (compiled and captured)"
+    bench 130 test_end_to_end.py e2e-paper-compiled --bench-preset paper --bench-precision bf16 \
+        --bench-capture --bench-compile --bench-set stream_cache=false -k "worlds or paper-stream"
+    part "the default run, captured (the floor and the ceiling beside it, a process each)"
+    ( time timeout 110 python -m runners.train_online --device cuda --capture \
+        --set stream_cache=false --out "$out/runs" ) 2>&1 | tail -6
+    } 2>&1 | tee "$out/log"
+    ;;
+*)
+    echo "gpu_check: expected figures, tests or study, got '$what'" >&2; exit 2
+    ;;
+esac

@@ -79,7 +79,7 @@ def make_loop(
         "--track", track, "--precision", precision, "--device", bench.device.type,
         "--eval-every", str(NEVER), "--checkpoint-every", str(NEVER), "--eval-shift-test", "8",
         *own, *(["--set", *bench.sets] if bench.sets else []),
-        *(["--capture"] if bench.capture else []),
+        *(["--capture"] if bench.capture else []), *(["--compile"] if bench.compile else []),
     ])
     root = tmp_path / f"run-{protocol}-{source}-{track}-{precision}"
     root.mkdir()
@@ -162,5 +162,6 @@ def test_train_online_loop(
         group_size=cfg.group_size,
         bench_set=list(bench.sets),
         capture=bench.capture,
+        compile=bench.compile,
         preset=bench.preset,
     )

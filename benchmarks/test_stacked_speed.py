@@ -10,7 +10,8 @@ on the device.
 A round is ``--bench-steps`` steps of all S seeds; seed-steps/s = S x steps/s. The learner is
 `train_online --protocol worlds --preset P`'s (its precision the device's default), with the
 stream latent cache off (the stack recomputes, as a captured step does), track C unless
-``--bench-tracks`` names others; ``--bench-capture``: both from CUDA graphs (``agent.capture``).
+``--bench-tracks`` names others; ``--bench-capture``: both from CUDA graphs (``agent.capture``);
+``--bench-compile``: the stacked step through ``torch.compile`` (the one-by-one mode skipped).
 """
 
 from __future__ import annotations
@@ -60,11 +61,13 @@ def test_stacked_seeds(
                                                        device=world), seeds)  # fmt: skip
         joint = Schedules([schedule(blk, c) for blk, c in zip(shared.blocks, cfgs, strict=True)])
         source = StreamSource(joint, cfgs[0], bench.device, seed=[c.seed for c in cfgs])
-        learner = StackedLearner(cfgs, bench.device, captured=bench.capture)
+        learner = StackedLearner(cfgs, bench.device, bench.capture, bench.compile)
 
         def step() -> None:
             learner.update(source.next())
     else:
+        if bench.compile:
+            pytest.skip("--bench-compile: one by one would compile each learner; stacked only")
         sources = [StreamSource(schedule(env.MovingMNISTVectorEnv(b, max_episode_steps=None,
                                                                   device=world), c),
                                 c, bench.device, seed=c.seed) for c in cfgs]  # fmt: skip
@@ -90,8 +93,10 @@ def test_stacked_seeds(
         updates_per_s=rate,
         seed_steps_per_s=None if rate is None else rate * seeds,
         capture=bench.capture,
+        compile=bench.compile,
     )
     if rate is not None:
-        print(f"\n{mode}{' (captured)' if bench.capture else ''}, track {track}, {seeds} seeds, "
+        how = " (captured)" * bench.capture + " (compiled)" * bench.compile
+        print(f"\n{mode}{how}, track {track}, {seeds} seeds, "
               f"{bench.preset} preset: "
               f"{rate * seeds:,.0f} seed-steps/s ({rate:,.1f} updates/s)")  # fmt: skip

@@ -56,8 +56,9 @@ def resolve_device(name: str) -> torch.device:
 
 def make_learner(cfg: RunConfig, device: torch.device, cores: int | None = None) -> Learner:
     """The run's learner, its speed layers the device's defaults (``cores``: the CPU cores it
-    may count on, None: all this process may use) and the captured step with ``--capture``."""
-    speed = Speed.default(device, cores)
+    may count on, None: all this process may use), the captured step with ``--capture``, and
+    with ``--compile`` the plain pieces compiled (``Speed.compiled``)."""
+    speed = Speed(compiled=True) if cfg.compile else Speed.default(device, cores)
     if cfg.capture:
         speed = dataclasses.replace(speed, captured=True)
     return Learner(cfg.agent, device=device, speed=speed)

@@ -1,6 +1,7 @@
 """The captured step (``agent.capture``, ``Speed(captured=True)``): off a GPU the same path runs
 eagerly with its tensor inputs, bit for bit the plain step; on a GPU (where present) its CUDA
-graphs give the eager step's numbers to rounding."""
+graphs give the eager step's numbers to rounding. The compiled step (``Speed(compiled=True)``,
+``torch.compile``, captured or not) gives the plain step's to rounding."""
 
 from __future__ import annotations
 
@@ -65,6 +66,54 @@ def test_a_captured_step_refuses_the_stream_latent_cache() -> None:
         from agent.capture import CapturedStep
 
         CapturedStep(Learner(world_cfg("C"), speed=Speed()), capture=True)
+
+
+def assert_close_runs(a: Learner, b: Learner, ma: list, mb: list, rtol: float, atol: float) -> None:
+    """Two learners' metrics, step by step, and weights to rounding; their memories' sizes."""
+    for t, (x, y) in enumerate(zip(ma, mb, strict=True)):
+        for name, p, q in zip(x._fields, x, y, strict=True):
+            torch.testing.assert_close(q, p, rtol=rtol, atol=atol, equal_nan=True,
+                                       msg=lambda m, t=t, name=name: f"step {t}, {name}: {m}")  # fmt: skip
+    for p, q in zip(a.nets.parameters(), b.nets.parameters(), strict=True):
+        torch.testing.assert_close(q, p, rtol=rtol, atol=atol)
+    np.testing.assert_array_equal(a.buffer.size.cpu(), b.buffer.size.cpu())
+
+
+def test_a_compiled_step_is_the_plain_step_to_rounding() -> None:
+    """``torch.compile`` of the step (the CPU's backend here: C++ kernels, its own fusions and
+    sums in another order), learning and then in memory mode (a second compilation)."""
+    cfg = world_cfg("C")
+    data = batches(cfg, 14)
+    plain, compiled = Learner(cfg, speed=Speed()), Learner(cfg, speed=Speed(compiled=True))
+    assert compiled.captured is not None and not compiled.captured.capture
+    a, b = train(plain, data, 10), train(compiled, data, 10)
+    assert_close_runs(plain, compiled, a, b, rtol=1e-4, atol=1e-5)
+    assert float(b[-1].buffer_size) > 0 and not torch.equal(a[5].loss_total, a[4].loss_total)
+
+
+def test_a_compiled_step_refuses_the_speed_layers() -> None:
+    """The layers' host reads and threads would break a compiled graph: the plain pieces only."""
+    cfg = world_cfg("C")
+    for layer in ("visible_slots", "lazy_pair", "beside"):
+        with pytest.raises(ValueError, match="plain pieces"):
+            Learner(cfg, speed=Speed(compiled=True, **{layer: True}))
+    with pytest.raises(ValueError, match="stream_cache=false"):
+        Learner(cfg.replace(stream_cache=True), speed=Speed(compiled=True))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("track", ["A", "C"])
+def test_on_a_gpu_a_compiled_and_captured_step_is_the_eager_step_to_rounding(track: str) -> None:
+    """Compiled (Triton kernels) inside the CUDA graphs, each switch combination compiled in
+    its eager warm-up before it is captured."""
+    cfg = world_cfg(track).replace(precision="fp32")
+    data = batches(cfg, 24, "cuda")
+    eager = Learner(cfg, "cuda", speed=Speed())
+    fast = Learner(cfg, "cuda", speed=Speed(captured=True, compiled=True))
+    assert fast.captured.capture
+    a, b = train(eager, data, 18), train(fast, data, 18)
+    assert len(fast.captured.graphs) == 2  # learning, then memory mode
+    assert_close_runs(eager, fast, a, b, rtol=1e-3, atol=1e-4)
 
 
 @pytest.mark.gpu

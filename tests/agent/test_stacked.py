@@ -136,6 +136,21 @@ def test_off_a_gpu_the_captured_stack_is_the_plain_stack_bit_for_bit() -> None:
         assert torch.equal(p, captured.stack.params[name]), name
 
 
+def test_a_compiled_stack_is_the_plain_stack_to_rounding() -> None:
+    """``compiled=True``: the stacked step (``vmap`` over the seeds) through ``torch.compile``,
+    learning and then in memory mode."""
+    cfgs = [config("C", s) for s in SEEDS]
+    data = [stream(c, 8) for c in cfgs]
+    plain, compiled = StackedLearner(cfgs), StackedLearner(cfgs, compiled=True)
+    assert compiled.captured is not None and not compiled.captured.capture
+    for t, (a, b) in enumerate(zip(run(plain, data, 8, 6), run(compiled, data, 8, 6), strict=True)):
+        for ma, mb in zip(a, b, strict=True):
+            for name, x, y in zip(ma._fields, ma, mb, strict=True):
+                close(y, x, f"step {t}: {name}")
+    for name, p in plain.stack.params.items():
+        close(compiled.stack.params[name], p, name)
+
+
 @pytest.mark.gpu
 def test_on_a_gpu_the_captured_stack_is_the_eager_stack_to_rounding() -> None:
     cfgs = [config("C", s) for s in SEEDS]
@@ -149,6 +164,19 @@ def test_on_a_gpu_the_captured_stack_is_the_eager_stack_to_rounding() -> None:
             for name, x, y in zip(ma._fields, ma, mb, strict=True):
                 close(y, x, name, rtol=1e-3, atol=1e-4)
     assert len(captured.captured.graphs) == 2  # learning, then memory mode
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_compiled_and_captured_stack_is_the_eager_stack_to_rounding() -> None:
+    cfgs = [config("C", s) for s in SEEDS]
+    data = [[b.to("cuda") for b in stream(c, 16)] for c in cfgs]
+    eager = StackedLearner(cfgs, "cuda")
+    fast = StackedLearner(cfgs, "cuda", captured=True, compiled=True)
+    for a, b in zip(run(eager, data, 16, 12), run(fast, data, 16, 12), strict=True):
+        for ma, mb in zip(a, b, strict=True):
+            for name, x, y in zip(ma._fields, ma, mb, strict=True):
+                close(y, x, name, rtol=1e-3, atol=1e-4)
+    assert len(fast.captured.graphs) == 2
 
 
 def test_each_seed_state_is_a_lone_learner_state_and_back() -> None:

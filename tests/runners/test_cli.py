@@ -35,7 +35,8 @@ from runners.cli import CliError, parse, run_main
         ("worlds_study", ["--oracle-track", "A"], "--oracle-track: expected one of"),
         ("worlds_study", ["--tracks", "F"], "--tracks: expected one of 'A', 'B', 'C', 'D', 'E'"),
         ("gravity_study", ["--scales", "x"], "--scales"),
-        ("train_online", ["--capture"], "--capture: a captured step cannot replay the stream"),
+        ("train_online", ["--capture"], "--capture: the step cannot run the stream latent cache"),
+        ("train_online", ["--compile"], "--compile: the step cannot run the stream latent cache"),
     ],
 )
 def test_bad_command_line_is_one_line_exit_2(monkeypatch, capsys, module, argv, message):
