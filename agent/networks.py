@@ -6,6 +6,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from agent.blocks import BlockPredictor
 from agent.config import AgentConfig
 
 # oneDNN's fused convolution + pointwise op (what torch.compile's CPU backend emits for conv +
@@ -278,9 +279,14 @@ class ConvPredictor(nn.Module):
         return self.readout(self.hidden(z), z)
 
 
-AnyPredictor = Predictor | ConvPredictor
+AnyPredictor = Predictor | ConvPredictor | BlockPredictor
 
 
 def build_predictor(cfg: AgentConfig) -> AnyPredictor:
-    """The config's predictor: ``ConvPredictor`` for ``predictor="conv"``, else ``Predictor``."""
-    return ConvPredictor.from_config(cfg) if cfg.predictor == "conv" else Predictor.from_config(cfg)
+    """The config's predictor: ``ConvPredictor`` for ``predictor="conv"``, ``BlockPredictor``
+    with ``predictor_blocks`` > 0, else ``Predictor`` (the listing's)."""
+    if cfg.predictor == "conv":
+        return ConvPredictor.from_config(cfg)
+    if cfg.predictor_blocks:
+        return BlockPredictor.from_config(cfg)
+    return Predictor.from_config(cfg)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agent.config import AgentConfig
 from agent.modulators.base import Modulated, Modulator
+from agent.modulators.blocks import BlockFiLM, BlockHyper, BlockLoRA, BlockResidual
 from agent.modulators.film import FiLMModulator
 from agent.modulators.hyper import HyperModulator
 from agent.modulators.lora import LoRAModulator
@@ -15,6 +16,15 @@ def build_modulator(cfg: AgentConfig) -> Modulator:
     """The track's modulator with the config's sizes."""
     if cfg.track == "A":
         return NoModulator(cfg.exp_dim, cfg.hidden_dim)
+    if cfg.predictor_blocks:  # the track's modulation in every block (agent.modulators.blocks)
+        n, hid, exp = cfg.predictor_blocks, cfg.hidden_dim, cfg.exp_dim
+        if cfg.track == "B":
+            return BlockResidual(exp, hid, n)
+        if cfg.track == "C":
+            return BlockLoRA(exp, hid, n, cfg.lora_rank)
+        if cfg.track == "D":
+            return BlockFiLM(exp, hid, n)
+        return BlockHyper(exp, hid, n, cfg.hyper_dim)
     if cfg.track == "B":
         return ResidualModulator(cfg.exp_dim, cfg.hidden_dim)
     c_in, c_out = cfg.predictor_widths  # fc1's input and fc2's output (per cell of a map)
@@ -28,6 +38,10 @@ def build_modulator(cfg: AgentConfig) -> Modulator:
 
 
 __all__ = [
+    "BlockFiLM",
+    "BlockHyper",
+    "BlockLoRA",
+    "BlockResidual",
     "FiLMModulator",
     "HyperModulator",
     "LoRAModulator",
