@@ -178,7 +178,25 @@ def story(b: dict[str, Any]) -> str:
              f"{b['track']} from the floor (track A, D {a:.3f}) to D {d:.3f}")
     if s is None:
         return f"{moved}; the ceiling (the oracle, D {o:.3f}) is not below the floor: no gap"
-    return f"{moved}: {_pct(s)} of the way to the ceiling (the oracle, D {o:.3f})"
+    return f"{moved}: {_pct(s)} of the way to the ceiling (the oracle, D {o:.3f}){_carries(b, d)}"
+
+
+#: Wrong-world memory at least this share of the oracle's margin above peer memory: the memory
+#: carries its world (docs/definitions.md#does-memory-carry-the-world).
+CARRIES = 0.25
+
+
+def _carries(b: dict[str, Any], peer: float) -> str:
+    """The story's second clause: memory of another world against the peer memory, in shares
+    of the oracle's margin, and whether the memory carries its world (``CARRIES``)."""
+    wrong = b["memories"].get("wrong")
+    if wrong is None:
+        return ""
+    w = wrong["d"]["pooled"]
+    gap = (w - peer) / (b["floor"]["d"]["pooled"] - b["ceiling"]["d"]["pooled"])
+    verdict = "it carries the world" if gap >= CARRIES else "it does not carry the world"
+    return (f". Memory of another world: D {w:.3f}, {_pct(gap)} of the oracle's margin above "
+            f"peer memory: {verdict}")
 
 
 def bounds_text(b: dict[str, Any]) -> list[str]:

@@ -1,5 +1,6 @@
 """A world model that uses what it is told: the predictor of residual blocks with the track's
-modulation in every block (agent.blocks), and the latent replay (agent.replay)."""
+modulation in every block (agent.blocks), the latent replay (agent.replay) and the memory's
+objectives (agent.memory.carry)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from test_group_memory import grouped_source
+from test_group_memory import world_cfg as group_cfg
 
-import env
-from agent import AgentConfig, Learner, StreamSource
+from agent import AgentConfig, Learner
 from agent.blocks import BlockPredictor
 from agent.build import build_networks
 from agent.memory import AttentionAggregator
@@ -24,17 +26,8 @@ from agent.step import carry_terms, memory_codes, replay_updates
 
 
 def world_cfg(track: str = "C", **kw) -> AgentConfig:
-    base = {"push_pair": "input", "memory_scope": "group", "batch_size": 6, "group_size": 3,
-            "memory_write": "every", "buffer_capacity": 8, "context_frames": 2, "vary_memory": True,
-            "horizons": (2, 4), "per_horizon": True, "input_scale": 1 / 255}  # fmt: skip
-    return AgentConfig.from_preset("tiny", track=track, **{**base, **kw})
-
-
-def grouped_source(cfg: AgentConfig, seed: int = 0) -> StreamSource:
-    vec = env.MovingMNISTVectorEnv(cfg.batch_size, max_episode_steps=None)
-    sched = env.WorldSchedule(vec, "train", episode_steps=(8, 12), seed=seed,
-                              group_size=cfg.group_size, residency=(2, 3))  # fmt: skip
-    return StreamSource(sched, cfg, seed=seed)
+    """test_group_memory's learner, its memory varied in training as the worlds protocol's."""
+    return group_cfg(track, **{"vary_memory": True, **kw})
 
 
 # ---------------------------------------------------------------------------- the blocks

@@ -73,6 +73,11 @@ def test_the_report_places_every_memory_between_floor_and_ceiling() -> None:
     assert line.startswith("50 transitions from other sequences of each held-out world moved "
                            "track C from the floor (track A, D 1.100) to D 1.025: 50% of the way")
     assert "ceiling (the oracle, D 0.950)" in line
+    assert line.endswith("Memory of another world: D 1.135, 73% of the oracle's margin above "
+                         "peer memory: it carries the world")
+    b["memories"]["wrong"]["d"]["pooled"] = 1.05  # 17% of the margin: below a quarter
+    assert bounds.story(b).endswith("17% of the oracle's margin above peer memory: it does not "
+                                    "carry the world")
     text = "\n".join(bounds.bounds_text(b))
     assert "peer memory" in text and "wrong-world memory" in text
     assert "share of the gap per horizon (peer memory, pooled): h=2 " in text
