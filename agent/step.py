@@ -89,17 +89,16 @@ def jepa_step(
     #    for first, in the order they are needed: paths may compute them beside it).
     codes = paths.codes(m, memory, knobs.learn)  # -> (.., cap, exp_dim) | None: experience enc.
     targets = paths.targets(m, batch)  # -> (B, K, D): EMA encoder, no gradient
-    e = codes.result()
     with spec.autocast(), torch.set_grad_enabled(knobs.learn):
         z = context_latents(nets, batch.frames, spec)  # (B, C, D), or (B, D) when C = 1
-        mod, agg = modulated_prediction(nets, z, memory, spec, batch.physics, e)
+        mod, agg = modulated_prediction(nets, z, memory, spec, batch.physics, codes.result())
     pred, targets = mod.pred.float(), targets.result().float()  # (B, [K,] D), (B, K, D)
 
     # 2. Loss: prediction error at every horizon + variance hinge (invalid samples weigh 0),
     #    and while learning the memory's objectives (agent.memory.carry), where switched on.
     loss = spec.objective(pred, targets, w, z)
     if knobs.learn:
-        loss = carry_terms(nets, spec, loss, z, memory, e, batch.physics, w)
+        loss = carry_terms(nets, spec, loss, z, memory, codes.result(), batch.physics, w)
 
     # 3. Boundary: the detector on the BASE predictor's surprisal (no modulation, so no
     #    circular coupling with the memory); the memory pair, while the weights are this step's.
@@ -306,14 +305,12 @@ def replay_updates(m: Model, knobs: Knobs, paths: Paths) -> None:
     nets, spec = m.nets, m.spec
     for _ in range(m.replay.updates):
         r = m.replay.draw(knobs.step)
-        codes = paths.codes(m, r.memory, True) if r.memory is not None else None
+        piece = paths.codes(m, r.memory, True) if r.memory is not None else None
+        codes = None if piece is None else piece.result()
         with spec.autocast():
-            mod, _ = modulated_prediction(
-                nets, r.z, r.memory, spec, r.physics, None if codes is None else codes.result()
-            )
+            mod, _ = modulated_prediction(nets, r.z, r.memory, spec, r.physics, codes)
         loss = spec.objective(mod.pred.float(), r.targets, r.w, r.z)
-        e = None if codes is None else codes.result()
-        loss = carry_terms(nets, spec, loss, r.z, r.memory, e, r.physics, r.w)
+        loss = carry_terms(nets, spec, loss, r.z, r.memory, codes, r.physics, r.w)
         clear_grads(m.optimizer)
         paths.backward(loss.total)
         m.optimizer.step()
