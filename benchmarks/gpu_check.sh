@@ -9,9 +9,15 @@
 #   study:   a 3-seed x 4-arm worlds study at the study preset, each arm's seeds stacked and
 #            captured, the four arms at once (--workers 4, a process each), timed whole (the
 #            target: under 5 minutes).
+#   world:   the world model on a GPU: the default run captured, timed whole (against the 2-core
+#            CPU's), then the same learner fed 8x the windows a step (--preset gpu: 512
+#            streams, 64 worlds) for 6,000 steps, its floor and oracle beside it: does the oracle's
+#            margin grow with the windows (docs/results.md, "A world model that uses what it is
+#            told")? Then the stacked seeds (as in figures, shorter limits). The run folders'
+#            summaries and configs come back as runs.tar.gz.
 # Figures go to docs/throughput.md#on-a-gpu-one-nvidia-h100.
 #
-#   bash benchmarks/gpu_check.sh [OUT_DIR] [figures|tests|study]   # OUT_DIR (default gpu-check/)
+#   bash benchmarks/gpu_check.sh [OUT_DIR] [figures|tests|study|world]   # OUT_DIR (default gpu-check/)
 set -u
 out=${1:-gpu-check}
 what=${2:-figures}
@@ -27,6 +33,14 @@ bench() {  # bench SECONDS FILE JSON_NAME ARGS...: one benchmark module on the G
         --benchmark-json "$out/$name.json" "$@" 2>&1 | grep -E "seed-steps|passed|failed|rror"
     [ -s "$out/$name.json" ] && python -m benchmarks.make_table "$out/$name.json" | grep "^|"
 }
+stacked() {  # stacked SECONDS SECONDS: seeds stacked at the paper preset, captured; compiled too
+    part "stacked seeds, paper preset (captured)"
+    bench "$1" test_stacked_speed.py stacked-captured --bench-preset paper --bench-seeds 1,16,64 \
+        --bench-capture -k "not (one and 64)"
+    part "stacked seeds, paper preset (compiled and captured)"
+    bench "$2" test_stacked_speed.py stacked-compiled --bench-preset paper --bench-seeds 64 \
+        --bench-capture --bench-compile
+}
 case "$what" in
 study)
     part "worlds study, study preset, 3 seeds x 4 arms, stacked and captured, 4 arms at once"
@@ -34,6 +48,20 @@ study)
         --tracks A C D --oracle-track D --seeds 42 43 44 --out "$out/study" --capture \
         --workers 4 ) 2>&1 |
         tee "$out/study.log" | grep -E "stacked set|started|skipped|report:|real|error|rror"
+    ;;
+world)
+    {
+    nvidia-smi -L
+    part "the default run, captured (the floor and the ceiling beside it, a process each)"
+    ( time timeout 150 python -m runners.train_online --device cuda --capture \
+        --set stream_cache=false --out "$out/runs" ) 2>&1 | grep -vE "it/s|s/it"
+    part "--preset gpu: the default learner fed 512 windows a step, 6,000 steps (bounds beside)"
+    ( time timeout 210 python -m runners.train_online --device cuda --capture --preset gpu \
+        --out "$out/runs" ) 2>&1 | grep -vE "it/s|s/it"
+    stacked 90 100
+    } 2>&1 | tee "$out/world.log"
+    find "$out/runs" \( -name summary.json -o -name config.json \) -print0 |
+        tar czf "$out/runs.tar.gz" --null -T - && rm -rf "$out/runs"
     ;;
 tests)
     {
@@ -52,12 +80,7 @@ figures)
     part "GPU-marked tests but the compiled ones"
     timeout 75 python -m pytest -q -m gpu tests -k "not compile" -p no:cacheprovider \
         --tb=short 2>&1 | grep -E "^E  |FAILED|passed|failed" | head -40
-    part "stacked seeds, paper preset (captured)"
-    bench 100 test_stacked_speed.py stacked-captured --bench-preset paper --bench-seeds 1,16,64 \
-        --bench-capture -k "not (one and 64)"
-    part "stacked seeds, paper preset (compiled and captured)"
-    bench 130 test_stacked_speed.py stacked-compiled --bench-preset paper --bench-seeds 64 \
-        --bench-capture --bench-compile
+    stacked 100 130
     part "loop end to end, paper preset (compiled and captured)"
     bench 130 test_end_to_end.py e2e-paper-compiled --bench-preset paper --bench-precision bf16 \
         --bench-capture --bench-compile --bench-set stream_cache=false -k "worlds or paper-stream"
@@ -67,6 +90,6 @@ figures)
     } 2>&1 | tee "$out/log"
     ;;
 *)
-    echo "gpu_check: expected figures, tests or study, got '$what'" >&2; exit 2
+    echo "gpu_check: expected figures, tests, study or world, got '$what'" >&2; exit 2
     ;;
 esac

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runners.cli import CliError, parse, run_main
-from runners.online.config import DEFAULT_WORLD_SWITCH, PRESET_STEPS, Preset, Schedule, Worlds
+from runners.online.config import DEFAULT_WORLD_SWITCH, PRESET_SCHEDULE, Preset, Schedule, Worlds
 from runners.studies import backends, gravity_report, launch
 
 PROG = "python -m runners.gravity_study"
@@ -73,7 +73,7 @@ def scale_args(scale: float, steps: int) -> list[str]:
 def make_plan(args: GravityStudy, passthrough: Sequence[str]
               ) -> list[tuple[float, str, backends.RunSpec]]:
     """(scale, seed, run spec) of every run, scales in order, seeds inside."""
-    steps = args.steps or PRESET_STEPS.get(args.preset, Schedule.steps)
+    steps = args.steps or PRESET_SCHEDULE.get(args.preset, {}).get("steps", Schedule.steps)
     group = (Path(args.out) / "runs" / f"{args.preset}-{args.steps or 'default'}").resolve()
     common = ["--protocol", "worlds", "--preset", args.preset, "--bounds", "--workers", "1",
               *([] if args.steps is None else ["--steps", str(args.steps)]), *passthrough]

@@ -27,7 +27,7 @@ import tyro
 from agent.config import REMOVED, Track, preferred_precision, without_removed
 from runners.cli import CliError, parse
 from runners.online.config import (
-    PRESET_STEPS,
+    PRESET_SCHEDULE,
     PROTOCOLS,
     Device,
     Paper,
@@ -246,7 +246,7 @@ def default_config(tokens: Sequence[str]) -> RunConfig:
     device = device_name(d.device)
     agent = preset_agent(d.preset, d.track, protocol, protocol.source if isinstance(
         protocol, Paper) else "stream", preferred_precision(device), device)
-    schedule = Schedule(steps=PRESET_STEPS.get(d.preset, Schedule.steps))
+    schedule = Schedule(**PRESET_SCHEDULE.get(d.preset, {}))
     return RunConfig(protocol=protocol, preset=d.preset, device=d.device, agent=agent,
                      schedule=schedule)
 

@@ -113,6 +113,19 @@ def test_the_study_preset_is_the_map_learner_trained_longer() -> None:
     assert build_config(["--preset", "study", "--steps", "300"]).schedule.steps == 300
 
 
+def test_the_gpu_preset_is_the_cpu_learner_fed_512_windows_a_step() -> None:
+    cpu, gpu = build_config([]), build_config(["--preset", "gpu"])
+    assert (gpu.agent.batch_size, cpu.agent.batch_size) == (512, 64)
+    assert (gpu.schedule.steps, gpu.schedule.eval_every) == (6_000, 1_000)
+    assert cpu.schedule.eval_every == 250 and gpu.agent.total_steps == 4_000
+    assert gpu.agent.stream_cache is False and cpu.agent.stream_cache is True
+    same = {"predictor_blocks", "hidden_dim", "lr", "lambda_reg", "latent_dim", "encoder"}
+    assert all(getattr(gpu.agent, f) == getattr(cpu.agent, f) for f in same)
+    assert gpu.agent.predictor_blocks == 2
+    opts = ["--preset", "gpu", "--eval-every", "50", "--batch-size", "128"]
+    assert (build_config(opts).schedule.eval_every, build_config(opts).agent.batch_size) == (50, 128)
+
+
 def test_default_switch_follows_steps() -> None:
     cfg = build("--steps", "90")
     assert cfg.schedule.switches == (g(60, 0.5),) and cfg.agent.total_steps == 60
