@@ -82,6 +82,8 @@ class TrackDriver(Protocol):
 
     def attention(self) -> np.ndarray | None: ...  # (n,) weights of the current query
 
+    def wrong_world(self) -> tuple[float, float] | None: ...  # (peer D, wrong-world D) or None
+
     def physics(self) -> tuple[float, float]: ...  # (gravity, direction) the stream has now
 
     def set_physics(self, gravity: float, direction: float) -> None: ...  # worlds: hold them
@@ -408,6 +410,7 @@ class App:
                 capacity=d.capacity,
                 buffer_worlds=d.buffer_worlds(),
                 attention=d.attention(),
+                wrong_world=d.wrong_world(),
                 frozen=d.frozen,
                 lora=d.lora,
                 buffer_title=d.buffer_title,

@@ -12,6 +12,11 @@ beyond the step metrics is read from public attributes, at redraw time only:
   ``ATTN_HZ`` times per second and for the first ``ATTN_STREAMS`` streams (per-stream memory:
   the first stream's query over its own memory);
 - each shown stream's world (worlds protocol): ``loop.feed.stream_physics()``;
+- does memory carry the world (worlds protocol, a track that reads a group memory): D of the
+  last step's batch with peer memory against D with the memory of another world (each group
+  reading the next group that lives in a different world), at most ``WRONG_HZ`` times per
+  second, smoothed over the readings (``WRONG_SMOOTH``); none while the streams are held in
+  one world;
 - interactive physics changes: ``loop.enter`` (paper: ``vec_env.set_physics`` and
   ``source.set_shifted``; worlds: ``ScheduledFeed.enter``, which holds every stream in the world
   and ends its episode), the loop's own switches covering only the scripted schedule.
@@ -26,12 +31,24 @@ import numpy as np
 import torch
 
 from agent import StepMetrics
+from agent.learner import Learner
 from agent.memory.view import MemoryView
-from agent.step import aggregate
+from agent.metrics import normalised_error
+from agent.sources import Batch
+from agent.step import (
+    aggregate,
+    context_latents,
+    input_latent,
+    modulated_prediction,
+    target_latents,
+    world_key,
+)
 from runners.live.model import NORM_ERROR
 from runners.online.loop import OnlineLoop
 
 ATTN_HZ = 4.0
+WRONG_HZ = 2.0
+WRONG_SMOOTH = 0.8  # each reading's weight in the shown value is 1 - WRONG_SMOOTH
 ATTN_STREAMS = 16
 SHOWN_STREAMS = 4
 
@@ -56,6 +73,12 @@ class LoopDriver:
         self._first = self.step_count  # step of the first pending record
         self._attn: np.ndarray | None = None
         self._attn_t = -1.0
+        self._batch: Batch | None = None  # the last step's
+        self._wrong: tuple[float, float] | None = None
+        self._wrong_t = -1.0
+        cfg = self.cfg.agent
+        self.reads_worlds = (self.worlds and self.per_group and not cfg.oracle
+                             and self.learner.nets.modulator.uses_memory)
         self._record_every = 1
         # The shown streams: the first of each group memory's group where streams share one (so
         # the tiles show different worlds), else the first ones.
@@ -80,7 +103,9 @@ class LoopDriver:
 
     # ----------------------------------------------------------------- stepping
     def step(self) -> None:
-        result = self.loop.step()
+        batch = self.loop.prepare()  # ``loop.step()``, keeping the batch for ``wrong_world``
+        result = self.loop.complete(batch, self.learner.update(batch))
+        self._batch = batch
         self._pending.append(result.metrics)
 
     def drain(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -149,6 +174,28 @@ class LoopDriver:
         idx = _oldest_first(n, int(buf.ptr), buf.capacity, attn.device)
         return attn[idx].cpu().numpy()
 
+    def wrong_world(self) -> tuple[float, float] | None:
+        """(peer D, wrong-world D) on the last step's batch, smoothed over the readings; None
+        for a track that reads no group memory, before the first step and while the streams
+        are held in one world (no other world's memory to read)."""
+        if not self.reads_worlds or self._batch is None:
+            return None
+        if self.held:
+            self._wrong = None
+            return None
+        now = time.perf_counter()
+        if self._wrong is not None and now - self._wrong_t < 1.0 / WRONG_HZ:
+            return self._wrong
+        self._wrong_t = now
+        reading = peer_and_wrong_error(self.learner, self._batch)
+        if reading is None or self._wrong is None:
+            self._wrong = reading
+        else:
+            a = WRONG_SMOOTH
+            self._wrong = (a * self._wrong[0] + (1 - a) * reading[0],
+                           a * self._wrong[1] + (1 - a) * reading[1])
+        return self._wrong
+
     # ----------------------------------------------------------------- control
     def physics(self) -> tuple[float, float]:
         p = self.loop.physics
@@ -212,3 +259,46 @@ def _oldest_first(n: int, ptr: int, capacity: int, device: torch.device) -> torc
     """Slot indices of a FIFO's ``n`` filled entries, oldest first (``ptr``: the next slot)."""
     start = ptr if n == capacity else 0
     return (torch.arange(n, device=device) + start) % capacity
+
+
+def other_world_groups(worlds: torch.Tensor) -> torch.Tensor:
+    """(W,) for each group the next group (cyclically) whose world differs from its own, -1
+    where every group lives in its world. ``worlds`` (W,): each group's world id."""
+    w = worlds.shape[0]
+    if w < 2:
+        return torch.full_like(worlds, -1, dtype=torch.long)
+    offsets = torch.arange(1, w, device=worlds.device)  # nearest first
+    cand = (torch.arange(w, device=worlds.device).unsqueeze(1) + offsets) % w  # (W, W-1)
+    differs = worlds[cand] != worlds.unsqueeze(1)
+    first = cand.gather(1, differs.long().argmax(1, keepdim=True)).squeeze(1)
+    return torch.where(differs.any(1), first, -1)
+
+
+@torch.no_grad()
+def peer_and_wrong_error(learner: Learner, batch: Batch) -> tuple[float, float] | None:
+    """D of ``batch`` predicted with peer memory (each stream its world's, without its own
+    episode's entries: what training reads) and with another world's memory (its group's
+    ``other_world_groups``), on the samples that are valid, have another world and read a
+    non-empty memory both ways; None where none has. The held-out report's "wrong-world memory"
+    (docs/definitions.md#does-memory-carry-the-world), live on the training stream."""
+    nets, spec = learner.nets, learner.spec
+    batch = batch.to(learner.device)
+    groups = learner.groups  # (B,) contiguous: group g is streams g*G .. g*G + G - 1
+    size = int(groups.shape[0]) // (int(groups.max()) + 1)
+    other = other_world_groups(world_key(batch)[::size])[groups]  # (B,)
+    peer = learner.memory_view(training=False, batch=batch)
+    wrong_group = other.clamp(min=0)
+    wrong = MemoryView(peer.pairs, learner.buffer.mask()[wrong_group], wrong_group)
+    ok = batch.valid.bool() & (other >= 0) & peer.mask.any(1) & wrong.mask.any(1)
+    if not bool(ok.any()):
+        return None
+    with learner.autocast():
+        z = context_latents(nets, batch.frames, spec)
+        targets = target_latents(nets, batch.frames, spec).float()
+        out = []
+        for view in (peer, wrong):
+            mod, _ = modulated_prediction(nets, z, view, spec, batch.physics)
+            d, _, _ = normalised_error(mod.pred.float(), input_latent(z).float(), targets,
+                                       valid=ok)
+            out.append(float(d))
+    return out[0], out[1]

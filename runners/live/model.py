@@ -116,6 +116,9 @@ class TrackView:
     #: attention weight the current query puts on each entry, (n,) float, or None if unknown.
     attention: np.ndarray | None = None
     frozen: bool = False
+    #: (peer D, wrong-world D) on the training stream, or None (no group memory read, or the
+    #: streams held in one world): does memory carry the world?
+    wrong_world: tuple[float, float] | None = None
     #: the track has LoRA deltas (track C): its ``mod/delta_abs`` chart is drawn.
     lora: bool = False
     note: str = ""

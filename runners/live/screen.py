@@ -370,7 +370,7 @@ class Screen:
                 y_cap=ERROR_CAP,
                 ref_lines=[(1.0, draw.GRID)],
                 events=events,
-                value_text=f"{h.last(ROLLING_ERROR):.3f}",
+                value_text=f"{h.last(ROLLING_ERROR):.3f}{_wrong_text(t.wrong_world)}",
             ),
             Chart(
                 fill_title,
@@ -420,6 +420,13 @@ class Screen:
             f.blit(s, "attn n/a", (br.right - 4, br.top + 2), 14, draw.DIM, "topright")
         grid = pygame.Rect(br.left + 4, br.top + 18, br.width - 8, br.height - 22)
         draw.draw_buffer(s, grid, t.buffer_worlds, t.attention, t.capacity)
+
+
+def _wrong_text(wrong: tuple[float, float] | None) -> str:
+    """Peer against wrong-world memory on the training stream: "  peer 0.71 | other world 0.75"."""
+    if wrong is None:
+        return ""
+    return f"  peer {_fmt2(wrong[0])} | other world {_fmt2(wrong[1])}"
 
 
 def _int(v: float) -> str:

@@ -184,6 +184,13 @@ class FakeDriver:
         w = np.exp(logits - logits.max())
         return w / w.sum()
 
+    def wrong_world(self) -> tuple[float, float] | None:
+        # worlds protocol, a memory track, streams in their own worlds: another world's memory
+        # is worse than peer memory by a margin that grows with the memory's fill
+        if not self.world.worlds or self.world.held or self.name == "A":
+            return None
+        return self._err, self._err + 0.1 * len(self._buffer) / self.capacity
+
     def set_physics(self, gravity: float, direction: float) -> None:
         # every fake track shares the FakeWorld; setting it twice is harmless
         if self.world.worlds:

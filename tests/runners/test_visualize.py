@@ -290,6 +290,11 @@ def test_cli_worlds_scripted_switch_holds_every_stream(tmp_path: Path) -> None:
     snap = app.snapshot()
     assert not snap.world.held and distinct(snap.world.streams) > 1  # arrows differ
     assert {visualize.family_name(g, d) for g, d in snap.world.streams} == {"train"}
+    # Does memory carry the world: peer against another world's memory, for the memory track
+    # alone (the floor reads none, the oracle the true physics), and only while worlds differ.
+    wrong = {t.name: t.wrong_world for t in snap.tracks}
+    assert wrong["A"] is None and wrong["oracle"] is None
+    assert wrong["C"] is not None and all(0 < d < 5 for d in wrong["C"])
     a, c, o = session.loops  # lockstep: the same worlds in every track, the bounds included
     assert a.feed.stream_physics() == c.feed.stream_physics() == o.feed.stream_physics()
     assert (o.cfg.agent.track, o.cfg.agent.oracle) == ("C", True)  # the ceiling
@@ -297,6 +302,7 @@ def test_cli_worlds_scripted_switch_holds_every_stream(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "w" / "viz.json").read_text())["tracks"] == ["A", "C", "oracle"]
     session.run()
     assert app.step == 40 and app.switches == [(20, 0.3)] and app.held
+    assert app.snapshot().tracks[1].wrong_world is None  # held: one world, no other memory
     assert np.allclose(app.snapshot().world.streams, SWITCH_WORLD)
     for loop in session.loops:  # every stream, not only the shown ones
         worlds = {(p.gravity, p.gravity_direction) for p in loop.feed.stream_physics()}
