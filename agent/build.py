@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from agent.config import PHYSICS_DIM, AgentConfig
+from agent.config import AgentConfig
 from agent.ema import EMATarget
 from agent.memory import (
     AttentionAggregator,
@@ -17,7 +17,6 @@ from agent.memory import (
     GroupBuffer,
     OracleContext,
 )
-from agent.memory.carry import PhysicsHead
 from agent.modulators import Modulator, build_modulator
 from agent.networks import AnyPredictor, Encoder, build_predictor
 
@@ -36,7 +35,6 @@ class Networks(nn.Module):
         experience: ExperienceEncoder | None,
         aggregator: AttentionAggregator | None,
         oracle: OracleContext | None = None,
-        physics_head: PhysicsHead | None = None,
     ) -> None:
         super().__init__()
         self.encoder = encoder
@@ -46,7 +44,6 @@ class Networks(nn.Module):
         self.experience = experience
         self.aggregator = aggregator
         self.oracle = oracle
-        self.physics_head = physics_head  # cfg.lambda_physics (agent.memory.carry)
 
     def trainable(self) -> list[nn.Parameter]:
         """What the optimiser updates (everything but the EMA target and frozen dummies)."""
@@ -75,18 +72,14 @@ def build_networks(cfg: AgentConfig) -> Networks:
         encoder = Encoder.from_config(cfg)
         predictor = build_predictor(cfg)
         modulator = build_modulator(cfg)
-        experience = aggregator = oracle = physics_head = None
+        experience = aggregator = oracle = None
         if modulator.uses_memory and cfg.oracle:
             oracle = OracleContext.from_config(cfg)
         elif modulator.uses_memory:
             experience = ExperienceEncoder.from_config(cfg)
             aggregator = AttentionAggregator.from_config(cfg)
-            if cfg.lambda_physics > 0:
-                physics_head = PhysicsHead(cfg.exp_dim, PHYSICS_DIM)
     target = EMATarget(encoder)
-    return Networks(
-        encoder, target, predictor, modulator, experience, aggregator, oracle, physics_head
-    )
+    return Networks(encoder, target, predictor, modulator, experience, aggregator, oracle)
 
 
 def build_learner_parts(cfg: AgentConfig, device: torch.device | str = "cpu") -> LearnerParts:

@@ -80,6 +80,11 @@ REMOVED: dict[str, Any] = {
     "code_cache": False,
     "freeze_encoder_at": None,
     "freeze_weights_at": None,
+    "replay_updates": 0,  # the latent replay, with its span and draw (docs/archive.md)
+    "replay_span": 64,
+    "replay_draw": 4,
+    "lambda_identity": 0.0,  # the memory's objectives (docs/archive.md)
+    "lambda_physics": 0.0,
 }
 
 
@@ -154,8 +159,6 @@ _NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {
     "gamma": (lambda v: v >= 0, ">= 0"),
     "lambda_reg": (lambda v: v >= 0, ">= 0"),
     "lambda_cov": (lambda v: v >= 0, ">= 0"),
-    "lambda_identity": (lambda v: v >= 0, ">= 0"),
-    "lambda_physics": (lambda v: v >= 0, ">= 0"),
     "kappa": (lambda v: v > 0, "> 0"),
     "detector_momentum": (lambda v: 0 < v < 1, "in (0, 1)"),
     "input_scale": (lambda v: v > 0, "> 0"),
@@ -236,22 +239,10 @@ class AgentConfig:
     memory_write: str = "boundary"  # push on a detector "boundary" (paper) or at "every" valid step
     oracle: bool = False  # feed the true physics (Batch.physics) in place of e_agg: the ceiling
     # A world model that uses what it is told (docs/agent.md, "Beyond the paper: a predictor
-    # with room to use the world, fed from a replay"). 0: the listing's one hidden layer; N:
+    # with room to use the world"). 0: the listing's one hidden layer; N:
     # N residual blocks of hidden_dim, the track's modulation acting in every block
     # (agent.blocks, agent.modulators.blocks)
     predictor_blocks: int = 0
-    # extra updates per step of the predictor and the memory pathway (never the encoder) on
-    # windows replayed from the newest replay_span steps' latents (agent.replay); each draws
-    # replay_draw stored steps, replay_draw x batch_size windows with their worlds' memories
-    replay_updates: int = 0
-    replay_span: int = 64
-    replay_draw: int = 4
-    # objectives on e_agg in the training worlds (agent.memory.carry; group memories, tracks
-    # B-E, never the oracle): the world's identity, self-supervised (readouts of two halves of
-    # a world's memory agree and differ from other worlds'), and the world's physics regressed
-    # by a small head (privileged); 0: off
-    lambda_identity: float = 0.0
-    lambda_physics: float = 0.0
     # Speed: a stream frame's EMA-target latent is computed once, when it arrives, and reused at
     # its later horizons; the previous input's latent is the memory pair's older frame
     # (agent.latent_cache; stream batches only). False: every latent recomputed at every step.
@@ -320,20 +311,10 @@ class AgentConfig:
             self._bad("entry_frames", "must be an integer >= 2")
         if self.entry_frames > 2 and self.memory_scope == "global":
             self._bad("entry_frames", "longer entries are for group memories")
-        for name in ("predictor_blocks", "replay_updates"):
-            if not _is_int(getattr(self, name)) or getattr(self, name) < 0:
-                self._bad(name, "must be an integer >= 0")
+        if not _is_int(self.predictor_blocks) or self.predictor_blocks < 0:
+            self._bad("predictor_blocks", "must be an integer >= 0")
         if self.predictor_blocks and self.predictor == "conv":
             self._bad("predictor_blocks", "residual blocks are for a flat latent's predictor")
-        for name in ("replay_span", "replay_draw"):
-            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
-                self._bad(name, "must be a positive integer")
-        uses_memory = self.track != "A" and not self.oracle
-        if self.replay_updates and uses_memory and self.memory_scope != "group":
-            self._bad("replay_updates", "a replayed window reads its world's memory: "
-                      "memory_scope 'group' (or track A, or the oracle)")
-        if self.lambda_identity and self.memory_scope != "group":
-            self._bad("lambda_identity", "the worlds' identity is read from group memories")
         if not _is_int(self.group_size) or self.group_size < 1:
             self._bad("group_size", "must be a positive integer")
         if self.memory_scope == "group":

@@ -20,7 +20,6 @@ from agent.latent_cache import LatentCache
 from agent.memory import Aggregate, ExperienceBuffer, GroupBuffer
 from agent.metrics import StepMetrics
 from agent.modulators import Modulated
-from agent.replay import LatentReplay
 from agent.schedules import knobs_at
 from agent.sources import Batch
 from agent.speed import Speed
@@ -74,8 +73,6 @@ class Learner:
         self.memory_rng.manual_seed(cfg.seed)
         # Latents of stream frames shared between consecutive batches (cfg.stream_cache).
         self.latents = LatentCache(cfg) if cfg.stream_cache else None
-        # Windows stored for more predictor updates a step (cfg.replay_updates; agent.replay).
-        self.replay = LatentReplay(cfg, self.device) if cfg.replay_updates else None
         self.speed = speed if speed is not None else Speed.default(self.device)
         self.paths = self.speed.paths(cfg, self.latents)
         self.captured: CapturedStep | None = None  # the step as a CUDA graph (agent.capture)
@@ -86,9 +83,7 @@ class Learner:
     @property
     def model(self) -> Model:
         """What ``jepa_step`` reads and writes."""
-        return Model(
-            self.nets, self.optimizer, self.detector, self.buffer, self.spec, self.replay
-        )
+        return Model(self.nets, self.optimizer, self.detector, self.buffer, self.spec)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """bf16 autocast when ``precision == "bf16"``, else nothing (fp32 stays exact)."""
@@ -215,7 +210,6 @@ class Learner:
             "buffer": self.buffer.state_dict(),
             "memory_rng": self.memory_rng.get_state(),
             "latents": None if self.latents is None else self.latents.state_dict(),
-            "replay": None if self.replay is None else self.replay.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -229,7 +223,5 @@ class Learner:
             self.memory_rng.set_state(state["memory_rng"].cpu())
         if self.latents is not None:  # absent (None) in checkpoints written before the cache
             self.latents.load_state_dict(state.get("latents"))
-        if self.replay is not None:  # absent (None) in checkpoints written before the replay
-            self.replay.load_state_dict(state.get("replay"))
         if self.captured is not None:  # the graphs read the tensors just replaced
             self.captured.reset()

@@ -30,8 +30,6 @@ class StepSpec:
     rollout: bool = False  # the predictor is a transition rolled forward (``cfg.predictor``)
     group_memory: bool = False  # one memory and detector per world (``cfg.memory_scope``)
     entry: int = 2  # E, latents a memory entry holds (``cfg.entry_frames``)
-    lambda_identity: float = 0.0  # the memory's objectives (``agent.memory.carry``)
-    lambda_physics: float = 0.0
 
     @classmethod
     def from_config(cls, cfg: AgentConfig, device: torch.device | str) -> StepSpec:
@@ -57,8 +55,6 @@ class StepSpec:
             rollout=cfg.rollout,
             group_memory=cfg.memory_scope == "group",
             entry=cfg.entry_frames,
-            lambda_identity=cfg.lambda_identity,
-            lambda_physics=cfg.lambda_physics,
         )
 
     def frames(self, x: torch.Tensor) -> torch.Tensor:

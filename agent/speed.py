@@ -261,11 +261,6 @@ class Speed:
         """The layers, innermost first, around ``Plain`` (``latents``: ``cfg.stream_cache``'s
         store)."""
         paths = Plain()
-        if (self.captured or self.compiled) and cfg.replay_updates:
-            raise ValueError(
-                "replay_updates: the replay runs on the plain step and the CPU layers, not a "
-                "captured or compiled one"
-            )
         layers = self.visible_slots or self.lazy_pair or self.beside or latents is not None
         if self.compiled and layers:
             raise ValueError(

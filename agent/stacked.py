@@ -152,9 +152,8 @@ class StackedLearner:
             raise ValueError("stacked seeds encode every frame afresh: set stream_cache=false")
         if base.total_steps is None:
             raise ValueError("total_steps: None is for a runner to fill in")
-        if base.replay_updates or base.predictor_blocks:
-            raise ValueError("stacked seeds run the listing's predictor without replay: "
-                             "predictor_blocks=0, replay_updates=0")
+        if base.predictor_blocks:
+            raise ValueError("stacked seeds run the listing's predictor: predictor_blocks=0")
         self.cfgs, self.cfg, self.seeds = list(cfgs), base, len(cfgs)
         self.device = torch.device(device)
         why = bf16_unsupported(self.device) if base.precision == "bf16" else None

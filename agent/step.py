@@ -22,13 +22,11 @@ import torch
 
 from agent.build import Networks
 from agent.memory import Aggregate, BoundaryDetector, ExperienceBuffer, GroupBuffer
-from agent.memory.carry import identity_loss, physics_loss
 from agent.memory.view import MemoryView, group_slots
 from agent.metrics import StepMetrics, normalised_error, per_horizon
 from agent.modulators import Modulated
 from agent.networks import Encoder
 from agent.objective import Loss
-from agent.replay import LatentReplay
 from agent.sources import Batch
 from agent.spec import StepSpec
 
@@ -42,7 +40,6 @@ class Model:
     detector: BoundaryDetector
     buffer: ExperienceBuffer | GroupBuffer
     spec: StepSpec
-    replay: LatentReplay | None = None  # ``cfg.replay_updates``: more predictor updates a step
 
 
 class Knobs(NamedTuple):
@@ -94,11 +91,8 @@ def jepa_step(
         mod, agg = modulated_prediction(nets, z, memory, spec, batch.physics, codes.result())
     pred, targets = mod.pred.float(), targets.result().float()  # (B, [K,] D), (B, K, D)
 
-    # 2. Loss: prediction error at every horizon + variance hinge (invalid samples weigh 0),
-    #    and while learning the memory's objectives (agent.memory.carry), where switched on.
+    # 2. Loss: prediction error at every horizon + variance hinge (invalid samples weigh 0).
     loss = spec.objective(pred, targets, w, z)
-    if knobs.learn:
-        loss = carry_terms(nets, spec, loss, z, memory, codes.result(), batch.physics, w)
 
     # 3. Boundary: the detector on the BASE predictor's surprisal (no modulation, so no
     #    circular coupling with the memory); the memory pair, while the weights are this step's.
@@ -116,13 +110,6 @@ def jepa_step(
         clear_grads(m.optimizer)
         paths.backward(loss.total)
         m.optimizer.step()
-
-    # 4b. Replay: the step's windows stored (the memory as its samples read it, before this
-    #     step's write), then more updates of the predictor and memory pathway on stored ones.
-    if knobs.learn and m.replay is not None:
-        read = memory if encodes_memory(nets) else None
-        m.replay.add(z, targets, w, batch.physics, read, knobs.step)
-        replay_updates(m, knobs, paths)
 
     # 5. EMA target update.
     if knobs.learn and knobs.ema:
@@ -295,58 +282,6 @@ def modulated_prediction(
 
     pred = unroll(transition, z, spec)
     return Modulated(pred, scales[0]), agg
-
-
-def replay_updates(m: Model, knobs: Knobs, paths: Paths) -> None:
-    """``m.replay.updates`` updates of everything the stored windows reach (the predictor, the
-    modulator, the memory pathway or the oracle's net; the encoder's latents are stored
-    detached), each on windows drawn from the replay (``agent.replay``), at this step's lr."""
-    assert m.replay is not None
-    nets, spec = m.nets, m.spec
-    for _ in range(m.replay.updates):
-        r = m.replay.draw(knobs.step)
-        piece = paths.codes(m, r.memory, True) if r.memory is not None else None
-        codes = None if piece is None else piece.result()
-        with spec.autocast():
-            mod, _ = modulated_prediction(nets, r.z, r.memory, spec, r.physics, codes)
-        loss = spec.objective(mod.pred.float(), r.targets, r.w, r.z)
-        loss = carry_terms(nets, spec, loss, r.z, r.memory, codes, r.physics, r.w)
-        clear_grads(m.optimizer)
-        paths.backward(loss.total)
-        m.optimizer.step()
-
-
-def carry_terms(
-    nets: Networks,
-    spec: StepSpec,
-    loss: Loss,
-    z: torch.Tensor,
-    memory: MemoryView | None,
-    codes: torch.Tensor | None,
-    physics: torch.Tensor | None,
-    w: torch.Tensor,
-) -> Loss:
-    """``loss`` with the memory's objectives added to its total (``agent.memory.carry``): the
-    world identity (``spec.lambda_identity``) and the physics head's (``spec.lambda_physics``),
-    where the learner reads a group memory (its e_i ``codes``); ``loss`` as is otherwise."""
-    if codes is None or memory is None or memory.group is None:
-        return loss
-    if not (spec.lambda_identity or (spec.lambda_physics and physics is not None)):
-        return loss
-    extra = loss.total.new_zeros(())
-    query, keep = input_latent(z).detach().float(), w > 0
-    with torch.autocast(spec.device_type, enabled=False):
-        if spec.lambda_identity:
-            extra = extra + spec.lambda_identity * identity_loss(
-                nets.aggregator, query, codes, memory, keep
-            )
-        if spec.lambda_physics and physics is not None and nets.physics_head is not None:
-            e_agg = nets.aggregator(query, codes, memory.mask, memory.group).e_agg
-            seen = keep & memory.mask.any(1)
-            extra = extra + spec.lambda_physics * physics_loss(
-                nets.physics_head, e_agg, physics, seen
-            )
-    return loss._replace(total=loss.total + extra)
 
 
 def base_error(
