@@ -102,6 +102,7 @@ class Chart:
     events: list[tuple[float, Color]] = field(default_factory=list)  # vertical lines at steps
     ticks: np.ndarray | None = None  # steps of boundary events, drawn at the chart's bottom
     value_text: str = ""  # shown at the top right (current value)
+    note: str = ""  # shown at the bottom left inside the plot
 
 
 def _fit_range(chart: Chart) -> tuple[float, float]:
@@ -184,7 +185,9 @@ def draw_chart(surf: pygame.Surface, rect: pygame.Rect, chart: Chart, fonts: Fon
     for s in chart.series:
         _draw_series(surf, xs(s.steps), ys(np.clip(s.values, lo, hi)), s.color, s.width)
     surf.set_clip(clip)
-    # legend, bottom-left inside the plot, only for multi-series charts
+    if chart.note:
+        fonts.blit(surf, chart.note, (plot.left + 4, plot.bottom - 2), 14, TEXT, "bottomleft")
+    # legend, top-left inside the plot, only for multi-series charts
     labelled = [s for s in chart.series if s.label]
     x = plot.left + 4
     for s in labelled if len(labelled) > 1 else []:

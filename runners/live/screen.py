@@ -370,7 +370,8 @@ class Screen:
                 y_cap=ERROR_CAP,
                 ref_lines=[(1.0, draw.GRID)],
                 events=events,
-                value_text=f"{h.last(ROLLING_ERROR):.3f}{_wrong_text(t.wrong_world)}",
+                value_text=f"{h.last(ROLLING_ERROR):.3f}",
+                note=_wrong_text(t.wrong_world),
             ),
             Chart(
                 fill_title,
@@ -423,10 +424,11 @@ class Screen:
 
 
 def _wrong_text(wrong: tuple[float, float] | None) -> str:
-    """Peer against wrong-world memory on the training stream: "  peer 0.71 | other world 0.75"."""
+    """Peer against another world's memory on the last batch: "memory: peer 0.712 | other
+    world 0.745"."""
     if wrong is None:
         return ""
-    return f"  peer {_fmt2(wrong[0])} | other world {_fmt2(wrong[1])}"
+    return f"memory: peer {_fmt3(wrong[0])} | other world {_fmt3(wrong[1])}"
 
 
 def _int(v: float) -> str:
@@ -435,6 +437,10 @@ def _int(v: float) -> str:
 
 def _pct(v: float) -> str:
     return f"{100 * v:.0f}%" if math.isfinite(v) else "-"
+
+
+def _fmt3(v: float) -> str:
+    return f"{v:.3f}" if math.isfinite(v) else "-"
 
 
 def _fmt2(v: float) -> str:
