@@ -39,6 +39,7 @@ from agent.step import (
     aggregate,
     context_latents,
     input_latent,
+    memory_codes,
     modulated_prediction,
     target_latents,
     world_key,
@@ -295,9 +296,10 @@ def peer_and_wrong_error(learner: Learner, batch: Batch) -> tuple[float, float] 
     with learner.autocast():
         z = context_latents(nets, batch.frames, spec)
         targets = target_latents(nets, batch.frames, spec).float()
+        codes = memory_codes(nets, peer, spec)  # both views read the same entries' e_i
         out = []
         for view in (peer, wrong):
-            mod, _ = modulated_prediction(nets, z, view, spec, batch.physics)
+            mod, _ = modulated_prediction(nets, z, view, spec, batch.physics, codes)
             d, _, _ = normalised_error(mod.pred.float(), input_latent(z).float(), targets,
                                        valid=ok)
             out.append(float(d))
