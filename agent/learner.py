@@ -2,8 +2,8 @@
 
 Assembled from parts (``agent.build``): networks (encoder, EMA target, predictor, modulator,
 experience encoder, aggregator), boundary detector, experience buffer, AdamW. ``update`` sets the
-step's schedule values and switches and calls ``agent.step.jepa_step``, through the speed layers
-``speed`` chooses (``agent.speed``; a CPU's default; ``Speed()`` is the plain step).
+step's schedule values and switches and calls ``agent.step.jepa_step`` (on a GPU, replayed from
+CUDA graphs or compiled where ``speed`` says: ``agent.speed``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class Learner:
 
     ``step``: updates done. Controls: ``freeze_weights()`` / ``unfreeze_weights()`` (memory
     mode: no weight or EMA updates while the detector and buffer stay live), and the config's
-    ``freeze_buffer_at``, ``freeze_ema_at`` (steps, compared with ``step`` before the update). ``speed``: the speed layers (None: ``Speed.default(device)``).
+    ``freeze_buffer_at``, ``freeze_ema_at`` (steps, compared with ``step`` before the update). ``speed``: the GPU paths (None: ``Speed()``, the plain step).
     """
 
     def __init__(
@@ -73,8 +73,7 @@ class Learner:
         self.memory_rng.manual_seed(cfg.seed)
         # Latents of stream frames shared between consecutive batches (cfg.stream_cache).
         self.latents = LatentCache(cfg) if cfg.stream_cache else None
-        self.speed = speed if speed is not None else Speed.default(self.device)
-        self.paths = self.speed.paths(cfg, self.latents)
+        self.speed = speed if speed is not None else Speed()
         self.captured: CapturedStep | None = None  # the step as a CUDA graph (agent.capture)
         if self.speed.captured or self.speed.compiled:
             capture = None if self.speed.captured else False
@@ -196,7 +195,7 @@ class Learner:
         """The step itself on a batch on the device: the memory view (``u``: this step's
         ``memory_draws``, drawn when None) and ``agent.step.jepa_step``."""
         memory = self.memory_view(training=knobs.learn, batch=batch, u=u)
-        return jepa_step(self.model, batch, memory, knobs, self.paths)
+        return jepa_step(self.model, batch, memory, knobs, self.latents)
 
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:

@@ -1,14 +1,12 @@
-"""One JEPA update, written once and plainly: ``jepa_step(model, batch, memory, knobs, paths)``.
+"""One JEPA update, written once and plainly: ``jepa_step(model, batch, memory, knobs, latents)``.
 
 encode -> predict (modulated by the memory) -> loss -> boundary -> backward + AdamW -> EMA ->
 memory write, in that order, in one function (``Learner.update`` calls it; docs/agent.md shows
 it). The pieces it calls (``encode``, ``modulated_prediction``, ...) are shared with evaluation.
 
-``paths`` (``agent.speed``) says how the step gets the pieces that do not depend on the online
-encoder: the EMA targets, the memory's e_i, the input's predecessor, and whether the memory
-pair is needed; and how the backward runs. ``agent.speed.Plain`` computes each where the step
-asks for it; the speed layers (a second thread, the stream latent cache, ...) compute the same
-numbers faster and are tested against it.
+``latents``: the stream latent cache (``cfg.stream_cache``, ``agent.latent_cache``), from which
+a stream batch's EMA targets and its memory entry's older latents are read where it holds them;
+None: every latent computed.
 """
 
 from __future__ import annotations
@@ -16,13 +14,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple
 
 import torch
 
 from agent.build import Networks
+from agent.latent_cache import LatentCache
 from agent.memory import Aggregate, BoundaryDetector, ExperienceBuffer, GroupBuffer
-from agent.memory.view import MemoryView, group_slots
+from agent.memory.view import MemoryView
 from agent.metrics import StepMetrics, normalised_error, per_horizon
 from agent.modulators import Modulated
 from agent.networks import Encoder
@@ -55,41 +54,22 @@ class Knobs(NamedTuple):
     write: bool  # the memory is written (``freeze_buffer_at``)
 
 
-class Piece(Protocol):
-    """A piece of the step computed where the paths choose: ``result()`` gives it (waiting for
-    it where another thread computes it: a ``concurrent.futures.Future``)."""
-
-    def result(self) -> Any: ...
-
-
-class Paths(Protocol):
-    """How the step gets what needs nothing of the online encoder (``agent.speed.Plain`` and
-    the speed layers around it)."""
-
-    def targets(self, m: Model, batch: Batch) -> Piece: ...  # -> (B, K, D) EMA latents
-    def codes(self, m: Model, memory: MemoryView, grad: bool) -> Piece: ...  # -> e_i | None
-    def earlier(self, m: Model, batch: Batch, k: int) -> torch.Tensor: ...  # (B, k, D)
-    def pair_needed(self, write: torch.Tensor) -> bool: ...
-    def backward(self, loss: torch.Tensor) -> None: ...
-    def done(self, batch: Batch, z: torch.Tensor) -> None: ...
-
-
 # ---------------------------------------------------------------------------- the step
 def jepa_step(
-    m: Model, batch: Batch, memory: MemoryView, knobs: Knobs, paths: Paths
+    m: Model, batch: Batch, memory: MemoryView, knobs: Knobs, latents: LatentCache | None = None
 ) -> StepMetrics:
     """One training step on ``batch`` (frames (B, F, 1, 64, 64) uint8 at ``cfg.frame_offsets``:
     P past frames, the last the input, then the K targets; valid, world (B,)). Returns the
-    step's metrics as 0-dim device tensors (with ``agent.speed.Plain``: no host read)."""
+    step's metrics as 0-dim device tensors (no host read)."""
     nets, spec, w = m.nets, m.spec, batch.valid.float()  # w (B,) 0/1
-    # 1. Forward. The memory's e_i and the EMA targets need nothing of the online encoder (asked
-    #    for first, in the order they are needed: paths may compute them beside it).
-    codes = paths.codes(m, memory, knobs.learn)  # -> (.., cap, exp_dim) | None: experience enc.
-    targets = paths.targets(m, batch)  # -> (B, K, D): EMA encoder, no gradient
+    # 1. Forward.
+    with torch.set_grad_enabled(knobs.learn):
+        codes = memory_codes(nets, memory, spec)  # (.., cap, exp_dim) | None: experience enc.
+    targets = batch_targets(nets, batch, spec, latents)  # (B, K, D): EMA encoder, no gradient
     with spec.autocast(), torch.set_grad_enabled(knobs.learn):
         z = context_latents(nets, batch.frames, spec)  # (B, C, D), or (B, D) when C = 1
-        mod, agg = modulated_prediction(nets, z, memory, spec, batch.physics, codes.result())
-    pred, targets = mod.pred.float(), targets.result().float()  # (B, [K,] D), (B, K, D)
+        mod, agg = modulated_prediction(nets, z, memory, spec, batch.physics, codes)
+    pred, targets = mod.pred.float(), targets.float()  # (B, [K,] D), (B, K, D)
 
     # 2. Loss: prediction error at every horizon + variance hinge (invalid samples weigh 0).
     loss = spec.objective(pred, targets, w, z)
@@ -99,16 +79,14 @@ def jepa_step(
     with torch.no_grad():
         err = base_error(nets, z, mod, targets, spec)  # (B,) mean_k ||zbar_k - P_base(z)||
         fired, write = boundary(m, err, batch.valid, w, memory.group)  # (), (W,) or (B,) bool
-        pairs = None
-        if knobs.write and paths.pair_needed(write):
-            pairs = memory_pairs(m, batch, z, paths)  # (B, 2, D) float32
+        pairs = memory_pairs(m, batch, z, latents) if knobs.write else None  # (B, E, D)
 
     # 4. Backward and AdamW.
     if knobs.learn:
         for group in m.optimizer.param_groups:
             group["lr"] = knobs.lr
         clear_grads(m.optimizer)
-        paths.backward(loss.total)
+        loss.total.backward()
         m.optimizer.step()
 
     # 5. EMA target update.
@@ -122,7 +100,8 @@ def jepa_step(
             m.buffer.enter(memory.group, world_key(batch))
         if pairs is not None:
             push(m, pairs, batch, w, write, knobs.step, memory.group)
-        paths.done(batch, input_latent(z))
+        if latents is not None and batch.clock is not None and spec.push_pair == "input":
+            latents.keep_input(batch.clock, input_latent(z).float())  # the next entries' older
         return step_metrics(m, knobs, loss, err, w, fired, Forward(pred, targets, z, mod, agg))
 
 
@@ -170,6 +149,20 @@ def newest_pair(nets: Networks, x: torch.Tensor, spec: StepSpec) -> torch.Tensor
     return encode(nets.encoder, x[:, first:].flatten(0, 1), spec).view(b, 2, -1).flip(1)
 
 
+def batch_targets(
+    nets: Networks, batch: Batch, spec: StepSpec, latents: LatentCache | None = None
+) -> torch.Tensor:
+    """The EMA-target latents (B, K, D) of the batch's targets, no gradient: from the stream
+    latent cache ``latents`` for a stream batch (encoding only the frames it does not hold),
+    else ``target_latents``."""
+    with torch.no_grad(), spec.autocast():
+        if latents is None or batch.clock is None:
+            return target_latents(nets, batch.frames, spec)
+        latents.begin(batch.clock)
+        target = nets.target.target
+        return latents.targets(batch.clock, batch.frames, lambda f: encode(target, f, spec))
+
+
 def clear_grads(optimizer: torch.optim.Optimizer) -> None:
     """``optimizer.zero_grad(set_to_none=True)`` written out: every parameter's gradient None
     (``zero_grad`` itself is a function ``torch.compile`` will not trace)."""
@@ -184,27 +177,17 @@ def encodes_memory(nets: Networks) -> bool:
     return nets.modulator.uses_memory and nets.aggregator is not None and nets.oracle is None
 
 
-def memory_codes(
-    nets: Networks, memory: MemoryView, spec: StepSpec, visible_only: bool = False
-) -> torch.Tensor | None:
+def memory_codes(nets: Networks, memory: MemoryView, spec: StepSpec) -> torch.Tensor | None:
     """e_i (.., cap, exp_dim) of the memory's pairs, by the experience encoder, in fp32; None for
     tracks without a memory pathway (and with the oracle). Each memory is encoded once (its e_i
-    serve every sample that reads it); a group memory with ``visible_only`` only on the slots
-    some sample of the world sees (zeros elsewhere, which the aggregator never reads; the count
-    of those slots is a host read)."""
+    serve every sample that reads it)."""
     if not encodes_memory(nets):
         return None
     # The memory pathway runs in fp32 even under bf16 autocast: its matmuls are tiny
     # (cap x 64), so bf16 only adds casts (measured ~2 ms slower per step on CPU).
     with torch.autocast(spec.device_type, enabled=False):
         pairs = memory.pairs
-        if not (visible_only and memory.group is not None):
-            return nets.experience(pairs.flatten(0, -3)).view(*pairs.shape[:-2], -1)
-        shown = group_slots(memory, pairs.shape[0])  # (W, cap): a slot any of its samples sees
-        idx = shown.flatten().nonzero().squeeze(1)  # (M,) visible slots: a host read
-        e_visible = nets.experience(pairs.flatten(0, 1).index_select(0, idx))  # (M, d)
-        e = e_visible.new_zeros(shown.numel(), e_visible.shape[-1])
-        return e.index_copy(0, idx, e_visible).view(*shown.shape, -1)
+        return nets.experience(pairs.flatten(0, -3)).view(*pairs.shape[:-2], -1)
 
 
 def aggregate(
@@ -321,11 +304,14 @@ def boundary(
     return fired, (valid if m.spec.write_every else fired)
 
 
-def memory_pairs(m: Model, batch: Batch, z: torch.Tensor, paths: Paths) -> torch.Tensor:
+def memory_pairs(
+    m: Model, batch: Batch, z: torch.Tensor, latents: LatentCache | None = None
+) -> torch.Tensor:
     """Each sample's memory entry (B, E, D) float32: the paper's pair (z_{newest-1}, z_newest) by
     the online encoder, or with ``push_pair="input"`` the input's own, the latents of the E
     frames ending at the input (z_{input-E+1}, ..., z_input): the context's, and before them
-    earlier frames' (``paths.earlier``)."""
+    earlier frames' (the stream latent cache's where it holds them, else encoded). Call without
+    gradient."""
     spec = m.spec
     if spec.push_pair == "newest":
         with spec.autocast():
@@ -333,7 +319,13 @@ def memory_pairs(m: Model, batch: Batch, z: torch.Tensor, paths: Paths) -> torch
     ctx = (z if z.dim() == 3 else z.unsqueeze(1)).detach()  # (B, C, D)
     if ctx.shape[1] >= spec.entry:
         return ctx[:, -spec.entry :].float()
-    before = paths.earlier(m, batch, spec.entry - ctx.shape[1])  # (B, E - C, D), online encoder
+    k = spec.entry - ctx.shape[1]
+    before = None
+    if latents is not None and batch.clock is not None:
+        before = latents.earlier(batch.clock, spec.context, k)
+    if before is None:  # (B, E - C, D), online encoder
+        with spec.autocast():
+            before = earlier_latents(m.nets, batch.frames, spec, k)
     return torch.cat([before.to(ctx.dtype), ctx], 1).float()
 
 

@@ -6,10 +6,9 @@
     pytest benchmarks/test_end_to_end.py --benchmark-only --bench-threads 1 --benchmark-json e2e.json
     python -m benchmarks.make_table e2e.json --kinds e2e
 
-Threads: ``--bench-threads 1`` is what ``train_online`` runs by default (one torch thread; the
-learner then runs the EMA pass and the memory's experience encoder on a second thread of its
-own, ``agent.speed.Beside``); ``--bench-threads 2`` spreads each op over two cores on both sides.
-Without the option, torch's default (all cores).
+Threads: ``--bench-threads 1`` is what ``train_online`` runs by default (one torch thread);
+``--bench-threads 2`` spreads each op over two cores on both sides. Without the option, torch's
+default (all cores).
 
 Cases: the paper protocol from the live stream and from a stored dataset (`--source dataset`),
 and the worlds protocol (the default protocol; stream only), tracks A and C, fp32 and bf16. The

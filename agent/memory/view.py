@@ -57,11 +57,3 @@ class MemoryView(NamedTuple):
         k = (u * (buffer.size + 1).float()).long().clamp(max=buffer.size)  # (B,)
         return cls(buffer.pairs, buffer.age() < k.unsqueeze(-1))
 
-
-def group_slots(memory: MemoryView, groups: int) -> torch.Tensor:
-    """(W, cap) bool: the slots of each group memory that some sample of the group sees (the
-    union of its samples' masks)."""
-    cap = memory.mask.shape[1]
-    slots = memory.group.unsqueeze(1) * cap + torch.arange(cap, device=memory.mask.device)
-    seen = torch.zeros(groups * cap, device=memory.mask.device)
-    return seen.index_add_(0, slots.flatten(), memory.mask.flatten().float()).view(-1, cap) > 0

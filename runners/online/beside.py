@@ -35,9 +35,9 @@ from runners.online.config import RunConfig
 from runners.online.parts import resolve_device, set_threads
 from runners.online.rundir import RunFolder, StopRequest
 
-#: Trains one bound: (the run's config, its folder, the bound's name, the stop request, the CPU
-#: cores its learner may count on) -> the bound's summary, or None when a stop cut it short.
-TrainOne = Callable[[RunConfig, RunFolder, str, StopRequest, int], "dict[str, Any] | None"]
+#: Trains one bound: (the run's config, its folder, the bound's name, the stop request) -> the
+#: bound's summary, or None when a stop cut it short.
+TrainOne = Callable[[RunConfig, RunFolder, str, StopRequest], "dict[str, Any] | None"]
 
 #: A bound process's exit status when a stop request ended it (with a checkpoint).
 STOPPED = 3
@@ -66,7 +66,7 @@ def pending(folder: RunFolder) -> list[str]:
 
 
 def _train_in_process(
-    cfg: RunConfig, root: str, names: Sequence[str], train_one: TrainOne, cores: int
+    cfg: RunConfig, root: str, names: Sequence[str], train_one: TrainOne
 ) -> None:
     """A bound process: train the bounds ``names`` of ``cfg`` in the run folder ``root`` with
     ``train_one``, one after the other, each with its output in its log (``log_path``); exits 0
@@ -80,7 +80,7 @@ def _train_in_process(
             with open(log_path(folder, name), "a", buffering=1) as log, \
                     contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):  # fmt: skip
                 try:
-                    summary = train_one(cfg, folder, name, stop, cores)
+                    summary = train_one(cfg, folder, name, stop)
                 except CliError as err:
                     print(f"error: {err}")
                     sys.exit(FAILED)
@@ -118,13 +118,10 @@ class BoundProcesses:
         names = pending(folder)
         n = max(1, min(workers - 1, len(names)))
         groups = [names[i::n] for i in range(n) if names[i::n]]
-        #: The CPU cores each of the runs training at once may count on (its speed layers'
-        #: choice: ``agent.speed.Speed.default``), this one's included.
-        self.cores = max(1, usable_cores() // (1 + len(groups)))
         ctx = mp.get_context("spawn")  # a fresh interpreter: CUDA and torch threads start clean
         self.procs = [
             (group, ctx.Process(target=_train_in_process, name=f"bounds-{'-'.join(group)}",
-                                args=(cfg, str(folder.root), group, train_one, self.cores)))
+                                args=(cfg, str(folder.root), group, train_one)))
             for group in groups
         ]  # fmt: skip
         for _, proc in self.procs:

@@ -94,7 +94,7 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
     if bounds.wanted(cfg) and beside.workers_for(cfg) > 1 and beside.pending(folder):
         with beside.BoundProcesses(cfg, folder, beside.workers_for(cfg), train_bound) as others:
             print(f"{PROG}: {others.describe()}")
-            s = run(cfg, folder, stop, resume=resume, cores=others.cores)
+            s = run(cfg, folder, stop, resume=resume)
             if s is None:
                 others.stop()
             elif any(p.is_alive() for _, p in others.procs):
@@ -123,15 +123,13 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
 
 
 def run(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool,
-        label: str = "", pause: Path | None = None, cores: int | None = None
-        ) -> dict[str, Any] | None:  # fmt: skip
+        label: str = "", pause: Path | None = None) -> dict[str, Any] | None:
     """Run (or continue) one run to its end (its summary, for the caller to write) or to a stop
     request (None: a checkpoint and a summary marked stopped are written). ``pause``: the PAUSE
-    file that stops it (default: the folder's own); ``cores``: the CPU cores its learner may
-    count on (None: all this process may use)."""
+    file that stops it (default: the folder's own)."""
     stop.pause_file = pause or folder.pause
     try:
-        loop = OnlineLoop.open(cfg, folder, resume=resume, stop=stop, log=print, cores=cores)
+        loop = OnlineLoop.open(cfg, folder, resume=resume, stop=stop, log=print)
     except CliError:
         if not resume:
             remove_empty_run(folder)
@@ -230,11 +228,11 @@ def train_bounds(cfg: RunConfig, folder: RunFolder, stop: StopRequest
     return found
 
 
-def train_bound(cfg: RunConfig, folder: RunFolder, name: str, stop: StopRequest,
-                cores: int | None = None) -> dict[str, Any] | None:  # fmt: skip
+def train_bound(cfg: RunConfig, folder: RunFolder, name: str, stop: StopRequest
+                ) -> dict[str, Any] | None:  # fmt: skip
     """Train (or continue, or read when finished) bound ``name`` of ``cfg`` in its subfolder
     of ``folder`` (held by this process while it trains); its summary, or None when a stop
-    request cut it short. ``cores``: the CPU cores its learner may count on."""
+    request cut it short."""
     sub, what = bounds.folder_of(name)
     bound = RunFolder(folder.root / sub)
     if bound.is_finished():
@@ -246,7 +244,7 @@ def train_bound(cfg: RunConfig, folder: RunFolder, name: str, stop: StopRequest,
     with bound:
         bound.make()
         summary = run(bounds.bound_config(cfg, name), bound, stop, resume=state == "interrupted",
-                      label=f"the {name} ({what}): ", pause=folder.pause, cores=cores)  # fmt: skip
+                      label=f"the {name} ({what}): ", pause=folder.pause)  # fmt: skip
         if summary is not None:
             write_summary(bound.root, summary)
     return summary

@@ -224,12 +224,11 @@ class OnlineLoop:
         stop: StopRequest | None = None,
         log: Callable[[str], None] = print,
         vec_env: Any = None,
-        cores: int | None = None,
     ) -> OnlineLoop:
-        """Build the parts (``build_run_parts``; ``vec_env``: the worlds protocol's env, given;
-        ``cores``: the CPU cores the learner may count on) and the loop: a fresh run saves its
-        config, a resume loads ``checkpoints/latest.pt`` into the same freshly built parts."""
-        parts = build_run_parts(cfg, folder, vec_env, cores)
+        """Build the parts (``build_run_parts``; ``vec_env``: the worlds protocol's env, given)
+        and the loop: a fresh run saves its config, a resume loads ``checkpoints/latest.pt``
+        into the same freshly built parts."""
+        parts = build_run_parts(cfg, folder, vec_env)
         loop = cls(cfg, folder, parts, stop=stop, log=log)
         if resume:
             loop.restore()

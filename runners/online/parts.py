@@ -16,7 +16,6 @@ own factory so a caller (the visualizer, a test, a benchmark) can build or repla
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -54,13 +53,10 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def make_learner(cfg: RunConfig, device: torch.device, cores: int | None = None) -> Learner:
-    """The run's learner, its speed layers the device's defaults (``cores``: the CPU cores it
-    may count on, None: all this process may use), the captured step with ``--capture``, and
-    with ``--compile`` the plain pieces compiled (``Speed.compiled``)."""
-    speed = Speed(compiled=True) if cfg.compile else Speed.default(device, cores)
-    if cfg.capture:
-        speed = dataclasses.replace(speed, captured=True)
+def make_learner(cfg: RunConfig, device: torch.device) -> Learner:
+    """The run's learner: the plain step, captured with ``--capture`` and compiled with
+    ``--compile`` (``agent.speed.Speed``)."""
+    speed = Speed(captured=cfg.capture, compiled=cfg.compile)
     return Learner(cfg.agent, device=device, speed=speed)
 
 
@@ -121,18 +117,15 @@ class RunParts:
     evaluator: CurveEvaluator
 
 
-def build_run_parts(
-    cfg: RunConfig, folder: RunFolder, vec_env: Any = None, cores: int | None = None
-) -> RunParts:
+def build_run_parts(cfg: RunConfig, folder: RunFolder, vec_env: Any = None) -> RunParts:
     """Every part of the run in ``folder``, in its initial state (a resume loads into them);
-    ``vec_env``: the worlds protocol's env, given (``feeds.make_feed``); ``cores``: the CPU
-    cores the learner may count on (``make_learner``)."""
+    ``vec_env``: the worlds protocol's env, given (``feeds.make_feed``)."""
     device = resolve_device(cfg.device)
     p = cfg.protocol
     store = open_store(p.data) if isinstance(p, Paper) and p.data else None
     return RunParts(
         device=device,
-        learner=make_learner(cfg, device, cores),
+        learner=make_learner(cfg, device),
         feed=make_feed(cfg, device, store, vec_env),
         recorder=Recorder(folder),
         evaluator=make_evaluator(cfg, store),

@@ -91,12 +91,9 @@ def test_a_compiled_step_is_the_plain_step_to_rounding() -> None:
     assert float(b[-1].buffer_size) > 0 and not torch.equal(a[5].loss_total, a[4].loss_total)
 
 
-def test_a_compiled_step_refuses_the_speed_layers() -> None:
-    """The layers' host reads and threads would break a compiled graph: the plain pieces only."""
+def test_a_compiled_step_refuses_the_stream_latent_cache() -> None:
+    """The cache's Python dictionaries would break a compiled graph."""
     cfg = world_cfg("C")
-    for layer in ("visible_slots", "lazy_pair", "beside"):
-        with pytest.raises(ValueError, match="plain pieces"):
-            Learner(cfg, speed=Speed(compiled=True, **{layer: True}))
     with pytest.raises(ValueError, match="stream_cache=false"):
         Learner(cfg.replace(stream_cache=True), speed=Speed(compiled=True))
 

@@ -105,14 +105,3 @@ def test_a_run_with_blocks_resumes_exactly(track: str, oracle: bool) -> None:
         assert torch.equal(p, q), n
 
 
-@pytest.mark.parametrize("speed", [Speed(visible_slots=True, lazy_pair=True), Speed(beside=True)])
-def test_the_cpu_layers_give_the_plain_step_with_blocks(speed: Speed) -> None:
-    """The blocks through a CPU's layers (visible slots; the second thread) equal the plain
-    step's to rounding."""
-    cfg = world_cfg("C", total_steps=50, predictor_blocks=2, hidden_dim=32)
-    batches = [b for src in [grouped_source(cfg)] for b in (src.next() for _ in range(5))]
-    plain, layered = Learner(cfg, speed=Speed()), Learner(cfg, speed=speed)
-    a = stack([plain.update(b) for b in batches])
-    b = stack([layered.update(b) for b in batches])
-    for k in a:
-        np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-6, err_msg=k)

@@ -164,14 +164,13 @@ def test_a_run_with_a_captured_step_is_the_same_run_off_a_gpu(tmp_path: Path) ->
 def test_compile_gives_each_learner_the_compiled_plain_step(tmp_path: Path) -> None:
     """--compile: the plain pieces through torch.compile (its numbers: tests/agent/test_capture.py),
     with --capture in CUDA graphs; stacked seeds likewise."""
-    from agent.speed import Plain
     from runners.online.stacked import StackedLoops
 
     cfg = tiny_config(*WORLDS, "--set", "stream_cache=false", "--compile", protocol="worlds")
     loop = open_loop(tmp_path / "run", cfg)
     learner = loop.learner
     assert learner.speed.compiled and not learner.speed.captured
-    assert type(learner.paths) is Plain and learner.captured.body is not learner.step_on
+    assert learner.captured.body is not learner.step_on
     other = open_loop(tmp_path / "seed1", tiny_config(*WORLDS, "--set", "stream_cache=false",
                                                       "--compile", "--seed", "1", protocol="worlds"))  # fmt: skip
     stacked = StackedLoops([loop, other], compiled=True)
