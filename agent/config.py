@@ -441,7 +441,7 @@ class AgentConfig:
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
-        """Public field names (what ``--set`` / ``--grid`` may name)."""
+        """Public field names (what ``--grid`` may name)."""
         return tuple(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
 
     @classmethod

@@ -96,8 +96,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="append",
         default=[],
         metavar="FIELD=VALUE",
-        help="end to end: a train_online field for the loop (as its --set), e.g. "
-        "memory_read=all; repeatable",
+        help="end to end: a train_online field for the loop, as a --grid point gives it "
+        "(memory_read=all: --memory-read all); repeatable",
     )
     group.addoption(
         "--bench-preset",
@@ -152,6 +152,18 @@ class BenchSettings:
     capture: bool = False  # --bench-capture: train_online --capture
     compile: bool = False  # --bench-compile: train_online --compile
     preset: str = "paper"  # --bench-preset: train_online --preset of the loop
+
+    def set_args(self) -> list[str]:
+        """``sets`` as train_online's options (``stream_cache=false``: ``--no-stream-cache``)."""
+        from runners.online.command import value_tokens
+
+        out: list[str] = []
+        for item in self.sets:
+            key, eq, value = item.partition("=")
+            if not eq:
+                raise pytest.UsageError(f"--bench-set {item!r}: expected FIELD=VALUE")
+            out += value_tokens(key, value, "--bench-set")
+        return out
 
 
 @pytest.fixture(scope="session")

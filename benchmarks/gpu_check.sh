@@ -54,7 +54,7 @@ world)
     nvidia-smi -L
     part "the default run, captured (the floor and the ceiling beside it, a process each)"
     ( time timeout 150 python -m runners.train_online --device cuda --capture \
-        --set stream_cache=false --out "$out/runs" ) 2>&1 | grep -vE "it/s|s/it"
+        --no-stream-cache --out "$out/runs" ) 2>&1 | grep -vE "it/s|s/it"
     part "--preset gpu: the default learner fed 512 windows a step, 6,000 steps (bounds beside)"
     ( time timeout 210 python -m runners.train_online --device cuda --capture --preset gpu \
         --out "$out/runs" ) 2>&1 | grep -vE "it/s|s/it"
@@ -86,7 +86,7 @@ figures)
         --bench-capture --bench-compile --bench-set stream_cache=false -k "worlds or paper-stream"
     part "the default run, captured (the floor and the ceiling beside it, a process each)"
     ( time timeout 110 python -m runners.train_online --device cuda --capture \
-        --set stream_cache=false --out "$out/runs" ) 2>&1 | tail -6
+        --no-stream-cache --out "$out/runs" ) 2>&1 | tail -6
     } 2>&1 | tee "$out/log"
     ;;
 *)

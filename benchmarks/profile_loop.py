@@ -37,7 +37,7 @@ def build_loop(args: argparse.Namespace, root: Path) -> OnlineLoop:
         "--protocol", args.protocol, "--preset", args.preset, "--track", args.track,
         "--device", args.device, "--steps", str(NEVER), "--no-switch", "--eval-every", str(NEVER),
         "--checkpoint-every", str(NEVER), "--eval-shift-test", "8", *own,
-        *(["--capture", "--set", "stream_cache=false"] if args.capture else []),
+        *(["--capture", "--no-stream-cache"] if args.capture else []),
     ])  # fmt: skip
     folder = RunFolder(root / "run")
     folder.make()

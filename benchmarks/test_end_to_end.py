@@ -77,7 +77,7 @@ def make_loop(
         "--protocol", protocol, "--steps", str(NEVER), "--no-switch", "--preset", bench.preset,
         "--track", track, "--precision", precision, "--device", bench.device.type,
         "--eval-every", str(NEVER), "--checkpoint-every", str(NEVER), "--eval-shift-test", "8",
-        *own, *(["--set", *bench.sets] if bench.sets else []),
+        *own, *bench.set_args(),
         *(["--capture"] if bench.capture else []), *(["--compile"] if bench.compile else []),
     ])
     root = tmp_path / f"run-{protocol}-{source}-{track}-{precision}"

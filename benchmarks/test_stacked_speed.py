@@ -52,7 +52,7 @@ def test_stacked_seeds(
 ) -> None:
     skip_unless_selected(bench, track)
     base = build_config(["--protocol", "worlds", "--preset", bench.preset, "--track", track,
-                         "--device", bench.device.type, "--set", "stream_cache=false"])  # fmt: skip
+                         "--device", bench.device.type, "--no-stream-cache"])  # fmt: skip
     cfgs = [base.agent.replace(seed=s) for s in range(seeds)]
     world = bench.device if bench.device.type == "cuda" else None  # numpy on a CPU
     b = cfgs[0].batch_size

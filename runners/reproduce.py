@@ -41,8 +41,8 @@ PROG = "python -m runners.reproduce"
 @dataclass
 class Reproduce:
     """The paper's three-track comparison (and, on request, its ablations) through runners.sweep,
-    then reproduction/report.md. Any other option (e.g. --device cuda, --precision bf16, --set
-    FIELD=VALUE) is passed to every run of runners.train_online."""
+    then reproduction/report.md. Any other option (e.g. --device cuda, --precision bf16,
+    --lr 1e-3) is passed to every run of runners.train_online."""
 
     data: Annotated[str | None, tyro.conf.arg(metavar="PATH.zarr")] = None
     """the paper's datasets (runners.make_dataset); default: generate OUT/data/paper.zarr if missing"""

@@ -6,9 +6,9 @@
 Every point of the cartesian product is one ``runners.train_online`` run in ``OUT/<name>``, the
 name derived from the point (``track-C_seed-42_lambda_reg-0.05``). Finished runs are skipped,
 interrupted ones resumed, so the same command finishes a sweep that was stopped. Options this
-command does not know (``--preset``, ``--steps``, ``--source``, ``--data``, ``--set``, ...) go to
-every run unchanged; fields in ``--grid`` go to ``train_online`` as ``--track``/``--seed``/
-``--steps`` or as ``--set FIELD=VALUE``. With ``--stack`` the points that differ only in their
+command does not know (``--preset``, ``--steps``, ``--source``, ``--data``, ``--lr``, ...) go to
+every run unchanged; a field in ``--grid`` goes to ``train_online`` as its option (``lr=1e-3``
+as ``--lr 1e-3``). With ``--stack`` the points that differ only in their
 seed train as one stacked run (``train_online --stack-seeds``): in this process, sets one after
 another, or with ``--workers N`` N sets at once, each in a process of its own.
 
@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "--backend ray does not apply")  # fmt: skip
         if any("seed" not in p.params for p in points):
             raise CliError("--stack stacks the seeds of each point: add seed=... to --grid")
-        sets = launch.stacked_specs(points, out, [*common, "--set", "stream_cache=false"])
+        sets = launch.stacked_specs(points, out, [*common, "--no-stream-cache"])
         by_dir = {s.run_dir: s for one in sets for s in one}
         specs = [by_dir[str(Path(out).resolve() / launch.stacked_name(p))] for p in points]
     else:

@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for f, c in zip(folders, cfgs, strict=True):
             c.save(f.config)
     else:
-        cfgs = stacked_configs(resolve(args.run), args.stack_seeds)  # --config, options, --set
+        cfgs = stacked_configs(resolve(args.run), args.stack_seeds)  # --config, then the options
     set_threads(resolve_device(cfgs[0].device))  # a bad --device fails before any folder exists
     with StopRequest() as stop, contextlib.ExitStack() as held:
         if not folders:
@@ -92,7 +92,7 @@ def stacked_configs(cfg: RunConfig, seeds: Sequence[int]) -> list[RunConfig]:
         raise CliError("--stack-seeds: stacked seeds run the worlds protocol")
     if cfg.agent.stream_cache:
         raise CliError("--stack-seeds: stacked seeds encode every frame afresh: add "
-                       "--set stream_cache=false")  # fmt: skip
+                       "--no-stream-cache")  # fmt: skip
     name = cfg.output.name
     out = []
     for s in all_seeds:

@@ -27,6 +27,7 @@ last checkpoint), ``screenshots/`` and one ``train_online`` run folder per track
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -118,10 +119,8 @@ class Visualize:
     """session folder name (default <time>-viz-<tracks>-s<seed>)"""
     device: Device | None = None
     """default auto"""
-    set: Annotated[
-        tuple[tuple[str, ...], ...], tyro.conf.UseAppendAction, tyro.conf.arg(metavar="FIELD=VALUE")
-    ] = ()
-    """config overrides"""
+    train_args: tyro.conf.Suppress[tuple[str, ...]] = ()
+    """the other options: train_online's, for every track (``parse``)"""
     eval_every: int | None = None
     """steps between evaluations (default: none but at scripted switches and the end; an evaluation pauses the stream)"""
     checkpoint_every: int | None = None
@@ -143,12 +142,16 @@ class Visualize:
 
 
 def parse(argv: Sequence[str] | None) -> Visualize:
-    return parse_cli(
-        Visualize, argv, f"python -m runners.{PROG}",
+    """The view's options; any other option is train_online's, for every track's learner
+    (``--lr 1e-3``, ``--no-stream-cache``), checked when the tracks' configs are built."""
+    args, extra = parse_cli(
+        Visualize, argv, f"python -m runners.{PROG}", unknown=True,
         description="Live view of EPM-JEPA tracks adapting to physics switches: under the "
         "worlds protocol (default) each stream in its own training world until G holds them "
-        f"all in one held-out world; under --protocol paper one gravity for all, switched by G.\n\n{KEYS}",
+        "all in one held-out world; under --protocol paper one gravity for all, switched by G. "
+        f"Any other option is train_online's, for every track (e.g. --lr 1e-3).\n\n{KEYS}",
     )
+    return dataclasses.replace(args, train_args=tuple(extra))
 
 
 # -- configuration ----------------------------------------------------------------------------
@@ -159,7 +162,7 @@ def track_config(
 ) -> RunConfig:
     """The ``RunConfig`` of one track: train_online's command line, made of the --from run's
     config.json (but its schedule's length and memory pair, which follow the view's own
-    stream), the visualizer's options, then --set."""
+    stream), the visualizer's options, then train_online's options given to the view."""
     from runners.online.command import build_config, dict_tokens, over
 
     saved_tokens: list[str] = []
@@ -186,8 +189,7 @@ def track_config(
     for name in ("after_switch", "preset", "device", "checkpoint_every"):
         if getattr(args, name) is not None:
             tokens += ["--" + name.replace("_", "-"), str(getattr(args, name))]
-    for group in args.set:
-        tokens += ["--set", *group]
+    tokens += list(args.train_args)
     return build_config(over(saved_tokens, tokens))
 
 

@@ -8,7 +8,7 @@
 Every arm is one ``python -m runners.train_online`` run of its default worlds protocol (training
 across drawn worlds of the ``train`` family, every stream switched to a held-out world, the
 weights frozen) with one track, and the oracle is track C's pathway fed the true physics
-(``--set oracle=true``). Each run's held-out adaptation curves (D^n on ``interp`` and ``extrap``
+(``--oracle``). Each run's held-out adaptation curves (D^n on ``interp`` and ``extrap``
 worlds with own, same-world and wrong-world memory) are collected into ``OUT/report.md``: the
 curves over n, each memory track's drop and share of the oracle's gain, the wrong-world control
 and the pre-registered delta = (D_B - D_C) / D_B at n = 50 with its outcome class. The paper's
@@ -40,7 +40,7 @@ PROG = "python -m runners.worlds_study"
 class WorldsStudy:
     """Tracks A-E and the oracle on the worlds protocol (held-out worlds, own / same / wrong
     memory) through runners.sweep, then OUT/report.md. Any other option (e.g. --device cuda,
-    --set context_frames=3) is passed to every run of runners.train_online."""
+    --context-frames 3) is passed to every run of runners.train_online."""
 
     tracks: tuple[Track, ...] = TRACKS
     """tracks to run (default: all five)"""
@@ -83,7 +83,7 @@ def make_specs(args: WorldsStudy, passthrough: Sequence[str]
     points = make_points(args)
     if args.stack:  # stacked runs recompute every latent (no stream latent cache)
         sets = launch.stacked_specs([p for _, p in points], group,
-                                    [*common, "--set", "stream_cache=false"])  # fmt: skip
+                                    [*common, "--no-stream-cache"])  # fmt: skip
         specs = [s for one in sets for s in one]  # the points' order: arms, seeds inside
     else:
         specs = launch.make_specs([p for _, p in points], group, common)

@@ -1,10 +1,10 @@
 """train_online's command line: tyro over ``RunConfig``, and the other ways a config arrives
-(``--config FILE``, ``--set FIELD=VALUE``, a run's ``config.json``, ``--resume``).
+(``--config FILE``, a run's ``config.json``, ``--resume``, a sweep's grid point).
 
 Everything becomes command-line tokens that one tyro parser reads, so a value is typed and
 checked the same way wherever it comes from; later tokens win:
 
-    --config FILE's values,  then the command line,  then each --set FIELD=VALUE
+    --config FILE's values,  then the command line
 
 Five options choose the defaults of the others, so they are read first (``Defaults``):
 ``--protocol`` (which of ``Worlds`` / ``Paper`` the tagged union holds), ``--preset``,
@@ -58,7 +58,6 @@ class Defaults:
     source: Source = "stream"
     device: Device = "auto"
     config: str | None = None
-    set: Annotated[tuple[tuple[str, ...], ...], tyro.conf.UseAppendAction] = ()
 
 
 @dataclass
@@ -67,8 +66,8 @@ class TrainCommand:
     track C: the streams live in groups of 8 that share a training world and one memory for 2-6
     episodes, then a new world is drawn; at 2/3 of the run every stream moves to a held-out
     world and the weights freeze; beside it the floor (track A) and the ceiling (the oracle)
-    train on the same stream; --protocol paper: the paper's gravity 0 -> 0.5). Later wins:
-    --config FILE, the options, --set."""
+    train on the same stream; --protocol paper: the paper's gravity 0 -> 0.5). The options
+    override --config FILE's values."""
 
     run: Annotated[RunConfig, tyro.conf.arg(name="")]
     protocol: ProtocolName = "worlds"
@@ -84,14 +83,10 @@ class TrainCommand:
     """No switch at all: base-world training only."""
     config: Annotated[str | None, tyro.conf.arg(metavar="FILE")] = None
     """JSON of the config's fields, nested as config.json or flat; a run's config.json works as is (derived values included)."""
-    set: Annotated[
-        tuple[tuple[str, ...], ...], tyro.conf.UseAppendAction, tyro.conf.arg(metavar="FIELD=VALUE")
-    ] = ()
-    """Any option as FIELD=VALUE, applied last, e.g. --set lr=1e-3 kappa=2 eval_ns=0,50 oracle=true."""
     resume: Annotated[str | None, tyro.conf.arg(metavar="RUN_DIR")] = None
     """Continue a stopped run (only --steps, --switch, --device, --eval-every, --checkpoint-every may change)."""
     stack_seeds: tuple[int, ...] = ()
-    """Train these seeds too, stacked with --seed as one model in this process (agent.stacked; each seed its own world stream and run folder, NAME-s<SEED> for every seed with --name); the worlds protocol with --no-bounds and --set stream_cache=false. For a GPU: on a CPU it is slower than one run after another."""
+    """Train these seeds too, stacked with --seed as one model in this process (agent.stacked; each seed its own world stream and run folder, NAME-s<SEED> for every seed with --name); the worlds protocol with --no-bounds and --no-stream-cache. For a GPU: on a CPU it is slower than one run after another."""
 
 
 # -- the fields, by option name ---------------------------------------------------------------
@@ -127,7 +122,7 @@ def _option(name: str) -> str:
 
 
 def value_tokens(name: str, value: Any, where: str) -> list[str]:
-    """The tokens that set option ``name`` to ``value`` (JSON, or the text of a --set); the
+    """The tokens that set option ``name`` to ``value`` (JSON, or the text of a grid point); the
     ``switches`` of a config are ``--switch`` options (``[]`` / none: ``--no-switch``)."""
     if name in ("switches", "switch"):
         if value is None or value == "":
@@ -185,17 +180,6 @@ def dict_tokens(data: Mapping[str, Any], where: str) -> list[str]:
     return out
 
 
-def set_tokens(items: Sequence[str]) -> list[str]:
-    """``--set`` items ``FIELD=VALUE`` (a dotted path works: ``agent.lr``) as tokens."""
-    out: list[str] = []
-    for item in items:
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise CliError(f"malformed --set {item!r}: expected FIELD=VALUE")
-        out += value_tokens(key.strip().rsplit(".", 1)[-1], value, "--set")
-    return out
-
-
 def load_json(path: str, what: str = "--config") -> dict[str, Any]:
     try:
         data = json.loads(Path(path).read_text())
@@ -210,12 +194,10 @@ def load_json(path: str, what: str = "--config") -> dict[str, Any]:
 
 # -- parsing ---------------------------------------------------------------------------------
 def tokens_of(argv: Sequence[str]) -> list[str]:
-    """``argv`` with ``--config FILE``'s values in front and the ``--set`` items at the end."""
+    """``argv`` with ``--config FILE``'s values in front."""
     first = _defaults(argv)
-    if any(not group for group in first.set):
-        raise CliError("--set needs at least one FIELD=VALUE")
     head = dict_tokens(load_json(first.config), f"--config {first.config}") if first.config else []
-    return [*over(head, argv), *set_tokens([i for group in first.set for i in group])]
+    return over(head, argv)
 
 
 def over(head: list[str], argv: Sequence[str]) -> list[str]:
@@ -281,7 +263,7 @@ def parse_command(argv: Sequence[str], prog: str = TRAIN_PROG) -> TrainCommand:
 
 
 def build_config(argv: Sequence[str] = ()) -> RunConfig:
-    """--config FILE, the options, --set; then ``resolve`` (no file is written)."""
+    """--config FILE, then the options; then ``resolve`` (no file is written)."""
     return resolve(parse_command(argv).run)
 
 
@@ -303,8 +285,8 @@ def resume_config(saved: Mapping[str, Any], argv: Sequence[str], prog: str = TRA
     if _defaults(tokens).protocol != flat(saved).get("protocol", "paper"):
         raise CliError("cannot change --protocol on --resume")
     cmd = parse_tokens(tokens, prog)
-    if cmd.config or cmd.set:
-        raise CliError("--config and --set cannot be used with --resume (the run keeps its config)")
+    if cmd.config:
+        raise CliError("--config cannot be used with --resume (the run keeps its config)")
     cfg = resolve(cmd.run)
     before, after = flat(config_from_dict(saved).to_dict()), flat(cfg.to_dict())
     fixed = sorted(k for k in after if after[k] != before.get(k) and k not in RESUMABLE)

@@ -6,8 +6,8 @@ same point always maps to the same run folder (that is what makes a sweep resuma
     >>> [p.name for p in expand(parse_grid(["track=A,C", "seed=42"]))]
     ['track-A_seed-42', 'track-C_seed-42']
 
-Fields ``track``, ``seed`` and ``steps`` become ``train_online``'s own options; every other
-field is passed as ``--set field=value`` (an ``AgentConfig`` field, see docs/architecture.md).
+Every field is one of ``train_online``'s options (a run or ``AgentConfig`` field), passed to it
+as that option (``lr=1e-3`` as ``--lr 1e-3``, ``stream_cache=false`` as ``--no-stream-cache``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from runners.cli import CliError
-
-#: Grid fields that are ``train_online`` options rather than ``--set`` config overrides.
-CLI_FIELDS = {"track": "--track", "seed": "--seed", "steps": "--steps"}
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9.+-]")
@@ -47,12 +44,11 @@ class Point:
 
     def train_args(self) -> list[str]:
         """The ``train_online`` arguments for this point (before any sweep-wide arguments)."""
+        from runners.online.command import value_tokens
+
         args: list[str] = []
         for key, value in self.items:
-            if key in CLI_FIELDS:
-                args += [CLI_FIELDS[key], value]
-            else:
-                args += ["--set", f"{key}={value}"]
+            args += value_tokens(key, value, "--grid")
         return args + list(self.extra)
 
 

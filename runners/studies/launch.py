@@ -100,7 +100,7 @@ def check_specs(specs: Sequence[backends.RunSpec]) -> list[RunConfig]:
             raise CliError(f"run {spec.name}: {err}") from None
         if cfg.output.name is None or Path(cfg.output.out) / cfg.output.name != Path(spec.run_dir):
             raise CliError(
-                f"run {spec.name}: --out and --name are set by the sweep (not by --set)"
+                f"run {spec.name}: --out and --name are set by the sweep"
             )
         configs.append(cfg)
     return configs

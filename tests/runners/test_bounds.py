@@ -31,7 +31,7 @@ def test_the_bounds_are_the_same_run_without_memory_and_with_the_true_physics() 
     assert bounds.bound_config(a, "ceiling").agent.track == "C"
     assert not bounds.wanted(build_config(["--preset", "tiny", "--no-bounds"]))
     assert not bounds.wanted(build_config(["--preset", "tiny", "--protocol", "paper"]))
-    assert not bounds.wanted(build_config(["--preset", "tiny", "--set", "oracle=true"]))
+    assert not bounds.wanted(build_config(["--preset", "tiny", "--oracle"]))
 
 
 def test_share_of_the_gap() -> None:

@@ -77,10 +77,10 @@ class _Options:
 
 
 def test_parse_passes_unknown_options_on_in_order():
-    opts, extra = parse(_Options, ["--preset", "tiny", "--dry-run", "--set", "a=1", "b=2",
+    opts, extra = parse(_Options, ["--preset", "tiny", "--dry-run", "--eval-ns", "1", "2",
                                    "--seeds", "3"], "p", unknown=True)
     assert opts == _Options(seeds=(3,), dry_run=True)
-    assert extra == ["--preset", "tiny", "--set", "a=1", "b=2"]
+    assert extra == ["--preset", "tiny", "--eval-ns", "1", "2"]
     assert parse(_Options, ["--", "--steps", "5"], "p", unknown=True)[1] == ["--steps", "5"]
     with pytest.raises(CliError, match="unknown option"):
         parse(_Options, ["--steps", "5"], "p")

@@ -151,7 +151,7 @@ def test_a_run_with_its_world_on_the_device_is_the_same_run(
 def test_a_run_with_a_captured_step_is_the_same_run_off_a_gpu(tmp_path: Path) -> None:
     """--capture (agent.capture) runs its step eagerly on a CPU: the run records exactly what
     the plain step's does."""
-    over = [*WORLDS, "--set", "stream_cache=false"]
+    over = [*WORLDS, "--no-stream-cache"]
     for name, extra in (("plain", []), ("captured", ["--capture"])):
         loop = open_loop(tmp_path / name, tiny_config(*over, *extra, protocol="worlds"))
         assert (loop.learner.captured is not None) == bool(extra)
@@ -166,12 +166,12 @@ def test_compile_gives_each_learner_the_compiled_plain_step(tmp_path: Path) -> N
     with --capture in CUDA graphs; stacked seeds likewise."""
     from runners.online.stacked import StackedLoops
 
-    cfg = tiny_config(*WORLDS, "--set", "stream_cache=false", "--compile", protocol="worlds")
+    cfg = tiny_config(*WORLDS, "--no-stream-cache", "--compile", protocol="worlds")
     loop = open_loop(tmp_path / "run", cfg)
     learner = loop.learner
     assert learner.speed.compiled and not learner.speed.captured
     assert learner.captured.body is not learner.step_on
-    other = open_loop(tmp_path / "seed1", tiny_config(*WORLDS, "--set", "stream_cache=false",
+    other = open_loop(tmp_path / "seed1", tiny_config(*WORLDS, "--no-stream-cache",
                                                       "--compile", "--seed", "1", protocol="worlds"))  # fmt: skip
     stacked = StackedLoops([loop, other], compiled=True)
     assert stacked.learner.captured.body is not stacked.learner.step_on
@@ -179,8 +179,8 @@ def test_compile_gives_each_learner_the_compiled_plain_step(tmp_path: Path) -> N
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("extra", [[], ["--capture", "--set", "stream_cache=false"],
-                                   ["--capture", "--compile", "--set", "stream_cache=false"]],
+@pytest.mark.parametrize("extra", [[], ["--capture", "--no-stream-cache"],
+                                   ["--capture", "--compile", "--no-stream-cache"]],
                          ids=["plain", "captured", "compiled"])  # fmt: skip
 def test_on_a_gpu_the_loop_waits_for_the_device_only_at_its_metric_blocks(
     tmp_path: Path, extra: list[str], no_device_syncs

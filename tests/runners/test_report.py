@@ -164,7 +164,7 @@ def test_reproduce_end_to_end_on_a_tiny_run_then_regenerates_without_rerunning(t
     out = tmp_path / "repro"
     argv = ["--out", str(out), "--preset", "tiny", "--steps", "20", "--seeds", "1",
             "--tracks", "C", "--dataset-sizes", "40", "40", "--eval-every", "10",
-            "--workers", "1", "--set", "final_ns=0,10,50"]
+            "--workers", "1", "--final-ns", "0", "10", "50"]
     assert reproduce.main(argv) == 0
     run = out / "runs" / "tiny-20" / "track-C_seed-1"
     assert (out / "data" / "paper.zarr").is_dir()  # generated because --data was not given

@@ -1,5 +1,5 @@
 """RunConfig: nested concerns, the command line generated from them (tyro), the token layers
-(--config FILE, options, --set), validation as one line, physics switches, --resume rules and a
+(--config FILE, then the options), validation as one line, physics switches, --resume rules and a
 CLI smoke run."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from runners.online.command import (
     config_from_dict,
     parse_command,
     resume_config,
+    value_tokens,
 )
 from runners.online.config import Output, Paper, RunConfig, Schedule, Worlds, flat, resolve
 from runners.online.switch import PHYSICS_NAMES, Switch
@@ -56,8 +57,8 @@ def test_defaults_tell_the_story() -> None:
 def test_options_reach_their_concern() -> None:
     cfg = build(
         "--track", "B", "--steps", "500", "--switch", "300:0.5", "--switch", "100:0.25",
-        "--after-switch", "continual", "--seed", "3", "--set", "lr=1e-3", "kappa=2.5",
-        "--set", "eval_every=50", "episode_length=none", "stagger=false", "eval_ns=0,5",
+        "--after-switch", "continual", "--seed", "3", "--lr", "1e-3", "--kappa", "2.5",
+        "--eval-every", "50", "--episode-length", "None", "--no-stagger", "--eval-ns", "0", "5",
     )
     s, p = cfg.schedule, cfg.protocol
     assert isinstance(p, Paper) and p.episode_length is None and p.stagger is False
@@ -71,11 +72,12 @@ def test_options_reach_their_concern() -> None:
     assert cfg.physics_at(400).gravity == 0.5
 
 
-def test_every_field_is_an_option_and_set_is_the_same_option() -> None:
+def test_every_field_is_an_option_and_a_grid_point_gives_the_same_option() -> None:
     a = build("--eval-ns", "0", "7", "--no-stagger", "--episode-length", "None",
               "--base-gravity", "0.1", "--horizons", "5", "10", "--oracle", "--latent-dim", "32")
-    b = build("--set", "eval_ns=0,7", "stagger=false", "episode_length=none", "base_gravity=0.1",
-              "horizons=5,10", "oracle=true", "agent.latent_dim=32")  # a dotted path works too
+    point = {"eval_ns": "0,7", "stagger": "false", "episode_length": "none",
+             "base_gravity": "0.1", "horizons": "5,10", "oracle": "true", "latent_dim": "32"}
+    b = build(*[t for k, v in point.items() for t in value_tokens(k, v, "--grid")])
     assert a.to_dict() == b.to_dict()
     assert a.agent.oracle and a.agent.latent_dim == 32 and a.agent.horizons == (5, 10)
     # Every field of every concern is an option, under its own name.
@@ -93,8 +95,8 @@ def test_the_defaults_follow_protocol_preset_track_and_device() -> None:
     assert build().agent.horizons == (5, 10, 20)
     assert build().agent.precision == preferred_precision("cpu")
     assert build("--precision", "fp32").agent.precision == "fp32"
-    # Set anywhere, --set included, they still choose the defaults of the rest.
-    assert build("--set", "track=B").agent.kappa == 2.0
+    # Set anywhere, they still choose the defaults of the rest.
+    assert build("--track", "B").agent.kappa == 2.0
     # The worlds protocol's fast EMA target; the paper keeps its own.
     assert (build_config([]).agent.tau_base, build_config([]).agent.tau_end) == (0.98, 0.99)
     assert (build().agent.tau_base, build().agent.tau_end) == (0.996, 0.9999)
@@ -133,7 +135,7 @@ def test_default_switch_follows_steps() -> None:
     assert build("--steps", "90", "--total-steps", "500").agent.total_steps == 500
 
 
-def test_order_config_file_then_options_then_set(tmp_path: Path) -> None:
+def test_order_config_file_then_options(tmp_path: Path) -> None:
     f = tmp_path / "c.json"
     f.write_text(json.dumps({"protocol": {"kind": "paper"}, "schedule": {"steps": 400},
                              "switches": ["200:0.3"], "agent": {"lr": 5e-4, "seed": 5}}))
@@ -144,8 +146,8 @@ def test_order_config_file_then_options_then_set(tmp_path: Path) -> None:
     cfg = build_config(["--config", str(f), "--steps", "600", "--switch", "100:0.2"])
     assert cfg.schedule.steps == 600 and cfg.agent.seed == 5
     assert cfg.schedule.switches == (g(100, 0.2),)  # the command line's replace the file's
-    cfg = build_config(["--set", "steps=800", "--config", str(f), "--steps", "600"])
-    assert cfg.schedule.steps == 800 and cfg.agent.lr == 5e-4  # --set is last
+    cfg = build_config(["--steps", "800", "--config", str(f)])
+    assert cfg.schedule.steps == 800 and cfg.agent.lr == 5e-4  # the options win, wherever
     assert build_config(["--config", str(f), "--no-switch"]).schedule.switches == ()
     flat_file = tmp_path / "flat.json"  # flat, by field name, works as well
     flat_file.write_text(json.dumps({"protocol": "paper", "steps": 400, "lr": 5e-4}))
@@ -153,7 +155,7 @@ def test_order_config_file_then_options_then_set(tmp_path: Path) -> None:
 
 
 def test_saved_config_round_trips(tmp_path: Path) -> None:
-    cfg = build("--steps", "300", "--set", "lambda_reg=0.2", "horizons=5,10,20",
+    cfg = build("--steps", "300", "--lambda-reg", "0.2", "--horizons", "5", "10", "20",
                 "--switch", "100:gravity=0.5,direction=45,restitution=0.9,friction=0.01")
     cfg.save(tmp_path / "config.json")
     saved = json.loads((tmp_path / "config.json").read_text())
@@ -172,7 +174,7 @@ def test_saved_config_round_trips(tmp_path: Path) -> None:
 def test_older_config_json_still_loads(tmp_path: Path) -> None:
     """Flat config.json files of earlier versions: [[step, gravity]] switches, the agent
     beside its overrides, no protocol (the paper's)."""
-    new = build("--steps", "300", "--switch", "100:0.5", "--set", "lambda_reg=0.2")
+    new = build("--steps", "300", "--switch", "100:0.5", "--lambda-reg", "0.2")
     old = {k: v for k, v in flat(new.to_dict()).items() if k not in {
         "protocol", "train_family", "episode_steps", "eval_worlds", "eval_world_seqs"}}
     old.update(switches=[[100, 0.5]], precision="auto", agent_overrides={"lambda_reg": "0.2"},
@@ -203,17 +205,14 @@ def test_resolve_is_idempotent_and_builds_from_objects() -> None:
         (["--steps", "100", "--switch", "100:0.5"], "outside the run"),
         (["--steps", "100", "--switch", "500:0.5"], "outside the run"),
         (["--switch", "50:0.5", "--switch", "50:0.2"], "two switches at the same step"),
-        (["--set", "nosuch=1"], "unknown field 'nosuch'"),
-        (["--set", "lr"], "malformed --set"),
-        (["--set"], "--set needs at least one"),
-        (["--set", "lr=-1"], "lr"),
-        (["--set", "steps=abc"], "steps: expected an integer, got 'abc'"),
-        (["--set", "track=Q"], "track: expected one of"),
-        (["--set", "oracle=maybe"], "oracle: expected true or false"),
+        (["--nosuch", "1"], "unknown option"),
+        (["--lr", "-1"], "lr"),
+        (["--steps", "abc"], "steps: expected an integer, got 'abc'"),
+        (["--track", "Q"], "track: expected one of"),
         (["--protocol", "worlds", "--base-gravity", "0.1"], "--base-gravity belongs to --protocol paper"),
         (["--train-family", "train"], "--train-family belongs to --protocol worlds"),
         (["--lr", "-1"], r"^lr: must be > 0 \(got -1.0\)$"),
-        (["--set", "base_gravity=nan"], "base_gravity: gravity must be finite"),
+        (["--base-gravity", "nan"], "base_gravity: gravity must be finite"),
         (["--steps", "x"], "--steps: expected an integer, got 'x'"),
         (["--track", "Q"], "--track: expected one of 'A', 'B', 'C', 'D', 'E', got 'Q'"),
         (["--no-such-option"], "unknown option"),
@@ -251,7 +250,7 @@ def test_bad_config_file_values_name_the_field(tmp_path: Path) -> None:
 
 # -- the command line ------------------------------------------------------------------------
 OPTIONS = ("--protocol", "--track", "--seed", "--steps", "--switch", "--no-switch",
-           "--after-switch", "--preset", "--config", "--set", "--device", "--precision",
+           "--after-switch", "--preset", "--config", "--device", "--precision",
            "--eval-every", "--checkpoint-every", "--record-frames", "--out", "--name", "--resume",
            "--lr", "--latent-dim", "--oracle", "--train-family", "--train-gravity", "--train-arcs",
            "--interp-gravity", "--extrap-friction", "--residency", "--group-size", "--bounds",
@@ -268,6 +267,7 @@ def test_help_shows_every_option_grouped_by_concern(capsys: pytest.CaptureFixtur
     for group in ("agent options", "schedule options", "output options"):
         assert group in text, group
     assert "STEP:PHYSICS" in text and "restitution" in text  # the switch syntax
+    assert "--set" not in text  # every field is its own typed option
     with pytest.raises(SystemExit):
         parse_command(["--protocol", "paper", "--help"])
     assert "--base-gravity" in capsys.readouterr().out  # the chosen protocol's own options
@@ -317,7 +317,7 @@ def test_switch_parse_and_json() -> None:
 
 
 def test_physics_at_applies_every_switch_up_to_the_step() -> None:
-    cfg = build("--steps", "100", "--set", "base_gravity=0.1",
+    cfg = build("--steps", "100", "--base-gravity", "0.1",
                 "--switch", "30:gravity=0.5,direction=45", "--switch", "60:restitution=0.8")
     assert cfg.physics_at(29) == env.PhysicsParams(gravity=0.1)
     assert cfg.physics_at(30) == env.PhysicsParams(gravity=0.5, gravity_direction=45.0)
@@ -341,8 +341,8 @@ def test_resume_changes_only_what_may_change() -> None:
                          (["--protocol", "worlds"], "--protocol"), (["--no-stagger"], "--stagger")):
         with pytest.raises(CliError, match=f"cannot change {option}.* on --resume"):
             resume_config(saved, ["--resume", "x", *argv])
-    with pytest.raises(CliError, match="--config and --set cannot be used with --resume"):
-        resume_config(saved, ["--resume", "x", "--set", "lr=1"])
+    with pytest.raises(CliError, match="--config cannot be used with --resume"):
+        resume_config(saved, ["--resume", "x", "--config", "c.json"])
 
 
 # -- a real run ------------------------------------------------------------------------------
@@ -350,8 +350,7 @@ def test_multi_physics_switch_run_records_the_physics_per_step(tmp_path: Path) -
     res = cli("--protocol", "paper", "--preset", "tiny", "--steps", "30",
               "--switch", "20:gravity=0.5,direction=45",
               "--out", str(tmp_path), "--name", "run", "--eval-every", "20",
-              "--set", "eval_shift_train=16", "eval_shift_test=8", "eval_base_test=8",
-              "final_ns=0,10")
+              "--eval-shift-train", "16", "--eval-shift-test", "8", "--eval-base-test", "8", "--final-ns", "0", "10")
     assert res.returncode == 0, res.stderr
     m = zarr.open_group(str(tmp_path / "run" / "run.zarr"), mode="r")["metrics"]
     assert list(m["step"][:]) == list(range(30))

@@ -17,7 +17,7 @@ SEEDS = (3, 4)
 
 
 def config(seed: int):
-    return tiny_config(*WORLDS, "--seed", str(seed), "--precision", "fp32", "--set", "stream_cache=false",
+    return tiny_config(*WORLDS, "--seed", str(seed), "--precision", "fp32", "--no-stream-cache",
                        protocol="worlds")  # fmt: skip
 
 
@@ -86,7 +86,7 @@ def test_runs_that_cannot_stack_are_refused(tmp_path: Path) -> None:
     with pytest.raises(CliError, match="stream_cache=false"):
         StackedLoops(cached)
     other = open_loop(tmp_path / "lr", tiny_config(*WORLDS, "--seed", "9", "--precision", "fp32",
-                      "--set", "stream_cache=false", "lr=0.1", protocol="worlds"))  # fmt: skip
+                      "--no-stream-cache", "--lr", "0.1", protocol="worlds"))  # fmt: skip
     with pytest.raises(CliError, match="but for the seed"):
         StackedLoops([open_loop(tmp_path / "a", config(1)), other])
 
@@ -94,7 +94,7 @@ def test_runs_that_cannot_stack_are_refused(tmp_path: Path) -> None:
 def cli_args(out: Path, *extra: str) -> list[str]:
     return ["--protocol", "worlds", "--preset", "tiny", "--steps", "60", "--eval-every", "20",
             "--checkpoint-every", "20", "--log-every", "5", "--eval-shift-test", "16",
-            "--device", "cpu", "--precision", "fp32", "--no-bounds", "--set", "stream_cache=false",
+            "--device", "cpu", "--precision", "fp32", "--no-bounds", "--no-stream-cache",
             *WORLDS, "--out", str(out), *extra]  # fmt: skip
 
 
@@ -122,8 +122,7 @@ def test_train_online_stacks_seeds_into_their_own_run_folders(tmp_path: Path) ->
     for name in names.values():
         m = store_arrays(tmp_path / "stacked" / name)["m:step"]
         np.testing.assert_array_equal(m, np.arange(70))
-    with pytest.raises(CliError, match="stream_cache=false"):
-        train_online.main([*cli_args(tmp_path / "x", "--stack-seeds", "9"), "--set",
-                           "stream_cache=true"])  # fmt: skip
+    with pytest.raises(CliError, match="--no-stream-cache"):
+        train_online.main([*cli_args(tmp_path / "x", "--stack-seeds", "9"), "--stream-cache"])  # fmt: skip
     with pytest.raises(CliError, match="every seed once"):
         train_online.main(cli_args(tmp_path / "x", "--seed", "2", "--stack-seeds", "2"))

@@ -198,7 +198,7 @@ def test_dataset_source_and_bad_stores(tmp_path: Path) -> None:
         (["--data", "/nonexistent/d.zarr"], "no such file"),
         (["--steps", "50", "--switch", "80:0.5"], "outside the run"),
         (["--switch", "3000-0.5"], "malformed --switch"),
-        (["--set", "nosuch=3"], "unknown field 'nosuch'"),
+        (["--nosuch", "3"], "unknown option"),
         (["--resume", "/nonexistent/run"], "no such run folder"),
         (["--config", "/nonexistent/c.json"], "cannot read --config"),
     ],

@@ -122,7 +122,7 @@ def count_color(img: np.ndarray, color: tuple[int, int, int]) -> int:
 # -- the command line on the real OnlineLoop (tiny preset) -----------------------------------
 
 PAPER = ["--protocol", "paper"]
-SMALL_EVAL = ["--set", "eval_shift_train=16", "eval_shift_test=8", "eval_base_test=8"]
+SMALL_EVAL = ["--eval-shift-train", "16", "--eval-shift-test", "8", "--eval-base-test", "8"]
 
 
 def test_cli_switch_screenshot_and_video(tmp_path: Path) -> None:
@@ -232,8 +232,7 @@ def test_cli_keys_quit_and_resume(tmp_path: Path) -> None:
 
 #: The tiny worlds run of tests/runners/cli_helpers.py's TINY_WORLDS: short episodes, few and
 #: small evaluation worlds.
-TINY_WORLDS = ["--preset", "tiny", "--set", "eval_shift_test=8", "eval_world_seqs=4",
-               "eval_worlds=2", "episode_steps=21,40"]  # fmt: skip
+TINY_WORLDS = ["--preset", "tiny", "--eval-shift-test", "8", "--eval-world-seqs", "4", "--eval-worlds", "2", "--episode-steps", "21", "40"]  # fmt: skip
 SWITCH_WORLD = (0.3, 45.0)  # the default switch world (family interp, held out)
 
 

@@ -43,9 +43,9 @@ def test_worlds_is_the_default_and_paper_one_flag_away() -> None:
     [
         (["--source", "dataset", "--data", "x.zarr"], "--source belongs to --protocol paper"),
         (["--base-gravity", "0.2"], "--base-gravity belongs to --protocol paper"),
-        (["--set", "episode_steps=10,40"], "episode_steps"),
-        (["--set", "eval_world_seqs=1"], "eval_world_seqs"),
-        (["--set", "best_min_sigma=-1"], "best_min_sigma must be >= 0"),
+        (["--episode-steps", "10", "40"], "episode_steps"),
+        (["--eval-world-seqs", "1"], "eval_world_seqs"),
+        (["--best-min-sigma", "-1"], "best_min_sigma must be >= 0"),
         (["--protocol", "other"], "protocol"),
         (["--train-gravity", "0.1", "0.7"], "families train and extrap overlap"),
         (["--interp-arcs", "0", "50"], "families train and interp overlap"),
@@ -137,7 +137,7 @@ def test_memory_write_every_pushes_each_valid_step() -> None:
 
 
 def test_run_writes_held_out_curves(tmp_path: Path) -> None:
-    res = cli("train_online", *TINY_WORLDS, "best_min_sigma=1e6", "--out", str(tmp_path), "--name",
+    res = cli("train_online", *TINY_WORLDS, "--best-min-sigma", "1e6", "--out", str(tmp_path), "--name",
               "w", "--steps", "40", "--switch", "30:gravity=0.6,direction=0")  # an extrap world
     assert res.returncode == 0, res.stderr
     assert "worlds protocol" in res.stdout and "held-out worlds at the end" in res.stdout

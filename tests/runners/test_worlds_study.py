@@ -151,9 +151,9 @@ def test_study_runs_every_arm_writes_the_report_and_skips_finished_runs(tmp_path
 
 @pytest.mark.parametrize("extra, message", [
     (["--protocol", "paper"], "--protocol is fixed by the study"),
-    (["--set", "oracle=true"], "the oracle is an arm of the study"),
+    (["--oracle"], "the oracle is an arm of the study"),
     (["--steps", "0"], "--steps must be at least 1"),
-    (["--set", "episode_steps=5,10"], "run track-A_seed-42"),
+    (["--episode-steps", "5", "10"], "run track-A_seed-42"),
 ])
 def test_bad_study_options_fail_in_one_line_before_anything_runs(
     tmp_path: Path, extra: list[str], message: str
