@@ -27,7 +27,6 @@ from agent.memory.view import MemoryView
 from agent.metrics import StepMetrics, stack
 from agent.sources import Batch, DatasetSource, StreamSource
 from agent.spec import StepSpec
-from agent.speed import Speed
 from agent.step import Knobs, Model, jepa_step, modulated_prediction
 
 __all__ = [
@@ -43,7 +42,6 @@ __all__ = [
     "Model",
     "LearnerParts",
     "StepMetrics",
-    "Speed",
     "StepSpec",
     "StreamSource",
     "adaptation_curve",

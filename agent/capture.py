@@ -1,4 +1,4 @@
-"""The whole update as one CUDA graph: ``CapturedStep`` (``Speed(captured=True)``).
+"""The whole update as one CUDA graph: ``CapturedStep`` (``Learner(captured=True)``).
 
 A step of the small networks here is a few hundred kernel launches and their Python; replayed
 from a CUDA graph it is one launch. The captured region is everything ``Learner.update`` does on
@@ -18,7 +18,7 @@ the graph reads in place, written before each replay without waiting for the dev
 Every state the step changes is changed in place (the optimizer's, the memory's, the detector's,
 the weights), so the graph's writes are the learner's state. The first ``warmup`` steps run
 eagerly for each combination of the switches (the optimizer's state is created, the libraries
-initialise, a compiled step compiles) on a side stream; the step at which a graph is captured
+initialise) on a side stream; the step at which a graph is captured
 is then replayed once, so every update runs exactly once.
 The metrics come back as graph-owned tensors and are copied out (one kernel) before the next
 replay. Loading a state dict replaces the learner's tensors: the graphs are dropped then.
@@ -49,11 +49,10 @@ class CapturedStep:
     GPU (``capture``), eagerly with the same tensor inputs elsewhere."""
 
     def __init__(
-        self, learner: Any, capture: bool | None = None, compiled: bool = False, warmup: int = 3
+        self, learner: Any, capture: bool | None = None, warmup: int = 3
     ) -> None:
         """``learner``: the ``agent.Learner`` whose update this is (its networks, optimizer,
-        memory and generator); ``capture``: None for a GPU's default (on); ``compiled``: the
-        step through ``torch.compile`` (``Speed(compiled=True)``)."""
+        memory and generator); ``capture``: None for a GPU's default (on)."""
         if learner.latents is not None:
             raise ValueError(
                 "a captured step cannot replay the stream latent cache (Python dictionaries "
@@ -65,16 +64,7 @@ class CapturedStep:
         if self.capture and device.type != "cuda":
             raise ValueError(f"CUDA graphs need a CUDA device, the learner is on {device}")
         self.warmup = int(warmup)
-        # The step itself: compiled, it fuses the step's kernels (its backend's code is what
-        # a graph records); each switch combination is compiled in its eager warmup.
         self.body = learner.step_on
-        if compiled:
-            self.body = torch.compile(learner.step_on, dynamic=False)
-            # Compiled code is kept per function and guarded on the learner's objects, so each
-            # learner of a process (a run's floor and ceiling beside it) adds its own entries:
-            # more than torch's default limit of 8 would fall back to the eager step.
-            dynamo = torch._dynamo.config
-            dynamo.recompile_limit = max(dynamo.recompile_limit, 64)
         knob = torch.float32 if device.type == "cuda" else torch.float64
         self.lr = torch.zeros((), dtype=knob, device=device)
         self.tau = torch.zeros((), dtype=knob, device=device)

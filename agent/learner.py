@@ -3,7 +3,7 @@
 Assembled from parts (``agent.build``): networks (encoder, EMA target, predictor, modulator,
 experience encoder, aggregator), boundary detector, experience buffer, AdamW. ``update`` sets the
 step's schedule values and switches and calls ``agent.step.jepa_step`` (on a GPU, replayed from
-CUDA graphs or compiled where ``speed`` says: ``agent.speed``).
+CUDA graphs with ``captured``: ``agent.capture``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from agent.metrics import StepMetrics
 from agent.modulators import Modulated
 from agent.schedules import knobs_at
 from agent.sources import Batch
-from agent.speed import Speed
 from agent.step import (
     Knobs,
     MemoryView,
@@ -41,7 +40,8 @@ class Learner:
 
     ``step``: updates done. Controls: ``freeze_weights()`` / ``unfreeze_weights()`` (memory
     mode: no weight or EMA updates while the detector and buffer stay live), and the config's
-    ``freeze_buffer_at``, ``freeze_ema_at`` (steps, compared with ``step`` before the update). ``speed``: the GPU paths (None: ``Speed()``, the plain step).
+    ``freeze_buffer_at``, ``freeze_ema_at`` (steps, compared with ``step`` before the update). ``captured``: the update replayed from CUDA graphs on a GPU (``agent.capture``; eager with
+    the same tensor inputs on a CPU).
     """
 
     def __init__(
@@ -49,7 +49,7 @@ class Learner:
         cfg: AgentConfig,
         device: torch.device | str = "cpu",
         parts: LearnerParts | None = None,
-        speed: Speed | None = None,
+        captured: bool = False,
     ) -> None:
         if cfg.total_steps is None:
             raise ValueError("total_steps: None is for a runner to fill in (the schedules' length)")
@@ -73,11 +73,8 @@ class Learner:
         self.memory_rng.manual_seed(cfg.seed)
         # Latents of stream frames shared between consecutive batches (cfg.stream_cache).
         self.latents = LatentCache(cfg) if cfg.stream_cache else None
-        self.speed = speed if speed is not None else Speed()
-        self.captured: CapturedStep | None = None  # the step as a CUDA graph (agent.capture)
-        if self.speed.captured or self.speed.compiled:
-            capture = None if self.speed.captured else False
-            self.captured = CapturedStep(self, capture, compiled=self.speed.compiled)
+        # The step as a CUDA graph (agent.capture), or None: the plain step.
+        self.captured = CapturedStep(self) if captured else None
 
     @property
     def model(self) -> Model:
@@ -179,7 +176,7 @@ class Learner:
 
     def update(self, batch: Batch) -> StepMetrics:
         """One training step on ``batch`` (frames (B, F, 1, 64, 64) uint8, valid / world (B,)):
-        ``agent.step.jepa_step`` (replayed from a CUDA graph with ``Speed(captured=True)`` on a
+        ``agent.step.jepa_step`` (replayed from a CUDA graph with ``captured=True`` on a
         GPU: ``agent.capture``). Returns StepMetrics of 0-dim device tensors."""
         knobs = self.knobs()
         if self.captured is not None:

@@ -14,13 +14,6 @@ from agent.config import AgentConfig
 _FUSED = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_convolution_pointwise")
 
 
-def fused_here() -> bool:
-    """Whether the encoder may call the fused op now: where torch has it, and not inside a
-    compiled step (``Speed(compiled=True)``), whose backend makes its own fusions and cannot
-    compile this op's calls."""
-    return _FUSED and not torch.compiler.is_compiling()
-
-
 class Encoder(nn.Module):
     """Frame -> latent: four strided convs (k4 s2 p1, ReLU), Linear, LayerNorm (listing 1).
 
@@ -71,7 +64,7 @@ class Encoder(nn.Module):
         ``norm(proj(conv(x)).flatten(1))``, its map flattened in NCHW order."""
         if self.batched:
             h = self.conv(x)
-        elif x.device.type == "cpu" and not torch.is_grad_enabled() and fused_here():
+        elif x.device.type == "cpu" and not torch.is_grad_enabled() and _FUSED:
             h = self._fused_convs(x)
         else:
             h = self.conv(x.contiguous(memory_format=torch.channels_last))

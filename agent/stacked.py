@@ -13,7 +13,7 @@ rows s * B .. (s + 1) * B - 1; the world memories and detectors are the S seeds'
 seed s's at s * W .. (s + 1) * W - 1, so the group memory's and detector's own code, which keeps
 groups apart, keeps the seeds apart too. Each step returns one ``StepMetrics`` per seed.
 
-The stacked step is the plain step (``agent.step.jepa_step`` with ``Speed()``) of each seed to
+The stacked step is the plain step (``agent.step.jepa_step``) of each seed to
 rounding (``tests/agent/test_stacked.py``). It covers the worlds protocol's memory
 (``memory_scope="group"``) and the plain path: no stream latent cache, no work beside the
 encoder, no capture yet.
@@ -45,7 +45,6 @@ from agent.step import (
     as_metric,
     base_error,
     boundary,
-    clear_grads,
     context_latents,
     earlier_latents,
     episode_key,
@@ -134,12 +133,11 @@ class StackedLearner:
     """S learners of one configuration (``cfgs``: equal but for ``seed``) as one stacked
     learner; ``update(batches)`` takes each seed's batch and returns each seed's metrics.
     ``captured``: the stacked step replayed from CUDA graphs on a GPU (``agent.capture``; on a
-    CPU the same path runs eagerly); ``compiled``: the stacked step through ``torch.compile``
-    (``agent.speed.Speed.compiled``)."""
+    CPU the same path runs eagerly)."""
 
     def __init__(
         self, cfgs: Sequence[AgentConfig], device: torch.device | str = "cpu",
-        captured: bool = False, compiled: bool = False,
+        captured: bool = False,
     ) -> None:  # fmt: skip
         if not cfgs:
             raise ValueError("a stacked learner needs at least one seed")
@@ -185,8 +183,8 @@ class StackedLearner:
         self._frozen = False
         self.latents = None  # no stream latent cache (what a captured step needs too)
         self.captured: CapturedStep | None = None  # the stacked step as CUDA graphs
-        if captured or compiled:
-            self.captured = CapturedStep(self, None if captured else False, compiled=compiled)
+        if captured:
+            self.captured = CapturedStep(self)
 
     # ---------------------------------------------------------------- controls
     @property
@@ -263,7 +261,7 @@ class StackedLearner:
         if knobs.learn:
             for group in self.optimizer.param_groups:
                 group["lr"] = knobs.lr
-            clear_grads(self.optimizer)
+            self.optimizer.zero_grad(set_to_none=True)
             fwd.loss_total.sum().backward()
             self.optimizer.step()
             if knobs.ema:

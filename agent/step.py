@@ -85,7 +85,7 @@ def jepa_step(
     if knobs.learn:
         for group in m.optimizer.param_groups:
             group["lr"] = knobs.lr
-        clear_grads(m.optimizer)
+        m.optimizer.zero_grad(set_to_none=True)
         loss.total.backward()
         m.optimizer.step()
 
@@ -161,14 +161,6 @@ def batch_targets(
         latents.begin(batch.clock)
         target = nets.target.target
         return latents.targets(batch.clock, batch.frames, lambda f: encode(target, f, spec))
-
-
-def clear_grads(optimizer: torch.optim.Optimizer) -> None:
-    """``optimizer.zero_grad(set_to_none=True)`` written out: every parameter's gradient None
-    (``zero_grad`` itself is a function ``torch.compile`` will not trace)."""
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            p.grad = None
 
 
 def encodes_memory(nets: Networks) -> bool:

@@ -11,7 +11,7 @@ Options:
   --bench-tracks A,B,C,D,E     learner tracks to measure
   --bench-steps N              training steps per timed round (default 10)
   --bench-rounds N             timed rounds (default 5); steps/s uses the median round
-  --bench-warmup N             untimed warmup rounds (default 2): compile / first-step cost
+  --bench-warmup N             untimed warmup rounds (default 2): first-step cost
   --bench-stat {median,min}    round statistic behind steps_per_s and the ratios (min: the best
                                round, steadier on a machine shared with other work)
   --bench-threads N            torch intra-op threads for the whole session (default: torch's)
@@ -116,13 +116,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="end to end: the loop's update as CUDA graphs (train_online --capture; add "
         "--bench-set stream_cache=false)",
     )
-    group.addoption(
-        "--bench-compile",
-        action="store_true",
-        help="end to end and stacked: the step through torch.compile (train_online --compile; "
-        "add --bench-set stream_cache=false); the stacked benchmark's one-by-one mode is "
-        "skipped (a compilation a learner)",
-    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -150,7 +143,6 @@ class BenchSettings:
     timer_name: str = "time.perf_counter"
     sets: tuple[str, ...] = ()  # --bench-set FIELD=VALUE: train_online fields of the loop
     capture: bool = False  # --bench-capture: train_online --capture
-    compile: bool = False  # --bench-compile: train_online --compile
     preset: str = "paper"  # --bench-preset: train_online --preset of the loop
 
     def set_args(self) -> list[str]:
@@ -196,7 +188,6 @@ def bench(pytestconfig: pytest.Config) -> BenchSettings:
         timer_name,
         tuple(pytestconfig.getoption("--bench-set")),
         bool(pytestconfig.getoption("--bench-capture")),
-        compile=bool(pytestconfig.getoption("--bench-compile")),
         preset=pytestconfig.getoption("--bench-preset"),
     )
 

@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # The GPU checks and figures, each part time-limited, the most wanted first; each mode fits one
 # call of under 10 minutes on one H100.
-#   figures: the GPU-marked tests but the compiled ones, stacked seeds at the paper preset
-#            (captured; then compiled and captured), the loop end to end at the paper preset
-#            (compiled and captured), the default run with --capture timed whole.
-#   tests:   every GPU-marked test (the compiled ones compile: minutes), then a loop step split
-#            by benchmarks.profile_loop (paper preset, captured).
+#   figures: the GPU-marked tests, stacked seeds at the paper preset (captured), the loop end to
+#            end at the paper preset (captured), the default run with --capture timed whole.
+#   tests:   every GPU-marked test, then a loop step split by benchmarks.profile_loop (paper
+#            preset, captured).
 #   study:   a 3-seed x 4-arm worlds study at the study preset, each arm's seeds stacked and
 #            captured, the four arms at once (--workers 4, a process each), timed whole (the
 #            target: under 5 minutes).
@@ -33,13 +32,10 @@ bench() {  # bench SECONDS FILE JSON_NAME ARGS...: one benchmark module on the G
         --benchmark-json "$out/$name.json" "$@" 2>&1 | grep -E "seed-steps|passed|failed|rror"
     [ -s "$out/$name.json" ] && python -m benchmarks.make_table "$out/$name.json" | grep "^|"
 }
-stacked() {  # stacked SECONDS SECONDS: seeds stacked at the paper preset, captured; compiled too
+stacked() {  # stacked SECONDS: seeds stacked at the paper preset, captured
     part "stacked seeds, paper preset (captured)"
     bench "$1" test_stacked_speed.py stacked-captured --bench-preset paper --bench-seeds 1,16,64 \
         --bench-capture -k "not (one and 64)"
-    part "stacked seeds, paper preset (compiled and captured)"
-    bench "$2" test_stacked_speed.py stacked-compiled --bench-preset paper --bench-seeds 64 \
-        --bench-capture --bench-compile
 }
 case "$what" in
 study)
@@ -58,7 +54,7 @@ world)
     part "--preset gpu: the default learner fed 512 windows a step, 6,000 steps (bounds beside)"
     ( time timeout 210 python -m runners.train_online --device cuda --capture --preset gpu \
         --out "$out/runs" ) 2>&1 | grep -vE "it/s|s/it"
-    stacked 90 100
+    stacked 90
     } 2>&1 | tee "$out/world.log"
     find "$out/runs" \( -name summary.json -o -name config.json \) -print0 |
         tar czf "$out/runs.tar.gz" --null -T - && rm -rf "$out/runs"
@@ -77,13 +73,13 @@ figures)
     {
     nvidia-smi -L
     python -c "import torch; print('torch', torch.__version__)"
-    part "GPU-marked tests but the compiled ones"
-    timeout 75 python -m pytest -q -m gpu tests -k "not compile" -p no:cacheprovider \
+    part "GPU-marked tests"
+    timeout 75 python -m pytest -q -m gpu tests -p no:cacheprovider \
         --tb=short 2>&1 | grep -E "^E  |FAILED|passed|failed" | head -40
-    stacked 100 130
-    part "loop end to end, paper preset (compiled and captured)"
-    bench 130 test_end_to_end.py e2e-paper-compiled --bench-preset paper --bench-precision bf16 \
-        --bench-capture --bench-compile --bench-set stream_cache=false -k "worlds or paper-stream"
+    stacked 100
+    part "loop end to end, paper preset (captured)"
+    bench 70 test_end_to_end.py e2e-paper-captured --bench-preset paper --bench-precision bf16 \
+        --bench-capture --bench-set stream_cache=false -k "worlds or paper-stream"
     part "the default run, captured (the floor and the ceiling beside it, a process each)"
     ( time timeout 110 python -m runners.train_online --device cuda --capture \
         --no-stream-cache --out "$out/runs" ) 2>&1 | tail -6

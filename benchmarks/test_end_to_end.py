@@ -78,7 +78,7 @@ def make_loop(
         "--track", track, "--precision", precision, "--device", bench.device.type,
         "--eval-every", str(NEVER), "--checkpoint-every", str(NEVER), "--eval-shift-test", "8",
         *own, *bench.set_args(),
-        *(["--capture"] if bench.capture else []), *(["--compile"] if bench.compile else []),
+        *(["--capture"] if bench.capture else []),
     ])
     root = tmp_path / f"run-{protocol}-{source}-{track}-{precision}"
     root.mkdir()
@@ -161,6 +161,5 @@ def test_train_online_loop(
         group_size=cfg.group_size,
         bench_set=list(bench.sets),
         capture=bench.capture,
-        compile=bench.compile,
         preset=bench.preset,
     )

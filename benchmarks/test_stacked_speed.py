@@ -10,8 +10,7 @@ on the device.
 A round is ``--bench-steps`` steps of all S seeds; seed-steps/s = S x steps/s. The learner is
 `train_online --protocol worlds --preset P`'s (its precision the device's default), with the
 stream latent cache off (the stack recomputes, as a captured step does), track C unless
-``--bench-tracks`` names others; ``--bench-capture``: both from CUDA graphs (``agent.capture``);
-``--bench-compile``: the stacked step through ``torch.compile`` (the one-by-one mode skipped).
+``--bench-tracks`` names others; ``--bench-capture``: both from CUDA graphs (``agent.capture``).
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import pytest
 
 import env
 from agent import Learner, StreamSource
-from agent.speed import Speed
 from agent.stacked import StackedLearner
 from benchmarks.conftest import BenchSettings, record, skip_unless_selected, timed_rate
 from env.blocks import Schedules, SharedWorlds
@@ -61,17 +59,15 @@ def test_stacked_seeds(
                                                        device=world), seeds)  # fmt: skip
         joint = Schedules([schedule(blk, c) for blk, c in zip(shared.blocks, cfgs, strict=True)])
         source = StreamSource(joint, cfgs[0], bench.device, seed=[c.seed for c in cfgs])
-        learner = StackedLearner(cfgs, bench.device, bench.capture, bench.compile)
+        learner = StackedLearner(cfgs, bench.device, bench.capture)
 
         def step() -> None:
             learner.update(source.next())
     else:
-        if bench.compile:
-            pytest.skip("--bench-compile: one by one would compile each learner; stacked only")
         sources = [StreamSource(schedule(env.MovingMNISTVectorEnv(b, max_episode_steps=None,
                                                                   device=world), c),
                                 c, bench.device, seed=c.seed) for c in cfgs]  # fmt: skip
-        learners = [Learner(c, bench.device, speed=Speed(captured=bench.capture)) for c in cfgs]
+        learners = [Learner(c, bench.device, captured=bench.capture) for c in cfgs]
 
         def step() -> None:
             for one, src in zip(learners, sources, strict=True):
@@ -93,10 +89,9 @@ def test_stacked_seeds(
         updates_per_s=rate,
         seed_steps_per_s=None if rate is None else rate * seeds,
         capture=bench.capture,
-        compile=bench.compile,
     )
     if rate is not None:
-        how = " (captured)" * bench.capture + " (compiled)" * bench.compile
+        how = " (captured)" * bench.capture
         print(f"\n{mode}{how}, track {track}, {seeds} seeds, "
               f"{bench.preset} preset: "
               f"{rate * seeds:,.0f} seed-steps/s ({rate:,.1f} updates/s)")  # fmt: skip

@@ -73,7 +73,7 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
 
 def test_no_import_cycle_type_only_ones_included() -> None:
     edges = graph()
-    assert "agent.step" in edges and "agent.speed" in edges["agent.learner"]
+    assert "agent.step" in edges and "agent.capture" in edges["agent.learner"]
     assert find_cycle(edges) is None, " -> ".join(find_cycle(edges) or [])
 
 

@@ -238,8 +238,6 @@ class RunConfig:
     """auto = cuda when available, else cpu."""
     capture: bool = False
     """Each learner's update replayed from CUDA graphs (agent.capture; on a CPU the same step runs eagerly); needs --no-stream-cache."""
-    compile: bool = False
-    """Each learner's step through torch.compile, its kernels fused (with --capture the compiled step is what the graphs record); compiling takes about a minute at the start. For a GPU; needs --no-stream-cache."""
     bounds: bool = True
     """Worlds protocol: also train the floor (track A) and the ceiling (the oracle) on the same stream, in the run folder's floor/ and ceiling/, and report the chosen track between them (--no-bounds: the chosen track alone)."""
     workers: int = 0
@@ -366,10 +364,9 @@ def resolve(cfg: RunConfig) -> RunConfig:
         raise CliError(f"workers must be >= 0, got {cfg.workers}")
     if out.record_frames < 0:
         raise CliError(f"record_frames must be >= 0, got {out.record_frames}")
-    for flag, on in (("--capture", cfg.capture), ("--compile", cfg.compile)):
-        if on and cfg.agent.stream_cache:
-            raise CliError(f"{flag}: the step cannot run the stream latent cache (Python "
-                           "dictionaries by stream time); add --no-stream-cache")
+    if cfg.capture and cfg.agent.stream_cache:
+        raise CliError("--capture: the step cannot run the stream latent cache (Python "
+                       "dictionaries by stream time); add --no-stream-cache")
     if s.best_min_sigma is None:
         s.best_min_sigma = 0.2 if cfg.worlds_protocol else 0.0
     if not s.best_min_sigma >= 0.0:

@@ -25,7 +25,6 @@ import torch
 
 import env
 from agent import EvalData, Learner
-from agent.speed import Speed
 from runners.cli import CliError
 from runners.online.config import Paper, RunConfig, Worlds, device_name, world_families
 from runners.online.evaluation import CurveEvaluator, Evaluator
@@ -54,10 +53,8 @@ def resolve_device(name: str) -> torch.device:
 
 
 def make_learner(cfg: RunConfig, device: torch.device) -> Learner:
-    """The run's learner: the plain step, captured with ``--capture`` and compiled with
-    ``--compile`` (``agent.speed.Speed``)."""
-    speed = Speed(captured=cfg.capture, compiled=cfg.compile)
-    return Learner(cfg.agent, device=device, speed=speed)
+    """The run's learner: the plain step, replayed from CUDA graphs with ``--capture``."""
+    return Learner(cfg.agent, device=device, captured=cfg.capture)
 
 
 # -- evaluation --------------------------------------------------------------------------------

@@ -33,12 +33,10 @@ from runners.online.rundir import RunFolder, StopRequest
 
 class StackedLoops:
     """S ``OnlineLoop`` s (``loops``: configs equal but for the seed, worlds protocol, no
-    stream latent cache) stepped together by one ``StackedLearner`` (``captured``, ``compiled``:
-    its step as CUDA graphs, through ``torch.compile``)."""
+    stream latent cache) stepped together by one ``StackedLearner`` (``captured``: its step as
+    CUDA graphs)."""
 
-    def __init__(
-        self, loops: Sequence[OnlineLoop], captured: bool = False, compiled: bool = False
-    ) -> None:
+    def __init__(self, loops: Sequence[OnlineLoop], captured: bool = False) -> None:
         if not loops:
             raise CliError("stacked runs need at least one run")
         cfgs = [loop.learner.cfg for loop in loops]
@@ -46,7 +44,7 @@ class StackedLoops:
         if len(steps) != 1:
             raise CliError(f"stacked runs resume at one step, these are at {sorted(steps)}")
         try:
-            self.learner = StackedLearner(cfgs, loops[0].device, captured, compiled)
+            self.learner = StackedLearner(cfgs, loops[0].device, captured)
         except ValueError as err:
             raise CliError(f"cannot stack these runs: {err}") from None
         self.loops = list(loops)
@@ -110,4 +108,4 @@ def open_stacked(
                           len(cfgs))  # fmt: skip
     loops = [OnlineLoop.open(c, f, resume=resume, stop=stop, log=log, vec_env=blk)
              for c, f, blk in zip(cfgs, folders, shared.blocks, strict=True)]  # fmt: skip
-    return StackedLoops(loops, captured=cfg.capture, compiled=cfg.compile)
+    return StackedLoops(loops, captured=cfg.capture)

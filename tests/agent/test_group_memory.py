@@ -13,7 +13,6 @@ from agent import AgentConfig, Learner, StreamSource
 from agent.memory import AttentionAggregator, GroupBuffer
 from agent.memory.view import MemoryView
 from agent.metrics import stack
-from agent.speed import Speed
 from agent.step import memory_codes
 
 
@@ -106,16 +105,9 @@ def test_each_worlds_entries_are_encoded_once_and_read_by_its_samples() -> None:
 
 
 # ---------------------------------------------------------------------------- the step
-def _train(cfg: AgentConfig, steps: int, speed: Speed | None = None) -> tuple[Learner, list]:
-    learner = Learner(cfg, speed=speed)
-    source = grouped_source(cfg)
-    batches = [source.next() for _ in range(steps)]
-    return learner, [learner.update(b) for b in batches], batches
-
-
 def test_streams_write_their_worlds_memory_which_empties_when_the_world_changes() -> None:
     cfg = world_cfg(total_steps=200)
-    learner = Learner(cfg, speed=Speed())
+    learner = Learner(cfg)
     source = grouped_source(cfg)
     changes = 0
     for _ in range(70):
@@ -144,12 +136,12 @@ def test_world_memory_is_deterministic_and_resumes_exactly() -> None:
     cfg = world_cfg(total_steps=60, vary_memory=True)
     source = grouped_source(cfg)
     batches = [source.next() for _ in range(30)]
-    a = Learner(cfg, speed=Speed())
+    a = Learner(cfg)
     for b in batches[:15]:
         a.update(b)
     state = copy.deepcopy(a.state_dict())  # (the live tensors go on changing)
     rest_a = stack([a.update(b) for b in batches[15:]])
-    c = Learner(cfg, speed=Speed())
+    c = Learner(cfg)
     c.load_state_dict(state)
     rest_c = stack([c.update(b) for b in batches[15:]])
     for key in rest_a:
@@ -158,7 +150,7 @@ def test_world_memory_is_deterministic_and_resumes_exactly() -> None:
 
 def test_the_boundary_detector_runs_per_world() -> None:
     cfg = world_cfg(memory_write="boundary", total_steps=60, detector_warmup=2, kappa=0.5)
-    learner = Learner(cfg, speed=Speed())
+    learner = Learner(cfg)
     source = grouped_source(cfg)
     assert learner.detector.mu.shape == (cfg.num_groups,)
     decisions = []

@@ -1,5 +1,5 @@
 """agent.stacked.StackedLearner: S seeds trained as one, each seed's metrics, weights and memory
-those of its own plain learner (``Learner`` with ``Speed()``) on its own stream, to rounding."""
+those of its own plain learner (``Learner``) on its own stream, to rounding."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import torch
 
 import env
 from agent import AgentConfig, Learner, StreamSource
-from agent.speed import Speed
 from agent.stacked import StackedLearner
 
 SEEDS = (5, 8)
@@ -40,7 +39,7 @@ def test_each_stacked_seed_trains_as_its_own_plain_learner(track: str, kw: dict)
     cfgs = [config(track, s, **kw) for s in SEEDS]
     steps, freeze = 14, 10
     data = [stream(c, steps) for c in cfgs]
-    singles = [Learner(c, speed=Speed()) for c in cfgs]
+    singles = [Learner(c) for c in cfgs]
     stacked = StackedLearner(cfgs)
     sizes = []
     for t in range(steps):
@@ -99,7 +98,7 @@ def test_one_source_over_the_seeds_worlds_feeds_the_stack_as_their_own_streams()
     ])  # fmt: skip
     source = StreamSource(joint, cfgs[0], seed=[c.seed for c in cfgs])
     data = [stream(c, 12) for c in cfgs]
-    singles = [Learner(c, speed=Speed()) for c in cfgs]
+    singles = [Learner(c) for c in cfgs]
     stacked = StackedLearner(cfgs)
     for t in range(12):
         batch = source.next()
@@ -136,21 +135,6 @@ def test_off_a_gpu_the_captured_stack_is_the_plain_stack_bit_for_bit() -> None:
         assert torch.equal(p, captured.stack.params[name]), name
 
 
-def test_a_compiled_stack_is_the_plain_stack_to_rounding() -> None:
-    """``compiled=True``: the stacked step (``vmap`` over the seeds) through ``torch.compile``,
-    learning and then in memory mode."""
-    cfgs = [config("C", s) for s in SEEDS]
-    data = [stream(c, 8) for c in cfgs]
-    plain, compiled = StackedLearner(cfgs), StackedLearner(cfgs, compiled=True)
-    assert compiled.captured is not None and not compiled.captured.capture
-    for t, (a, b) in enumerate(zip(run(plain, data, 8, 6), run(compiled, data, 8, 6), strict=True)):
-        for ma, mb in zip(a, b, strict=True):
-            for name, x, y in zip(ma._fields, ma, mb, strict=True):
-                close(y, x, f"step {t}: {name}")
-    for name, p in plain.stack.params.items():
-        close(compiled.stack.params[name], p, name)
-
-
 @pytest.mark.gpu
 def test_on_a_gpu_the_captured_stack_is_the_eager_stack_to_rounding() -> None:
     cfgs = [config("C", s) for s in SEEDS]
@@ -166,19 +150,6 @@ def test_on_a_gpu_the_captured_stack_is_the_eager_stack_to_rounding() -> None:
     assert len(captured.captured.graphs) == 2  # learning, then memory mode
 
 
-@pytest.mark.gpu
-def test_on_a_gpu_a_compiled_and_captured_stack_is_the_eager_stack_to_rounding() -> None:
-    cfgs = [config("C", s) for s in SEEDS]
-    data = [[b.to("cuda") for b in stream(c, 16)] for c in cfgs]
-    eager = StackedLearner(cfgs, "cuda")
-    fast = StackedLearner(cfgs, "cuda", captured=True, compiled=True)
-    for a, b in zip(run(eager, data, 16, 12), run(fast, data, 16, 12), strict=True):
-        for ma, mb in zip(a, b, strict=True):
-            for name, x, y in zip(ma._fields, ma, mb, strict=True):
-                close(y, x, name, rtol=1e-3, atol=1e-4)
-    assert len(fast.captured.graphs) == 2
-
-
 def test_each_seed_state_is_a_lone_learner_state_and_back() -> None:
     """A stacked seed's state dict, loaded into a lone learner of its config, goes on as the
     seed goes on in the stack; lone learners' state dicts, loaded into a fresh stack, go on as
@@ -187,7 +158,7 @@ def test_each_seed_state_is_a_lone_learner_state_and_back() -> None:
     data = [stream(c, 14) for c in cfgs]
     stacked = StackedLearner(cfgs)
     run(stacked, [d[:8] for d in data], 8)
-    lone = [Learner(c, speed=Speed()) for c in cfgs]
+    lone = [Learner(c) for c in cfgs]
     for one, state in zip(lone, stacked.state_dicts(), strict=True):
         one.load_state_dict(state)
     again = StackedLearner(cfgs)

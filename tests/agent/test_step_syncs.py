@@ -1,4 +1,4 @@
-"""The plain step (``agent.step.jepa_step``, ``Speed()``) makes no host read and no device sync
+"""The plain step (``agent.step.jepa_step``) makes no host read and no device sync
 (each would stall a GPU), and docs/agent.md shows it as it is."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent import AgentConfig, DatasetSource, Learner, Speed
+from agent import AgentConfig, DatasetSource, Learner
 
 
 @pytest.mark.parametrize("track", ["A", "C"])
@@ -16,7 +16,7 @@ def test_the_plain_step_never_reads_a_tensor_on_the_host(
     """No .item()/bool()/float()/tolist() anywhere in the plain step (a GPU's default, where
     each would be a sync)."""
     cfg = AgentConfig.from_preset("tiny", track=track, detector_warmup=0)
-    learner = Learner(cfg, speed=Speed())
+    learner = Learner(cfg)
     src = DatasetSource(frames, cfg, seed=0)
     batches = [src.next() for _ in range(3)]
     learner.update(batches[0])  # optimizer state is created on the first step
@@ -51,7 +51,7 @@ def device_world_step(track: str, device: str) -> tuple[Learner, object]:
     vec = env.MovingMNISTVectorEnv(cfg.batch_size, max_episode_steps=None, device=device)
     sched = env.WorldSchedule(vec, "train", episode_steps=(6, 12), seed=0, group_size=4)
     source = StreamSource(sched, cfg, device=device, seed=0)
-    return Learner(cfg, device=device, speed=Speed()), source
+    return Learner(cfg, device=device), source
 
 
 @pytest.mark.parametrize("track", ["A", "C"])

@@ -15,7 +15,6 @@ from agent import AgentConfig, Learner
 from agent.blocks import BlockPredictor
 from agent.build import build_networks
 from agent.metrics import stack
-from agent.speed import Speed
 
 
 def world_cfg(track: str = "C", **kw) -> AgentConfig:
@@ -91,12 +90,12 @@ def test_a_run_with_blocks_resumes_exactly(track: str, oracle: bool) -> None:
     the uncut run's, bit for bit."""
     cfg = world_cfg(track, oracle=oracle, total_steps=50, predictor_blocks=2, hidden_dim=16)
     batches = [b for src in [grouped_source(cfg)] for b in (src.next() for _ in range(8))]
-    whole = Learner(cfg, speed=Speed())
+    whole = Learner(cfg)
     ms = [whole.update(b) for b in batches]
-    first = Learner(cfg, speed=Speed())
+    first = Learner(cfg)
     for b in batches[:4]:
         first.update(b)
-    resumed = Learner(cfg, speed=Speed())
+    resumed = Learner(cfg)
     resumed.load_state_dict(copy.deepcopy(first.state_dict()))
     rest = [resumed.update(b) for b in batches[4:]]
     want, got = stack(ms[4:]), stack(rest)

@@ -161,27 +161,9 @@ def test_a_run_with_a_captured_step_is_the_same_run_off_a_gpu(tmp_path: Path) ->
     assert_same_records(tmp_path / "plain", tmp_path / "captured")
 
 
-def test_compile_gives_each_learner_the_compiled_plain_step(tmp_path: Path) -> None:
-    """--compile: the plain pieces through torch.compile (its numbers: tests/agent/test_capture.py),
-    with --capture in CUDA graphs; stacked seeds likewise."""
-    from runners.online.stacked import StackedLoops
-
-    cfg = tiny_config(*WORLDS, "--no-stream-cache", "--compile", protocol="worlds")
-    loop = open_loop(tmp_path / "run", cfg)
-    learner = loop.learner
-    assert learner.speed.compiled and not learner.speed.captured
-    assert learner.captured.body is not learner.step_on
-    other = open_loop(tmp_path / "seed1", tiny_config(*WORLDS, "--no-stream-cache",
-                                                      "--compile", "--seed", "1", protocol="worlds"))  # fmt: skip
-    stacked = StackedLoops([loop, other], compiled=True)
-    assert stacked.learner.captured.body is not stacked.learner.step_on
-    loop.close(), other.close()
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("extra", [[], ["--capture", "--no-stream-cache"],
-                                   ["--capture", "--compile", "--no-stream-cache"]],
-                         ids=["plain", "captured", "compiled"])  # fmt: skip
+@pytest.mark.parametrize("extra", [[], ["--capture", "--no-stream-cache"]],
+                         ids=["plain", "captured"])  # fmt: skip
 def test_on_a_gpu_the_loop_waits_for_the_device_only_at_its_metric_blocks(
     tmp_path: Path, extra: list[str], no_device_syncs
 ) -> None:
