@@ -7,8 +7,9 @@ either: it is printed the same way, naming its file. A bug (any other exception)
 traceback, because that is what a developer needs to fix it.
 
 ``parse`` is the one way a runner reads its command line: tyro, from a typed dataclass per command
-(its field docstrings are the ``--help``), with tyro's multi-line error box reduced to one
-``CliError`` line.
+(its field docstrings are the ``--help``); a parse failure becomes one ``CliError`` line built
+from the event tyro's parse-error hook hands over (``tyro._errors.on_parse_error``, tyro's own
+but private API: pyproject.toml pins the tyro it was written against).
 
 ``ensure_output_dir`` is the one check every command makes on an output folder before it starts
 working: created, and a file written in it, or one ``CliError`` naming the folder. ``writing(path)``
@@ -18,11 +19,8 @@ names no file).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import io
 import os
-import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -31,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import tyro
+from tyro import _errors as tyro_errors  # tyro's parse-error hook: private, so tyro is pinned
 
 
 class CliError(Exception):
@@ -40,47 +39,35 @@ class CliError(Exception):
 #: A flag takes no value and has no negation: ``--dry-run``, no ``--no-dry-run``.
 FLAGS = (tyro.conf.FlagCreatePairsOff, tyro.conf.DisallowNone)
 
-_REWRITES = (
-    (re.compile(r"^Error parsing (--[\w.-]+): (.*\1\b)"), r"\2"),  # the message names it
-    (re.compile(r"^Error parsing (--[\w.-]+): "), r"\1: "),
-    (re.compile(r"^Error parsing [\w.]+: "), ""),  # a nested config's own ValueError
-    (re.compile(r"invalid literal for int\(\) with base 10: (.*)$"), r"expected an integer, got \1"),
-    (re.compile(r"could not convert string to float: (.*)$"), r"expected a number, got \1"),
-    (
-        re.compile(r"^invalid choice (.*) for argument '(--[\w.-]+)'\. Expected one of \((.*)\)\.?$"),
-        r"\2: expected one of \3, got \1",
-    ),
-    (re.compile(r"^Unrecognized options?: "), "unknown option(s): "),
-    (re.compile(r"^Missing value for argument '(--[\w.-]+)'\..*$"), r"\1 needs a value"),
-    (re.compile(r"^Missing from .*?: (\S+) .*$"), r"\1 is required"),
-    (re.compile(r"no type matching (.+) could be instantiated from \[(.*)\]\.$"), r"expected \1, got \2"),
-)
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+def _message(event: tyro_errors.ParseErrorEvent) -> str:
+    """One line for a parse failure tyro reports (its parse-error hook, ``tyro._errors``)."""
+
+    def flag(arg: Any) -> str:
+        return "/".join(arg.lowered.name_or_flags) if arg.lowered.name_or_flags else str(arg.lowered.metavar)
+
+    if isinstance(event, tyro_errors.MissingArgs):
+        names = [str(a.arg.lowered.metavar) if a.arg.is_positional() else flag(a.arg)
+                 for a in event.missing_arguments]  # fmt: skip
+        return f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} required"
+    if isinstance(event, tyro_errors.InvalidChoice):
+        choices = ", ".join(repr(c) for c in event.choices if c != "None")
+        return f"{flag(event.argument)}: expected one of {choices}, got {event.value!r}"
+    if isinstance(event, tyro_errors.BadValue):
+        if event.reason == "too_few_values":
+            return f"{flag(event.argument)} needs a value"
+        return f"{flag(event.argument)} takes no value, got {event.offending_value!r}"
+    if isinstance(event, tyro_errors.UnrecognizedArgs):
+        return f"unknown option(s): {' '.join(event.tokens)}"
+    if isinstance(event, tyro_errors.InstantiationFailure):
+        text = event.message.splitlines()[0] if event.message else "bad value"
+        if event.argument is None or text.startswith("--"):
+            return text
+        return f"{flag(event.argument)} expects {event.argument.lowered.metavar}: {text}"
+    return f"bad command line ({type(event).__name__}); see {event.prog} --help"
 
 
-def _one_line(text: str) -> str:
-    """The message of tyro's error box as one line: the lines between the box's top (a
-    ``╭─ title ─╮`` line, or the title's ``-----`` rule where stdout is not UTF-8) and its first
-    inner rule; a plain ``error:`` line as it is."""
-    lines = [_ANSI.sub("", raw).strip() for raw in text.splitlines()]
-
-    def rule(s: str) -> bool:
-        return bool(s) and set(s) <= {"─", "-"}
-
-    top = next((i for i, s in enumerate(lines) if s.startswith("╭") or rule(s)), None)
-    body: list[str] = []
-    if top is not None:
-        for s in lines[top + 1 :]:
-            s = s.strip("│").strip()
-            if not s or rule(s) or s.startswith("╰"):
-                break
-            body.append(s)
-    if not body:
-        body = [s.split("error: ", 1)[1] for s in lines if "error: " in s][-1:]
-    msg = " ".join(body) or "bad command line"
-    for pattern, repl in _REWRITES:
-        msg = pattern.sub(repl, msg)
-    return msg
+def _raise(event: tyro_errors.ParseErrorEvent) -> None:
+    raise CliError(_message(event))
 
 
 def parse(
@@ -94,35 +81,21 @@ def parse(
     config: Sequence[Any] = FLAGS,
     add_help: bool = True,
 ) -> Any:
-    """``tyro.cli(cls)`` on ``argv`` (default ``sys.argv[1:]``), its error box turned into one
-    ``CliError`` line; ``--help`` prints and exits 0. With ``unknown``: (the config, the options
-    it does not know, a leading ``--`` dropped). Without ``default`` (a command's own options),
-    a list option given no value is an error where its default is not empty, and so is each
-    empty group of a repeatable one (``--grid`` alone)."""
+    """``tyro.cli(cls)`` on ``argv`` (default ``sys.argv[1:]``), a parse failure one
+    ``CliError`` line (from tyro's parse-error event, before it prints its box); ``--help``
+    prints and exits 0. With ``unknown``: (the config, the options it does not know, a leading
+    ``--`` dropped). Without ``default`` (a command's own options), a list option given no
+    value is an error where its default is not empty, and so is each empty group of a
+    repeatable one (``--grid`` alone)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    helping = any(a in ("-h", "--help") for a in argv)
     kwargs: dict[str, Any] = {} if default is None else {"default": default}
-    buf = io.StringIO()
-    columns = os.environ.get("COLUMNS")
     try:
-        if not helping:  # no line wrapping inside the error box
-            os.environ["COLUMNS"] = "1000"
-        with contextlib.redirect_stderr(buf):
+        with tyro_errors.on_parse_error(_raise):
             out = tyro.cli(cls, args=argv, prog=prog, description=description,
                            return_unknown_args=unknown, config=tuple(config) or None,
-                           add_help=add_help, **kwargs)
-    except SystemExit as exc:
-        if exc.code in (0, None):
-            raise
-        raise CliError(_one_line(buf.getvalue())) from None
+                           add_help=add_help, **kwargs)  # fmt: skip
     except ValueError as err:  # a config dataclass's own validation, on the parsed values
         raise CliError(str(err)) from None
-    finally:
-        if not helping:
-            if columns is None:
-                os.environ.pop("COLUMNS", None)
-            else:
-                os.environ["COLUMNS"] = columns
     cfg, extra = out if unknown else (out, [])
     for f in dataclasses.fields(cfg) if default is None else ():
         value = getattr(cfg, f.name)

@@ -70,7 +70,7 @@ def test_sweep_refuses_unknown_fields_and_reserved_options(capsys):
     ("argv", "message"),
     [
         (["--grid", "track=Q"], r"run track-Q: --track: expected one of .*got 'Q'"),
-        (["--grid", "lr=1e-3,x"], r"run lr-x: --lr: expected a number, got 'x'"),
+        (["--grid", "lr=1e-3,x"], r"run lr-x: --lr expects FLOAT: .*'x'"),
         (["--grid", "seed=1", "kappa=-1"], r"run seed-1_kappa--1: kappa: must be > 0 \(got -1.0\)"),
         (["--grid", "seed=1", "--steps", "10", "--switch", "20:0.5"], "outside the run"),
         (["--grid", "seed=1", "--switch", "5:friction=3"], r"friction must be in \[0, 1\)"),
@@ -108,7 +108,7 @@ def test_reproduce_checks_its_runs_before_writing_anything(tmp_path):
     with pytest.raises(CliError, match="kappa: must be > 0"):
         reproduce.main(["--out", str(out), "--preset", "tiny", "--steps", "20",
                         "--kappa", "-1"])
-    with pytest.raises(CliError, match="lambda.reg: expected a number"):
+    with pytest.raises(CliError, match="--lambda-reg expects FLOAT"):
         reproduce.main(["--out", str(out), "--preset", "tiny", "--lambda-reg", "x"])
     assert not out.exists()
 
