@@ -20,24 +20,28 @@ Calls the paper leaves open (documented in docs/agent.md):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+# The choices of the config's text fields, each typed where it is declared (tyro's choices).
 Track = Literal["A", "B", "C", "D", "E"]
+Precision = Literal["fp32", "bf16"]
+PushPair = Literal["newest", "input"]
+MemoryWrite = Literal["boundary", "every"]
+MemoryScope = Literal["global", "group"]
+MemoryRead = Literal["peer", "all"]
+PredictorKind = Literal["direct", "rollout", "conv"]
+EncoderKind = Literal["flat", "map"]
+Regularised = Literal["predictions", "latents"]
+PredError = Literal["mse", "relative"]
 TRACKS: tuple[str, ...] = get_args(Track)
+PRECISIONS: tuple[str, ...] = get_args(Precision)
 PRESETS = ("paper", "tiny")
-PRECISIONS = ("fp32", "bf16")
-PUSH_PAIRS = ("newest", "input")
-MEMORY_WRITES = ("boundary", "every")
-MEMORY_SCOPES = ("global", "group")
-MEMORY_READS = ("peer", "all")
-PREDICTORS = ("direct", "rollout", "conv")
-ENCODERS = ("flat", "map")
-REGULARISED = ("predictions", "latents")
-PRED_ERRORS = ("mse", "relative")
 # The oracle's input: the true physics of a sample's world, (gravity_x, gravity_y, restitution,
 # friction) as ``env.PHYSICS_FEATURES`` (a test keeps the two in step; agent never imports env).
 PHYSICS_DIM = 4
@@ -170,7 +174,7 @@ _NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {
 class AgentConfig:
     """Every hyperparameter of the learner (defaults: the paper, Track C)."""
 
-    track: str = "C"  # A none, B residual injection, C LoRA, D FiLM, E hypernetwork
+    track: Track = "C"  # A none, B residual injection, C LoRA, D FiLM, E hypernetwork
     seed: int = 0  # parameter init (torch); sources take their own seeds
     latent_dim: int = 64  # encoder output / predictor input and output
     hidden_dim: int = 1024  # predictor hidden width
@@ -186,12 +190,12 @@ class AgentConfig:
     lambda_reg: float = 0.05  # weight of the variance hinge
     # what the variance hinge holds apart: the "predictions" (the paper) or the online
     # encoder's "latents" of the context frames (eb_jepa, VICReg)
-    regularise: str = "predictions"
+    regularise: Regularised = "predictions"
     lambda_cov: float = 0.0  # weight of VICReg's covariance term on what regularise names (0: none, the paper)
     # the prediction error: "mse" the mean over horizons of the squared error (the paper);
     # "relative" each horizon's divided by its batch's mean squared "no change" distance
     # ||zbar_k - z_t||^2, so that the short horizons weigh as they do in D
-    pred_error: str = "mse"
+    pred_error: PredError = "mse"
     buffer_capacity: int = 256  # experience buffer entries (FIFO)
     kappa: float = 1.5  # boundary fires when s > mu + kappa * sigma
     detector_momentum: float = 0.99  # EMA momentum of the surprisal statistics
@@ -204,7 +208,7 @@ class AgentConfig:
     hyper_dim: int = 4  # Track E: size of the code that mixes the full-rank delta bases
     encoder_channels: tuple[int, ...] = (16, 32, 64, 64)  # the four strided convolutions
     input_scale: float = 1.0  # encoder input = uint8 frame * input_scale (1.0: raw 0..255)
-    precision: str = "fp32"  # "fp32" or "bf16" (torch.autocast; weights stay fp32)
+    precision: Precision = "fp32"  # "fp32" or "bf16" (torch.autocast; weights stay fp32)
     norm_eps: float = 1e-3  # D metric: samples with ||zbar - z|| below this are excluded
     eval_batch_size: int = 256  # frames-per-chunk bound of evaluation (memory)
     freeze_buffer_at: int | None = None  # no buffer writes from this step on
@@ -216,27 +220,27 @@ class AgentConfig:
     # "rollout": a one-step transition z_{t+1} = norm(z_t + f(z_{t-C+1..t})), modulated at every
     # step, applied max(horizons) times, its outputs at the horizons (one latent per horizon, so
     # per_horizon is moot). docs/agent.md, "A predictor that rolls forward".
-    predictor: str = "direct"
+    predictor: PredictorKind = "direct"
     # "flat": the listing's encoder, four strided convolutions and a Linear to latent_dim; "map":
     # the feature map after the strided convolutions is the latent (a 1x1 convolution to
     # latent_dim / side^2 channels; 64 px / 2^len(encoder_channels) a side), for the "conv"
     # predictor, a convolutional one on the map (docs/agent.md, "Beyond the paper: a spatial
     # latent and a convolutional predictor")
-    encoder: str = "flat"
-    push_pair: str = "newest"  # memory pair: "newest" frames (paper) or "input" (the input's own)
+    encoder: EncoderKind = "flat"
+    push_pair: PushPair = "newest"  # memory pair: "newest" frames (paper) or "input" (the input's own)
     # "global" one FIFO of batch means (paper), "group" one FIFO per group of ``group_size``
     # streams that share a world (agent/memory/group.py; group_size 1: each stream its own)
-    memory_scope: str = "global"
+    memory_scope: MemoryScope = "global"
     group_size: int = 1  # memory_scope "group": the streams that share a world and its memory
     # memory_scope "group": a sample reads its group's entries but those of its own episode
     # ("peer"), or all of them ("all")
-    memory_read: str = "peer"
+    memory_read: MemoryRead = "peer"
     # frames per memory entry, the newest the input: 2 a transition pair (z_{t-1}, z_t), the
     # paper's; 3 adds the frame before, so that an entry shows a change of velocity, which is
     # where a world's gravity shows (group memories, the input's own entries)
     entry_frames: int = 2
     vary_memory: bool = False  # training: each sample sees only its newest k entries, k ~ U{0..n}
-    memory_write: str = "boundary"  # push on a detector "boundary" (paper) or at "every" valid step
+    memory_write: MemoryWrite = "boundary"  # push on a detector "boundary" (paper) or at "every" valid step
     oracle: bool = False  # feed the true physics (Batch.physics) in place of e_agg: the ceiling
     # A world model that uses what it is told (docs/agent.md, "Beyond the paper: a predictor
     # with room to use the world"). 0: the listing's one hidden layer; N:
@@ -287,19 +291,11 @@ class AgentConfig:
         self._validate_shapes()
 
     @staticmethod
+    @functools.cache
     def _choices() -> dict[str, tuple[str, ...]]:
-        return {
-            "track": TRACKS,
-            "precision": PRECISIONS,
-            "push_pair": PUSH_PAIRS,
-            "memory_scope": MEMORY_SCOPES,
-            "memory_write": MEMORY_WRITES,
-            "memory_read": MEMORY_READS,
-            "predictor": PREDICTORS,
-            "encoder": ENCODERS,
-            "regularise": REGULARISED,
-            "pred_error": PRED_ERRORS,
-        }
+        """The fields typed as a ``Literal`` and their choices."""
+        hints = typing.get_type_hints(AgentConfig)
+        return {n: get_args(h) for n, h in hints.items() if typing.get_origin(h) is Literal}
 
     def _validate_shapes(self) -> None:
         """The integer fields beyond positivity, and the fields that constrain each other."""
