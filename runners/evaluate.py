@@ -29,7 +29,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import tyro
 
@@ -40,6 +40,11 @@ from runners.online.parts import make_evaluator, resolve_device, set_threads
 from runners.online.rundir import RunFolder
 from runners.online.store import open_store
 from runners.online.summary import curve_report, format_curve, held_out_text, world_probe_text
+from runners.online.worlds_eval import WorldsEvaluator
+
+if TYPE_CHECKING:
+    import env
+    from agent import AgentConfig, Learner
 
 PROG = "evaluate"
 CURVE = (0, 10, 25, 50, 100, 256)
@@ -105,23 +110,10 @@ def locate(path: str, which: str) -> tuple[Path, RunFolder | None]:
     raise CliError(f"{p}: no such run folder or checkpoint file")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse(Evaluate, argv, f"python -m runners.{PROG}")
-    if args.n is not None and (not args.n or any(n < 0 for n in args.n)):
-        raise CliError("--n: one or more memory sizes, each >= 0")
-    ckpt, folder = locate(args.path, args.checkpoint)
-    out = Path(args.out) if args.out else RunFolder.curve_path(ckpt)
-    ensure_output_dir(out.parent, "the folder of --out" if args.out else "the checkpoint's folder")
-    device = resolve_device(args.device)
-    set_threads(device)
-
-    from agent import (
-        CheckpointError,
-        Learner,
-        load_checkpoint,
-        read_checkpoint_config,
-        target_reference,
-    )
+def run_config(ckpt: Path, folder: RunFolder | None) -> RunConfig:
+    """The config to evaluate ``ckpt`` under: its run folder's, or (a checkpoint on its own) the
+    default one of its protocol; its ``agent`` is the checkpoint's."""
+    from agent import CheckpointError, read_checkpoint_config
 
     try:
         agent_cfg = read_checkpoint_config(ckpt)
@@ -135,16 +127,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         protocol = Worlds() if worlds else Paper()
         cfg = resolve(RunConfig(protocol=protocol, schedule=Schedule(switches=())))
     cfg.agent = agent_cfg
-    ns = tuple(sorted(set(args.n if args.n is not None else
-                          WORLDS_CURVE if cfg.worlds_protocol else CURVE)))  # fmt: skip
+    return cfg
+
+
+def check_options(args: Evaluate, cfg: RunConfig) -> None:
+    """Refuses (``CliError``) the options that do not fit the run's protocol or agent."""
     if args.world_probe and not cfg.worlds_protocol:
         raise CliError("--world-probe: a worlds-protocol run only")
     if args.probe_worlds < 1 or args.probe_steps < 1:
         raise CliError("--probe-worlds and --probe-steps must be at least 1")
-    if args.world_probe and args.probe_predictor == "conv" and agent_cfg.encoder != "map":
+    if args.world_probe and args.probe_predictor == "conv" and cfg.agent.encoder != "map":
         raise CliError("--probe-predictor conv: a run with a spatial latent (encoder 'map') only")
-    if args.target_reference and (cfg.worlds_protocol or agent_cfg.context_frames != 1):
+    if args.target_reference and (cfg.worlds_protocol or cfg.agent.context_frames != 1):
         raise CliError("--target-reference: a paper-protocol run (one context frame) only")
+
+
+def open_data(args: Evaluate, cfg: RunConfig, ns: tuple[int, ...]) -> env.PaperDataset | None:
+    """The --data store, or None (the splits are generated); sets ``cfg`` to use the store's
+    splits whole, or (worlds protocol) to generate world sets long enough for ``ns``."""
     store = None
     if args.data:
         if cfg.worlds_protocol:
@@ -156,7 +156,72 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg.schedule.eval_shift_test = 10**9
     if cfg.worlds_protocol:
         cfg.schedule.final_ns = ns  # the world sets are long enough for the largest n
-    evaluator = make_evaluator(cfg, store)
+    return store
+
+
+def world_probe(
+    args: Evaluate,
+    learner: Learner,
+    evaluator: WorldsEvaluator,
+    agent_cfg: AgentConfig,
+    ns: tuple[int, ...],
+) -> dict:
+    """The --world-probe report of ``learner`` on the evaluator's held-out worlds."""
+    from agent.adaptation import input_index
+    from probes.world import ProbeConfig
+    from runners.online.worlds_eval import world_probe_report
+
+    conv = args.probe_predictor == "conv"
+    start = 0 if args.probe_window == "first" else (
+        input_index(agent_cfg, max(ns)) - agent_cfg.context_frames + 1)
+    probe_cfg = ProbeConfig(steps=args.probe_steps, predictor=args.probe_predictor,
+                            start=start, **({"hidden": agent_cfg.hidden_dim,
+                                             "map_side": agent_cfg.map_side} if conv else {}))
+    return world_probe_report(
+        learner, evaluator.sets.held_out, worlds=args.probe_worlds, cfg=probe_cfg,
+        family=next(iter(evaluator.sets.families.values())))  # the training family
+
+
+def print_report(args: Evaluate, rep: dict, ckpt: Path, cfg: RunConfig, step: int) -> None:
+    """Prints the report: the curve, then what the protocol and the options added to it."""
+    print(f"{ckpt} (track {cfg.agent.track}, step {step}); data: {rep['data']}")
+    print(format_curve(rep))
+    if cfg.worlds_protocol:
+        print("\n".join(held_out_text(rep["held_out"], f"at step {step}")))
+    if args.target_reference:
+        print(format_reference(rep["target_reference"]))
+    if args.world_probe:
+        print("\n".join(world_probe_text(rep["world_probe"])))
+
+
+def write_json(out: Path, rep: dict) -> None:
+    """Writes the report to ``out`` as JSON (``CliError`` if it cannot) and says so."""
+    try:
+        out.write_text(json.dumps(rep, indent=2) + "\n")
+    except OSError as err:
+        raise CliError(f"cannot write {out}: {err.strerror or err}") from None
+    print(f"written: {out}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Evaluates a checkpoint, prints the report and writes it as JSON; the exit status."""
+    args = parse(Evaluate, argv, f"python -m runners.{PROG}")
+    if args.n is not None and (not args.n or any(n < 0 for n in args.n)):
+        raise CliError("--n: one or more memory sizes, each >= 0")
+    ckpt, folder = locate(args.path, args.checkpoint)
+    out = Path(args.out) if args.out else RunFolder.curve_path(ckpt)
+    ensure_output_dir(out.parent, "the folder of --out" if args.out else "the checkpoint's folder")
+    device = resolve_device(args.device)
+    set_threads(device)
+
+    from agent import CheckpointError, Learner, load_checkpoint, target_reference
+
+    cfg = run_config(ckpt, folder)
+    agent_cfg = cfg.agent
+    ns = tuple(sorted(set(args.n if args.n is not None else
+                          WORLDS_CURVE if cfg.worlds_protocol else CURVE)))  # fmt: skip
+    check_options(args, cfg)
+    evaluator = make_evaluator(cfg, open_data(args, cfg, ns))
 
     learner = Learner(agent_cfg, device=device)
     try:
@@ -171,36 +236,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cfg.worlds_protocol:
         rep["held_out"] = evaluator.report(learner, ns)
     if args.world_probe:
-        from agent.adaptation import input_index
-        from probes.world import ProbeConfig
-        from runners.online.worlds_eval import world_probe_report
-
-        conv = args.probe_predictor == "conv"
-        start = 0 if args.probe_window == "first" else (
-            input_index(agent_cfg, max(ns)) - agent_cfg.context_frames + 1)
-        probe_cfg = ProbeConfig(steps=args.probe_steps, predictor=args.probe_predictor,
-                                start=start, **({"hidden": agent_cfg.hidden_dim,
-                                                 "map_side": agent_cfg.map_side} if conv else {}))
-        rep["world_probe"] = world_probe_report(
-            learner, evaluator.sets.held_out, worlds=args.probe_worlds, cfg=probe_cfg,
-            family=next(iter(evaluator.sets.families.values())))  # the training family
+        rep["world_probe"] = world_probe(args, learner, evaluator, agent_cfg, ns)
     if args.target_reference:
         ref = target_reference(learner, evaluator.data, n=50)  # type: ignore[attr-defined]
         rep["target_reference"] = dataclasses.asdict(ref)
     rep["run_step"] = extra.get("run_step", learner.step) if isinstance(extra, dict) else None
-    print(f"{ckpt} (track {agent_cfg.track}, step {learner.step}); data: {rep['data']}")
-    print(format_curve(rep))
-    if cfg.worlds_protocol:
-        print("\n".join(held_out_text(rep["held_out"], f"at step {learner.step}")))
-    if args.target_reference:
-        print(format_reference(rep["target_reference"]))
-    if args.world_probe:
-        print("\n".join(world_probe_text(rep["world_probe"])))
-    try:
-        out.write_text(json.dumps(rep, indent=2) + "\n")
-    except OSError as err:
-        raise CliError(f"cannot write {out}: {err.strerror or err}") from None
-    print(f"written: {out}")
+    print_report(args, rep, ckpt, cfg, learner.step)
+    write_json(out, rep)
     return 0
 
 

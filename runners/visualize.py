@@ -324,6 +324,87 @@ def new_session_dir(args: Visualize, tracks: Sequence[str]) -> Path:
     return root
 
 
+def resume_session(
+    args: Visualize,
+) -> tuple[Path, list[tuple[RunConfig, RunFolder]], tuple[float, float], dict[str, Any]]:
+    """--resume: the session folder, each track's config (changed by the options that may
+    change) and run folder, the (gravity, direction) G switches to and the world's saved state."""
+    from runners.online.command import resume_config
+
+    if args.from_runs or args.tracks:
+        raise CliError("--from and --tracks cannot be used with --resume")
+    root = Path(args.resume)
+    meta_path = root / SESSION_FILE
+    if not meta_path.exists():
+        raise CliError(f"--resume {root}: not a visualizer session (no {SESSION_FILE})")
+    meta = read_session(meta_path)
+    tracks = list(meta["tracks"])
+    world_state = meta.get("world", {})
+    changes = [
+        token
+        for name in ("steps", "device", "eval_every", "checkpoint_every")
+        if getattr(args, name) is not None
+        for token in ("--" + name.replace("_", "-"), str(getattr(args, name)))
+    ]
+    configs = []
+    for t in tracks:
+        folder = existing_run_folder(root / t)
+        configs.append((resume_config(folder.read_config(), changes), folder))
+    protocol = configs[0][0].protocol.kind  # the session's own (each track's config.json)
+    if args.protocol is not None and args.protocol != protocol:
+        raise CliError(
+            f"--resume {root}: a {protocol}-protocol session; it cannot continue under "
+            f"--protocol {args.protocol}"
+        )
+    default_g, default_d = session_target(configs[0][0])
+    shift_gravity = float(
+        world_state.get("shift_gravity", meta.get("shift_gravity", default_g))
+    )
+    shift_direction = float(world_state.get("shift_direction", default_d))
+    return root, configs, (shift_gravity, shift_direction), world_state
+
+
+def new_session(
+    args: Visualize,
+) -> tuple[Path, list[tuple[RunConfig, RunFolder]], tuple[float, float], dict[str, Path]]:
+    """A new session: its folder (made, with its viz.json), each track's config and held run
+    folder, the (gravity, direction) G switches to and the --from runs by track."""
+    from runners.online.parts import resolve_device, set_threads
+
+    protocol = args.protocol or DEFAULT_PROTOCOL
+    if args.shift_direction is not None and protocol != "worlds":
+        raise CliError("--shift-direction belongs to the worlds protocol (paper: Left/Right)")
+    starts = from_dirs(args)
+    tracks = list(args.tracks or (starts.keys() if starts else DEFAULT_TRACKS))
+    if len(set(tracks)) != len(tracks):
+        raise CliError("--tracks: each track at most once")
+    missing = set(starts) - set(tracks)
+    if missing:
+        raise CliError(f"--from gives track {', '.join(sorted(missing))}, not in --tracks")
+    if args.bounds and protocol == "worlds":
+        tracks = with_bounds(tracks)
+    cfgs = [bound_config(args, t, starts.get(t), protocol, tracks) for t in tracks]
+    default_g, default_d = session_target(cfgs[0])
+    shift_gravity = args.shift_gravity if args.shift_gravity is not None else default_g
+    shift_direction = args.shift_direction if args.shift_direction is not None else default_d
+    set_threads(resolve_device(cfgs[0].device))
+    root = new_session_dir(args, tracks)
+    meta = {
+        "tracks": tracks,
+        "seed": cfgs[0].agent.seed,
+        "protocol": protocol,
+        "shift_gravity": shift_gravity,
+        "shift_direction": shift_direction,
+    }
+    (root / SESSION_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    configs = []
+    for t, cfg in zip(tracks, cfgs, strict=True):
+        folder = RunFolder(root / t).hold()
+        folder.make()
+        configs.append((cfg, folder))
+    return root, configs, (shift_gravity, shift_direction), starts
+
+
 def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
     """Parse, build one OnlineLoop per track, open the window (or the dummy one), build the app."""
     args = parse(argv)
@@ -334,75 +415,15 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
         ensure_output_dir(Path(args.screenshot).parent, "the folder of --screenshot")
     if args.video:
         ensure_output_dir(args.video, "--video")
-    from runners.online.command import resume_config
     from runners.online.loop import OnlineLoop
     from runners.online.parts import resolve_device, set_threads
 
     world_state: dict[str, Any] = {}
     starts: dict[str, Path] = {}
     if args.resume:
-        if args.from_runs or args.tracks:
-            raise CliError("--from and --tracks cannot be used with --resume")
-        root = Path(args.resume)
-        meta_path = root / SESSION_FILE
-        if not meta_path.exists():
-            raise CliError(f"--resume {root}: not a visualizer session (no {SESSION_FILE})")
-        meta = read_session(meta_path)
-        tracks = list(meta["tracks"])
-        world_state = meta.get("world", {})
-        changes = [
-            token
-            for name in ("steps", "device", "eval_every", "checkpoint_every")
-            if getattr(args, name) is not None
-            for token in ("--" + name.replace("_", "-"), str(getattr(args, name)))
-        ]
-        configs = []
-        for t in tracks:
-            folder = existing_run_folder(root / t)
-            configs.append((resume_config(folder.read_config(), changes), folder))
-        protocol = configs[0][0].protocol.kind  # the session's own (each track's config.json)
-        if args.protocol is not None and args.protocol != protocol:
-            raise CliError(
-                f"--resume {root}: a {protocol}-protocol session; it cannot continue under "
-                f"--protocol {args.protocol}"
-            )
-        default_g, default_d = session_target(configs[0][0])
-        shift_gravity = float(
-            world_state.get("shift_gravity", meta.get("shift_gravity", default_g))
-        )
-        shift_direction = float(world_state.get("shift_direction", default_d))
+        root, configs, target, world_state = resume_session(args)
     else:
-        protocol = args.protocol or DEFAULT_PROTOCOL
-        if args.shift_direction is not None and protocol != "worlds":
-            raise CliError("--shift-direction belongs to the worlds protocol (paper: Left/Right)")
-        starts = from_dirs(args)
-        tracks = list(args.tracks or (starts.keys() if starts else DEFAULT_TRACKS))
-        if len(set(tracks)) != len(tracks):
-            raise CliError("--tracks: each track at most once")
-        missing = set(starts) - set(tracks)
-        if missing:
-            raise CliError(f"--from gives track {', '.join(sorted(missing))}, not in --tracks")
-        if args.bounds and protocol == "worlds":
-            tracks = with_bounds(tracks)
-        cfgs = [bound_config(args, t, starts.get(t), protocol, tracks) for t in tracks]
-        default_g, default_d = session_target(cfgs[0])
-        shift_gravity = args.shift_gravity if args.shift_gravity is not None else default_g
-        shift_direction = args.shift_direction if args.shift_direction is not None else default_d
-        set_threads(resolve_device(cfgs[0].device))
-        root = new_session_dir(args, tracks)
-        meta = {
-            "tracks": tracks,
-            "seed": cfgs[0].agent.seed,
-            "protocol": protocol,
-            "shift_gravity": shift_gravity,
-            "shift_direction": shift_direction,
-        }
-        (root / SESSION_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        configs = []
-        for t, cfg in zip(tracks, cfgs, strict=True):
-            folder = RunFolder(root / t).hold()
-            folder.make()
-            configs.append((cfg, folder))
+        root, configs, target, starts = new_session(args)
     set_threads(resolve_device(configs[0][0].device))
     loops = []
     try:
@@ -411,7 +432,7 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
             if cfg.agent.track in starts and not cfg.agent.oracle:  # the ceiling starts afresh
                 start_from(loop, starts[cfg.agent.track], args.fresh_memory, log)
             loops.append(loop)
-        app = make_app(args, loops, root, (shift_gravity, shift_direction), world_state, log)
+        app = make_app(args, loops, root, target, world_state, log)
     except CliError:
         if not args.resume:  # a new session that could not start leaves nothing behind
             for _, folder in configs:

@@ -318,8 +318,21 @@ class Screen:
         n_charts: int,
         buffer_h: int,
     ) -> None:
+        """Draws one track's column: its title bar, its charts and its memory buffer."""
         s, f = self.surface, self.fonts
-        h = t.history
+        self._track_title(col, t)
+        names = _world_names(snap)
+        y = col.top + 24
+        for chart in self._track_charts(t, snap, n_charts, names):
+            draw.draw_chart(s, pygame.Rect(col.left, y, col.width, chart_h), chart, f)
+            y += chart_h + 4
+        # the buffer itself
+        br = pygame.Rect(col.left, col.bottom - buffer_h, col.width, buffer_h)
+        self._track_buffer(br, t, names)
+
+    def _track_title(self, col: pygame.Rect, t: TrackView) -> None:
+        """Draws a track column's title bar: its colour, its name and whether it learns."""
+        s, f = self.surface, self.fonts
         title = pygame.Rect(col.left, col.top, col.width, 20)
         pygame.draw.rect(s, draw.PANEL, title)
         pygame.draw.rect(s, draw.track_color(t.name), (title.left, title.top, 6, title.height))
@@ -333,8 +346,15 @@ class Screen:
             "midleft",
         )
         f.blit(s, state, (title.right - 6, title.centery), 16, draw.DIM, "midright")
-        x_range = self._x_range(snap)
-        events = self._events(snap)
+
+    @staticmethod
+    def _track_charts(
+        t: TrackView, snap: Snapshot, n_charts: int, names: tuple[str, str]
+    ) -> list[Chart]:
+        """A track column's charts, top to bottom (the LoRA one last, when ``n_charts`` is 4)."""
+        h = t.history
+        x_range = Screen._x_range(snap)
+        events = Screen._events(snap)
         st, surprisal = h.view(SURPRISAL)
         _, thr = h.view(THRESHOLD)
         _, boundary = h.view(BOUNDARY)
@@ -343,14 +363,11 @@ class Screen:
         _, share = h.view(SHIFT_SHARE)
         ticks = st[np.nan_to_num(boundary) > 0.5]
         n_events = int(np.nansum(boundary > 0.5)) if len(boundary) else 0
-        worlds = snap.world.worlds
         fill_title = (
             "memory fill (mean of memories), switch-world share"
-            if worlds
+            if snap.world.worlds
             else "buffer fill, shift-world share"
         )
-        # world tags: 0 the base world (worlds protocol: the training worlds), 1 the other
-        names = ("train", "switch") if worlds else ("base", "shift")
         charts = [
             Chart(
                 "surprisal, mu + k*sigma, boundaries",
@@ -387,23 +404,13 @@ class Screen:
             ),
         ]
         if n_charts == 4:
-            _, delta = h.view(DELTA_ABS)
-            charts.append(
-                Chart(
-                    "LoRA |delta| (track C)" if t.lora else "LoRA |delta|: n/a for this track",
-                    [Series(st, delta, draw.track_color(t.name), "|d|")] if t.lora else [],
-                    x_range,
-                    y_floor=0.0,
-                    events=events,
-                    value_text=f"{h.last(DELTA_ABS):.4f}" if t.lora else "",
-                )
-            )
-        y = col.top + 24
-        for chart in charts:
-            draw.draw_chart(s, pygame.Rect(col.left, y, col.width, chart_h), chart, f)
-            y += chart_h + 4
-        # the buffer itself
-        br = pygame.Rect(col.left, col.bottom - buffer_h, col.width, buffer_h)
+            charts.append(_delta_chart(t, st, x_range, events))
+        return charts
+
+    def _track_buffer(self, br: pygame.Rect, t: TrackView, names: tuple[str, str]) -> None:
+        """Draws a track's memory buffer in ``br``: its counts per world, the attention's
+        entropy and one cell per entry."""
+        s, f = self.surface, self.fonts
         pygame.draw.rect(s, draw.PANEL, br)
         n = len(t.buffer_worlds)
         shift = int(np.sum(t.buffer_worlds > 0)) if n else 0
@@ -421,6 +428,32 @@ class Screen:
             f.blit(s, "attn n/a", (br.right - 4, br.top + 2), 14, draw.DIM, "topright")
         grid = pygame.Rect(br.left + 4, br.top + 18, br.width - 8, br.height - 22)
         draw.draw_buffer(s, grid, t.buffer_worlds, t.attention, t.capacity)
+
+
+def _world_names(snap: Snapshot) -> tuple[str, str]:
+    """The names of the world tags 0 and 1: the base world (worlds protocol: the training
+    worlds) and the other."""
+    return ("train", "switch") if snap.world.worlds else ("base", "shift")
+
+
+def _delta_chart(
+    t: TrackView,
+    st: np.ndarray,
+    x_range: tuple[float, float],
+    events: list[tuple[float, tuple[int, int, int]]],
+) -> Chart:
+    """The LoRA |delta| chart of a track column (empty, and saying so, for a track without
+    LoRA)."""
+    h = t.history
+    _, delta = h.view(DELTA_ABS)
+    return Chart(
+        "LoRA |delta| (track C)" if t.lora else "LoRA |delta|: n/a for this track",
+        [Series(st, delta, draw.track_color(t.name), "|d|")] if t.lora else [],
+        x_range,
+        y_floor=0.0,
+        events=events,
+        value_text=f"{h.last(DELTA_ABS):.4f}" if t.lora else "",
+    )
 
 
 def _wrong_text(wrong: tuple[float, float] | None) -> str:

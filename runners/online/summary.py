@@ -45,6 +45,53 @@ def _eval_at(evals: list[EvalRecord], step: int | None, n: int) -> dict[str, Any
     }
 
 
+def _tail_mean(a: np.ndarray | None, end: int | None, win: int) -> float | None:
+    """The mean of the finite values among the ``win`` before ``end`` (None: none)."""
+    if a is None or end is None or end <= 0:
+        return None
+    seg = a[max(0, end - win) : end]
+    seg = seg[np.isfinite(seg)]
+    return _f(seg.mean()) if len(seg) else None
+
+
+def _head_mean(a: np.ndarray | None, start: int | None, win: int) -> float | None:
+    """The mean of the finite values among the ``win`` from ``start`` on (None: none)."""
+    if a is None or start is None or start >= len(a):
+        return None
+    seg = a[start : start + win]
+    seg = seg[np.isfinite(seg)]
+    return _f(seg.mean()) if len(seg) else None
+
+
+def _buffer_summary(cfg: RunConfig, records: RunRecords) -> dict[str, Any]:
+    """The summary's ``buffer``: the memory's last size, capacity, scope and entries by world."""
+    steps_done = records.steps
+    buf_size = int(records.last.get("memory/buffer_size", 0)) if steps_done else 0
+    buf_share = float(records.last.get("memory/shift_share", 0.0)) if steps_done else 0.0
+    n_shift = int(round(buf_size * buf_share))
+    return {
+        "size": buf_size,
+        "capacity": cfg.agent.buffer_capacity,
+        "scope": cfg.agent.memory_scope,
+        "shift_world": n_shift,
+        "base_world": buf_size - n_shift,
+    }
+
+
+def _stream_error_summary(
+    err: np.ndarray | None, fs: int | None, steps_done: int, win: int
+) -> dict[str, Any]:
+    """The summary's ``stream_error``: its rolling means before and after the first switch
+    (``fs``) and at the end, and its bins since the switch."""
+    return {
+        "end_of_base": _tail_mean(err, fs, win),
+        "just_after_switch": _head_mean(err, fs, win),
+        "end": _tail_mean(err, steps_done, win),
+        "window": win,
+        "since_switch": since_switch(err, fs),
+    }
+
+
 def build_summary(
     run_dir: Path,
     cfg: RunConfig,
@@ -61,27 +108,9 @@ def build_summary(
     steps_done = records.steps
     n = cfg.schedule.headline_n
     fs = cfg.first_switch
-    buf_size = int(records.last.get("memory/buffer_size", 0)) if steps_done else 0
-    buf_share = float(records.last.get("memory/shift_share", 0.0)) if steps_done else 0.0
-    n_shift = int(round(buf_size * buf_share))
     err = records.column("stream/norm_error")
     valid = records.column("stream/valid_frac")
     win = cfg.schedule.rolling_window
-
-    def tail_mean(a: np.ndarray | None, end: int | None) -> float | None:
-        if a is None or end is None or end <= 0:
-            return None
-        seg = a[max(0, end - win) : end]
-        seg = seg[np.isfinite(seg)]
-        return _f(seg.mean()) if len(seg) else None
-
-    def head_mean(a: np.ndarray | None, start: int | None) -> float | None:
-        if a is None or start is None or start >= len(a):
-            return None
-        seg = a[start : start + win]
-        seg = seg[np.isfinite(seg)]
-        return _f(seg.mean()) if len(seg) else None
-
     return {
         "run_dir": str(run_dir),
         "protocol": cfg.protocol.kind,
@@ -102,20 +131,8 @@ def build_summary(
         "end": _eval_at(evals, steps_done, n),
         "boundary_events_before_switch": records.boundaries_before,
         "boundary_events_after_switch": records.boundaries_after,
-        "buffer": {
-            "size": buf_size,
-            "capacity": cfg.agent.buffer_capacity,
-            "scope": cfg.agent.memory_scope,
-            "shift_world": n_shift,
-            "base_world": buf_size - n_shift,
-        },
-        "stream_error": {
-            "end_of_base": tail_mean(err, fs),
-            "just_after_switch": head_mean(err, fs),
-            "end": tail_mean(err, steps_done),
-            "window": win,
-            "since_switch": since_switch(err, fs),
-        },
+        "buffer": _buffer_summary(cfg, records),
+        "stream_error": _stream_error_summary(err, fs, steps_done, win),
         "stream_valid_frac": _f(np.nanmean(valid)) if valid is not None and steps_done else None,
         "best": {"d_shift": _f(best[0]) if math.isfinite(best[0]) else None,
                  "step": best[1] if math.isfinite(best[0]) else None,

@@ -255,9 +255,9 @@ def _f(x: float, digits: int = 2) -> str:
     return "-" if x is None or not np.isfinite(x) else f"{x:.{digits}f}"
 
 
-def report_section(analyses: Mapping[str, Any], figs: Path) -> list[str]:
-    """Markdown lines (and figures in ``figs``) for the deferred analyses."""
-    tracks = _by_track(analyses)
+def _svd_lines(tracks: Mapping[str, list[dict[str, Any]]], figs: Path) -> list[str]:
+    """The section's opening and its SVD table (effective ranks, sigma_embed) per track; draws
+    the spectra's figure."""
     lines = ["## Deferred analyses on the saved checkpoints", "",
              "Peak = `checkpoints/best.pt` (lowest D_shift^50), final = `checkpoints/latest.pt`. "
              "Shift test split; effective rank = exp(entropy of the normalised singular values) "
@@ -277,54 +277,77 @@ def report_section(analyses: Mapping[str, Any], figs: Path) -> list[str]:
             f"{_f(m('final', 'sigma_embed'), 4)} |"
         )
     _fig_spectra(tracks, figs / "svd_spectra.png")
-    lines += ["", "![SVD spectra](figures/svd_spectra.png)", ""]
+    return lines + ["", "![SVD spectra](figures/svd_spectra.png)", ""]
+
+
+def _attention_row(track: str, phase: str, a: Sequence[Mapping[str, Any]]) -> str:
+    """One row of the attention table: a track's attention at one phase, mean over its runs."""
+    ages = []
+    for lo, hi in AGE_BINS:
+        v = [b["per_entry_vs_uniform"] for x in a for b in x["by_age"]
+             if b["ages"] == [lo, hi]]
+        ages.append(_f(_mean(v)))
+    return (
+        f"| {track} | {phase} | {_mean([x['entries'] for x in a]):.0f} "
+        f"({_mean([x['shift_entries'] for x in a]):.0f}) | "
+        f"{_f(_mean([x['shift_share'] for x in a]), 3)} | "
+        f"{_f(_mean([x['shift_mass'] for x in a]), 3)} | " + " | ".join(ages)
+        + f" | {_f(_mean([x['entropy_norm'] for x in a]), 3)} |"
+    )
+
+
+def _attention_lines(tracks: Mapping[str, list[dict[str, Any]]], figs: Path) -> list[str]:
+    """The attention table per track and phase (none without attention); draws its figure."""
     att = {t: rs for t, rs in tracks.items() if any("attention" in r.get("peak", {}) for r in rs)}
-    if att:
-        lines += ["### Attention over buffer entries during shift-world inference", "",
-                  f"Buffer = the checkpoint's training buffer + {N_MEMORY} pushed shift-world "
-                  "transitions. Shift mass = mean attention on shift-world entries (uniform "
-                  "attention would give their share); per-entry weight by age relative to "
-                  "uniform (1.0 = uniform; age 0 = newest).", "",
-                  "| track | phase | entries (shift) | shift share | shift mass | "
-                  + " | ".join(f"age {lo}-{hi - 1}" for lo, hi in AGE_BINS)
-                  + " | entropy / log n |",
-                  "|---|---|---|---|---|" + "---|" * len(AGE_BINS) + "---|"]
-        for track, rs in att.items():
-            for phase in ("peak", "final"):
-                a = [r[phase]["attention"] for r in rs if "attention" in r.get(phase, {})]
-                if not a:
-                    continue
-                ages = []
-                for lo, hi in AGE_BINS:
-                    v = [b["per_entry_vs_uniform"] for x in a for b in x["by_age"]
-                         if b["ages"] == [lo, hi]]
-                    ages.append(_f(_mean(v)))
-                lines.append(
-                    f"| {track} | {phase} | {_mean([x['entries'] for x in a]):.0f} "
-                    f"({_mean([x['shift_entries'] for x in a]):.0f}) | "
-                    f"{_f(_mean([x['shift_share'] for x in a]), 3)} | "
-                    f"{_f(_mean([x['shift_mass'] for x in a]), 3)} | " + " | ".join(ages)
-                    + f" | {_f(_mean([x['entropy_norm'] for x in a]), 3)} |"
-                )
-        _fig_attention(att, figs / "attention_by_age.png")
-        lines += ["", "![attention by entry age](figures/attention_by_age.png)", ""]
+    if not att:
+        return []
+    lines = ["### Attention over buffer entries during shift-world inference", "",
+             f"Buffer = the checkpoint's training buffer + {N_MEMORY} pushed shift-world "
+             "transitions. Shift mass = mean attention on shift-world entries (uniform "
+             "attention would give their share); per-entry weight by age relative to "
+             "uniform (1.0 = uniform; age 0 = newest).", "",
+             "| track | phase | entries (shift) | shift share | shift mass | "
+             + " | ".join(f"age {lo}-{hi - 1}" for lo, hi in AGE_BINS)
+             + " | entropy / log n |",
+             "|---|---|---|---|---|" + "---|" * len(AGE_BINS) + "---|"]
+    for track, rs in att.items():
+        for phase in ("peak", "final"):
+            a = [r[phase]["attention"] for r in rs if "attention" in r.get(phase, {})]
+            if a:
+                lines.append(_attention_row(track, phase, a))
+    _fig_attention(att, figs / "attention_by_age.png")
+    return lines + ["", "![attention by entry age](figures/attention_by_age.png)", ""]
+
+
+def _curve_lines(tracks: Mapping[str, list[dict[str, Any]]], figs: Path) -> list[str]:
+    """The adaptation-curve table per track, peak and final (none without curves); draws its
+    figure."""
     curves = {t: rs for t, rs in tracks.items()
               if any("adaptation_curve" in r.get("peak", {}) for r in rs)}
-    if curves:
-        lines += ["### Adaptation curve: D_shift^n over n memories (mean over seeds)", "",
-                  "| track | checkpoint | " + " | ".join(f"n={n}" for n in ADAPT_NS) + " |",
-                  "|---|---|" + "---|" * len(ADAPT_NS)]
-        for track, rs in curves.items():
-            for label, get in (("peak", lambda r: r["peak"].get("adaptation_curve")),
-                               ("final", lambda r: r.get("final_curve"))):
-                vals = []
-                for n in ADAPT_NS:
-                    v = [p["d_shift"] for r in rs for p in (get(r) or []) if int(p["n"]) == n]
-                    vals.append(_f(_mean(v), 4))
-                if any(v != "-" for v in vals):
-                    lines.append(f"| {track} | {label} | " + " | ".join(vals) + " |")
-        _fig_curves(curves, figs / "adaptation_curve.png")
-        lines += ["", "![adaptation curve](figures/adaptation_curve.png)", ""]
+    if not curves:
+        return []
+    lines = ["### Adaptation curve: D_shift^n over n memories (mean over seeds)", "",
+             "| track | checkpoint | " + " | ".join(f"n={n}" for n in ADAPT_NS) + " |",
+             "|---|---|" + "---|" * len(ADAPT_NS)]
+    for track, rs in curves.items():
+        for label, get in (("peak", lambda r: r["peak"].get("adaptation_curve")),
+                           ("final", lambda r: r.get("final_curve"))):
+            vals = []
+            for n in ADAPT_NS:
+                v = [p["d_shift"] for r in rs for p in (get(r) or []) if int(p["n"]) == n]
+                vals.append(_f(_mean(v), 4))
+            if any(v != "-" for v in vals):
+                lines.append(f"| {track} | {label} | " + " | ".join(vals) + " |")
+    _fig_curves(curves, figs / "adaptation_curve.png")
+    return lines + ["", "![adaptation curve](figures/adaptation_curve.png)", ""]
+
+
+def report_section(analyses: Mapping[str, Any], figs: Path) -> list[str]:
+    """Markdown lines (and figures in ``figs``) for the deferred analyses."""
+    tracks = _by_track(analyses)
+    lines = _svd_lines(tracks, figs)
+    lines += _attention_lines(tracks, figs)
+    lines += _curve_lines(tracks, figs)
     return lines
 
 

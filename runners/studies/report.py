@@ -106,15 +106,10 @@ def main_table_markdown(tracks: Mapping[str, TrackStats]) -> list[str]:
     return lines
 
 
-def write_report(out_dir: str | Path, inp: ReportInput, title: str = "Reproduction report") -> Path:
-    """Write ``out_dir/report.md``, ``out_dir/report.json`` and ``out_dir/figures/*.png``."""
-    out_dir = Path(out_dir)
-    figs = out_dir / "figures"
-    figs.mkdir(parents=True, exist_ok=True)
-    tracks = by_track(inp.main)
-    d, oc = pre_registered(tracks)
+def _head_lines(title: str, meta: Mapping[str, Any], missing: Sequence[str]) -> list[str]:
+    """report.md's head: the title, the protocol (``meta``'s items, then each of
+    ``meta["commands"]`` in a code block; none without ``meta``) and the runs still missing."""
     lines = [f"# {title}", ""]
-    meta = inp.meta
     if meta:
         lines += ["## Protocol", ""]
         for key, value in meta.items():
@@ -124,34 +119,66 @@ def write_report(out_dir: str | Path, inp: ReportInput, title: str = "Reproducti
         for cmd in meta.get("commands", []):
             lines += ["", "```", cmd, "```"]
         lines.append("")
-    if inp.missing:
-        lines += [f"**Unfinished or missing runs ({len(inp.missing)}):** "
-                  + ", ".join(f"`{m}`" for m in inp.missing) + ". Rerun the same command to "
+    if missing:
+        lines += [f"**Unfinished or missing runs ({len(missing)}):** "
+                  + ", ".join(f"`{m}`" for m in missing) + ". Rerun the same command to "
                   "finish them; numbers below use what exists.", ""]
-    lines += ["## Main result: D_shift^50 at the peak (lowest periodic evaluation)", ""]
+    return lines
+
+
+def _main_section(tracks: Mapping[str, TrackStats], d: float, oc: str, figs: Path) -> list[str]:
+    """The main result: the tables, the pre-registered test (delta ``d``, outcome ``oc``) and
+    the secondary delta; draws its figures in ``figs``."""
+    lines = ["## Main result: D_shift^50 at the peak (lowest periodic evaluation)", ""]
     if not tracks:
-        lines += ["No run has an evaluation yet.", ""]
-    else:
-        lines += main_table_markdown(tracks)
-        lines += ["", "### Pre-registered test: track C vs track B", ""]
-        lines += [
-            "| | delta = (D_B - D_C) / D_B | outcome |", "|---|---|---|",
-            f"| ours | {_pct(d)} | {oc}: {_cell(stats.OUTCOME_TEXT.get(oc, 'needs B and C'))} |",
-            f"| paper | {_pct(PAPER_DELTA)} | {PAPER_OUTCOME}: "
-            f"{_cell(stats.OUTCOME_TEXT[PAPER_OUTCOME])} |",
-            "",
-        ]
-        if "A" in tracks and "C" in tracks:
-            sec = stats.delta(tracks["A"].peak.mean, tracks["C"].peak.mean)
-            lines += [f"Secondary (not pre-registered): (D_A - D_C) / D_A = {_pct(sec)} "
-                      f"(paper: {_pct(PAPER_SECONDARY_DELTA)} against track A's mean).", ""]
-        fig_seed_bars(tracks, figs / "fig2_seed_bars.png")
-        fig_trajectories(tracks, figs / "fig3_trajectories.png")
-        fig_trajectories(tracks, figs / "sigma_embed.png", attr="sigma", ylabel="sigma_embed")
-        lines += ["![per-seed peak D_shift^50 (Fig. 2)](figures/fig2_seed_bars.png)", "",
-                  "![D_shift^50 trajectories, mean +- std per track (Fig. 3)]"
-                  "(figures/fig3_trajectories.png)", "",
-                  "![sigma_embed over training (Fig. 5)](figures/sigma_embed.png)", ""]
+        return lines + ["No run has an evaluation yet.", ""]
+    lines += main_table_markdown(tracks)
+    lines += ["", "### Pre-registered test: track C vs track B", ""]
+    lines += [
+        "| | delta = (D_B - D_C) / D_B | outcome |", "|---|---|---|",
+        f"| ours | {_pct(d)} | {oc}: {_cell(stats.OUTCOME_TEXT.get(oc, 'needs B and C'))} |",
+        f"| paper | {_pct(PAPER_DELTA)} | {PAPER_OUTCOME}: "
+        f"{_cell(stats.OUTCOME_TEXT[PAPER_OUTCOME])} |",
+        "",
+    ]
+    if "A" in tracks and "C" in tracks:
+        sec = stats.delta(tracks["A"].peak.mean, tracks["C"].peak.mean)
+        lines += [f"Secondary (not pre-registered): (D_A - D_C) / D_A = {_pct(sec)} "
+                  f"(paper: {_pct(PAPER_SECONDARY_DELTA)} against track A's mean).", ""]
+    fig_seed_bars(tracks, figs / "fig2_seed_bars.png")
+    fig_trajectories(tracks, figs / "fig3_trajectories.png")
+    fig_trajectories(tracks, figs / "sigma_embed.png", attr="sigma", ylabel="sigma_embed")
+    return lines + ["![per-seed peak D_shift^50 (Fig. 2)](figures/fig2_seed_bars.png)", "",
+                    "![D_shift^50 trajectories, mean +- std per track (Fig. 3)]"
+                    "(figures/fig3_trajectories.png)", "",
+                    "![sigma_embed over training (Fig. 5)](figures/sigma_embed.png)", ""]
+
+
+def _payload(inp: ReportInput, tracks: Mapping[str, TrackStats], d: float,
+             oc: str) -> dict[str, Any]:  # fmt: skip
+    """report.json's content: the runs, each track's summaries, the pre-registered test, the
+    other experiments' runs, the analyses, ``meta`` and the missing runs."""
+    return {
+        "runs": [r.row() for r in inp.main],
+        "tracks": {t: {"peak": vars(ts.peak), "final": vars(ts.final), "sigma": vars(ts.sigma)}
+                   for t, ts in tracks.items()},
+        "delta": d, "outcome": oc,
+        "ablations": {k: r.row() for k, r in inp.ablations.items()},
+        "lambdas": {k: r.row() for k, r in inp.lambdas.items()},
+        "kappas": {k: r.row() for k, r in inp.kappas.items()},
+        "analyses": inp.analyses, "meta": inp.meta, "missing": inp.missing,
+    }
+
+
+def write_report(out_dir: str | Path, inp: ReportInput, title: str = "Reproduction report") -> Path:
+    """Write ``out_dir/report.md``, ``out_dir/report.json`` and ``out_dir/figures/*.png``."""
+    out_dir = Path(out_dir)
+    figs = out_dir / "figures"
+    figs.mkdir(parents=True, exist_ok=True)
+    tracks = by_track(inp.main)
+    d, oc = pre_registered(tracks)
+    lines = _head_lines(title, inp.meta, inp.missing)
+    lines += _main_section(tracks, d, oc, figs)
     if inp.ablations:
         lines += _ablation_section(inp.ablations, figs)
     if inp.lambdas:
@@ -163,16 +190,7 @@ def write_report(out_dir: str | Path, inp: ReportInput, title: str = "Reproducti
         lines += analysis.report_section(inp.analyses, figs)
     with writing(out_dir / "report.md"):
         (out_dir / "report.md").write_text("\n".join(lines).rstrip() + "\n")
-    payload = {
-        "runs": [r.row() for r in inp.main],
-        "tracks": {t: {"peak": vars(ts.peak), "final": vars(ts.final), "sigma": vars(ts.sigma)}
-                   for t, ts in tracks.items()},
-        "delta": d, "outcome": oc,
-        "ablations": {k: r.row() for k, r in inp.ablations.items()},
-        "lambdas": {k: r.row() for k, r in inp.lambdas.items()},
-        "kappas": {k: r.row() for k, r in inp.kappas.items()},
-        "analyses": inp.analyses, "meta": meta, "missing": inp.missing,
-    }
+    payload = _payload(inp, tracks, d, oc)
     with writing(out_dir / "report.json"):
         (out_dir / "report.json").write_text(json.dumps(payload, indent=2, default=jsonable) + "\n")
     return out_dir / "report.md"

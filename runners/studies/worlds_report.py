@@ -141,70 +141,76 @@ def _ratio(num: float, den: float) -> float:
     return num / den
 
 
-def analyse(runs: Sequence[WorldsRun]) -> dict[str, Any]:
-    """Every number of the report, as plain JSON-able data (module docstring for definitions)."""
-    arms: dict[str, list[WorldsRun]] = {}
-    for r in runs:
-        arms.setdefault(r.arm, []).append(r)
-    out: dict[str, Any] = {"arms": {}, "families": [*FAMILIES, POOLED], "n": HEADLINE_N}
-    for arm, rs in arms.items():
-        fams: dict[str, Any] = {}
-        for fam in (*FAMILIES, POOLED):
-            mems = sorted(set.intersection(*(set(r.curves.get(fam, {})) for r in rs)))
-            fams[fam] = {}
-            for mem in mems:
-                arr = np.stack([r.curves[fam][mem] for r in rs])  # (seeds, ns)
-                fams[fam][mem] = {
-                    "mean": arr.mean(axis=0).tolist(),
-                    "std": (arr.std(axis=0, ddof=1) if len(rs) > 1
-                            else np.zeros(arr.shape[1])).tolist(),
-                    "at_n": vars(stats.summarize([r.at(fam, mem) for r in rs])),
-                    "per_seed": {r.seed: r.at(fam, mem) for r in rs},
-                }
-        per_h = [r.per_h for r in rs if r.per_h.size and r.horizons == rs[0].horizons]
-        blind = [r.blind_per_h for r in rs if r.blind_per_h.size and r.horizons == rs[0].horizons]
-        out["arms"][arm] = {
-            "seeds": [r.seed for r in rs], "ns": list(rs[0].ns), "families": fams,
-            "horizons": list(rs[0].horizons),
-            "d50_per_horizon": np.mean(per_h, axis=0).tolist() if per_h else [],
-            # perfect world-blind physics in the arm's latent, pooled (probes.perfect_physics)
-            "blind_per_horizon": np.mean(blind, axis=0).tolist() if blind else [],
-        }
-
-    def d(arm: str, fam: str, mem: str = "own", n: int = HEADLINE_N) -> float:
-        rs = arms.get(arm, [])
-        return _mean([r.at(fam, mem, n) for r in rs])
-
-    memory_arms = [a for a in arms if a not in ("A", ORACLE)]
-    metrics: dict[str, Any] = {}
+def _arm_summary(rs: Sequence[WorldsRun]) -> dict[str, Any]:
+    """One arm's numbers over its seeds: each family's curves by memory (mean, std, D^50 and
+    per seed), D^50 per horizon and perfect world-blind physics per horizon."""
+    fams: dict[str, Any] = {}
     for fam in (*FAMILIES, POOLED):
-        d_a, d_o = d("A", fam), d(ORACLE, fam)
-        row: dict[str, Any] = {"d_A": d_a, "d_oracle": d_o,
-                               "oracle_gain": _ratio(d_a - d_o, d_a), "tracks": {}}
-        for arm in memory_arms:
-            d0, dn = d(arm, fam, n=0), d(arm, fam)
-            row["tracks"][arm] = {
-                "d0": d0, "d50": dn,
-                "memory_drop": _ratio(d0 - dn, d0),
-                "oracle_share": (_ratio(d_a - dn, d_a - d_o)
-                                 if _ratio(d_a - d_o, d_a) >= MIN_ORACLE_GAIN else math.nan),
-                "wrong_gap_per_seed": {
-                    r.seed: _ratio(r.at(fam, "wrong") - r.at(fam), r.at(fam))
-                    for r in arms[arm]},
-                "wrong_gap": _ratio(d(arm, fam, "wrong") - dn, dn),
-                "same_gap": _ratio(d(arm, fam, "same") - dn, dn),
+        mems = sorted(set.intersection(*(set(r.curves.get(fam, {})) for r in rs)))
+        fams[fam] = {}
+        for mem in mems:
+            arr = np.stack([r.curves[fam][mem] for r in rs])  # (seeds, ns)
+            fams[fam][mem] = {
+                "mean": arr.mean(axis=0).tolist(),
+                "std": (arr.std(axis=0, ddof=1) if len(rs) > 1
+                        else np.zeros(arr.shape[1])).tolist(),
+                "at_n": vars(stats.summarize([r.at(fam, mem) for r in rs])),
+                "per_seed": {r.seed: r.at(fam, mem) for r in rs},
             }
-        dl = stats.delta(d("B", fam), d("C", fam)) if {"B", "C"} <= set(arms) else math.nan
-        row["delta"], row["outcome"] = dl, stats.outcome(dl)
-        metrics[fam] = row
-    out["metrics"] = metrics
-    out["peer"] = peer_metrics(arms, memory_arms)
-    pooled = metrics[POOLED]
-    best = min(pooled["tracks"], key=lambda a: pooled["tracks"][a]["d50"]
+    per_h = [r.per_h for r in rs if r.per_h.size and r.horizons == rs[0].horizons]
+    blind = [r.blind_per_h for r in rs if r.blind_per_h.size and r.horizons == rs[0].horizons]
+    return {
+        "seeds": [r.seed for r in rs], "ns": list(rs[0].ns), "families": fams,
+        "horizons": list(rs[0].horizons),
+        "d50_per_horizon": np.mean(per_h, axis=0).tolist() if per_h else [],
+        # perfect world-blind physics in the arm's latent, pooled (probes.perfect_physics)
+        "blind_per_horizon": np.mean(blind, axis=0).tolist() if blind else [],
+    }
+
+
+def _arm_d(arms: Mapping[str, list[WorldsRun]], arm: str, fam: str, mem: str = "own",
+           n: int = HEADLINE_N) -> float:  # fmt: skip
+    """D^n of one arm, family and memory: the mean over the arm's seeds (NaN: none)."""
+    rs = arms.get(arm, [])
+    return _mean([r.at(fam, mem, n) for r in rs])
+
+
+def _family_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[str],
+                    fam: str) -> dict[str, Any]:  # fmt: skip
+    """One family's own-memory numbers: D_A, D_oracle, the oracle gain, each memory track's
+    drop, oracle share and wrong- and same-world gaps, and the delta with its outcome."""
+    d_a, d_o = _arm_d(arms, "A", fam), _arm_d(arms, ORACLE, fam)
+    row: dict[str, Any] = {"d_A": d_a, "d_oracle": d_o,
+                           "oracle_gain": _ratio(d_a - d_o, d_a), "tracks": {}}
+    for arm in memory_arms:
+        d0, dn = _arm_d(arms, arm, fam, n=0), _arm_d(arms, arm, fam)
+        row["tracks"][arm] = {
+            "d0": d0, "d50": dn,
+            "memory_drop": _ratio(d0 - dn, d0),
+            "oracle_share": (_ratio(d_a - dn, d_a - d_o)
+                             if _ratio(d_a - d_o, d_a) >= MIN_ORACLE_GAIN else math.nan),
+            "wrong_gap_per_seed": {
+                r.seed: _ratio(r.at(fam, "wrong") - r.at(fam), r.at(fam))
+                for r in arms[arm]},
+            "wrong_gap": _ratio(_arm_d(arms, arm, fam, "wrong") - dn, dn),
+            "same_gap": _ratio(_arm_d(arms, arm, fam, "same") - dn, dn),
+        }
+    dl = (stats.delta(_arm_d(arms, "B", fam), _arm_d(arms, "C", fam))
+          if {"B", "C"} <= set(arms) else math.nan)
+    row["delta"], row["outcome"] = dl, stats.outcome(dl)
+    return row
+
+
+def _best_memory_track(pooled: Mapping[str, Any]) -> str | None:
+    """The memory track with the lowest pooled own-memory D^50 (None: no memory track)."""
+    return min(pooled["tracks"], key=lambda a: pooled["tracks"][a]["d50"]
                if np.isfinite(pooled["tracks"][a]["d50"]) else math.inf, default=None)
-    out["best_memory_track"] = best
+
+
+def _own_targets(pooled: Mapping[str, Any], best: str | None) -> dict[str, Any]:
+    """The issue's targets on the pooled held-out worlds, for the best memory track."""
     bt = pooled["tracks"].get(best, {}) if best else {}
-    out["targets"] = {
+    return {
         "oracle_gain": _target(pooled["oracle_gain"], TARGETS["oracle_gain"]),
         "memory_drop": _target(bt.get("memory_drop", math.nan), TARGETS["memory_drop"]),
         "oracle_share": _target(bt.get("oracle_share", math.nan), TARGETS["oracle_share"]),
@@ -212,6 +218,23 @@ def analyse(runs: Sequence[WorldsRun]) -> dict[str, Any]:
                         "met": bool(bt.get("wrong_gap_per_seed")) and all(
                             np.isfinite(g) and g > 0 for g in bt["wrong_gap_per_seed"].values())},
     }
+
+
+def analyse(runs: Sequence[WorldsRun]) -> dict[str, Any]:
+    """Every number of the report, as plain JSON-able data (module docstring for definitions)."""
+    arms: dict[str, list[WorldsRun]] = {}
+    for r in runs:
+        arms.setdefault(r.arm, []).append(r)
+    out: dict[str, Any] = {"arms": {}, "families": [*FAMILIES, POOLED], "n": HEADLINE_N}
+    for arm, rs in arms.items():
+        out["arms"][arm] = _arm_summary(rs)
+    memory_arms = [a for a in arms if a not in ("A", ORACLE)]
+    metrics = {fam: _family_metrics(arms, memory_arms, fam) for fam in (*FAMILIES, POOLED)}
+    out["metrics"] = metrics
+    out["peer"] = peer_metrics(arms, memory_arms)
+    best = _best_memory_track(metrics[POOLED])
+    out["best_memory_track"] = best
+    out["targets"] = _own_targets(metrics[POOLED], best)
     return out
 
 
@@ -375,46 +398,57 @@ def perfect_physics_lines(arms: Mapping[str, Any], order: Sequence[str],
     return lines
 
 
-def report_lines(result: Mapping[str, Any]) -> list[str]:
-    """The Markdown body: curves table, targets, oracle share, controls, pre-registered test."""
-    arms = result["arms"]
-    order = _arm_order(arms)
+def _own_at(arm: Mapping[str, Any], fam: str, n: int) -> str:
+    """An arm's own-memory D^n on a family as "mean +- std" ("-": not measured)."""
+    block = arm["families"][fam].get("own")
+    if not block:
+        return "-"
+    i = arm["ns"].index(n) if n in arm["ns"] else None
+    if i is None:
+        return "-"
+    return f"{block['mean'][i]:.4f} +- {block['std'][i]:.4f}"
+
+
+def curves_table_lines(arms: Mapping[str, Any], order: Sequence[str]) -> list[str]:
+    """The held-out curves table: each arm's own-memory D^0 and D^50 per family."""
     lines = [f"## Held-out worlds: D^{HEADLINE_N} (own memory), mean +- std over seeds", "",
              "| arm | seeds | interp D^0 | interp D^50 | extrap D^0 | extrap D^50 | all D^50 |",
              "|---|---|---|---|---|---|---|"]
     for arm in order:
-        fams = arms[arm]["families"]
+        a = arms[arm]
+        lines.append(f"| {_arm_label(arm)} | {len(a['seeds'])} | {_own_at(a, 'interp', 0)} | "
+                     f"{_own_at(a, 'interp', HEADLINE_N)} | {_own_at(a, 'extrap', 0)} | "
+                     f"{_own_at(a, 'extrap', HEADLINE_N)} | "
+                     f"{_ms(a['families'][POOLED].get('own'))} |")
+    return lines
 
-        def at(fam: str, n: int, a: str = arm) -> str:
-            block = arms[a]["families"][fam].get("own")
-            if not block:
-                return "-"
-            i = arms[a]["ns"].index(n) if n in arms[a]["ns"] else None
-            if i is None:
-                return "-"
-            return f"{block['mean'][i]:.4f} +- {block['std'][i]:.4f}"
 
-        lines.append(f"| {_arm_label(arm)} | {len(arms[arm]['seeds'])} | {at('interp', 0)} | "
-                     f"{at('interp', HEADLINE_N)} | {at('extrap', 0)} | "
-                     f"{at('extrap', HEADLINE_N)} | {_ms(fams[POOLED].get('own'))} |")
+def per_horizon_lines(arms: Mapping[str, Any], order: Sequence[str]) -> list[str]:
+    """Each arm's D^50 per horizon, then perfect world-blind physics per horizon (none before
+    the horizons were recorded)."""
     hs = next((arms[a]["horizons"] for a in order if arms[a]["d50_per_horizon"]), [])
-    if hs:
-        lines += ["", "Per horizon (held-out worlds pooled, own memory, n = 50, mean over seeds):",
-                  "", "| arm | " + " | ".join(f"h = {h}" for h in hs) + " |",
-                  "|---|" + "---|" * len(hs)]
-        for arm in order:
-            d = arms[arm]["d50_per_horizon"]
-            if d and arms[arm]["horizons"] == hs:
-                lines.append(f"| {_arm_label(arm)} | " + " | ".join(f"{x:.4f}" for x in d) + " |")
-        lines += perfect_physics_lines(arms, order, hs)
-    lines += ["", "## Memory against the floor (track A) and the ceiling (oracle), n = 50", "",
-              "oracle gain = (D_A - D_oracle) / D_A; memory drop = (D^0 - D^50) / D^0; oracle "
-              "share = (D_A - D^50) / (D_A - D_oracle); wrong / same gap = (D_wrong|same^50 - "
-              "D_own^50) / D_own^50 (positive: own memory is better). Ratios of seed means; the share "
-              f"is left out (-) where the oracle gains less than {MIN_ORACLE_GAIN:.0%}. A share "
-              "above 1 means memory lowers the error more than the true physics does: it "
-              "carries more than the world's parameters (a large same-world gap says what: the "
-              "sequence's own history).", ""]
+    if not hs:
+        return []
+    lines = ["", "Per horizon (held-out worlds pooled, own memory, n = 50, mean over seeds):",
+             "", "| arm | " + " | ".join(f"h = {h}" for h in hs) + " |",
+             "|---|" + "---|" * len(hs)]
+    for arm in order:
+        d = arms[arm]["d50_per_horizon"]
+        if d and arms[arm]["horizons"] == hs:
+            lines.append(f"| {_arm_label(arm)} | " + " | ".join(f"{x:.4f}" for x in d) + " |")
+    return lines + perfect_physics_lines(arms, order, hs)
+
+
+def memory_lines(result: Mapping[str, Any]) -> list[str]:
+    """The memory section: per family, each memory track against the floor and the ceiling."""
+    lines = ["", "## Memory against the floor (track A) and the ceiling (oracle), n = 50", "",
+             "oracle gain = (D_A - D_oracle) / D_A; memory drop = (D^0 - D^50) / D^0; oracle "
+             "share = (D_A - D^50) / (D_A - D_oracle); wrong / same gap = (D_wrong|same^50 - "
+             "D_own^50) / D_own^50 (positive: own memory is better). Ratios of seed means; the share "
+             f"is left out (-) where the oracle gains less than {MIN_ORACLE_GAIN:.0%}. A share "
+             "above 1 means memory lowers the error more than the true physics does: it "
+             "carries more than the world's parameters (a large same-world gap says what: the "
+             "sequence's own history).", ""]
     for fam in result["families"]:
         m = result["metrics"][fam]
         lines += [f"**{fam}**: D_A {_f(m['d_A'])}, D_oracle {_f(m['d_oracle'])}, "
@@ -426,8 +460,13 @@ def report_lines(result: Mapping[str, Any]) -> list[str]:
             lines.append(f"| {arm} | {_f(t['d0'])} | {_f(t['d50'])} | {_pct(t['memory_drop'])} | "
                          f"{share} | {_pct(t['wrong_gap'])} | {_pct(t['same_gap'])} |")
         lines.append("")
-    lines += ["## Pre-registered test on held-out worlds: delta = (D_B - D_C) / D_B at n = 50", "",
-              "| worlds | D_B | D_C | delta | outcome |", "|---|---|---|---|---|"]
+    return lines
+
+
+def delta_lines(result: Mapping[str, Any]) -> list[str]:
+    """The pre-registered test's table: D_B, D_C, delta and its outcome per family."""
+    lines = ["## Pre-registered test on held-out worlds: delta = (D_B - D_C) / D_B at n = 50", "",
+             "| worlds | D_B | D_C | delta | outcome |", "|---|---|---|---|---|"]
     for fam in result["families"]:
         m = result["metrics"][fam]
         tb, tc = m["tracks"].get("B", {}), m["tracks"].get("C", {})
@@ -435,19 +474,35 @@ def report_lines(result: Mapping[str, Any]) -> list[str]:
         lines.append(f"| {fam} | {_f(tb.get('d50', math.nan))} | {_f(tc.get('d50', math.nan))} | "
                      f"{_pct(m['delta'])} | {oc}: "
                      f"{stats.OUTCOME_TEXT.get(oc, 'needs B and C')} |")
+    return lines
+
+
+def targets_lines(result: Mapping[str, Any]) -> list[str]:
+    """The issue's targets table: each target's goal, measured value and whether it is met."""
     tg = result["targets"]
     best = result["best_memory_track"]
-    lines += ["", "## The issue's targets (held-out worlds pooled)", "",
-              "| target | goal | measured | met |", "|---|---|---|---|",
-              f"| knowing the world matters: oracle gain | >= 25% | "
-              f"{_pct(tg['oracle_gain']['value'])} | {_yes(tg['oracle_gain']['met'])} |",
-              f"| memory adapts: best memory track ({best}) D^50 below D^0 | >= 20% | "
-              f"{_pct(tg['memory_drop']['value'])} | {_yes(tg['memory_drop']['met'])} |",
-              f"| ... recovering the oracle's gain (share) | >= 0.50 | "
-              f"{_f(tg['oracle_share']['value'])} | {_yes(tg['oracle_share']['met'])} |",
-              f"| wrong-world memory worse than own | > 0, every seed | "
-              f"{_pct(tg['wrong_worse']['value'])} | "
-              f"{_yes(tg['wrong_worse']['met'])} |", ""]
+    return ["", "## The issue's targets (held-out worlds pooled)", "",
+            "| target | goal | measured | met |", "|---|---|---|---|",
+            f"| knowing the world matters: oracle gain | >= 25% | "
+            f"{_pct(tg['oracle_gain']['value'])} | {_yes(tg['oracle_gain']['met'])} |",
+            f"| memory adapts: best memory track ({best}) D^50 below D^0 | >= 20% | "
+            f"{_pct(tg['memory_drop']['value'])} | {_yes(tg['memory_drop']['met'])} |",
+            f"| ... recovering the oracle's gain (share) | >= 0.50 | "
+            f"{_f(tg['oracle_share']['value'])} | {_yes(tg['oracle_share']['met'])} |",
+            f"| wrong-world memory worse than own | > 0, every seed | "
+            f"{_pct(tg['wrong_worse']['value'])} | "
+            f"{_yes(tg['wrong_worse']['met'])} |", ""]
+
+
+def report_lines(result: Mapping[str, Any]) -> list[str]:
+    """The Markdown body: curves table, targets, oracle share, controls, pre-registered test."""
+    arms = result["arms"]
+    order = _arm_order(arms)
+    lines = curves_table_lines(arms, order)
+    lines += per_horizon_lines(arms, order)
+    lines += memory_lines(result)
+    lines += delta_lines(result)
+    lines += targets_lines(result)
     if result.get("peer", {}).get("best"):
         lines += peer_lines(result["peer"])
     return lines
