@@ -9,8 +9,8 @@ interrupted ones resumed, so the same command finishes a sweep that was stopped.
 command does not know (``--preset``, ``--steps``, ``--source``, ``--data``, ``--lr``, ...) go to
 every run unchanged; a field in ``--grid`` goes to ``train_online`` as its option (``lr=1e-3``
 as ``--lr 1e-3``). With ``--stack`` the points that differ only in their
-seed train as one stacked run (``train_online --stack-seeds``): in this process, sets one after
-another, or with ``--workers N`` N sets at once, each in a process of its own.
+seed train as one stacked run (``train_online --stack-seeds``), a job of the backend as a
+single run is (``--workers N`` sets at once, each a process of its own, or Ray tasks).
 
 Backends: ``local`` (default: one worker process per core, ``cores // workers`` torch threads
 each) or ``ray`` (``--backend ray --address auto``; the optional extra ``pip install -e ".[ray]"``).
@@ -55,7 +55,7 @@ class Sweep:
     aggregate_only: bool = False
     """do not run: only aggregate"""
     stack: bool = False
-    """points equal but for their seed as one stacked run (train_online --stack-seeds): in this process, sets one after another, or --workers N sets at once, each in a process of its own; for one GPU (with --device cuda; the worlds protocol); its runs live in <name without the seed>-s<seed>"""
+    """points equal but for their seed as one stacked run (train_online --stack-seeds), each set a job of the backend (--workers N sets at once, each a process of its own); for one GPU (with --device cuda; the worlds protocol); its runs live in <name without the seed>-s<seed>"""
     backend: launch.BackendOptions = field(default_factory=launch.Backend)
 
 
@@ -70,18 +70,15 @@ def main(argv: Sequence[str] | None = None) -> int:
               *passthrough]
     points = grid.expand(specs_grid, prefix=args.prefix)
     out = Path(args.out)
-    sets = None
     if args.stack:
-        if args.backend.kind != "local":
-            raise CliError("--stack runs each set of seeds as one run on this machine: "
-                           "--backend ray does not apply")  # fmt: skip
         if any("seed" not in p.params for p in points):
             raise CliError("--stack stacks the seeds of each point: add seed=... to --grid")
-        sets = launch.stacked_specs(points, out, [*common, "--no-stream-cache"])
-        by_dir = {s.run_dir: s for one in sets for s in one}
+        jobs: list[backends.Job] = list(launch.stacked_specs(points, out,
+                                                             [*common, "--no-stream-cache"]))
+        by_dir = {s.run_dir: s for job in jobs for s in backends.runs_of(job)}
         specs = [by_dir[str(Path(out).resolve() / launch.stacked_name(p))] for p in points]
     else:
-        specs = launch.make_specs(points, out, common)
+        jobs = specs = launch.make_specs(points, out, common)
     launch.check_specs(specs)  # every run's config is valid before anything starts or is created
     if args.dry_run:
         for s in specs:
@@ -91,11 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ensure_output_dir(out, "--out")  # before any run starts
     failed: list[backends.RunResult] = []
     if not args.aggregate_only:
-        if sets is not None:
-            results = launch.run_stacked(sets, args.backend.workers, args.backend.threads,
-                                         out / "logs")  # fmt: skip
-        else:
-            results = launch.run_specs(args.backend.make(), specs, out / "logs")
+        results = launch.run_specs(args.backend.make(), jobs, out / "logs")
         failed = [r for r in results if not r.ok]
     keys = [k for k in specs_grid if k != "seed"]
     records = [

@@ -17,8 +17,8 @@ protocol has its own report (``python -m runners.reproduce``).
 Runs go through the sweep machinery (``runners.sweep``): one resumable folder per arm and seed
 under ``OUT/runs/<preset>-<steps>/``; rerunning the command finishes only what is missing. With
 ``--stack`` each arm's seeds train as one stacked run (``train_online --stack-seeds``), in
-folders ``<arm>-s<seed>``: in this process, arms one after another, or with ``--workers N`` N
-arms at once, each in a process of its own.
+folders ``<arm>-s<seed>``, a job of the backend as a single run is (``--workers N`` arms at
+once, each a process of its own, or Ray tasks).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class WorldsStudy:
     report_only: bool = False
     """run nothing: rebuild the report from the existing run folders"""
     stack: bool = False
-    """each arm's seeds as one stacked run (train_online --stack-seeds): in this process, arms one after another, or --workers N arms at once, each in a process of its own; for one GPU (with --device cuda); its runs live under names of their own (<arm>-s<seed>)"""
+    """each arm's seeds as one stacked run (train_online --stack-seeds), each arm a job of the backend (--workers N arms at once, each a process of its own); for one GPU (with --device cuda); its runs live under names of their own (<arm>-s<seed>)"""
     backend: launch.BackendOptions = field(default_factory=launch.Backend)
 
 
@@ -84,7 +84,7 @@ def make_specs(args: WorldsStudy, passthrough: Sequence[str]
     if args.stack:  # stacked runs recompute every latent (no stream latent cache)
         sets = launch.stacked_specs([p for _, p in points], group,
                                     [*common, "--no-stream-cache"])  # fmt: skip
-        specs = [s for one in sets for s in one]  # the points' order: arms, seeds inside
+        specs = [s for one in sets for s in one.runs]  # the points' order: arms, seeds inside
     else:
         specs = launch.make_specs([p for _, p in points], group, common)
     return [(arm, p, s) for (arm, p), s in zip(points, specs, strict=True)]
@@ -129,19 +129,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise CliError(f"{opt} is fixed by the study; use worlds_study's options")
     if any(t.startswith("oracle=") or t in ("--oracle", "--no-oracle") for t in passthrough):
         raise CliError("the oracle is an arm of the study; use --oracle-track")
-    if args.stack and args.backend.kind != "local":
-        raise CliError("--stack runs each arm's seeds as one run on this machine: "
-                       "--backend ray does not apply")  # fmt: skip
     plan = make_specs(args, passthrough)
     specs = [s for _, _, s in plan]
-    sets = None
+    jobs = None
     if args.stack:
         by_arm: dict[str, list[backends.RunSpec]] = {}
         for arm, _, spec in plan:
             by_arm.setdefault(arm, []).append(spec)
-        sets = list(by_arm.values())
+        jobs = [backends.StackedSet(tuple(runs)) for runs in by_arm.values()]
     return launch.run_study(PROG, argv, args.out, specs, args.backend, args.report_only,
-                            lambda command: build_report(args, plan, command), stacked=sets)
+                            lambda command: build_report(args, plan, command), jobs)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
-"""Where the runs of a sweep execute: a local pool of worker processes, or Ray tasks.
+"""Where the runs of a sweep or a study execute: a local pool of worker processes, or Ray tasks.
 
-Both backends run the same function, ``execute(spec)``, which starts one run as a subprocess
-``python -m runners.train_online ...`` (or, with ``in_process=True``, calls its ``main`` in the
-worker process) and returns a ``RunResult``. Before starting, ``execute`` looks at the run folder:
+Both backends run the same function on each job, ``execute(job)``: a job is one run
+(``RunSpec``) or a stacked set of runs equal but for their seed (``StackedSet``, trained as one
+model by ``train_online --stack-seeds``). It starts the job as a subprocess ``python -m
+runners.train_online ...`` (or, with ``in_process=True``, calls its ``main`` in the worker
+process) and returns a ``RunResult`` per run. Before starting, ``execute`` looks at the run
+folder (a set: every one of its folders, which must agree):
 
 - ``finished`` (``summary.json`` present and complete): skipped, nothing is started;
 - ``interrupted`` (``checkpoints/latest.pt`` present, no complete summary): ``--resume RUN_DIR``;
@@ -10,7 +13,7 @@ worker process) and returns a ``RunResult``. Before starting, ``execute`` looks 
   moved aside to ``<name>.stale-<k>`` (never deleted) and started afresh;
 - ``new``: started with the point's arguments.
 
-``execute`` first claims the point (``RunFolder.claim``: an OS lock beside the run folder, held
+``execute`` first claims the point (a set: each of its folders) (``RunFolder.claim``: an OS lock beside the run folder, held
 while the run executes): a point another sweep is running right now is reported ``busy`` and
 not started, so two sweeps on one output folder never run the same point twice.
 
@@ -49,6 +52,27 @@ class RunSpec:
     run_dir: str
     args: tuple[str, ...]
     module: str = TRAIN_MODULE
+
+
+@dataclass(frozen=True)
+class StackedSet:
+    """Runs equal but for their seed (each ``RunSpec`` with its own ``--seed`` and folder
+    ``<name>-s<seed>``), trained as one model: ``train_online --stack-seeds``."""
+
+    runs: tuple[RunSpec, ...]
+
+    @property
+    def name(self) -> str:
+        """The set's name: its runs' folder name without the seed."""
+        return Path(self.runs[0].run_dir).name.rsplit("-s", 1)[0]
+
+
+Job = RunSpec | StackedSet
+
+
+def runs_of(job: Job) -> tuple[RunSpec, ...]:
+    """The runs a job brings to completion."""
+    return job.runs if isinstance(job, StackedSet) else (job,)
 
 
 @dataclass
@@ -97,49 +121,79 @@ def command_for(spec: RunSpec, state: str) -> list[str]:
     return [*spec.args, "--out", str(run_dir.parent), "--name", run_dir.name]
 
 
+def set_command(group: StackedSet, states: Sequence[str]) -> tuple[str, list[str]]:
+    """("resumed" | "started", the ``train_online`` arguments) of a stacked set not finished:
+    ``--resume`` of its first run continues all; a new one starts with ``--stack-seeds`` (its
+    stale folders moved aside). ``CliError`` where its folders are in different states."""
+    specs = group.runs
+    if all(st == "interrupted" for st in states):
+        return "resumed", ["--resume", specs[0].run_dir]
+    for spec, st in zip(specs, states, strict=True):
+        if st == "stale":
+            move_aside(Path(spec.run_dir))
+        elif st != "new":
+            raise CliError(f"stacked runs {specs[0].name} ...: their folders are in different "
+                           f"states ({', '.join(states)}); move them aside to start again")  # fmt: skip
+    first = list(specs[0].args)
+    i = first.index("--seed")
+    seeds = [s.args[s.args.index("--seed") + 1] for s in specs]
+    return "started", [*first[:i], *first[i + 2 :], "--seed", seeds[0], "--stack-seeds",
+                       *seeds[1:], "--out", str(Path(specs[0].run_dir).parent),
+                       "--name", group.name]  # fmt: skip
+
+
 def execute(
-    spec: RunSpec,
+    job: Job,
     threads: int = 1,
     log_dir: str | None = None,
     in_process: bool = False,
-) -> RunResult:
-    """Bring one run to completion: skip, resume or start it (module docstring).
-
-    The subprocess's output goes to ``log_dir/<name>.log`` (appended, so a resumed run keeps
-    its history) or, without ``log_dir``, to this process's output.
-    """
+) -> list[RunResult]:
+    """Bring a job to completion: skip, resume or start it (module docstring); a result per
+    run. The subprocess's output goes to ``log_dir/<job name>.log`` (appended, so a resumed run
+    keeps its history) or, without ``log_dir``, to this process's output."""
     t0 = time.perf_counter()
-    folder = RunFolder(spec.run_dir)
-    Path(spec.run_dir).parent.mkdir(parents=True, exist_ok=True)
-    claim = folder.claim()  # held until this run ends: another sweep skips the point
-    if claim is None:
-        return RunResult(spec.name, spec.run_dir, "busy", 0, 0.0)
+    specs = runs_of(job)
+    for spec in specs:
+        Path(spec.run_dir).parent.mkdir(parents=True, exist_ok=True)
+    claims = [RunFolder(s.run_dir).claim() for s in specs]  # held until the job ends
+    log, cmd = "", []
     try:
-        return _execute(spec, folder, threads, log_dir, in_process, t0)
+        if any(c is None for c in claims):
+            action, code = "busy", 0  # another sweep runs it: skipped here
+        else:
+            action, code, log, cmd = _execute(job, threads, log_dir, in_process)
     finally:
-        claim.release()
+        for c in claims:
+            if c is not None:
+                c.release()
+    seconds = 0.0 if action in ("busy", "skipped") else time.perf_counter() - t0
+    return [RunResult(s.name, s.run_dir, action, code, seconds, log, cmd) for s in specs]
 
 
 def _execute(
-    spec: RunSpec, folder: RunFolder, threads: int, log_dir: str | None, in_process: bool,
-    t0: float,
-) -> RunResult:
-    state = folder.state()
-    if state == "finished":
-        return RunResult(spec.name, spec.run_dir, "skipped", 0, 0.0)
-    if state == "stale":
-        move_aside(Path(spec.run_dir))
-        state = "new"
-    action = "resumed" if state == "interrupted" else "started"
-    argv = command_for(spec, state)
-    log = ""
-    if in_process:
-        code = _run_in_process(spec.module, argv, threads)
-        cmd = [spec.module, *argv]
+    job: Job, threads: int, log_dir: str | None, in_process: bool
+) -> tuple[str, int, str, list[str]]:
+    """(action, exit code, log, command) of a claimed job."""
+    states = [RunFolder(s.run_dir).state() for s in runs_of(job)]
+    if all(st == "finished" for st in states):
+        return "skipped", 0, "", []
+    if isinstance(job, StackedSet):
+        try:
+            action, argv = set_command(job, states)
+        except CliError as err:
+            print(f"error: {err}", flush=True)
+            return "started", 2, "", []
     else:
-        cmd = [sys.executable, "-m", spec.module, *argv]
-        code, log = call(cmd, threads, log_dir and str(Path(log_dir) / f"{spec.name}.log"))
-    return RunResult(spec.name, spec.run_dir, action, code, time.perf_counter() - t0, log, cmd)
+        if states[0] == "stale":
+            move_aside(Path(job.run_dir))
+        action = "resumed" if states[0] == "interrupted" else "started"
+        argv = command_for(job, "interrupted" if action == "resumed" else "new")
+    module = runs_of(job)[0].module
+    if in_process:
+        return action, _run_in_process(module, argv, threads), "", [module, *argv]
+    cmd = [sys.executable, "-m", module, *argv]
+    code, log = call(cmd, threads, log_dir and str(Path(log_dir) / f"{job.name}.log"))
+    return action, code, log, cmd
 
 
 def call(cmd: list[str], threads: int, log: str | None = None) -> tuple[int, str]:
@@ -231,36 +285,37 @@ class LocalBackend:
 
     def run(
         self,
-        specs: Sequence[RunSpec],
+        jobs: Sequence[Job],
         log_dir: str | None = None,
         progress: Progress | None = print_progress,
     ) -> list[RunResult]:
-        """Run every spec (finished ones are skipped); results in the order of ``specs``."""
+        """Run every job (finished ones are skipped); a result per run, in the jobs' order."""
         results: dict[str, RunResult] = {}
+        total = sum(len(runs_of(j)) for j in jobs)
         if self.in_process:
-            fn: Callable[[RunSpec], RunResult] = self._in_worker_process
+            fn: Callable[[Job], list[RunResult]] = self._in_worker_process
         else:
-            def fn(s: RunSpec) -> RunResult:
-                return execute(s, self.threads, log_dir)
+            def fn(job: Job) -> list[RunResult]:
+                return execute(job, self.threads, log_dir)
 
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            pending: set[Future[RunResult]] = {pool.submit(fn, s) for s in specs}
+            pending: set[Future[list[RunResult]]] = {pool.submit(fn, j) for j in jobs}
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    res = fut.result()
-                    results[res.name] = res
-                    if progress is not None:
-                        progress(res, len(results), len(specs))
-        return [results[s.name] for s in specs]
+                    for res in fut.result():
+                        results[res.name] = res
+                        if progress is not None:
+                            progress(res, len(results), total)
+        return [results[s.name] for j in jobs for s in runs_of(j)]
 
-    def _in_worker_process(self, spec: RunSpec) -> RunResult:
-        """One run in a fresh spawned process (a clean torch/thread state per run)."""
+    def _in_worker_process(self, job: Job) -> list[RunResult]:
+        """One job in a fresh spawned process (a clean torch/thread state per job)."""
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
-            return ex.submit(execute, spec, self.threads, None, True).result()
+            return ex.submit(execute, job, self.threads, None, True).result()
 
 
 class RayBackend:
@@ -323,33 +378,36 @@ class RayBackend:
 
     def run(
         self,
-        specs: Sequence[RunSpec],
+        jobs: Sequence[Job],
         log_dir: str | None = None,
         progress: Progress | None = print_progress,
     ) -> list[RunResult]:
-        """Submit every spec as a task; collect them as they finish; results in spec order."""
+        """Submit every job as a task; collect them as they finish; a result per run, in the
+        jobs' order."""
         ray = self.ray
         self._init()
         task = ray.remote(num_cpus=self.threads, max_retries=0)(_ray_execute)
-        refs = {task.remote(asdict(s), self.threads, log_dir): s.name for s in specs}
+        total = sum(len(runs_of(j)) for j in jobs)
+        pending = [task.remote([asdict(s) for s in runs_of(j)], isinstance(j, StackedSet),
+                               self.threads, log_dir) for j in jobs]  # fmt: skip
         results: dict[str, RunResult] = {}
-        pending = list(refs)
         try:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
                 for ref in done:
-                    res = RunResult(**ray.get(ref))
-                    results[res.name] = res
-                    if progress is not None:
-                        progress(res, len(results), len(specs))
+                    for res in map(lambda r: RunResult(**r), ray.get(ref)):
+                        results[res.name] = res
+                        if progress is not None:
+                            progress(res, len(results), total)
         except KeyboardInterrupt:
             for ref in pending:
                 ray.cancel(ref)  # SIGINT to the task: train_online stops with a checkpoint
             raise
-        return [results[s.name] for s in specs]
+        return [results[s.name] for j in jobs for s in runs_of(j)]
 
 
-def _ray_execute(spec: dict, threads: int, log_dir: str | None) -> dict:
+def _ray_execute(runs: list[dict], stacked: bool, threads: int, log_dir: str | None) -> list[dict]:
     """Ray task body: ``execute`` on plain dicts (no pickled classes cross the wire)."""
-    res = execute(RunSpec(**{**spec, "args": tuple(spec["args"])}), threads, log_dir)
-    return asdict(res)
+    specs = tuple(RunSpec(**{**r, "args": tuple(r["args"])}) for r in runs)
+    job: Job = StackedSet(specs) if stacked else specs[0]
+    return [asdict(res) for res in execute(job, threads, log_dir)]

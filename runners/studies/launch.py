@@ -1,11 +1,12 @@
-"""Launching the runs of a study: backend options, the runs' validated arguments, execution.
+"""Launching the runs of a sweep or a study: backend options, the runs' validated arguments,
+execution.
 
-Shared by ``python -m runners.sweep`` and ``python -m runners.reproduce`` (a command never imports
-another command): ``Backend`` (the backend options, nested into each command's options:
-local processes or Ray),
+Shared by ``python -m runners.sweep`` and the studies (a command never imports another command):
+``Backend`` (the backend options, nested into each command's options: local processes or Ray),
 ``check_passthrough`` (options meant for ``train_online``), ``check_specs`` (every run's typed
 config built and resolved before anything starts), ``make_specs`` (one ``RunSpec`` per grid
-point), ``run_specs`` (run or skip them) and ``report_failures``.
+point) or ``stacked_specs`` (a ``StackedSet`` per point but its seed), ``run_specs`` (run or
+skip them, on either backend), ``run_study`` and ``report_failures``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import tyro
 
 from runners.cli import CliError, ensure_output_dir, writing
-from runners.online.rundir import RunFolder
 from runners.studies import backends, grid
 
 if TYPE_CHECKING:
@@ -129,19 +129,23 @@ def make_specs(
 
 def run_specs(
     backend: backends.LocalBackend | backends.RayBackend,
-    specs: Sequence[backends.RunSpec],
+    jobs: Sequence[backends.Job],
     log_dir: str | Path,
 ) -> list[backends.RunResult]:
-    """Run (or skip) every spec on ``backend``, printing one line per run; shut Ray down after."""
+    """Run (or skip) every job (a run, or a stacked set) on ``backend``, printing one line per
+    run; shut Ray down after."""
+    specs = [s for j in jobs for s in backends.runs_of(j)]
     todo = {s: backends.run_state(s.run_dir) for s in specs}
     counts = {k: sum(v == k for v in todo.values()) for k in ("finished", "interrupted", "stale", "new")}
+    sets = sum(isinstance(j, backends.StackedSet) for j in jobs)
+    what = f"{sets} stacked set(s) of {len(specs)} run(s)" if sets else f"{len(specs)} run(s)"
     print(
-        f"{len(specs)} run(s): {counts['finished']} finished, {counts['interrupted']} to resume, "
+        f"{what}: {counts['finished']} finished, {counts['interrupted']} to resume, "
         f"{counts['new'] + counts['stale']} to start; {backend.describe()}",
         flush=True,
     )
     try:
-        return backend.run(specs, log_dir=str(log_dir))
+        return backend.run(jobs, log_dir=str(log_dir))
     finally:
         if isinstance(backend, backends.RayBackend):
             backend.shutdown()
@@ -149,10 +153,10 @@ def run_specs(
 
 def stacked_specs(
     points: Sequence[grid.Point], out: str | Path, common: Sequence[str] = ()
-) -> list[list[backends.RunSpec]]:
+) -> list[backends.StackedSet]:
     """The points as stacked sets (``train_online --stack-seeds``): points equal but for their
     seed form one set, whose runs live in ``out/<name without the seed>-s<seed>``; each
-    spec's arguments those of its run alone (its seed included), so ``check_specs`` checks
+    run's arguments those of its run alone (its seed included), so ``check_specs`` checks
     each run."""
     out = Path(out).resolve()
     sets: dict[grid.Point, list[backends.RunSpec]] = {}
@@ -160,7 +164,7 @@ def stacked_specs(
         base, name = _unseeded(p), stacked_name(p)
         sets.setdefault(base, []).append(backends.RunSpec(
             name=name, run_dir=str(out / name), args=tuple([*p.train_args(), *common])))  # fmt: skip
-    return list(sets.values())
+    return [backends.StackedSet(tuple(runs)) for runs in sets.values()]
 
 
 def _unseeded(p: grid.Point) -> grid.Point:
@@ -171,109 +175,6 @@ def stacked_name(p: grid.Point) -> str:
     """A stacked run's folder name: the point's without its seed, then ``-s<seed>`` (what
     ``train_online --stack-seeds --name`` gives)."""
     return f"{_unseeded(p).name}-s{p.params['seed']}"
-
-
-def run_stacked(
-    sets: Sequence[Sequence[backends.RunSpec]],
-    workers: int | None = None,
-    threads: int | None = None,
-    log_dir: str | Path | None = None,
-) -> list[backends.RunResult]:
-    """Run (or skip, or resume) each stacked set: a set whose runs are all finished is skipped,
-    one whose runs hold checkpoints is resumed (``--resume`` of its first run continues all), a
-    new one starts with ``--stack-seeds`` (stale folders moved aside). One set after another
-    in this process, or with ``workers`` > 1 that many sets at once, each a ``train_online``
-    subprocess with ``threads`` torch threads (default: cores // workers) and its output in
-    ``log_dir/<set>.log`` (as ``backends.LocalBackend`` runs single runs). One line per set; a
-    set that fails is reported, the rest run."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from runners import train_online
-
-    workers = max(1, workers or 1)
-    where = "in this process" if workers == 1 else f"{workers} at once, each in a process"
-    print(f"{len(sets)} stacked set(s) of {sum(len(s) for s in sets)} run(s), {where}",
-          flush=True)  # fmt: skip
-    if workers == 1:
-        results = [_run_set(specs, lambda argv, _: (_call(train_online.main, argv), ""))
-                   for specs in sets]  # fmt: skip
-        return [r for one in results for r in one]
-    per = threads or backends.threads_per_worker(workers)
-    logs = Path(log_dir) if log_dir is not None else None
-
-    def run(argv: list[str], name: str) -> tuple[int, str]:
-        cmd = [sys.executable, "-m", backends.TRAIN_MODULE, *argv]
-        return backends.call(cmd, per, None if logs is None else str(logs / f"{name}.log"))
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(lambda specs: _run_set(specs, run), sets))
-    return [r for one in results for r in one]
-
-
-def _run_set(
-    specs: Sequence[backends.RunSpec], run: Callable[[list[str], str], tuple[int, str]]
-) -> list[backends.RunResult]:
-    """One stacked set brought to completion (``run_stacked``): ``run(argv, set name)`` ->
-    (exit code, log) starts or resumes it; its folders claimed meanwhile."""
-    t0 = time.perf_counter()
-    folders = [RunFolder(s.run_dir) for s in specs]
-    states = [f.state() for f in folders]
-    claims = [f.claim() for f in folders]
-    log = ""
-    try:
-        if any(c is None for c in claims):
-            action, code = "busy", 0
-        elif all(st == "finished" for st in states):
-            action, code = "skipped", 0
-        else:
-            try:
-                action, argv = _stacked_command(specs, states)
-            except CliError as err:
-                print(f"error: {err}", flush=True)
-                action, code = "started", 2
-            else:
-                print(f"{action} {' '.join(s.name for s in specs)}", flush=True)
-                code, log = run(argv, Path(specs[0].run_dir).name.rsplit("-s", 1)[0])
-    finally:
-        for c in claims:
-            if c is not None:
-                c.release()
-    seconds = time.perf_counter() - t0
-    return [backends.RunResult(s.name, s.run_dir, action, code, seconds, log) for s in specs]
-
-
-def _stacked_command(specs: Sequence[backends.RunSpec], states: Sequence[str]) -> tuple[str, list[str]]:
-    """("resumed" | "started", the train_online arguments) of a stacked set not finished."""
-    if all(st == "interrupted" for st in states):
-        return "resumed", ["--resume", specs[0].run_dir]
-    for spec, st in zip(specs, states, strict=True):
-        if st == "stale":
-            backends.move_aside(Path(spec.run_dir))
-        elif st != "new":
-            raise CliError(f"stacked runs {specs[0].name} ...: their folders are in different "
-                           f"states ({', '.join(states)}); move them aside to start again")  # fmt: skip
-    first = list(specs[0].args)
-    seeds = [s.args[s.args.index("--seed") + 1] for s in specs]
-    i = first.index("--seed")
-    base = Path(specs[0].run_dir).name.rsplit("-s", 1)[0]
-    argv = [*first[:i], *first[i + 2 :], "--seed", seeds[0], "--stack-seeds", *seeds[1:],
-            "--out", str(Path(specs[0].run_dir).parent), "--name", base]  # fmt: skip
-    return "started", argv
-
-
-def _call(main: Callable[[list[str]], int], argv: list[str]) -> int:
-    """``main(argv)``'s exit code; a ``CliError`` is one line and 2, anything else a traceback
-    and 1 (the study goes on)."""
-    import traceback
-
-    try:
-        return int(main(argv))
-    except CliError as err:
-        print(f"error: {err}", flush=True)
-        return 2
-    except Exception:  # noqa: BLE001 - one failed set must not stop the others
-        traceback.print_exc()
-        return 1
 
 
 def study_commands(out: str | Path, command: str) -> list[str]:
@@ -296,14 +197,13 @@ def run_study(
     backend: BackendOptions,
     report_only: bool,
     build_report: Callable[[str], Path],
-    stacked: Sequence[Sequence[backends.RunSpec]] | None = None,
+    jobs: Sequence[backends.Job] | None = None,
 ) -> int:
     """A study's command after its options are checked: every run's config validated before
-    anything is written, the output folder made, the runs run (or skipped: finished, or
-    ``report_only``), then ``build_report(command)`` (the command line as typed) inside the
-    study's write guard; the exit code (``report_failures``). ``stacked``: the specs as stacked
-    sets (``run_stacked``: in this process, or ``--workers`` sets at once) instead of on the
-    backend."""
+    anything is written, the output folder made, the runs run on the backend (or skipped:
+    finished, or ``report_only``), then ``build_report(command)`` (the command line as typed)
+    inside the study's write guard; the exit code (``report_failures``). ``jobs``: what the
+    backend runs, when not one job per spec (stacked sets)."""
     if not report_only:
         check_specs(specs)
     command = prog + " " + shlex.join(list(argv) if argv is not None else sys.argv[1:])
@@ -311,10 +211,7 @@ def run_study(
     ensure_output_dir(out, "--out")
     failed: list[backends.RunResult] = []
     if not report_only:
-        if stacked is not None:  # the sets (``run_stacked``): here, or --workers at once
-            results = run_stacked(stacked, backend.workers, backend.threads, Path(out) / "logs")
-        else:
-            results = run_specs(backend.make(), specs, Path(out) / "logs")
+        results = run_specs(backend.make(), specs if jobs is None else jobs, Path(out) / "logs")
         failed = [r for r in results if not r.ok]
     with writing(out):
         path = build_report(command.strip())

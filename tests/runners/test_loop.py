@@ -278,7 +278,7 @@ def test_a_claimed_point_is_not_run_twice(tmp_path: Path) -> None:
     spec = backends.RunSpec(name="p", run_dir=str(tmp_path / "p"), args=("--preset", "tiny"))
     claim = RunFolder(spec.run_dir).claim()
     assert claim is not None
-    res = backends.execute(spec)
+    (res,) = backends.execute(spec)
     assert res.action == "busy" and not (tmp_path / "p").exists()
     claim.release()
 
