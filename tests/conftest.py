@@ -8,6 +8,13 @@ import pytest
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 os.environ.setdefault("MPLBACKEND", "Agg")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One torch thread per pytest-xdist worker (the README's `-n auto`: a worker per core), so
+    # the workers' threads never outnumber the cores; subprocesses the tests start likewise.
+    os.environ["TORCH_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
