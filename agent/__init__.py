@@ -24,7 +24,7 @@ from agent.evaluation import (
 )
 from agent.learner import Learner
 from agent.memory.view import MemoryView
-from agent.metrics import StepMetrics, stack
+from agent.metrics import StepMetrics, columns
 from agent.sources import Batch, DatasetSource, StreamSource
 from agent.spec import StepSpec
 from agent.step import Knobs, Model, jepa_step, modulated_prediction
@@ -57,5 +57,5 @@ __all__ = [
     "preferred_precision",
     "read_checkpoint_config",
     "save_checkpoint",
-    "stack",
+    "columns",
 ]

@@ -13,11 +13,11 @@ the graph reads in place, written before each replay without waiting for the dev
   a CPU, where they compute as the plain step's Python floats do), the step (the memory
   entries' time stamp);
 - ``vary_memory``'s draws, drawn eagerly from the learner's own generator into a buffer;
-- the step's switches (learning, EMA, memory writes) choose among graphs, one per combination.
+- the step's flags (learning, EMA, memory writes) choose among graphs, one per combination.
 
 Every state the step changes is changed in place (the optimizer's, the memory's, the detector's,
 the weights), so the graph's writes are the learner's state. The first ``warmup`` steps run
-eagerly for each combination of the switches (the optimizer's state is created, the libraries
+eagerly for each combination of the flags (the optimizer's state is created, the libraries
 initialise) on a side stream; the step at which a graph is captured
 is then replayed once, so every update runs exactly once.
 The metrics come back as graph-owned tensors and are copied out (one kernel) before the next
@@ -72,7 +72,7 @@ class CapturedStep:
         self.draws: torch.Tensor | None = None  # vary_memory's draws, allocated by the first
         self.batch: Batch | None = None  # the static inputs, allocated by the first batch
         self.graphs: dict[Key, tuple[torch.cuda.CUDAGraph, StepMetrics]] = {}
-        self.eager_steps: dict[Key, int] = {}  # eager steps of each switch combination
+        self.eager_steps: dict[Key, int] = {}  # eager steps of each flag combination
         self._set_optimizer()
 
     def _set_optimizer(self) -> None:

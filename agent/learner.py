@@ -2,7 +2,7 @@
 
 Assembled from parts (``agent.build``): networks (encoder, EMA target, predictor, modulator,
 experience encoder, aggregator), boundary detector, experience buffer, AdamW. ``update`` sets the
-step's schedule values and switches and calls ``agent.step.jepa_step`` (on a GPU, replayed from
+step's schedule values and flags and calls ``agent.step.jepa_step`` (on a GPU, replayed from
 CUDA graphs with ``captured``: ``agent.capture``).
 """
 
@@ -171,7 +171,7 @@ class Learner:
 
     # ---------------------------------------------------------------- the step
     def knobs(self) -> Knobs:
-        """This step's schedule values and switches."""
+        """This step's schedule values and flags."""
         return knobs_at(self.cfg, self.step, self.weights_frozen)
 
     def update(self, batch: Batch) -> StepMetrics:

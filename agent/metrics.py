@@ -53,7 +53,7 @@ class StepMetrics(NamedTuple):
         return dict(zip(self.NAMES, self, strict=True))
 
 
-def stack(records: list[StepMetrics]) -> dict[str, np.ndarray]:
+def columns(records: list[StepMetrics]) -> dict[str, np.ndarray]:
     """A block of records -> {name: (N,) float32 array}, one host sync for the
     whole block."""
     if not records:

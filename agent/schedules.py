@@ -33,7 +33,7 @@ def tau_at(step: int, tau_base: float, tau_end: float, total_steps: int) -> floa
 
 
 def knobs_at(cfg: AgentConfig, step: int, frozen: bool) -> Knobs:
-    """Step ``step``'s schedule values and switches (``frozen``: the weights are held, memory
+    """Step ``step``'s schedule values and flags (``frozen``: the weights are held, memory
     mode): lr, tau, and whether the weights, the EMA target and the memory change."""
     def reached(at: int | None) -> bool:
         return at is not None and step >= at

@@ -199,7 +199,7 @@ class StackedLearner:
         self._frozen = False
 
     def knobs(self) -> Knobs:
-        """This step's schedule values and switches (every seed's: one schedule)."""
+        """This step's schedule values and flags (every seed's: one schedule)."""
         return knobs_at(self.cfg, self.step, self._frozen)
 
     def memory_draws(self, training: bool) -> torch.Tensor | None:

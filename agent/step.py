@@ -42,7 +42,7 @@ class Model:
 
 
 class Knobs(NamedTuple):
-    """This step's schedule values and switches (``Learner.update`` sets them)."""
+    """This step's schedule values and flags (``Learner.update`` sets them)."""
 
     # Numbers, or 0-dim tensors on the device (``agent.capture``: a captured step reads them
     # there; lr and tau float64, step int64): the same bits either way.

@@ -27,11 +27,11 @@ from agent import (
     EvalData,
     Learner,
     StreamSource,
+    columns,
     evaluate,
     load_checkpoint,
     read_checkpoint_config,
     save_checkpoint,
-    stack,
 )
 
 
@@ -86,7 +86,7 @@ def train_resume_evaluate(
     load_checkpoint(path, learner, source)
     records += [learner.update(source.next()) for _ in range(args.steps - half)]
     elapsed = time.perf_counter() - t0
-    metrics = stack(records)  # one host sync for the whole run
+    metrics = columns(records)  # one host sync for the whole run
     result = evaluate(learner, data, n=50)
     return {
         "track": track,

@@ -111,10 +111,10 @@ class LoopDriver:
 
     def drain(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The metrics of the steps since the last drain: one host sync for the block."""
-        from agent.metrics import stack
+        from agent.metrics import columns
 
         n = len(self._pending)
-        block = stack(self._pending)
+        block = columns(self._pending)
         steps = np.arange(self._first, self._first + n, dtype=np.int64)
         self._pending.clear()
         self._first += n

@@ -43,7 +43,7 @@ from agent.checkpoint import (
     read_checkpoint,
     save_checkpoint,
 )
-from agent.metrics import stack
+from agent.metrics import columns
 from runners.cli import CliError
 from runners.online.config import RunConfig
 from runners.online.evaluation import CurveEvaluator, EvalRecord
@@ -332,7 +332,7 @@ class OnlineLoop:
         """Stack the pending metrics (one host sync) and append them to run.zarr."""
         if not self.pending:
             return {}
-        block = stack(self.pending)
+        block = columns(self.pending)
         n = len(self.pending)
         first = self.step_count - n
         steps = np.arange(first, first + n, dtype=np.int64)

@@ -15,15 +15,15 @@ from agent import (
     DatasetSource,
     Learner,
     StreamSource,
+    columns,
     load_checkpoint,
     read_checkpoint_config,
     save_checkpoint,
-    stack,
 )
 
 
 def run(learner: Learner, src, n: int) -> dict[str, np.ndarray]:
-    return stack([learner.update(src.next()) for _ in range(n)])
+    return columns([learner.update(src.next()) for _ in range(n)])
 
 
 def make_cfg(track: str = "C") -> AgentConfig:

@@ -12,7 +12,7 @@ import env
 from agent import AgentConfig, Learner, StreamSource
 from agent.memory import AttentionAggregator, GroupBuffer
 from agent.memory.view import MemoryView
-from agent.metrics import stack
+from agent.metrics import columns
 from agent.step import memory_codes
 
 
@@ -140,10 +140,10 @@ def test_world_memory_is_deterministic_and_resumes_exactly() -> None:
     for b in batches[:15]:
         a.update(b)
     state = copy.deepcopy(a.state_dict())  # (the live tensors go on changing)
-    rest_a = stack([a.update(b) for b in batches[15:]])
+    rest_a = columns([a.update(b) for b in batches[15:]])
     c = Learner(cfg)
     c.load_state_dict(state)
-    rest_c = stack([c.update(b) for b in batches[15:]])
+    rest_c = columns([c.update(b) for b in batches[15:]])
     for key in rest_a:
         np.testing.assert_array_equal(rest_a[key], rest_c[key], err_msg=key)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from agent import AgentConfig, Learner, StreamSource, stack
+from agent import AgentConfig, Learner, StreamSource, columns
 from agent.latent_cache import LatentCache
 
 LONG = 400  # episode length of the fake streams: no reset inside the tests' windows
@@ -80,7 +80,7 @@ def test_with_still_weights_the_cache_is_exact(
         learner = Learner(cfg)
         learner.freeze_weights()
         src = stream(cfg, fake_env_cls)
-        recs = stack([learner.update(src.next()) for _ in range(8)])
+        recs = columns([learner.update(src.next()) for _ in range(8)])
         runs.append((recs, learner.buffer.pairs.clone()))
     (a, pa), (b, pb) = runs
     assert a["memory/boundary"].sum() >= 1
@@ -100,7 +100,7 @@ def test_training_with_the_cache_stays_close_to_exact(
         cfg = stream_tiny.replace(stream_cache=cache)
         learner = Learner(cfg)
         src = stream(cfg, fake_env_cls)
-        losses.append(stack([learner.update(src.next()) for _ in range(12)])["loss/pred"])
+        losses.append(columns([learner.update(src.next()) for _ in range(12)])["loss/pred"])
     cached, exact = losses
     assert cached[0] == exact[0]  # the first step encodes every target either way
     assert not np.array_equal(cached, exact)
@@ -123,8 +123,8 @@ def test_the_cache_survives_a_state_round_trip(stream_tiny: AgentConfig, fake_en
     other = Learner(stream_tiny)
     other.load_state_dict(state)
     batches = [src.next() for _ in range(4)]
-    a = stack([learner.update(b) for b in batches])
-    b = stack([other.update(b) for b in batches])
+    a = columns([learner.update(b) for b in batches])
+    b = columns([other.update(b) for b in batches])
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from fp32 import assert_reordered
 
-from agent import AgentConfig, DatasetSource, Learner, StepMetrics, stack
+from agent import AgentConfig, DatasetSource, Learner, StepMetrics, columns
 from agent.objective import reg_loss
 from agent.sources import Batch
 from agent.step import context_latents
@@ -29,7 +29,7 @@ def test_update_runs_and_returns_device_tensors(track: str, frames: np.ndarray) 
     recs = [learner.update(src.next()) for _ in range(4)]
     assert learner.step == 4
     assert all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in recs[-1])
-    out = stack(recs)
+    out = columns(recs)
     assert np.isfinite(out["loss/total"]).all() and (out["stream/valid_frac"] == 1).all()
     assert math.isnan(out["mod/delta_abs"][0]) == (track in "AB")
     assert math.isnan(out["memory/attn_entropy"][0]) == (track == "A")

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from agent.metrics import StepMetrics, normalised_error, sigma_embed, stack
+from agent.metrics import StepMetrics, columns, normalised_error, sigma_embed
 from agent.objective import Objective, compute_loss, cov_loss, pred_loss, reg_loss
 
 
@@ -129,7 +129,7 @@ def test_sigma_embed_and_stack() -> None:
         StepMetrics(*[torch.tensor(float(i + j)) for j in range(len(StepMetrics.NAMES))])
         for i in range(3)
     ]
-    out = stack(recs)
+    out = columns(recs)
     assert set(out) == set(StepMetrics.NAMES)
     np.testing.assert_array_equal(out["loss/total"], [0.0, 1.0, 2.0])
     assert recs[0].as_dict()["stream/norm_error"].item() == 13.0

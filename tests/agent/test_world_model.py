@@ -14,7 +14,7 @@ from test_group_memory import world_cfg as group_cfg
 from agent import AgentConfig, Learner
 from agent.blocks import BlockPredictor
 from agent.build import build_networks
-from agent.metrics import stack
+from agent.metrics import columns
 
 
 def world_cfg(track: str = "C", **kw) -> AgentConfig:
@@ -98,7 +98,7 @@ def test_a_run_with_blocks_resumes_exactly(track: str, oracle: bool) -> None:
     resumed = Learner(cfg)
     resumed.load_state_dict(copy.deepcopy(first.state_dict()))
     rest = [resumed.update(b) for b in batches[4:]]
-    want, got = stack(ms[4:]), stack(rest)
+    want, got = columns(ms[4:]), columns(rest)
     assert all(np.array_equal(want[k], got[k], equal_nan=True) for k in want)
     for (n, p), q in zip(whole.nets.named_parameters(), resumed.nets.parameters(), strict=True):
         assert torch.equal(p, q), n
