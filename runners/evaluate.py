@@ -36,11 +36,11 @@ import tyro
 from runners.cli import CliError, ensure_output_dir, parse, run_main
 from runners.online.command import config_from_dict
 from runners.online.config import Device, Paper, RunConfig, Schedule, Worlds, resolve
+from runners.online.evaluation import WorldsEvaluator, world_probe_report
 from runners.online.parts import make_evaluator, resolve_device, set_threads
 from runners.online.rundir import RunFolder
 from runners.online.store import open_store
 from runners.online.summary import curve_report, format_curve, held_out_text, world_probe_text
-from runners.online.worlds_eval import WorldsEvaluator
 
 if TYPE_CHECKING:
     import env
@@ -169,7 +169,6 @@ def world_probe(
     """The --world-probe report of ``learner`` on the evaluator's held-out worlds."""
     from agent.adaptation import input_index
     from probes.world import ProbeConfig
-    from runners.online.worlds_eval import world_probe_report
 
     conv = args.probe_predictor == "conv"
     start = 0 if args.probe_window == "first" else (

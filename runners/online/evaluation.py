@@ -1,10 +1,16 @@
-"""Evaluations of an online run: the ``EvalRecord`` of one evaluation, ``CurveEvaluator`` (what
-every protocol's evaluator shares) and the paper protocol's ``Evaluator``.
+"""Evaluations of an online run, both protocols': the ``EvalRecord`` of one evaluation,
+``CurveEvaluator`` (what every protocol's evaluator shares), the paper protocol's ``Evaluator``
+and the worlds protocol's ``WorldsEvaluator``.
 
-An evaluation is ``agent.adaptation_curve`` on the run's evaluation splits (on a copy of the
-memory, weights untouched): D_shift^n for each n of ``eval_ns``, D_base, sigma_embed. The
-recorder writes one row per evaluation into ``run.zarr/eval``; ``EvalRecord.rows`` reads those
-rows back (the one reader of that group: resume, summary, plots and reports go through it).
+An evaluation is ``agent.adaptation_curve`` on the run's evaluation splits (paper; on a copy of
+the memory, weights untouched): D_shift^n for each n of ``eval_ns``, D_base, sigma_embed; on the
+worlds protocol (``agent.adaptation``) D_shift^n is the switch world's own-memory D^n and
+D_base^n the training worlds'. The recorder writes one row per evaluation into
+``run.zarr/eval``; ``EvalRecord.rows`` reads those rows back (the one reader of that group:
+resume, summary, plots and reports go through it). Beside them, for the worlds protocol's
+report: ``gravity_probe_report`` (gravity read linearly from the aggregated memory) and
+``world_probe_report`` (the world probe, ``probes.world``, of a learner, fit on freshly drawn
+training-family worlds and scored on the held-out ones: ``runners.evaluate --world-probe``).
 """
 
 from __future__ import annotations
@@ -17,7 +23,21 @@ from typing import Any
 import numpy as np
 import torch
 
+import env
 from agent import EvalData, EvalResult, Learner, adaptation_curve
+from agent.adaptation import (
+    WorldCurve,
+    WorldSet,
+    family_means,
+    reference_check,
+    sequence_length,
+    world_curves,
+)
+from probes.digits import ProbeSet, probe_report
+from probes.gravity import gravity_probe, peer_entry_statistics
+from probes.perfect_physics import perfect_physics
+from probes.world import ProbeConfig, ProbeWorld, world_probe
+from runners.online.world_sets import WorldSets, world_set
 
 
 @dataclass
@@ -123,3 +143,148 @@ class Evaluator(CurveEvaluator):
     def results(self, learner: Learner, ns: tuple[int, ...]) -> list[EvalResult]:
         """``agent.adaptation_curve`` for ``ns``."""
         return list(adaptation_curve(learner, self.data, ns=ns))
+
+
+def _mean_rows(curves: list[WorldCurve], attr: str) -> np.ndarray:
+    return np.mean(np.asarray([getattr(c, attr) for c in curves], np.float64), axis=0)
+
+
+class WorldsEvaluator(CurveEvaluator):
+    """The worlds protocol's evaluations of one learner.
+
+    D_shift^n: the switch world's test sequences, each predicted through a memory of its own n
+    transitions before the input; D_base^n: the same on the training-family worlds (their mean).
+    """
+
+    def __init__(self, sets: WorldSets, ns: Sequence[int], horizons: Sequence[int]) -> None:
+        super().__init__(ns, horizons)
+        self.sets = sets
+
+    def results(self, learner: Learner, ns: tuple[int, ...]) -> list[EvalResult]:
+        (shift,) = world_curves(learner, [self.sets.shift], ns, ("own",))
+        base = world_curves(learner, self.sets.base, ns, ("own",))
+        d_base, d_base_h = _mean_rows(base, "d"), _mean_rows(base, "d_per_h")
+        return [
+            EvalResult(
+                n=int(n),
+                d_shift=shift.d[j],
+                d_shift_per_h=list(shift.d_per_h[j]),
+                d_base=float(d_base[j]),
+                d_base_per_h=d_base_h[j].tolist(),
+                sigma_embed=shift.sigma_embed[j],
+                excluded=shift.excluded[j] + sum(c.excluded[j] for c in base),
+            )
+            for j, n in enumerate(ns)
+        ]
+
+    def report(self, learner: Learner, ns: Sequence[int]) -> dict[str, Any]:
+        """The held-out worlds' D^n for every memory source (``own``, ``same``, ``wrong``; only
+        ``own`` for a learner without memory: track A, the oracle), per world and per family;
+        ``gravity_probe``: the held-out R^2 of a linear probe of gravity from e_agg with n =
+        max(ns) peer transitions (``gravity_probe_report``; None without memory);
+        and ``probes``: held-out R^2 of linear probes of the digits' state from the latents
+        (``probes.digits``), fit on the training-family worlds' sequences; ``reference``:
+        D against the EMA target's own "no change" beside the paper's, and the online-target
+        gap (``agent.adaptation.reference_check``); and ``perfect_physics``: D of the env's
+        exact simulator in this learner's latent, world-blind and of another world
+        (``probes.perfect_physics``: the physics ceiling)."""
+        cfg = learner.cfg
+        memories = ("own",) if cfg.track == "A" or cfg.oracle else ("own", "same", "wrong")
+        curves = world_curves(learner, self.sets.held_out, tuple(ns), memories, peers(cfg))
+        return {
+            "ns": [int(n) for n in ns],
+            "horizons": self.horizons,
+            "memories": list(memories),
+            "families": family_means(curves),
+            "worlds": [
+                {"world": c.world, "family": c.family, "memory": c.memory,
+                 "physics": [float(x) for x in w.physics], "d": c.d, "d_per_h": c.d_per_h}
+                for c in curves
+                for w in self.sets.held_out if w.name == c.world
+            ],
+            "probes": probes(learner, self.sets),
+            "reference": reference_check(learner, self.sets.held_out),
+            "perfect_physics": perfect_physics(  # seen_mean's worlds: the training family
+                learner, self.sets.held_out, max(ns), family=next(iter(self.sets.families.values())),
+                seed=self.sets.seed),
+            "gravity_probe": None if memories == ("own",) else gravity_probe_report(
+                learner, n=max(ns), seed=self.sets.seed, families=self.sets.families),
+        }  # fmt: skip
+
+
+def gravity_probe_report(learner: Learner, *, n: int, seed: int,
+                         families: dict[str, env.WorldFamily] | None = None, fit_worlds: int = 24,
+                         test_worlds: int = 8, seqs: int = 12) -> dict[str, Any]:  # fmt: skip
+    """``probes.gravity.gravity_probe`` of a learner with memory: fit on ``fit_worlds``
+    worlds of the training family (the first of ``families``; default ``env.FAMILIES``),
+    scored on ``test_worlds`` of each other (held-out) family, ``seqs`` sequences each (the test
+    digits), all drawn from ``seed`` apart from the evaluation's own worlds; memories of n peer
+    transitions (``peers``). ``r2``: from e_agg; ``r2_entries``: from the same entries'
+    statistics (``probes.gravity.entry_statistics``)."""
+    cfg = learner.cfg
+    families = dict(families or env.FAMILIES)
+    length = sequence_length(cfg, n)
+    rng = np.random.default_rng([seed, 0x6EA7])
+
+    def draw(fam: str, k: int, count: int) -> list[WorldSet]:
+        return [world_set(f"{fam}-probe-{i}", p, seqs, length, [seed, 0x6EA7, k, i], fam)
+                for i, p in enumerate(families[fam].sample(rng, count))]  # fmt: skip
+
+    train, *held = families
+    fit = draw(train, 0, fit_worlds)
+    test = [w for k, fam in enumerate(held, 1) for w in draw(fam, k, test_worlds)]
+    r2 = gravity_probe(learner, fit, test, n=n, peers=peers(cfg))
+    entries = gravity_probe(learner, fit, test, n=n, peers=peers(cfg),
+                            features=peer_entry_statistics)  # fmt: skip
+    return {"n": n, "peers": peers(cfg), "fit_worlds": fit_worlds, "test_worlds": test_worlds,
+            "sequences": seqs, "r2": r2, "r2_entries": entries}
+
+
+def peers(cfg: Any) -> int:
+    """The sequences a held-out sample's same-world memory comes from: the other streams of
+    its group memory (``group_size - 1``), or one."""
+    return max(1, cfg.group_size - 1) if cfg.memory_scope == "group" else 1
+
+
+def probes(learner: Learner, sets: WorldSets) -> dict[str, dict[str, float]]:
+    """{latent: {target: R^2}} of ``probes.digits.probe_report``: fit on the training-family
+    worlds' test sequences, scored on the held-out worlds'."""
+
+    def encode(frames: Any, target: bool) -> Any:
+        return learner.encode(frames, target=target)
+
+    def probe_sets(worlds: list[WorldSet]) -> list[ProbeSet]:
+        return [ProbeSet(np.asarray(w.frames), np.asarray(w.positions)) for w in worlds]
+
+    return probe_report(encode, probe_sets(sets.base), probe_sets(sets.held_out),
+                        learner.cfg.context_frames)
+
+
+def world_probe_report(learner: Learner, held_out: Sequence[WorldSet], *, worlds: int = 40,
+                       seqs: int = 96, seed: int = 0, cfg: ProbeConfig | None = None,
+                       family: env.WorldFamily | None = None) -> dict[str, Any]:  # fmt: skip
+    """``probes.world.world_probe`` on the learner's EMA-target latents: fit on ``worlds``
+    worlds drawn from the training ``family`` (default ``env.FAMILIES["train"]``; ``seqs``
+    sequences of the MNIST training digits each, generated from ``seed``), scored on
+    ``held_out`` (the test digits); ``cfg``: the predictors (None: ``ProbeConfig()``), its
+    windows starting at ``cfg.start``. Returns its result with the fitting set's size."""
+    c, hs = learner.cfg.context_frames, learner.cfg.horizons
+    cfg = cfg or ProbeConfig()
+    length = cfg.start + c + hs[-1]
+    drawn = (family or env.FAMILIES["train"]).sample(np.random.default_rng(seed), worlds)
+    fit = []
+    for k, physics in enumerate(drawn):  # the training digits: the held-out sets have the test's
+        s = env.generate_sequences(seqs, seed=[seed, k], split="train", seq_len=length,
+                                   **physics.as_dict())
+        fit.append(ProbeWorld(s["frames"], env.physics_features(physics), "train"))
+    test = [ProbeWorld(np.asarray(w.frames), np.asarray(w.physics), w.family) for w in held_out]
+
+    def encode(frames: Any) -> Any:
+        return learner.encode(frames, target=True)
+
+    out = world_probe(encode, fit, test, c, hs, cfg)
+    what = (f"{cfg.layers} x {cfg.hidden} GELU" if cfg.predictor == "mlp"
+            else f"the conv predictor, {cfg.hidden} channels, the world by FiLM")
+    return {"fit": {"worlds": worlds, "sequences": worlds * seqs, "seed": seed,
+                    "predictor": f"{what}, {cfg.steps} Adam steps", "start": cfg.start},
+            "horizons": list(hs), "families": out}

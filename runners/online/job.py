@@ -21,12 +21,12 @@ from tqdm import tqdm
 from runners.cli import CliError, os_error_message
 from runners.online import beside, bounds
 from runners.online.config import Paper, RunConfig, describe, precision_note
+from runners.online.evaluation import WorldsEvaluator
 from runners.online.loop import OnlineLoop, StepResult
 from runners.online.plots import make_figures
 from runners.online.rundir import RunFolder, StopRequest
 from runners.online.summary import build_summary, curve_report, format_table, write_summary
 from runners.online.switch import physics_label
-from runners.online.worlds_eval import WorldsEvaluator
 
 PROG = "train_online"
 

@@ -8,7 +8,7 @@ own factory so a caller (the visualizer, a test, a benchmark) can build or repla
   thread on a CPU unless TORCH_NUM_THREADS says otherwise;
 - ``make_learner``: ``agent.Learner`` of the run's ``AgentConfig``;
 - ``make_feed``: the streams the learner lives in and their batches (``runners.online.feeds``);
-- ``make_evaluator``: the worlds protocol's ``WorldsEvaluator`` (``runners.online.worlds_eval``
+- ``make_evaluator``: the worlds protocol's ``WorldsEvaluator`` (``runners.online.evaluation``
   on generated world sets, ``runners.online.world_sets``), or the paper's ``Evaluator`` on its
   splits (``make_eval_data``, from the store (``runners.online.store``) or generated);
 - ``Recorder``: the run's ``run.zarr`` (``runners.online.recorder``).
@@ -27,13 +27,12 @@ import env
 from agent import EvalData, Learner
 from runners.cli import CliError
 from runners.online.config import Paper, RunConfig, Worlds, device_name, world_families
-from runners.online.evaluation import CurveEvaluator, Evaluator
+from runners.online.evaluation import CurveEvaluator, Evaluator, WorldsEvaluator
 from runners.online.feeds import Feed, make_feed
 from runners.online.recorder import Recorder
 from runners.online.rundir import RunFolder
 from runners.online.store import open_store, split_frames
 from runners.online.world_sets import make_world_sets
-from runners.online.worlds_eval import WorldsEvaluator
 
 
 def set_threads(device: torch.device) -> None:
