@@ -4,7 +4,7 @@ One ``LoopDriver`` wraps one ``OnlineLoop``: ``step()`` is ``loop.step()`` (swit
 evaluation and checkpoints included), nothing else advances the learner. What the view needs
 beyond the step metrics is read from public attributes, at redraw time only:
 
-- the newest frames: ``loop.source.frames`` (the StreamSource's window ring) at ``head - 1``;
+- the newest frames: ``loop.feed.frames`` (the StreamSource's window ring) at ``head - 1``;
 - the buffer's world tags: ``learner.buffer.ordered()`` (one host sync); a per-stream memory
   (the worlds protocol): the first stream's own FIFO;
 - the attention of the current query: recomputed with ``learner.aggregate`` on the predictor
@@ -18,7 +18,7 @@ beyond the step metrics is read from public attributes, at redraw time only:
   second, smoothed over the readings (``WRONG_SMOOTH``); none while the streams are held in
   one world;
 - interactive physics changes: ``loop.enter`` (paper: ``vec_env.set_physics`` and
-  ``source.set_shifted``; worlds: ``ScheduledFeed.enter``, which holds every stream in the world
+  ``source.set_shifted``; worlds: ``ScheduledStreams.enter``, which holds every stream in the world
   and ends its episode), the loop's own switches covering only the scripted schedule.
 """
 
@@ -125,7 +125,7 @@ class LoopDriver:
     # ----------------------------------------------------------------- what is shown
     def frames(self) -> np.ndarray:
         """(S, 64, 64) uint8: the newest frame of the ``SHOWN_STREAMS`` shown streams."""
-        src = self.loop.source
+        src = self.loop.feed
         if not hasattr(src, "frames") or not hasattr(src, "head"):  # dataset source
             return np.zeros((SHOWN_STREAMS, 64, 64), np.uint8)
         newest = (src.head - 1) % src.window
@@ -152,7 +152,7 @@ class LoopDriver:
 
     @torch.no_grad()
     def _compute_attention(self) -> np.ndarray | None:
-        src, learner = self.loop.source, self.learner
+        src, learner = self.loop.feed, self.learner
         buf = learner.buffer
         n = int(buf.size[0]) if self.per_group else int(buf.size)
         if n == 0 or not hasattr(src, "frames"):
@@ -215,7 +215,7 @@ class LoopDriver:
     def release(self) -> None:
         """Worlds protocol: give the streams back to the training worlds, each from a new
         episode in a freshly drawn world. ``loop.enter`` of the base physics releases the
-        schedule (``ScheduledFeed.enter(physics, 0)``), which alone would keep every stream in
+        schedule (``ScheduledStreams.enter(physics, 0)``), which alone would keep every stream in
         the held world until its episode ends; so every episode ends at the next step (one about
         to reset: after its first frame) and the schedule draws each stream's next world."""
         if not self.worlds:
@@ -223,7 +223,7 @@ class LoopDriver:
         loop = self.loop
         loop.enter(loop.cfg.base_physics)
         vec_env = loop.vec_env
-        pending = np.asarray(loop.source.done, bool)  # their next episode starts at the next step
+        pending = np.asarray(loop.feed.done, bool)  # their next episode starts at the next step
         vec_env.set_episode_limits(np.where(pending, 1, vec_env.elapsed_steps + 1))
 
     def stream_physics(self) -> np.ndarray | None:

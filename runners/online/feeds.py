@@ -1,15 +1,16 @@
-"""The feed of a run: the streams the learner lives in and the batches they give.
+"""The feed of a run: the ``agent`` batch source of its protocol, with the protocol's switch.
 
-A feed has ``next() -> Batch``, ``enter(physics, shifted)`` (a switch: the physics from the next
-step on, the samples tagged ``shifted``), ``source`` (the ``agent`` batch source) and ``vec_env``
-(the live env, None for stored sequences). ``make_feed(cfg, device, store)`` builds the run's:
+A feed is an ``agent.StreamSource`` or ``agent.DatasetSource`` (``next() -> Batch``, its
+``state_dict`` in the checkpoint) that also has ``enter(physics, shifted)`` (a switch: the
+physics from the next step on, the samples tagged ``shifted``) and ``vec_env`` (the live env,
+None for stored sequences). ``make_feed(cfg, device, store)`` builds the run's:
 
-- ``ScheduledFeed`` (worlds protocol): every stream's episodes in worlds drawn from a family
+- ``ScheduledStreams`` (worlds protocol): every stream's episodes in worlds drawn from a family
   (``env.WorldSchedule``); ``enter`` holds every stream in one world;
-- ``StreamFeed`` (paper protocol, ``--source stream``): a live ``env.MovingMNISTVectorEnv`` whose
-  physics switch mid-stream;
-- ``DatasetFeed`` (paper protocol, ``--source dataset``): i.i.d. sequences of a ``make_dataset``
-  store's base or shift split.
+- ``PaperStreams`` (paper protocol, ``--source stream``): a live ``env.MovingMNISTVectorEnv``
+  whose physics switch mid-stream;
+- ``DatasetSplits`` (paper protocol, ``--source dataset``): i.i.d. sequences of a
+  ``make_dataset`` store's base or shift split.
 """
 
 from __future__ import annotations
@@ -20,54 +21,50 @@ import numpy as np
 import torch
 
 import env
-from agent import Batch, DatasetSource, StreamSource
+from agent import DatasetSource, StreamSource
 from runners.cli import CliError
 from runners.online.config import Paper, RunConfig, Worlds, world_families
 from runners.online.store import check_store, split_frames
 
 
-class StreamFeed:
-    """B parallel streams of a live vector env; ``enter`` switches their physics mid-stream."""
+class PaperStreams(StreamSource):
+    """B parallel streams of a live vector env (``self.env``); ``enter`` switches their physics
+    mid-stream."""
 
-    def __init__(self, vec_env: env.MovingMNISTVectorEnv, source: StreamSource) -> None:
-        self.vec_env = vec_env
-        self.source = source
+    @property
+    def vec_env(self) -> env.MovingMNISTVectorEnv:
+        return self.env
 
     def enter(self, physics: env.PhysicsParams, shifted: int) -> None:
         """Every stream's physics from the next frame on; samples tagged ``shifted``."""
-        self.vec_env.set_physics(**physics.as_dict())
-        self.source.set_shifted(shifted)
-
-    def next(self) -> Batch:
-        return self.source.next()
+        self.env.set_physics(**physics.as_dict())
+        self.set_shifted(shifted)
 
 
-class DatasetFeed:
-    """I.i.d. sequences of a store's base (shifted 0) or shift (shifted 1) train split."""
+class DatasetSplits(DatasetSource):
+    """I.i.d. sequences of a store's base (shifted 0) or shift (shifted 1) train split; a switch
+    opens the other split as a fresh source of it would (its own seed, ``seed + shifted``)."""
+
+    vec_env = None
 
     def __init__(self, cfg: RunConfig, paper: Paper, store: env.PaperDataset, device: torch.device) -> None:
-        self.cfg, self.data, self.store, self.device = cfg, str(paper.data), store, device
-        self.vec_env = None
-        self.source = self._source(0)
+        self.cfg, self.data, self.store = cfg, str(paper.data), store
+        self._open(0, device)
 
-    def _source(self, shifted: int) -> DatasetSource:
+    def _open(self, shifted: int, device: torch.device) -> None:
         a = self.cfg.agent
         frames = split_frames(self.store, "shift" if shifted else "base", "train", self.data)
-        return DatasetSource(frames, a, self.device, shifted=shifted, seed=a.seed + shifted)
+        super().__init__(frames, a, device, shifted=shifted, seed=a.seed + shifted)
 
     def enter(self, physics: env.PhysicsParams, shifted: int) -> None:
         """The split of ``shifted`` (the store holds two gravities; checked by ``check_store``)."""
-        if shifted != self.source.shifted:
-            self.source = self._source(shifted)
-
-    def next(self) -> Batch:
-        return self.source.next()
+        if shifted != self.shifted:
+            self._open(shifted, self.device)
 
 
-
-
-class ScheduledFeed:
-    """B parallel streams, each episode in a world drawn from a family (``env.WorldSchedule``).
+class ScheduledStreams(StreamSource):
+    """B parallel streams, each episode in a world drawn from a family (``self.env``, an
+    ``env.WorldSchedule``).
 
     ``enter(physics, 1)`` holds every stream in ``physics`` and ends its current episode, so each
     starts its next one (new digits) in that world with an empty memory (a per-stream memory is
@@ -78,10 +75,13 @@ class ScheduledFeed:
     schedule.
     """
 
-    def __init__(self, schedule: env.WorldSchedule, source: StreamSource) -> None:
-        self.schedule = schedule
-        self.vec_env: env.MovingMNISTVectorEnv = schedule.env
-        self.source = source
+    @property
+    def schedule(self) -> env.WorldSchedule:
+        return self.env
+
+    @property
+    def vec_env(self) -> env.MovingMNISTVectorEnv:
+        return self.env.env
 
     def enter(self, physics: env.PhysicsParams, shifted: int) -> None:
         if shifted == 0:
@@ -89,12 +89,9 @@ class ScheduledFeed:
         else:
             self.schedule.hold(physics, endless=True)
             # End every running episode at the next step; one that already ended resets then.
-            running = ~np.asarray(self.source.done, bool)
+            running = ~np.asarray(self.done, bool)
             self.vec_env.set_episode_limits(self.vec_env.elapsed_steps + 1, mask=running)
-        self.source.set_shifted(shifted)
-
-    def next(self) -> Batch:
-        return self.source.next()
+        self.set_shifted(shifted)
 
     def stream_physics(self) -> list[env.PhysicsParams]:
         """Each stream's current world."""
@@ -104,7 +101,7 @@ class ScheduledFeed:
 def make_scheduled_feed(
     n_streams: int, family: str | env.WorldFamily, episode_steps: tuple[int, int], source_cfg: Any, device: Any,
     seed: int, group_size: int = 1, residency: tuple[int, int] = (1, 1), vec_env: Any = None,
-) -> ScheduledFeed:  # fmt: skip
+) -> ScheduledStreams:  # fmt: skip
     """The run's streams under a world schedule (groups of ``group_size`` streams sharing a
     world for ``residency`` episodes), started (the first windows full). ``vec_env``: the env
     to schedule (a block of a shared env, ``env.blocks``: not started then, as its blocks start
@@ -115,13 +112,13 @@ def make_scheduled_feed(
                                            device=world_device(device))  # fmt: skip
     schedule = env.WorldSchedule(vec_env, family, episode_steps=episode_steps, seed=seed,
                                  group_size=group_size, residency=residency)  # fmt: skip
-    source = StreamSource(schedule, source_cfg, device, seed=seed)
+    source = ScheduledStreams(schedule, source_cfg, device, seed=seed)
     if own:
         source.start()
-    return ScheduledFeed(schedule, source)
+    return source
 
 
-Feed = StreamFeed | DatasetFeed | ScheduledFeed
+Feed = PaperStreams | DatasetSplits | ScheduledStreams
 
 
 def world_device(device: Any) -> torch.device | None:
@@ -171,10 +168,10 @@ def make_feed(
         if store is None:
             raise CliError("--source dataset needs --data PATH.zarr (written by runners.make_dataset)")
         check_store(cfg, store)
-        return DatasetFeed(cfg, p, store, device)
+        return DatasetSplits(cfg, p, store, device)
     vec_env = make_vec_env(cfg, p, device)
-    source = StreamSource(vec_env, a, device, seed=a.seed)
+    source = PaperStreams(vec_env, a, device, seed=a.seed)
     source.start()
     if p.stagger and p.episode_length:
         stagger(vec_env, p.episode_length)
-    return StreamFeed(vec_env, source)
+    return source

@@ -238,11 +238,6 @@ class OnlineLoop:
 
     # -- properties ------------------------------------------------------------------------
     @property
-    def source(self) -> Any:
-        """The world's batch source (``agent.StreamSource`` or ``agent.DatasetSource``)."""
-        return self.feed.source
-
-    @property
     def vec_env(self) -> env.MovingMNISTVectorEnv | None:
         return self.feed.vec_env
 
@@ -401,7 +396,7 @@ class OnlineLoop:
             "physics": self.physics.as_dict(),
             "frozen": self.frozen,
         }
-        save_checkpoint(path, self.learner, source=self.source, extra=extra)
+        save_checkpoint(path, self.learner, source=self.feed, extra=extra)
 
     # -- resume ----------------------------------------------------------------------------
     def restore(self) -> None:
@@ -415,7 +410,7 @@ class OnlineLoop:
             s = int(saved.get("run_step", 0)) if isinstance(saved, dict) else 0
             if s:
                 self.enter(self.physics_at(s - 1))
-            extra = apply_checkpoint(payload, latest, learner=self.learner, source=self.source)
+            extra = apply_checkpoint(payload, latest, learner=self.learner, source=self.feed)
         except CheckpointError as err:
             raise CliError(f"cannot resume: {err}") from None
         s = self.step_count

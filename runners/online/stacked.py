@@ -48,7 +48,7 @@ class StackedLoops:
         except ValueError as err:
             raise CliError(f"cannot stack these runs: {err}") from None
         self.loops = list(loops)
-        sources = [loop.source for loop in loops]
+        sources = [loop.feed for loop in loops]
         if not any(src.started for src in sources):  # fresh runs: their worlds start together
             StreamSource.start_together(sources)
         self.learner.load_state_dicts([loop.learner.state_dict() for loop in loops])

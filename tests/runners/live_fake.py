@@ -5,7 +5,7 @@ spikes and decays, the detector fires and fills the buffer with shift-world entr
 error jumps and comes back down, faster with memory (tracks B, C) than without (A). Its frames
 are two bouncing squares under the same gravity (``FakeWorld(worlds=True)``: each stream in its
 own world, redrawn every episode, until ``hold`` puts every stream in one, as the worlds
-protocol's ``ScheduledFeed`` does). Nothing here is a model of the learner; it only produces
+protocol's ``ScheduledStreams`` does). Nothing here is a model of the learner; it only produces
 plausible shapes so that every panel has something to draw.
 """
 

@@ -167,7 +167,7 @@ def test_cli_switch_screenshot_and_video(tmp_path: Path) -> None:
     assert count_color(before, SWITCH) == 0 and count_color(after, SWITCH) > 50
     # the tracks saw the same stream: identical frame windows in both loops
     a, c = session.loops
-    assert np.array_equal(a.source.frames, c.source.frames)
+    assert np.array_equal(a.feed.frames, c.feed.frames)
     pygame.display.quit()
 
 
@@ -202,7 +202,7 @@ def test_cli_keys_quit_and_resume(tmp_path: Path) -> None:
     assert app.gravity == pytest.approx(0.5) and app.paused
     loop = session.loops[0]
     assert loop.gravity == pytest.approx(0.5) and loop.learner.weights_frozen  # memory mode
-    assert int(loop.source.shifted[0]) == 1  # the new frames are tagged as the shifted world
+    assert int(loop.feed.shifted[0]) == 1  # the new frames are tagged as the shifted world
     post_key(pygame.K_SPACE)
     app.pump()
     assert not app.paused
@@ -343,7 +343,7 @@ def test_cli_worlds_key_g_and_resume_in_the_held_world(tmp_path: Path) -> None:
     assert app.held and app.switches == [(6, 0.3)]
     for loop in loops:
         assert stream_worlds(loop) == {SWITCH_WORLD} and loop.learner.weights_frozen
-        assert (loop.source.shifted == 1).all()  # the new transitions are tagged as its world
+        assert (loop.feed.shifted == 1).all()  # the new transitions are tagged as its world
     for _ in range(2):
         app.advance()
     app.key(pygame.K_g)  # again: back to the training worlds (the weights stay frozen)
@@ -352,7 +352,7 @@ def test_cli_worlds_key_g_and_resume_in_the_held_world(tmp_path: Path) -> None:
     assert not app.held and app.switches[-1] == (8, 0.0)
     for loop in loops:
         assert {visualize.family_name(*w) for w in stream_worlds(loop)} == {"train"}
-        assert (loop.source.shifted == 0).all() and loop.learner.weights_frozen
+        assert (loop.feed.shifted == 0).all() and loop.learner.weights_frozen
     app.key(pygame.K_g)  # and into it again, then quit
     for _ in range(2):
         app.advance()

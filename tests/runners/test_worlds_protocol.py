@@ -73,27 +73,27 @@ def test_switch_starts_every_stream_anew_in_the_held_world_for_good() -> None:
     world = make_scheduled_feed(6, "train", (21, 40), cfg, "cpu", seed=3)
     for _ in range(5):
         world.next()
-    before = world.source.episode_id.copy()
+    before = world.episode_id.copy()
     held = env.PhysicsParams(gravity=0.3, gravity_direction=45.0)
     world.enter(held, 1)
-    assert (world.source.shifted == 1).all()
+    assert (world.shifted == 1).all()
     b1 = world.next()  # the last frame of the old episode (in the held physics already)
     b2 = world.next()  # every stream's first frame of a new episode
     assert b1.valid.any() and not b2.valid.any()  # windows spanning the start: memory emptied
-    np.testing.assert_array_equal(world.source.episode_id, before + 1)
+    np.testing.assert_array_equal(world.episode_id, before + 1)
     assert world.schedule.held.all()
     assert all(p == held for p in world.stream_physics())
     np.testing.assert_allclose(b2.physics.numpy(), np.tile(env.physics_features(held), (6, 1)),
                                rtol=1e-6)  # fmt: skip
     for _ in range(45):  # longer than any drawn episode: the held episodes never end
         last = world.next()
-        np.testing.assert_array_equal(world.source.episode_id, before + 1)
+        np.testing.assert_array_equal(world.episode_id, before + 1)
     assert last.valid.all()
     world.enter(held, 0)  # back to the schedule: each stream's episode ends within 40 steps
     assert not world.schedule.held.any()
     for _ in range(41):
         world.next()
-    assert (world.source.episode_id == before + 2).all()
+    assert (world.episode_id == before + 2).all()
 
 
 def test_world_sets_are_deterministic_and_held_out() -> None:
