@@ -13,9 +13,10 @@ folder (a set: every one of its folders, which must agree):
   moved aside to ``<name>.stale-<k>`` (never deleted) and started afresh;
 - ``new``: started with the point's arguments.
 
-``execute`` first claims the point (a set: each of its folders) (``RunFolder.claim``: an OS lock beside the run folder, held
-while the run executes): a point another sweep is running right now is reported ``busy`` and
-not started, so two sweeps on one output folder never run the same point twice.
+``execute`` first claims the point, a set each of its folders (``RunFolder.claim``: an OS lock
+beside the run folder, held while the run executes): a point another sweep is running right now
+is reported ``busy`` and not started, so two sweeps on one output folder never run the same
+point twice.
 
 So rerunning the same sweep command after a crash, a Ctrl-C or a lost Ray node finishes exactly
 the missing runs. Each worker gets ``cores // workers`` torch threads (``TORCH_NUM_THREADS`` (read by
@@ -395,7 +396,7 @@ class RayBackend:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
                 for ref in done:
-                    for res in map(lambda r: RunResult(**r), ray.get(ref)):
+                    for res in [RunResult(**r) for r in ray.get(ref)]:
                         results[res.name] = res
                         if progress is not None:
                             progress(res, len(results), total)
