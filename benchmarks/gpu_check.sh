@@ -16,7 +16,9 @@
 #            summaries and configs come back as runs.tar.gz.
 # Figures go to docs/throughput.md#on-a-gpu-one-nvidia-h100.
 #
-#   bash benchmarks/gpu_check.sh [OUT_DIR] [figures|tests|study|world]   # OUT_DIR (default gpu-check/)
+#   bash benchmarks/gpu_check.sh [OUT_DIR] [figures|tests|study|world] [RUN_OPTION ...]
+# OUT_DIR defaults to gpu-check/; the study passes any RUN_OPTION (e.g. --regularise latents) to
+# every run.
 set -u
 out=${1:-gpu-check}
 what=${2:-figures}
@@ -42,7 +44,7 @@ study)
     part "worlds study, study preset, 3 seeds x 4 arms, stacked and captured, 4 arms at once"
     ( time timeout 540 python -m runners.worlds_study --device cuda --stack --preset study \
         --tracks A C D --oracle-track D --seeds 42 43 44 --out "$out/study" --capture \
-        --workers 4 ) 2>&1 |
+        --workers 4 "${@:3}" ) 2>&1 |
         tee "$out/study.log" | grep -E "stacked set|started|skipped|report:|real|error|rror"
     ;;
 world)
