@@ -147,14 +147,14 @@ class BenchSettings:
 
     def set_args(self) -> list[str]:
         """``sets`` as train_online's options (``stream_cache=false``: ``--no-stream-cache``)."""
-        from runners.online.command import value_tokens
+        from runners.studies.grid import option_tokens
 
         out: list[str] = []
         for item in self.sets:
             key, eq, value = item.partition("=")
             if not eq:
                 raise pytest.UsageError(f"--bench-set {item!r}: expected FIELD=VALUE")
-            out += value_tokens(key, value, "--bench-set")
+            out += option_tokens(key, value, "--bench-set")
         return out
 
 

@@ -163,9 +163,9 @@ def track_config(
     """The ``RunConfig`` of one track: train_online's command line, made of the --from run's
     config.json (but its schedule's length and memory pair, which follow the view's own
     stream), the visualizer's options, then train_online's options given to the view."""
-    from runners.online.command import build_config, dict_tokens, over
+    from runners.online.command import build_config
 
-    saved_tokens: list[str] = []
+    saved: dict | None = None
     if from_dir is not None:  # the run's own config, its preset included (unless --preset)
         saved = RunFolder(from_dir).read_config()
         theirs = flat(saved).get("protocol", "paper")  # before the worlds protocol: paper
@@ -177,7 +177,7 @@ def track_config(
             )
         agent = {k: v for k, v in (saved.get("agent") or {}).items()  # the view's own stream
                  if k not in ("total_steps", "push_pair")}
-        saved_tokens = dict_tokens({**saved, "agent": agent}, f"--from {from_dir}")
+        saved = {**saved, "agent": agent}
     steps = args.steps or DEFAULT_STEPS
     tokens = ["--protocol", protocol, "--track", track, "--seed", str(args.seed or 0),
                "--steps", str(steps), "--record-frames", "0",
@@ -190,7 +190,7 @@ def track_config(
         if getattr(args, name) is not None:
             tokens += ["--" + name.replace("_", "-"), str(getattr(args, name))]
     tokens += list(args.train_args)
-    return build_config(over(saved_tokens, tokens))
+    return build_config(tokens, saved, f"--from {from_dir}")
 
 
 #: The ceiling's name among the view's tracks: the oracle of the first memory track.

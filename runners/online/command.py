@@ -1,15 +1,12 @@
-"""train_online's command line: tyro over ``RunConfig``, and the other ways a config arrives
-(``--config FILE``, a run's ``config.json``, ``--resume``, a sweep's grid point).
-
-Everything becomes command-line tokens that one tyro parser reads, so a value is typed and
-checked the same way wherever it comes from; later tokens win:
-
-    --config FILE's values,  then the command line
+"""train_online's command line: tyro over ``RunConfig``, on top of a config read from a file
+(``--config FILE``, a run's ``config.json`` on ``--resume``, the run a view starts ``--from``).
 
 Five options choose the defaults of the others, so they are read first (``Defaults``):
 ``--protocol`` (which of ``Worlds`` / ``Paper`` the tagged union holds), ``--preset``,
 ``--track`` (its lr and kappa), ``--source`` (the memory pair) and ``--device`` (the precision).
-``--help`` shows the defaults they give.
+The config they give, with a file's values set into its dataclasses (each checked against its
+field's type), is the default tyro parses the command line over: the options win, wherever they
+stand, and ``--help`` shows the defaults they give.
 """
 
 from __future__ import annotations
@@ -17,19 +14,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, get_args
 
+import typeguard
 import tyro
 
-from agent.config import REMOVED, Track, preferred_precision, without_removed
+from agent.config import AgentConfig, Track, preferred_precision, without_removed
 from runners.cli import CliError, parse
 from runners.online.config import (
     PRESET_SCHEDULE,
     PROTOCOLS,
     Device,
+    Output,
     Paper,
     Preset,
     ProtocolName,
@@ -44,6 +43,7 @@ from runners.online.config import (
 from runners.online.switch import Switch, SwitchArg
 
 TRAIN_PROG = "python -m runners.train_online"
+ALL_ITEMS = typeguard.CollectionCheckStrategy.ALL_ITEMS
 #: What may change on --resume (the rest belongs to the run and is read from its config.json).
 RESUMABLE = ("steps", "switches", "device", "eval_every", "checkpoint_every", "bounds", "workers")
 
@@ -58,6 +58,9 @@ class Defaults:
     source: Source = "stream"
     device: Device = "auto"
     config: str | None = None
+
+
+CHOSEN = ("protocol", "preset", "track", "source", "device")
 
 
 @dataclass
@@ -90,96 +93,43 @@ class TrainCommand:
 
 
 # -- the fields, by option name ---------------------------------------------------------------
-def _fields(cls: type) -> Iterator[tuple[str, Any]]:
-    """(name, type) of every option ``cls`` generates, nested dataclasses flattened."""
+def _hints(cls: type) -> dict[str, Any]:
+    """The type of each field of ``cls``, tyro's markers (``Annotated``) taken off."""
     hints = typing.get_type_hints(cls, include_extras=True)
+    out = {}
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
-        inner = get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
-        members = [a for a in get_args(inner) if dataclasses.is_dataclass(a)] or [inner]
-        if all(dataclasses.is_dataclass(m) for m in members):
-            for m in members:
-                yield from _fields(m)
-        elif f.name not in ("run", "switches"):
-            yield f.name, inner
-
-
-FIELDS: dict[str, Any] = dict(_fields(TrainCommand))
-
-
-def _kind(hint: Any) -> tuple[str, bool]:
-    """("seq" | "bool" | "other", may be None) of an option's type."""
-    args = get_args(hint)
-    optional = type(None) in args
-    base = next((a for a in args if a is not type(None)), hint) if optional else hint
-    if typing.get_origin(base) is tuple:
-        return "seq", optional
-    return ("bool" if base is bool else "other"), optional
-
-
-def _option(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def value_tokens(name: str, value: Any, where: str) -> list[str]:
-    """The tokens that set option ``name`` to ``value`` (JSON, or the text of a grid point); the
-    ``switches`` of a config are ``--switch`` options (``[]`` / none: ``--no-switch``)."""
-    if name in ("switches", "switch"):
-        if value is None or value == "":
-            return ["--no-switch"] if value == "" else []
-        if isinstance(value, str):
-            value = [] if value.strip().lower() == "none" else value.replace(";", " ").split()
-        try:
-            items = [str(Switch.from_json(v)) for v in value]
-        except (ValueError, TypeError) as err:
-            raise CliError(f"switches: {err} (in {where})") from None
-        return [t for s in items for t in ("--switch", s)] or ["--no-switch"]
-    name = name.replace("-", "_")
-    if name not in FIELDS:
-        raise CliError(f"unknown field {name!r} in {where}")
-    kind, optional = _kind(FIELDS[name])
-    text = value.strip().lower() if isinstance(value, str) else None
-    if optional and (value is None or text in ("none", "null")):
-        return [_option(name), "None"]
-    if kind == "bool":
-        flag = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
-        on = flag.get(text, value) if text is not None else value
-        if not isinstance(on, bool):
-            raise CliError(f"{name}: expected true or false, got {value!r} (in {where})")
-        return [_option(name) if on else _option("no_" + name)]
-    if kind == "seq":
-        items = value.replace(",", " ").split() if isinstance(value, str) else list(value)
-        return [_option(name), *(repr(v) if isinstance(v, float) else str(v) for v in items)]
-    return [_option(name), repr(value) if isinstance(value, float) else str(value)]
-
-
-def dict_tokens(data: Mapping[str, Any], where: str) -> list[str]:
-    """The tokens of a JSON config: nested as ``config.json`` (``{"protocol": {"kind": ...},
-    "agent": {...}, ...}``) or flat, field names as keys (older config.json files too)."""
-    out: list[str] = []
-    for key, value in data.items():
-        if key == "agent_overrides" and "agent" in data:
-            continue  # an older config.json: the resolved agent holds them
-        if key == "protocol" and isinstance(value, Mapping):
-            value = dict(value)
-            out += value_tokens("protocol", value.pop("kind", "worlds"), where)
-            out += dict_tokens(value, where)
-        elif isinstance(value, Mapping) and key != "physics":
-            out += dict_tokens(value, where)
-        elif key == "precision" and value == "auto":  # an older config: the device's own
-            continue
-        elif key == "memory_scope" and value == "world":  # the group memory's older name
-            out += value_tokens(key, "group", where)
-        elif key in REMOVED:  # an older config: an option since removed, unused (or one line)
-            try:
-                without_removed({key: value})
-            except ValueError as err:
-                raise CliError(f"{err} (in {where})") from None
-        else:
-            out += value_tokens(key, value, where)
+        while typing.get_origin(hint) is Annotated:
+            hint = get_args(hint)[0]
+        out[f.name] = hint
     return out
 
 
+def _fields() -> dict[str, tuple[str, Any]]:
+    """Every option of a run, by field name: (the part of ``RunConfig`` holding it, its type)."""
+    parts: dict[str, type] = {"protocol": Paper, "schedule": Schedule, "output": Output,
+                              "agent": AgentConfig}  # fmt: skip
+    out = {n: ("protocol", h) for n, h in _hints(PROTOCOLS["worlds"]).items()}
+    for part, cls in parts.items():
+        out.update((n, (part, h)) for n, h in _hints(cls).items())
+    top = _hints(RunConfig)
+    out.update((n, ("", top[n])) for n in ("preset", "device", "capture", "bounds", "workers"))
+    del out["switches"]  # --switch, its own syntax
+    return out
+
+
+#: ``train_online``'s fields by name: (the part of ``RunConfig`` holding it, its type).
+FIELDS: dict[str, tuple[str, Any]] = _fields()
+
+
+def option_type(name: str) -> Any:
+    """The type of ``train_online``'s option ``--NAME`` by field name (None: there is none)."""
+    if name in FIELDS:
+        return FIELDS[name][1]
+    return None if name == "run" else _hints(TrainCommand).get(name)
+
+
+# -- a config read from a file ---------------------------------------------------------------
 def load_json(path: str, what: str = "--config") -> dict[str, Any]:
     try:
         data = json.loads(Path(path).read_text())
@@ -192,36 +142,79 @@ def load_json(path: str, what: str = "--config") -> dict[str, Any]:
     return data
 
 
-# -- parsing ---------------------------------------------------------------------------------
-def tokens_of(argv: Sequence[str]) -> list[str]:
-    """``argv`` with ``--config FILE``'s values in front."""
-    first = _defaults(argv)
-    head = dict_tokens(load_json(first.config), f"--config {first.config}") if first.config else []
-    return over(head, argv)
-
-
-def over(head: list[str], argv: Sequence[str]) -> list[str]:
-    """``argv`` over ``head``: later options win, and switches on ``argv`` replace ``head``'s."""
-    if not any(a in ("--switch", "--no-switch") or a.startswith("--switch=") for a in argv):
-        return [*head, *argv]
-    out, skip = [], False
-    for t in head:
-        if not skip and t in ("--switch", "--no-switch"):
-            skip = t == "--switch"
+def file_values(data: Mapping[str, Any], where: str, saved: bool = False) -> dict[str, Any]:
+    """A config (nested as ``config.json``, or flat by field name; older versions too) as one
+    dict by field name, each value checked against its field's type. A ``saved`` run's config
+    without a protocol is the paper's (written before the worlds protocol)."""
+    values = flat(data)
+    if saved:
+        values.setdefault("protocol", "paper")
+    if values.get("precision") == "auto":  # an older config: the device's own
+        del values["precision"]
+    try:
+        values = without_removed(values)
+    except ValueError as err:
+        raise CliError(f"{err} (in {where})") from None
+    for name, value in values.items():
+        if name == "switches":
             continue
-        if not skip:
-            out.append(t)
-        skip = False
-    return [*out, *argv]
+        if name not in FIELDS and name != "protocol":
+            raise CliError(f"unknown field {name!r} in {where}")
+        hint = ProtocolName if name == "protocol" else FIELDS[name][1]
+        values[name] = value = _tuples(value)
+        try:
+            typeguard.check_type(value, hint, collection_check_strategy=ALL_ITEMS)
+        except typeguard.TypeCheckError:
+            text = str(hint).replace("typing.", "") if get_args(hint) else hint.__name__
+            raise CliError(f"--{name.replace('_', '-')} expects {text}, got {value!r} (in "
+                           f"{where})") from None
+    return values
 
 
-def _defaults(tokens: Sequence[str]) -> Defaults:
-    return parse(Defaults, tokens, TRAIN_PROG, unknown=True, config=(), add_help=False)[0]
+def _tuples(value: Any) -> Any:
+    """JSON's lists as the config's tuples."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
-def default_config(tokens: Sequence[str]) -> RunConfig:
-    """The config the other options apply to: chosen by the ``Defaults`` among ``tokens``."""
-    d = _defaults(tokens)
+def with_values(cfg: RunConfig, values: Mapping[str, Any], where: str) -> RunConfig:
+    """``cfg`` with ``values`` (``file_values``) set in its parts; the options that chose it
+    (``CHOSEN``) are its own already."""
+    agent: dict[str, Any] = {}
+    own = {f.name for f in dataclasses.fields(cfg.protocol)}
+    for name, value in values.items():
+        if name == "switches":
+            try:
+                cfg.schedule.switches = None if value is None else tuple(
+                    Switch.from_json(v) for v in value)
+            except (ValueError, TypeError) as err:
+                raise CliError(f"switches: {err} (in {where})") from None
+            continue
+        if name in CHOSEN:
+            continue
+        part = FIELDS[name][0]
+        if part == "protocol" and name not in own:
+            other = "paper" if cfg.worlds_protocol else "worlds"
+            raise CliError(f"{name} belongs to --protocol {other} (in {where})")
+        if part == "agent":
+            agent[name] = value
+        else:
+            setattr(getattr(cfg, part) if part else cfg, name, value)
+    try:
+        cfg.agent = cfg.agent.replace(**agent)
+    except ValueError as err:
+        raise CliError(f"{err} (in {where})") from None
+    return cfg
+
+
+# -- parsing ---------------------------------------------------------------------------------
+def _defaults(argv: Sequence[str], values: Mapping[str, Any] | None = None) -> Defaults:
+    given = Defaults(**{k: v for k, v in (values or {}).items() if k in CHOSEN})
+    return parse(Defaults, argv, TRAIN_PROG, default=given, unknown=True, config=(),
+                 add_help=False)[0]  # fmt: skip
+
+
+def default_config(d: Defaults) -> RunConfig:
+    """The config the other options apply to, chosen by the ``Defaults``."""
     protocol = PROTOCOLS[d.protocol]()
     if isinstance(protocol, Paper):  # (under worlds, --source is refused by the parser)
         protocol.source = d.source
@@ -233,13 +226,26 @@ def default_config(tokens: Sequence[str]) -> RunConfig:
                      schedule=schedule)
 
 
-def parse_tokens(tokens: Sequence[str], prog: str = TRAIN_PROG) -> TrainCommand:
-    """The command of ``tokens`` (expanded already): tyro over ``TrainCommand``, its switches
-    put in the config. ``--help`` prints and exits 0; a bad option is one ``CliError`` line."""
-    default = TrainCommand(run=default_config(tokens))
-    default.protocol = default.run.protocol.kind  # type: ignore[assignment]
+def parse_command(
+    argv: Sequence[str],
+    prog: str = TRAIN_PROG,
+    data: Mapping[str, Any] | None = None,
+    where: str = "config.json",
+) -> TrainCommand:
+    """The command of ``argv`` over ``data`` (a config as ``config.json`` holds it, or
+    ``--config FILE``'s): tyro over ``TrainCommand``, its switches put in the config. ``--help``
+    prints and exits 0; a bad option is one ``CliError`` line."""
+    first = _defaults(argv)
+    if first.config:
+        if data is not None:
+            raise CliError(f"--config cannot be used with {where}")
+        where = f"--config {first.config}"
+    values = {} if data is None and not first.config else file_values(
+        load_json(first.config) if first.config else data, where, saved=data is not None)
+    run = with_values(default_config(_defaults(argv, values)), values, where)
+    default = TrainCommand(run=run, protocol=run.protocol.kind)  # type: ignore[arg-type]
     try:
-        cmd = parse(TrainCommand, tokens, prog, default=default,
+        cmd = parse(TrainCommand, argv, prog, default=default,
                     config=(tyro.conf.AvoidSubcommands,))
     except CliError as err:
         raise CliError(_other_protocol(str(err), default.protocol)) from None
@@ -258,43 +264,33 @@ def _other_protocol(message: str, protocol: str) -> str:
     return message
 
 
-def parse_command(argv: Sequence[str], prog: str = TRAIN_PROG) -> TrainCommand:
-    return parse_tokens(tokens_of(argv), prog)
-
-
-def build_config(argv: Sequence[str] = ()) -> RunConfig:
-    """--config FILE, then the options; then ``resolve`` (no file is written)."""
-    return resolve(parse_command(argv).run)
-
-
-def saved_tokens(data: Mapping[str, Any], where: str = "config.json") -> list[str]:
-    """A run's ``config.json`` as tokens (one written before the worlds protocol: paper)."""
-    return [*([] if "protocol" in data else ["--protocol", "paper"]), *dict_tokens(data, where)]
+def build_config(argv: Sequence[str] = (), data: Mapping[str, Any] | None = None,
+                 where: str = "config.json") -> RunConfig:
+    """--config FILE (or ``data``), then the options; then ``resolve`` (no file is written)."""
+    return resolve(parse_command(argv, data=data, where=where).run)
 
 
 def config_from_dict(data: Mapping[str, Any], where: str = "config.json") -> RunConfig:
     """A saved ``config.json`` (any version) as a resolved config."""
-    return resolve(parse_tokens(saved_tokens(data, where)).run)
+    return build_config((), data, where)
 
 
 # -- --resume --------------------------------------------------------------------------------
 def resume_config(saved: Mapping[str, Any], argv: Sequence[str], prog: str = TRAIN_PROG) -> RunConfig:
     """The saved config with a ``--resume`` command line's changes, which may only touch
     ``RESUMABLE``; the agent (its schedule included) stays as resolved when the run began."""
-    tokens = over(saved_tokens(saved), argv)
-    if _defaults(tokens).protocol != flat(saved).get("protocol", "paper"):
-        raise CliError("cannot change --protocol on --resume")
-    cmd = parse_tokens(tokens, prog)
-    if cmd.config:
+    first = _defaults(argv, {"protocol": flat(saved).get("protocol", "paper")})
+    if first.config:
         raise CliError("--config cannot be used with --resume (the run keeps its config)")
-    cfg = resolve(cmd.run)
+    if first.protocol != flat(saved).get("protocol", "paper"):
+        raise CliError("cannot change --protocol on --resume")
+    cfg = resolve(parse_command(argv, prog, saved).run)
     before, after = flat(config_from_dict(saved).to_dict()), flat(cfg.to_dict())
     fixed = sorted(k for k in after if after[k] != before.get(k) and k not in RESUMABLE)
     if fixed:
         raise CliError(
-            f"cannot change {', '.join(_option(f) for f in fixed)} on --resume; "
+            f"cannot change {', '.join('--' + f.replace('_', '-') for f in fixed)} on --resume; "
             "only --steps, --switch, --device, --eval-every, --checkpoint-every, --bounds and "
             "--workers"
         )
     return cfg
-

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -44,12 +45,44 @@ class Point:
 
     def train_args(self) -> list[str]:
         """The ``train_online`` arguments for this point (before any sweep-wide arguments)."""
-        from runners.online.command import value_tokens
-
         args: list[str] = []
         for key, value in self.items:
-            args += value_tokens(key, value, "--grid")
+            args += option_tokens(key, value)
         return args + list(self.extra)
+
+
+def option_tokens(name: str, value: str, where: str = "--grid") -> list[str]:
+    """The ``train_online`` options that set field ``name`` to the text ``value`` of a grid point
+    (``stream_cache=false``: ``--no-stream-cache``; ``eval_ns=0,7``: ``--eval-ns 0 7``;
+    ``switches=100:0.5;200:0``: two ``--switch``; ``none`` for an optional field or no switch)."""
+    from runners.online.command import option_type
+    from runners.online.switch import Switch
+
+    text = value.strip().lower()
+    if name in ("switches", "switch"):
+        if text == "none":
+            return ["--no-switch"]
+        try:
+            items = [str(Switch.from_json(v)) for v in value.replace(";", " ").split()]
+        except ValueError as err:
+            raise CliError(f"switches: {err} (in {where})") from None
+        return [t for s in items for t in ("--switch", s)]
+    name = name.replace("-", "_")
+    hint, option = option_type(name), "--" + name.replace("_", "-")
+    if hint is None:
+        raise CliError(f"unknown field {name!r} in {where}")
+    args = typing.get_args(hint)
+    if type(None) in args and text in ("none", "null"):
+        return [option, "None"]
+    base = next((a for a in args if a is not type(None)), hint) if type(None) in args else hint
+    if base is bool:
+        flags = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+        if text not in flags:
+            raise CliError(f"{name}: expected true or false, got {value!r} (in {where})")
+        return [option if flags[text] else "--no-" + option[2:]]
+    if typing.get_origin(base) is tuple:
+        return [option, *value.replace(",", " ").split()]
+    return [option, value]
 
 
 def _safe(value: str) -> str:

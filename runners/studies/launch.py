@@ -108,9 +108,9 @@ def check_specs(specs: Sequence[backends.RunSpec]) -> list[RunConfig]:
 
 def check_fields(fields: Sequence[str]) -> None:
     """Every grid field must be an option of ``train_online`` (a run or agent field)."""
-    from runners.online.command import FIELDS
+    from runners.online.command import option_type
 
-    bad = [f for f in fields if f.replace("-", "_") not in FIELDS]
+    bad = [f for f in fields if f != "switches" and option_type(f.replace("-", "_")) is None]
     if bad:
         raise CliError(f"unknown --grid field(s): {', '.join(bad)} (not a run or agent field)")
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from runners.cli import CliError
-from runners.online.command import build_config, over
+from runners.online.command import build_config
 from runners.online.config import RunConfig
 from runners.online.loop import Cadence, Every, OnlineLoop
 from runners.online.parts import build_run_parts
@@ -30,11 +30,12 @@ WORLDS = ["--switch", "30:gravity=0.3,direction=45", "--eval-world-seqs", "4", "
 
 def tiny_config(*argv: str, protocol: str = "paper") -> RunConfig:
     paper = ["--eval-shift-train", "32", "--eval-base-test", "16"] if protocol == "paper" else []
-    return build_config(over([
-        "--protocol", protocol, "--preset", "tiny", "--steps", "60", "--switch", "30:0.5",
-        "--eval-every", "20", "--checkpoint-every", "20", "--log-every", "5",
-        "--eval-shift-test", "16", "--device", "cpu", *paper,
-    ], list(argv)))  # argv's switches replace the default one
+    own = any(a in ("--switch", "--no-switch") for a in argv)  # argv's replace the default one
+    return build_config([
+        "--protocol", protocol, "--preset", "tiny", "--steps", "60",
+        *([] if own else ["--switch", "30:0.5"]), "--eval-every", "20", "--checkpoint-every",
+        "20", "--log-every", "5", "--eval-shift-test", "16", "--device", "cpu", *paper, *argv,
+    ])
 
 
 def open_loop(root: Path, cfg: RunConfig, *, resume: bool = False) -> OnlineLoop:

@@ -23,10 +23,10 @@ from runners.online.command import (
     config_from_dict,
     parse_command,
     resume_config,
-    value_tokens,
 )
 from runners.online.config import Output, Paper, RunConfig, Schedule, Worlds, flat, resolve
 from runners.online.switch import PHYSICS_NAMES, Switch
+from runners.studies.grid import option_tokens
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,7 +77,7 @@ def test_every_field_is_an_option_and_a_grid_point_gives_the_same_option() -> No
               "--base-gravity", "0.1", "--horizons", "5", "10", "--oracle", "--latent-dim", "32")
     point = {"eval_ns": "0,7", "stagger": "false", "episode_length": "none",
              "base_gravity": "0.1", "horizons": "5,10", "oracle": "true", "latent_dim": "32"}
-    b = build(*[t for k, v in point.items() for t in value_tokens(k, v, "--grid")])
+    b = build(*[t for k, v in point.items() for t in option_tokens(k, v)])
     assert a.to_dict() == b.to_dict()
     assert a.agent.oracle and a.agent.latent_dim == 32 and a.agent.horizons == (5, 10)
     # Every field of every concern is an option, under its own name.
@@ -232,10 +232,11 @@ def test_bad_input_is_one_clear_error(argv: list[str], message: str) -> None:
 
 def test_bad_config_file_values_name_the_field(tmp_path: Path) -> None:
     for data, message in (
-        ({"schedule": {"steps": "abc"}}, "--steps expects INT"),
+        ({"schedule": {"steps": "abc"}}, "--steps expects int, got 'abc'"),
         ({"nosuch": 1}, "unknown field 'nosuch' in --config"),
+        ({"agent": {"horizons": [2, "x"]}}, r"--horizons expects tuple\[int, ...\], got \(2, 'x'\)"),
         ({"schedule": {"switches": [[10, "x"]]}}, "switches: gravity must be a number"),
-        ({"agent": {"lr": "x"}}, "--lr expects FLOAT"),
+        ({"agent": {"lr": "x"}}, "--lr expects float"),
         ({"protocol": {"kind": "paper"}, "train_family": "train"}, "belongs to --protocol worlds"),
     ):
         f = tmp_path / "bad.json"
