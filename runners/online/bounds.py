@@ -58,6 +58,13 @@ def bound_config(cfg: RunConfig, name: str) -> RunConfig:
     return dataclasses.replace(cfg, agent=agent, bounds=False)
 
 
+def bound_options(cfg: RunConfig, name: str) -> tuple[str, ...]:
+    """The ``train_online`` options that make bound ``name`` of the run ``cfg`` from its
+    ``config.json``: ``bound_config`` as a command line."""
+    agent = bound_config(cfg, name).agent
+    return ("--no-bounds", "--track", agent.track, *(("--oracle",) if agent.oracle else ()))
+
+
 def _family_d(held: dict[str, Any], memory: str, j: int) -> dict[str, float]:
     """{family: D^n} at the j-th n, and ``pooled`` (the families' mean)."""
     out = {fam: float(mems[memory][j]) for fam, mems in held["families"].items() if memory in mems}

@@ -241,7 +241,7 @@ class RunConfig:
     bounds: bool = True
     """Worlds protocol: also train the floor (track A) and the ceiling (the oracle) on the same stream, in the run folder's floor/ and ceiling/, and report the chosen track between them (--no-bounds: the chosen track alone)."""
     workers: int = 0
-    """Runs trained at once: the chosen track in this process, its bounds (--bounds) each in a process of its own beside it (runners.online.beside); 0: all three where this process may use two CPU cores or more, else one after another; 1: one after another. The numbers do not depend on it."""
+    """Runs trained at once: the chosen track in this process, its bounds (--bounds) each in a process of its own beside it (jobs of the launcher: runners.online.beside); 0: all three where this process may use two CPU cores or more, else one after another; 1: one after another. The numbers do not depend on it."""
 
     # -- derived ---------------------------------------------------------------------------
     @property

@@ -9,13 +9,15 @@ or, when stopped (Ctrl-C, SIGTERM, a PAUSE file), with a checkpoint and a summar
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
+import torch
 from tqdm import tqdm
 
 from runners.cli import CliError, os_error_message
@@ -87,27 +89,23 @@ def iterate(loop: OnlineLoop) -> str | None:
 def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool) -> int:
     """Run (or continue) the online run in ``folder`` (held by this process) to its end or to a
     stop request, and its bounds (``runners.online.bounds``: the floor and the ceiling, in
-    ``folder``'s ``floor/`` and ``ceiling/``): beside it in processes of their own with
-    ``workers`` > 1 (``runners.online.beside``), else after it; 0 either way (a stopped run is
-    continued with ``--resume``)."""
+    ``folder``'s ``floor/`` and ``ceiling/``), jobs of the launcher (``runners.online.beside``):
+    beside it with ``workers`` > 1, else after it; 0 either way (a stopped run is continued
+    with ``--resume``)."""
     found = None
-    if bounds.wanted(cfg) and beside.workers_for(cfg) > 1 and beside.pending(folder):
-        with beside.BoundProcesses(cfg, folder, beside.workers_for(cfg), train_bound) as others:
-            print(f"{PROG}: {others.describe()}")
-            s = run(cfg, folder, stop, resume=resume)
-            if s is None:
-                others.stop()
-            elif any(p.is_alive() for _, p in others.procs):
+    with contextlib.ExitStack() as held:
+        others = None
+        if bounds.wanted(cfg):
+            others = held.enter_context(beside.Bounds(cfg, folder, beside.workers_for(cfg),
+                                                      torch.get_num_threads()))  # fmt: skip
+        s = run(cfg, folder, stop, resume=resume,
+                opened=None if others is None else lambda: _start(others))
+        if s is None:
+            return 0  # the bounds beside it are stopped on the way out
+        if others is not None:
+            if others.running:
                 print(f"{PROG}: waiting for the bounds")
             found = others.join(stop)
-        if s is None:
-            return 0
-    else:
-        s = run(cfg, folder, stop, resume=resume)
-        if s is None:
-            return 0
-        if bounds.wanted(cfg):
-            found = train_bounds(cfg, folder, stop)
     if bounds.wanted(cfg):
         if found is None:  # stopped: the bound run holds a checkpoint, the main run is complete
             print(f"{PROG}: stopped while training the bounds; continue with:\n"
@@ -122,25 +120,35 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
     return 0
 
 
+def _start(others: beside.Bounds) -> None:
+    """Say where the bounds train; start them now where they train beside the run."""
+    if others.names:
+        print(f"{PROG}: {others.describe()}")
+    if others.beside:
+        others.start()
+
+
 def run(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool,
-        label: str = "", pause: Path | None = None) -> dict[str, Any] | None:
+        opened: Callable[[], None] | None = None) -> dict[str, Any] | None:
     """Run (or continue) one run to its end (its summary, for the caller to write) or to a stop
-    request (None: a checkpoint and a summary marked stopped are written). ``pause``: the PAUSE
-    file that stops it (default: the folder's own)."""
-    stop.pause_file = pause or folder.pause
+    request (None: a checkpoint and a summary marked stopped are written); ``opened`` is called
+    once the loop is open (its config saved)."""
+    stop.pause_file = folder.pause
     try:
         loop = OnlineLoop.open(cfg, folder, resume=resume, stop=stop, log=print)
     except CliError:
         if not resume:
             remove_empty_run(folder)
         raise
-    print(f"{PROG}: {label}{describe(cfg)}")
+    print(f"{PROG}: {describe(cfg)}")
     print(f"{PROG}: {precision_note(cfg)}")
     print(f"{PROG}: run folder {folder.root} ({loop.device}, {cfg.agent.batch_size} streams)")
     if resume:
         if loop.step_count > cfg.schedule.steps:
             raise CliError(f"--steps {cfg.schedule.steps} is below the {loop.step_count} steps this run has done")
         print(f"{PROG}: resuming at step {loop.step_count} of {cfg.schedule.steps}")
+    if opened is not None:
+        opened()
     try:
         reason = iterate(loop)
     except OSError as err:  # a full or vanished disk mid-run: say what survived
@@ -212,42 +220,6 @@ def train_stacked(cfgs: list[RunConfig], folders: list[RunFolder], stop: StopReq
         print(format_table(s))
         print(f"run folder: {loop.folder.root}")
     return 0
-
-
-def train_bounds(cfg: RunConfig, folder: RunFolder, stop: StopRequest
-                 ) -> dict[str, dict[str, Any]] | None:  # fmt: skip
-    """Train (or continue, or read when finished) the bound runs of ``cfg`` in ``folder``'s
-    subfolders, one after another; their summaries by name, or None when a stop request cut
-    one short."""
-    found = {}
-    for name, _, _ in bounds.BOUNDS:
-        summary = train_bound(cfg, folder, name, stop)
-        if summary is None:
-            return None
-        found[name] = summary
-    return found
-
-
-def train_bound(cfg: RunConfig, folder: RunFolder, name: str, stop: StopRequest
-                ) -> dict[str, Any] | None:  # fmt: skip
-    """Train (or continue, or read when finished) bound ``name`` of ``cfg`` in its subfolder
-    of ``folder`` (held by this process while it trains); its summary, or None when a stop
-    request cut it short."""
-    sub, what = bounds.folder_of(name)
-    bound = RunFolder(folder.root / sub)
-    if bound.is_finished():
-        return bound.read_summary()
-    state = bound.state()
-    if state == "stale":  # died before its first checkpoint: start it again
-        shutil.rmtree(bound.root)
-    bound.root.mkdir(exist_ok=True)
-    with bound:
-        bound.make()
-        summary = run(bounds.bound_config(cfg, name), bound, stop, resume=state == "interrupted",
-                      label=f"the {name} ({what}): ", pause=folder.pause)  # fmt: skip
-        if summary is not None:
-            write_summary(bound.root, summary)
-    return summary
 
 
 def plot_bounds(root: Any, s: dict[str, Any], found: dict[str, dict[str, Any]]) -> None:

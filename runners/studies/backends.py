@@ -19,12 +19,15 @@ is reported ``busy`` and not started, so two sweeps on one output folder never r
 point twice.
 
 So rerunning the same sweep command after a crash, a Ctrl-C or a lost Ray node finishes exactly
-the missing runs. Each worker gets ``cores // workers`` torch threads (``TORCH_NUM_THREADS`` (read by
+the missing runs. ``LocalBackend.stop()`` starts no more jobs and sends the running
+subprocesses a SIGTERM (each stops with a checkpoint): how ``train_online``'s floor and ceiling,
+jobs of this backend (``runners.online.beside``), follow their main run's stop. Each worker gets ``cores // workers`` torch threads (``TORCH_NUM_THREADS`` (read by
 ``train_online``), ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` for a subprocess, ``torch.set_num_threads`` in process).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -148,10 +151,12 @@ def execute(
     threads: int = 1,
     log_dir: str | None = None,
     in_process: bool = False,
+    live: set[subprocess.Popen[bytes]] | None = None,
 ) -> list[RunResult]:
     """Bring a job to completion: skip, resume or start it (module docstring); a result per
     run. The subprocess's output goes to ``log_dir/<job name>.log`` (appended, so a resumed run
-    keeps its history) or, without ``log_dir``, to this process's output."""
+    keeps its history) or, without ``log_dir``, to this process's output; the subprocess is in
+    ``live`` while it runs."""
     t0 = time.perf_counter()
     specs = runs_of(job)
     for spec in specs:
@@ -162,7 +167,7 @@ def execute(
         if any(c is None for c in claims):
             action, code = "busy", 0  # another sweep runs it: skipped here
         else:
-            action, code, log, cmd = _execute(job, threads, log_dir, in_process)
+            action, code, log, cmd = _execute(job, threads, log_dir, in_process, live)
     finally:
         for c in claims:
             if c is not None:
@@ -172,7 +177,8 @@ def execute(
 
 
 def _execute(
-    job: Job, threads: int, log_dir: str | None, in_process: bool
+    job: Job, threads: int, log_dir: str | None, in_process: bool,
+    live: set[subprocess.Popen[bytes]] | None = None,
 ) -> tuple[str, int, str, list[str]]:
     """(action, exit code, log, command) of a claimed job."""
     states = [RunFolder(s.run_dir).state() for s in runs_of(job)]
@@ -193,26 +199,35 @@ def _execute(
     if in_process:
         return action, _run_in_process(module, argv, threads), "", [module, *argv]
     cmd = [sys.executable, "-m", module, *argv]
-    code, log = call(cmd, threads, log_dir and str(Path(log_dir) / f"{job.name}.log"))
+    code, log = call(cmd, threads, log_dir and str(Path(log_dir) / f"{job.name}.log"), live)
     return action, code, log, cmd
 
 
-def call(cmd: list[str], threads: int, log: str | None = None) -> tuple[int, str]:
+def call(cmd: list[str], threads: int, log: str | None = None,
+         live: set[subprocess.Popen[bytes]] | None = None) -> tuple[int, str]:
     """Run ``cmd`` in the repository root with ``threads`` torch threads, its output appended
-    to ``log`` (after the command line; None: this process's output); (exit code, log)."""
+    to ``log`` (after the command line; None: this process's output), the process in ``live``
+    while it runs; (exit code, log)."""
     env = dict(os.environ)
     for var in ("TORCH_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = str(threads)  # train_online reads TORCH_NUM_THREADS
     env.setdefault("TQDM_MININTERVAL", "30")  # keep logs short: one bar line per 30 s
     path = str(REPO_ROOT)
     env["PYTHONPATH"] = path + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    if log is None:
-        return subprocess.call(cmd, cwd=REPO_ROOT, env=env), ""
-    Path(log).parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "a") as fh:
-        fh.write(f"$ {' '.join(cmd)}\n")
-        fh.flush()
-        return subprocess.call(cmd, cwd=REPO_ROOT, env=env, stdout=fh, stderr=fh), log
+    live = set() if live is None else live
+    with contextlib.ExitStack() as held:
+        fh = None
+        if log is not None:
+            Path(log).parent.mkdir(parents=True, exist_ok=True)
+            fh = held.enter_context(open(log, "a"))
+            fh.write(f"$ {' '.join(cmd)}\n")
+            fh.flush()
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=fh, stderr=fh)
+        live.add(proc)
+        try:
+            return proc.wait(), log or ""
+        finally:
+            live.discard(proc)
 
 
 def _run_in_process(module: str, argv: list[str], threads: int) -> int:
@@ -278,6 +293,14 @@ class LocalBackend:
         self.workers = max(1, workers or default_workers())
         self.threads = threads or threads_per_worker(self.workers)
         self.in_process = in_process
+        self.live: set[subprocess.Popen[bytes]] = set()  # the subprocesses running now
+        self.stopping = False
+
+    def stop(self) -> None:
+        """Start no more jobs and ask the running ones to stop (SIGTERM: each checkpoints)."""
+        self.stopping = True
+        for proc in list(self.live):
+            proc.terminate()
 
     def describe(self) -> str:
         """One line for the user."""
@@ -297,7 +320,9 @@ class LocalBackend:
             fn: Callable[[Job], list[RunResult]] = self._in_worker_process
         else:
             def fn(job: Job) -> list[RunResult]:
-                return execute(job, self.threads, log_dir)
+                if self.stopping:  # stopped before this job's turn: not started
+                    return [RunResult(s.name, s.run_dir, "not started", 0, 0.0) for s in runs_of(job)]
+                return execute(job, self.threads, log_dir, live=self.live)
 
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             pending: set[Future[list[RunResult]]] = {pool.submit(fn, j) for j in jobs}

@@ -1,4 +1,5 @@
-"""The bounds trained beside the chosen track, in processes of their own (runners.online.beside)."""
+"""The bounds trained beside the chosen track or after it, jobs of the launcher
+(runners.online.beside)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def _arrays(group: zarr.Group, prefix: str = "") -> dict[str, np.ndarray]:
 
 def test_bounds_beside_write_what_bounds_after_it_write(tmp_path: Path) -> None:
     """--workers 3 (the floor and the ceiling each in a process beside the chosen track) and
-    --workers 1 (one after another): the same metrics, evaluations and reports, bit for bit."""
+    --workers 1 (one after another, after it): the same metrics, evaluations and reports, bit
+    for bit."""
     for workers in ("1", "3"):
         res = cli("train_online", *TINY, "--steps", "40", "--out", str(tmp_path),
                   "--name", f"w{workers}", "--workers", workers)  # fmt: skip
@@ -51,9 +53,8 @@ def test_bounds_beside_write_what_bounds_after_it_write(tmp_path: Path) -> None:
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
         s1, s3 = (json.loads((r / sub / "summary.json").read_text()) for r in (one, three))
         assert s1["held_out"] == s3["held_out"] and s1["adaptation_curve"] == s3["adaptation_curve"]
-        log = (three / f"{sub}.log").read_text()
-        assert f"run folder {three / sub} " in log  # its output, beside its folder
-        assert not (one / f"{sub}.log").exists()
+        for root in (one, three):  # its output, beside its folder
+            assert f"run folder {root / sub} " in (root / f"{sub}.log").read_text()
     b1, b3 = (json.loads((r / "summary.json").read_text())["bounds"] for r in (one, three))
     assert b1["memories"] == b3["memories"] and b1["floor"]["d"] == b3["floor"]["d"]
 
@@ -75,8 +76,9 @@ def test_a_stop_reaches_the_bound_processes_and_resume_finishes_all(tmp_path: Pa
     assert s is not None and s["bounds"]["floor"]["run"] == str(folder.root / "floor")
 
 
-def test_bound_processes_stop_when_their_starter_is_killed(tmp_path: Path) -> None:
-    """A killed main process leaves no bound process training on: each stops, checkpointed."""
+def test_bounds_outlive_a_killed_starter_and_stop_by_their_own_pause(tmp_path: Path) -> None:
+    """A main process killed outright leaves its bounds training (complete runs of their own);
+    each stops, checkpointed, by its own PAUSE file."""
     env = {**os.environ, "TORCH_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "runners.train_online", *TINY, "--steps", "100000", "--no-switch",
@@ -89,10 +91,16 @@ def test_bound_processes_stop_when_their_starter_is_killed(tmp_path: Path) -> No
         assert time.monotonic() < deadline
         time.sleep(0.2)
     os.kill(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=60)  # the bound processes hold its output pipe until they end
+    proc.communicate(timeout=60)
+    for sub in ("floor", "ceiling"):
+        assert not RunFolder(root / sub).is_finished()  # training on
+        RunFolder(root / sub).pause.write_text("")
+    while any("stopped by PAUSE file" not in (root / f"{s}.log").read_text()
+              for s in ("floor", "ceiling")):  # fmt: skip
+        assert time.monotonic() < deadline + 120
+        time.sleep(0.2)
     for sub in ("floor", "ceiling"):
         assert RunFolder(root / sub).state() == "interrupted"
-        assert "stopped by the end of the main run's process" in (root / f"{sub}.log").read_text()
 
 
 def test_a_failed_bound_process_is_one_clear_error(tmp_path: Path) -> None:
@@ -102,7 +110,7 @@ def test_a_failed_bound_process_is_one_clear_error(tmp_path: Path) -> None:
     floor = RunFolder(folder.root / "floor")
     floor.make()
     floor.latest.write_bytes(b"not a checkpoint")  # an interrupted floor that cannot resume
-    with folder, pytest.raises(CliError, match=r"the floor or the ceiling run failed \(exit 2\)"
+    with folder, pytest.raises(CliError, match=r"the floor run failed \(exit 2\)"
                                                r": .*error: .*\(see .*run/floor.log\)"):
         job.train(cfg, folder, StopRequest(), resume=False)
 

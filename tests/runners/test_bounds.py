@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from runners.online import bounds, job
+from runners.online import beside, bounds, job
 from runners.online.command import build_config
-from runners.online.job import train_bounds
+from runners.online.config import resolve
 from runners.online.rundir import RunFolder, StopRequest
 from tests.runners.cli_helpers import TINY_WORLDS, cli
 
@@ -160,7 +161,25 @@ def test_the_default_run_trains_floor_and_ceiling_and_tells_the_story(tmp_path: 
     assert "Perfect physics in this latent" in md
 
 
-def test_bounds_stopped_midway_continue_on_resume(tmp_path: Path) -> None:
+def test_bounds_are_jobs_of_the_main_runs_config_with_their_options(tmp_path: Path) -> None:
+    """A bound's job (``train_online --config <main>/config.json`` and its options) is
+    ``bound_config`` of the main run, whatever its track, preset or learner options."""
+    for extra in ([], ["--track", "A"], ["--track", "B", "--preset", "paper", "--lr", "0.01"]):
+        cfg = build_config([*TINY, "--steps", "40", *extra])
+        folder = RunFolder(tmp_path / "main")
+        folder.root.mkdir(exist_ok=True)
+        cfg.save(folder.config)
+        for name, sub, _ in bounds.BOUNDS:
+            spec = beside.bound_spec(folder, cfg, name)
+            assert spec.run_dir == str(folder.root / sub) and spec.name == sub
+            made = build_config([*spec.args, "--out", str(folder.root), "--name", sub])
+            want = resolve(bounds.bound_config(cfg, name))
+            assert dataclasses.replace(made, output=want.output) == want
+
+
+def test_bounds_stopped_before_they_start_train_later_and_are_read_when_finished(
+    tmp_path: Path,
+) -> None:
     res = cli("train_online", *TINY, "--no-bounds", "--steps", "40", "--out", str(tmp_path),
               "--name", "run")  # fmt: skip
     assert res.returncode == 0, res.stderr
@@ -168,14 +187,14 @@ def test_bounds_stopped_midway_continue_on_resume(tmp_path: Path) -> None:
     cfg = build_config([*TINY, "--steps", "40"])
     stop = StopRequest()
     stop.request("test")
-    assert train_bounds(cfg, folder, stop) is None  # the floor stopped at once, checkpointed
-    assert RunFolder(folder.root / "floor").state() == "interrupted"
-    assert not (folder.root / "ceiling").exists()
-    found = train_bounds(cfg, folder, StopRequest())
+    assert beside.Bounds(cfg, folder, 1, 1).join(stop) is None  # nothing started
+    assert not (folder.root / "floor").exists() and not (folder.root / "ceiling").exists()
+    found = beside.Bounds(cfg, folder, 1, 1).join(StopRequest())
     assert found is not None and set(found) == {"floor", "ceiling"}
     assert found["floor"]["steps_done"] == 40 and found["ceiling"]["steps_done"] == 40
-    again = train_bounds(cfg, folder, StopRequest())  # finished ones are read, not rerun
-    assert again == found
+    again = beside.Bounds(cfg, folder, 3, 1)
+    assert again.names == [] and not again.beside  # finished ones are read, not rerun
+    assert again.join(StopRequest()) == found
 
 
 def test_summary_json_is_written_once_and_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -190,10 +209,13 @@ def test_summary_json_is_written_once_and_last(tmp_path: Path, monkeypatch: pyte
 
     monkeypatch.setattr(job, "write_summary", spy)
     cfg = build_config([*TINY, "--steps", "30", "--out", str(tmp_path), "--name", "run",
-                        "--workers", "1"])  # the bounds after it, in this process
+                        "--workers", "1"])  # the bounds after it
     folder = RunFolder(tmp_path / "run")
     folder.make()
     with folder:
         assert job.train(cfg, folder, StopRequest(), resume=False) == 0
-    assert written == [("floor", False), ("ceiling", False), ("run", True)]
+    assert written == [("run", True)]  # the bounds' own are written by their processes, before
+    main = folder.root / "summary.json"
+    assert all((folder.root / sub / "summary.json").stat().st_mtime_ns <= main.stat().st_mtime_ns
+               for sub in ("floor", "ceiling"))  # fmt: skip
     assert folder.is_finished()
