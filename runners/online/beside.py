@@ -12,8 +12,9 @@ the other. What each writes does not depend on it: bit for bit on a CPU
 
 A bound's output goes to ``floor.log`` or ``ceiling.log`` in the main folder. A stop reaches
 them: Ctrl-C reaches the whole process group, and a SIGTERM or a PAUSE file of the main run is
-passed on to them as a SIGTERM; each stops with a checkpoint, and ``--resume`` on the main folder
-continues every one. A main process killed outright (SIGKILL) leaves them training to their end.
+passed on to them as a SIGTERM, and a main process killed outright (SIGKILL) stops them too
+(``StopRequest``: the launcher's end); each stops with a checkpoint, and ``--resume`` on the
+main folder continues every one.
 """
 
 from __future__ import annotations

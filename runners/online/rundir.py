@@ -28,6 +28,7 @@ raises ``KeyboardInterrupt`` (the checkpoint of the last save is still intact).
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -233,13 +234,21 @@ def existing_run_folder(path: str | Path, option: str = "--resume") -> RunFolder
     return folder
 
 
+#: Set by the launcher (``runners.studies.backends``) for the runs it starts: its process id.
+LAUNCHER_PID = "RUNNERS_LAUNCHER_PID"
+
+
 class StopRequest:
-    """Ctrl-C, SIGTERM or a PAUSE file -> ``requested`` is true; checked once per step."""
+    """Ctrl-C, SIGTERM, a PAUSE file or, for a run the launcher started, the end of the
+    launcher's process (killed, say: its runs then stop with a checkpoint rather than train on
+    alone) -> ``requested`` is true; checked once per step."""
 
     def __init__(self, pause_file: Path | None = None) -> None:
         self.pause_file = pause_file
         self.reason: str | None = None
         self._old: dict[int, object] = {}
+        launcher = os.environ.get(LAUNCHER_PID, "")
+        self.launcher = int(launcher) if launcher.isdigit() else None
 
     def install(self) -> StopRequest:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -267,6 +276,8 @@ class StopRequest:
     def requested(self) -> bool:
         if self.reason is None and self.pause_file is not None and self.pause_file.exists():
             self.reason = f"{self.pause_file.name} file"
+        if self.reason is None and self.launcher is not None and os.getppid() != self.launcher:
+            self.reason = "the end of the process that started it"
         return self.reason is not None
 
     def __enter__(self) -> StopRequest:

@@ -21,7 +21,9 @@ point twice.
 So rerunning the same sweep command after a crash, a Ctrl-C or a lost Ray node finishes exactly
 the missing runs. ``LocalBackend.stop()`` starts no more jobs and sends the running
 subprocesses a SIGTERM (each stops with a checkpoint): how ``train_online``'s floor and ceiling,
-jobs of this backend (``runners.online.beside``), follow their main run's stop. Each worker gets ``cores // workers`` torch threads (``TORCH_NUM_THREADS`` (read by
+jobs of this backend (``runners.online.beside``), follow their main run's stop. A run this
+backend started stops too, with a checkpoint, when the process that started it ends (killed,
+say): ``StopRequest`` compares its parent with ``RUNNERS_LAUNCHER_PID``. Each worker gets ``cores // workers`` torch threads (``TORCH_NUM_THREADS`` (read by
 ``train_online``), ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` for a subprocess, ``torch.set_num_threads`` in process).
 """
 
@@ -38,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from runners.cli import CliError, usable_cores
-from runners.online.rundir import RunFolder
+from runners.online.rundir import LAUNCHER_PID, RunFolder
 
 TRAIN_MODULE = "runners.train_online"
 #: The repository root (the folder holding ``runners/``): subprocesses run there.
@@ -212,6 +214,7 @@ def call(cmd: list[str], threads: int, log: str | None = None,
     for var in ("TORCH_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = str(threads)  # train_online reads TORCH_NUM_THREADS
     env.setdefault("TQDM_MININTERVAL", "30")  # keep logs short: one bar line per 30 s
+    env[LAUNCHER_PID] = str(os.getpid())  # the run stops when this process ends (StopRequest)
     path = str(REPO_ROOT)
     env["PYTHONPATH"] = path + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     live = set() if live is None else live
