@@ -57,30 +57,34 @@ def _peer_view(
     return z, i, view
 
 
+#: What the probe reads of a sequence's peer memory: "e_agg" (what the memory tells the predictor)
+#: and "entries" (``entry_statistics`` of the same entries).
+FEATURES = ("e_agg", "entries")
+
+
 @torch.no_grad()
-def context_codes(learner: Learner, world: WorldSet, n: int, peers: int = 1) -> np.ndarray:
-    """e_agg (N, exp_dim) of each of the world's N sequences at its input frame, read from the
-    newest n pairs of the next ``peers`` sequences of the same world."""
+def peer_features(
+    learner: Learner, world: WorldSet, n: int, peers: int = 1, features: Sequence[str] = FEATURES
+) -> dict[str, np.ndarray]:
+    """``features`` of each of the world's N sequences (one row a sequence), read from the newest
+    n pairs of the next ``peers`` sequences of the same world, its latents encoded once: "e_agg"
+    (N, exp_dim) at the sequence's input frame, "entries" the entries' ``entry_statistics``."""
     z, i, view = _peer_view(learner, world, n, peers)
-    out = []
-    chunk = max(1, learner.cfg.eval_batch_size)
-    for start in range(0, z.shape[0], chunk):
-        sl = slice(start, start + chunk)
-        part = MemoryView(view.pairs[sl].to(learner.device), view.mask[sl].to(learner.device))
-        agg = aggregate(learner.nets, z[sl, i].to(learner.device), part, learner.spec)
-        if agg is None:
-            raise ValueError("gravity probe: this learner reads no memory (track A, the oracle)")
-        out.append(agg.e_agg.float().cpu().numpy())
-    return np.concatenate(out)
-
-
-@torch.no_grad()
-def peer_entry_statistics(
-    learner: Learner, world: WorldSet, n: int, peers: int = 1
-) -> np.ndarray:
-    """``entry_statistics`` of the peer memory ``context_codes`` reads, one row a sequence."""
-    _, _, view = _peer_view(learner, world, n, peers)
-    return entry_statistics(view.pairs, view.mask).cpu().numpy()  # the latents are on the device
+    out = {}
+    if "e_agg" in features:
+        codes = []
+        chunk = max(1, learner.cfg.eval_batch_size)
+        for start in range(0, z.shape[0], chunk):
+            sl = slice(start, start + chunk)
+            part = MemoryView(view.pairs[sl].to(learner.device), view.mask[sl].to(learner.device))
+            agg = aggregate(learner.nets, z[sl, i].to(learner.device), part, learner.spec)
+            if agg is None:
+                raise ValueError("gravity probe: this learner reads no memory (track A, the oracle)")
+            codes.append(agg.e_agg.float().cpu().numpy())
+        out["e_agg"] = np.concatenate(codes)
+    if "entries" in features:
+        out["entries"] = entry_statistics(view.pairs, view.mask).cpu().numpy()
+    return out
 
 
 def _gravity(world: WorldSet, rows: int) -> np.ndarray:
@@ -94,29 +98,25 @@ def gravity_probe(
     test: Sequence[WorldSet],
     n: int = 50,
     peers: int = 1,
-    features=context_codes,
-) -> dict[str, float]:
-    """Held-out R^2 of a ridge probe of the gravity vector from ``features`` of a world's
-    sequences (e_agg, ``context_codes``; or ``peer_entry_statistics``): fit on ``fit``'s
-    worlds, scored on ``test``'s, per family and pooled (``"all"``). The penalty is chosen on
-    the last fifth of the fitting worlds (``probes.digits.fit_probes``)."""
-    x_fit, y_fit = [], []
-    for w in fit:
-        x_fit.append(features(learner, w, n, peers))
-        y_fit.append(_gravity(w, len(x_fit[-1])))
-    xf, yf = np.concatenate(x_fit), np.concatenate(y_fit)
-    by_family: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
-    for w in test:
-        x = features(learner, w, n, peers)
-        xs, ys = by_family.setdefault(w.family, ([], []))
-        xs.append(x)
-        ys.append(_gravity(w, len(x)))
-    probe = fit_probes(xf, {"gravity": yf})["gravity"]
-    out = {}
-    everything = ([], [])
-    for fam, (xs, ys) in by_family.items():
-        out[fam] = r2_score(np.concatenate(ys), probe.predict(np.concatenate(xs)))
-        everything[0].extend(xs)
-        everything[1].extend(ys)
-    out["all"] = r2_score(np.concatenate(everything[1]), probe.predict(np.concatenate(everything[0])))
+    features: Sequence[str] = FEATURES,
+) -> dict[str, dict[str, float]]:
+    """Held-out R^2 of a ridge probe of the gravity vector from each of ``features`` of a
+    world's sequences (``peer_features``: e_agg, the entries' statistics), by feature: fit on
+    ``fit``'s worlds, scored on ``test``'s, per family and pooled (``"all"``). The penalty is
+    chosen on the last fifth of the fitting worlds (``probes.digits.fit_probes``)."""
+    x_fit = [peer_features(learner, w, n, peers, features) for w in fit]
+    x_test = [peer_features(learner, w, n, peers, features) for w in test]
+    rows = [len(next(iter(x.values()))) for x in (*x_fit, *x_test)]
+    y_fit = np.concatenate([_gravity(w, r) for w, r in zip(fit, rows, strict=False)])
+    y_test = [_gravity(w, r) for w, r in zip(test, rows[len(fit):], strict=True)]
+    families = dict.fromkeys(w.family for w in test)
+    out: dict[str, dict[str, float]] = {}
+    for name in features:
+        probe = fit_probes(np.concatenate([x[name] for x in x_fit]), {"gravity": y_fit})["gravity"]
+        scores = {}
+        for fam in (*families, "all"):
+            k = [j for j, w in enumerate(test) if fam in (w.family, "all")]
+            scores[fam] = r2_score(np.concatenate([y_test[j] for j in k]),
+                                   probe.predict(np.concatenate([x_test[j][name] for j in k])))
+        out[name] = scores
     return out

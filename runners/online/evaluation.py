@@ -34,7 +34,7 @@ from agent.adaptation import (
     world_curves,
 )
 from probes.digits import ProbeSet, probe_report
-from probes.gravity import gravity_probe, peer_entry_statistics
+from probes.gravity import gravity_probe
 from probes.perfect_physics import perfect_physics
 from probes.world import ProbeConfig, ProbeWorld, world_probe
 from runners.online.world_sets import WorldSets, world_set
@@ -234,10 +234,8 @@ def gravity_probe_report(learner: Learner, *, n: int, seed: int,
     fit = draw(train, 0, fit_worlds)
     test = [w for k, fam in enumerate(held, 1) for w in draw(fam, k, test_worlds)]
     r2 = gravity_probe(learner, fit, test, n=n, peers=peers(cfg))
-    entries = gravity_probe(learner, fit, test, n=n, peers=peers(cfg),
-                            features=peer_entry_statistics)  # fmt: skip
     return {"n": n, "peers": peers(cfg), "fit_worlds": fit_worlds, "test_worlds": test_worlds,
-            "sequences": seqs, "r2": r2, "r2_entries": entries}
+            "sequences": seqs, "r2": r2["e_agg"], "r2_entries": r2["entries"]}
 
 
 def peers(cfg: Any) -> int:

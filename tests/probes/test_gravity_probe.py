@@ -9,12 +9,7 @@ from torch import nn
 
 from agent import AgentConfig, Learner
 from agent.adaptation import WorldSet, sequence_length
-from probes.gravity import (
-    context_codes,
-    entry_statistics,
-    gravity_probe,
-    peer_entry_statistics,
-)
+from probes.gravity import entry_statistics, gravity_probe, peer_features
 
 N = 3  # memory size
 
@@ -67,15 +62,16 @@ def test_a_memory_that_carries_the_world_is_read_by_the_probe(pixel_encoder) -> 
                 for k in steps]  # fmt: skip
 
     fit, test = worlds([1, 2, 4, 6, 9, 12], "train", True), worlds([3, 7, 10], "interp", True)
-    codes = context_codes(learner, test[0], N, peers=1)
-    assert codes.shape == (6, cfg.exp_dim)
-    out = gravity_probe(learner, fit, test, n=N, peers=1)
+    codes = peer_features(learner, test[0], N, peers=1)
+    assert codes["e_agg"].shape == (6, cfg.exp_dim) and codes["entries"].shape == (6, 2 * cfg.latent_dim)  # pairs
+    out = gravity_probe(learner, fit, test, n=N, peers=1, features=("e_agg",))["e_agg"]
     assert set(out) == {"interp", "all"}
     assert out["interp"] > 0.999 and out["all"] > 0.999
     blind = gravity_probe(learner, worlds([1, 2, 4, 6, 9, 12], "train", False),
                           worlds([3, 7, 10], "interp", False), n=N)  # fmt: skip
-    assert blind["all"] <= 0.0
-    assert gravity_probe(learner, fit, test, n=N, peers=1) == out  # deterministic
+    assert blind["e_agg"]["all"] <= 0.0
+    both = gravity_probe(learner, fit, test, n=N, peers=1)
+    assert both["e_agg"] == out  # deterministic, and the same read beside the entries
 
 
 def test_a_learner_without_memory_has_nothing_to_probe() -> None:
@@ -83,7 +79,7 @@ def test_a_learner_without_memory_has_nothing_to_probe() -> None:
     rng = np.random.default_rng(0)
     w = world(cfg, "w", "train", 2, (0.1, 0.0), rng)
     with pytest.raises(ValueError, match="reads no memory"):
-        context_codes(Learner(cfg), w, N)
+        peer_features(Learner(cfg), w, N)
 
 
 def test_entry_statistics_are_the_mean_latent_change_and_median_change_of_velocity() -> None:
@@ -121,5 +117,5 @@ def test_the_entry_statistics_probe_reads_the_world_from_the_same_entries(pixel_
         return [world(cfg, f"{family}-{k}", family, k, (k / 100, -k / 50), rng) for k in steps]
 
     out = gravity_probe(learner, worlds([1, 2, 4, 6, 9, 12], "train"),
-                        worlds([3, 7, 10], "interp"), n=N, features=peer_entry_statistics)
-    assert out["all"] > 0.999
+                        worlds([3, 7, 10], "interp"), n=N, features=("entries",))
+    assert set(out) == {"entries"} and out["entries"]["all"] > 0.999
