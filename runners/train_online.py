@@ -27,22 +27,23 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runners.cli import CliError, ensure_output_dir, run_main
-from runners.online.command import TrainCommand, parse_command, resume_config
+from runners.online.command import TRAIN_PROG, TrainCommand, parse_command, resume_config
 from runners.online.config import RunConfig, resolve
-from runners.online.job import PROG, train, train_stacked
-from runners.online.parts import resolve_device, set_threads
 from runners.online.rundir import RunFolder, StopRequest, existing_run_folder, new_run_folder
 
 
 def parse(argv: Sequence[str]) -> TrainCommand:
     """The command line, generated from ``RunConfig`` (``--help`` lists every field)."""
-    return parse_command(argv, prog=f"python -m runners.{PROG}")
+    return parse_command(argv, prog=TRAIN_PROG)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse(argv)
-    prog = f"python -m runners.{PROG}"
+    args = parse(argv)  # torch and the training code load after it: --help and errors are quick
+    from runners.online.job import train, train_stacked
+    from runners.online.parts import resolve_device, set_threads
+
+    prog = TRAIN_PROG
     folders: list[RunFolder] = []
     if args.resume:
         if args.stack_seeds:
@@ -114,4 +115,4 @@ def stacked_with(folder: RunFolder) -> list[Path]:
 
 
 if __name__ == "__main__":
-    run_main(main, f"python -m runners.{PROG}")
+    run_main(main, TRAIN_PROG)
