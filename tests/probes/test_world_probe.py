@@ -3,6 +3,8 @@ the world's physics."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -120,6 +122,8 @@ def test_the_conv_probe_reads_the_world_through_its_first_hidden_map() -> None:
     cfg = ProbeConfig(hidden=16, steps=300, batch=64, lr=3e-3, predictor="conv", map_side=SIDE)
     out = world_probe(normed, fit, test, context=2, horizons=(1, 2), cfg=cfg)["test"]
     assert out["latent_world"][-1] < 0.2 < 0.5 < out["latent"][-1], out
-    assert world_probe(normed, fit, test, 2, (1, 2), cfg)["test"] == out  # deterministic
+    short = dataclasses.replace(cfg, steps=20)  # deterministic (on a short fit: the same code)
+    assert world_probe(normed, fit, test, 2, (1, 2), short) == world_probe(normed, fit, test, 2,
+                                                                           (1, 2), short)
     with pytest.raises(ValueError, match="predictor"):
         ProbeConfig(predictor="rnn")

@@ -34,16 +34,37 @@ def _arrays(group: zarr.Group, prefix: str = "") -> dict[str, np.ndarray]:
     return out
 
 
-def test_bounds_beside_write_what_bounds_after_it_write(tmp_path: Path) -> None:
+def test_bounds_beside_write_what_bounds_after_it_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """--workers 3 (the floor and the ceiling each in a process beside the chosen track) and
     --workers 1 (one after another, after it): the same metrics, evaluations and reports, bit
-    for bit."""
-    for workers in ("1", "3"):
-        res = cli("train_online", *TINY, "--steps", "40", "--out", str(tmp_path),
-                  "--name", f"w{workers}", "--workers", workers)  # fmt: skip
-        assert res.returncode == 0, res.stderr
-        assert ("train beside this run, each in a process of its own" in res.stdout) == (
-            workers == "3")
+    for bit. After it, the bounds' summaries come first, then the main run's, once, with its
+    bounds: a main folder with a summary.json is finished (``RunFolder.is_finished``)."""
+    written: list[tuple[str, bool]] = []
+    real = job.write_summary
+
+    def spy(root: Path, s: dict) -> None:
+        written.append((Path(root).name, "bounds" in s))
+        real(root, s)
+
+    monkeypatch.setattr(job, "write_summary", spy)
+    cfg = build_config([*TINY, "--steps", "40", "--out", str(tmp_path), "--name", "w1",
+                        "--workers", "1"])  # fmt: skip
+    folder = RunFolder(tmp_path / "w1")
+    folder.make()
+    with folder:
+        assert job.train(cfg, folder, StopRequest(), resume=False) == 0
+    assert "train beside this run" not in capsys.readouterr().out
+    assert written == [("w1", True)]  # the bounds' own are written by their processes, before
+    main = folder.root / "summary.json"
+    assert all((folder.root / sub / "summary.json").stat().st_mtime_ns <= main.stat().st_mtime_ns
+               for sub in ("floor", "ceiling"))  # fmt: skip
+    assert folder.is_finished()
+    res = cli("train_online", *TINY, "--steps", "40", "--out", str(tmp_path), "--name", "w3",
+              "--workers", "3")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "train beside this run, each in a process of its own" in res.stdout
     one, three = tmp_path / "w1", tmp_path / "w3"
     for sub in ("floor", "ceiling"):
         a = _arrays(zarr.open_group(str(one / sub / "run.zarr"), mode="r"))

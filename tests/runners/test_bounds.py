@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runners.online import beside, bounds, job
+from runners.online import beside, bounds
 from runners.online.command import build_config
 from runners.online.config import resolve
 from runners.online.rundir import RunFolder, StopRequest
@@ -195,27 +195,3 @@ def test_bounds_stopped_before_they_start_train_later_and_are_read_when_finished
     again = beside.Bounds(cfg, folder, 3, 1)
     assert again.names == [] and not again.beside  # finished ones are read, not rerun
     assert again.join(StopRequest()) == found
-
-
-def test_summary_json_is_written_once_and_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The bounds' summaries first, then the main run's, once, with its bounds: a main folder
-    with a summary.json is finished (``RunFolder.is_finished``), bounds included."""
-    written: list[tuple[str, bool]] = []
-    real = job.write_summary
-
-    def spy(root: Path, s: dict) -> None:
-        written.append((Path(root).name, "bounds" in s))
-        real(root, s)
-
-    monkeypatch.setattr(job, "write_summary", spy)
-    cfg = build_config([*TINY, "--steps", "30", "--out", str(tmp_path), "--name", "run",
-                        "--workers", "1"])  # the bounds after it
-    folder = RunFolder(tmp_path / "run")
-    folder.make()
-    with folder:
-        assert job.train(cfg, folder, StopRequest(), resume=False) == 0
-    assert written == [("run", True)]  # the bounds' own are written by their processes, before
-    main = folder.root / "summary.json"
-    assert all((folder.root / sub / "summary.json").stat().st_mtime_ns <= main.stat().st_mtime_ns
-               for sub in ("floor", "ceiling"))  # fmt: skip
-    assert folder.is_finished()
