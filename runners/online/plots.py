@@ -300,52 +300,32 @@ def plot_losses(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -> None
 
 
 def make_figures(run_dir: str | Path) -> list[Path]:
-    """Write every figure of the run to ``<run_dir>/figures``; returns the paths written."""
+    """Write the run's figures to ``<run_dir>/figures``: ``overview.png``, one page that tells
+    the story (the stream error, after the switch, D over training, the surprisal and the
+    boundary events, D^n over memory on held-out worlds, the buffer), and a figure each for
+    what it leaves out (``sigma_embed``, ``losses``, ``lora_delta``); the paths written."""
     run_dir = Path(run_dir)
     cfg, m, ev = _load(run_dir)
     out = RunFolder(run_dir).figures
     out.mkdir(parents=True, exist_ok=True)
     if len(m["step"]) == 0:
         return []
-    written: list[Path] = []
-
-    def single(name: str, fn: Any, data: dict[str, np.ndarray]) -> None:
-        fig, ax = plt.subplots(figsize=(8, 4))
-        fn(ax, data, cfg)
-        written.append(_finish(fig, out / name))
-
     curve_file = RunFolder.curve_path(RunFolder(run_dir).latest)
     rep = RunFolder(run_dir).read_json(curve_file) if curve_file.exists() else None
     worlds_rep = rep if rep and cfg.get("protocol") == "worlds" else None
-    if worlds_rep:
-        single("adaptation.png", plot_world_curves, worlds_rep)
-    single("surprisal.png", plot_surprisal, m)
-    single("stream_error.png", plot_stream_error, m)
+    panels: list[tuple[Any, dict[str, Any]]] = [(plot_stream_error, m)]
     if cfg.get("switches"):
-        single("after_switch.png", plot_after_switch, m)
-    single("d_shift.png", plot_d_curves, ev)
-    single("sigma_embed.png", plot_sigma, ev)
-    single("buffer.png", plot_buffer, m)
-    single("losses.png", plot_losses, m)
-    delta = m.get("mod/delta_abs")
-    if delta is not None and np.isfinite(delta).any():
-        single("lora_delta.png", plot_delta, m)
-
-    # One page that tells the story: the figure a README shows.
-    if worlds_rep:  # the worlds protocol's story: training, the switch, D^n over memory
-        fig, axes = plt.subplots(2, 3, figsize=(18, 7))
-        plot_stream_error(axes[0, 0], m, cfg)
-        plot_after_switch(axes[0, 1], m, cfg)
-        plot_d_curves(axes[0, 2], ev, cfg)
-        plot_surprisal(axes[1, 0], m, cfg)
-        plot_world_curves(axes[1, 1], worlds_rep, cfg)
-        plot_buffer(axes[1, 2], m, cfg)
-    else:
-        fig, axes = plt.subplots(2, 2, figsize=(12, 7))
-        plot_stream_error(axes[0, 0], m, cfg)
-        plot_d_curves(axes[0, 1], ev, cfg)
-        plot_surprisal(axes[1, 0], m, cfg)
-        plot_buffer(axes[1, 1], m, cfg)
+        panels.append((plot_after_switch, m))
+    panels += [(plot_d_curves, ev), (plot_surprisal, m)]
+    if worlds_rep:  # the worlds protocol's story: D^n over memory on held-out worlds
+        panels.append((plot_world_curves, worlds_rep))
+    panels.append((plot_buffer, m))
+    cols = 3 if len(panels) > 4 else 2
+    fig, axes = plt.subplots(2, cols, figsize=(6 * cols, 7))
+    for ax, (fn, data) in zip(axes.flat, panels, strict=False):
+        fn(ax, data, cfg)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
     sw = ", ".join(f"{s.label()} at step {s.step}" for s in cfg.get("switches") or []) or "no switch"
     where = (f"{cfg.get('train_family', 'train')} worlds, then " if cfg.get("protocol") == "worlds"
              else f"{cfg.get('source')} source: ")
@@ -354,7 +334,15 @@ def make_figures(run_dir: str | Path) -> list[Path]:
         f"{sw}, {cfg.get('after_switch')} mode after the switch",
         fontsize=11,
     )
-    written.append(_finish(fig, out / "overview.png"))
+    written = [_finish(fig, out / "overview.png")]
+    singles = [("sigma_embed.png", plot_sigma, ev), ("losses.png", plot_losses, m)]
+    delta = m.get("mod/delta_abs")
+    if delta is not None and np.isfinite(delta).any():
+        singles.append(("lora_delta.png", plot_delta, m))
+    for name, fn, data in singles:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        fn(ax, data, cfg)
+        written.append(_finish(fig, out / name))
     return written
 
 

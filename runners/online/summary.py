@@ -415,10 +415,8 @@ def format_markdown(s: dict[str, Any]) -> str:
         lines += ["", f"Best D_shift^{s['headline_n']}: {best['d_shift']:.3f} at step "
                   f"{best['step']} (checkpoints/best.pt"
                   + (f"; evaluations with sigma_embed < {guard} not counted)." if guard else ").")]
-    lines += ["", "Figures: `figures/overview.png`, `figures/stream_error.png`, "
-              + ("`figures/after_switch.png`, `figures/adaptation.png`, "
-                 if s.get("protocol") == "worlds" else "") +
-              "`figures/d_shift.png`, `figures/surprisal.png`, `figures/buffer.png`.", ""]
+    lines += ["", "Figures: `figures/overview.png` (the story), `figures/sigma_embed.png`, "
+              "`figures/losses.png`" + (", `figures/bounds.png`" if s.get("bounds") else "") + ".", ""]
     return "\n".join(lines)
 
 

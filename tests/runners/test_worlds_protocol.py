@@ -17,6 +17,7 @@ from runners.cli import CliError
 from runners.online.command import build_config, config_from_dict
 from runners.online.config import WORLDS_AGENT, flat
 from runners.online.feeds import make_scheduled_feed
+from runners.online.plots import DPI
 from runners.online.summary import since_switch
 from runners.online.world_sets import family_of, make_world_sets
 
@@ -168,8 +169,8 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
     since = s["stream_error"]["since_switch"]
     assert [(r["from"], r["to"]) for r in since] == [(0, 10)]
     figures = tmp_path / "w" / "figures"
-    assert (figures / "adaptation.png").read_bytes()[:4] == b"\x89PNG"
-    assert (figures / "after_switch.png").read_bytes()[:4] == b"\x89PNG"
+    png = (figures / "overview.png").read_bytes()
+    assert png[:4] == b"\x89PNG" and int.from_bytes(png[16:20], "big") == 18 * DPI  # 3 columns
     assert "stream error by steps since the switch (weights frozen)" in res.stdout
     ev = cli("evaluate", str(tmp_path / "w"), "--n", "0", "3")
     assert ev.returncode == 0, ev.stderr
