@@ -154,6 +154,9 @@ def run_main(main: Callable[[Sequence[str] | None], int | None], prog: str) -> N
     except CliError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    except BrokenPipeError:  # the reader of stdout left (``--help | head``): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        raise SystemExit(0) from None
     except OSError as err:
         print(f"{prog}: error: {os_error_message(err)}", file=sys.stderr)
         raise SystemExit(2) from None

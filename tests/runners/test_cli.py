@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import importlib
+import subprocess
 import sys
 from dataclasses import dataclass
 
 import pytest
-from cli_helpers import cli
+from cli_helpers import ROOT, cli
 
 from runners.cli import CliError, parse, run_main
 
@@ -60,6 +61,17 @@ def test_help_lists_the_options_and_exits_0(module, option):
     res = cli(module, "--help")
     assert res.returncode == 0, res.stderr
     assert option in res.stdout and "--out" in res.stdout
+
+
+def test_help_read_in_part_is_no_error():
+    """``--help | head``: the reader closes the pipe (here before the command writes: it starts
+    up for seconds); the command exits 0, saying nothing."""
+    proc = subprocess.Popen([sys.executable, "-m", "runners.train_online", "--help"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    assert proc.stdout is not None
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 0
+    assert proc.stderr is not None and proc.stderr.read() == b""
 
 
 def test_bad_option_in_a_subprocess_is_one_line():
