@@ -23,6 +23,7 @@ D is the paper's normalised error (``agent.metrics``) against the EMA targets at
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ import torch
 
 from agent.learner import Learner
 from agent.memory.view import MemoryView
-from agent.metrics import NormErrorSums, norm_error, norm_error_sums, score_predictions
+from agent.metrics import NormErrorSums, norm_error, norm_error_sums, score_predictions, spread
 from agent.step import encodes_memory, modulated_prediction
 
 MEMORIES = ("own", "same", "wrong")
@@ -66,6 +67,10 @@ class WorldCurve:
     d_per_h: list[list[float]] = field(default_factory=list)
     sigma_embed: list[float] = field(default_factory=list)  # of the predictions, per n
     excluded: list[int] = field(default_factory=list)  # (sample, horizon) pairs, per n
+    # sigma_embed's statistic of the input frames' online latents z_i and EMA target latents
+    # zbar_i (the world's, the same for every n and memory source)
+    sigma_z: float = math.nan
+    sigma_target: float = math.nan
 
 
 def input_index(cfg: Any, n_max: int) -> int:
@@ -81,24 +86,26 @@ def sequence_length(cfg: Any, n_max: int) -> int:
 
 @torch.no_grad()
 def _encode(
-    learner: Learner, frames: Any, n_max: int, first: int = 0
+    learner: Learner, frames: Any, n_max: int, first: int = 0, input_target: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Online latents (N, i+1-first, D) of frames first..i and EMA targets (N, K, D) at i+h."""
+    """Online latents (N, i+1-first, D) of frames first..i and EMA targets (N, K, D) at i+h;
+    with ``input_target`` the EMA latent of the input frame i first: (N, 1 + K, D) (a call of
+    its own, so the horizons' latents are those computed without it)."""
     cfg = learner.cfg
     i = input_index(cfg, n_max)
     past = np.arange(first, i + 1)
     future = np.asarray([i + h for h in cfg.horizons])
     arr = np.asarray(frames[:, : i + cfg.horizons[-1] + 1])
-    per = max(1, cfg.eval_batch_size // (len(past) + len(future)))
+    per = max(1, cfg.eval_batch_size // (len(past) + len(future) + input_target))
     zs, ts = [], []
     for start in range(0, arr.shape[0], per):
         chunk = torch.from_numpy(np.ascontiguousarray(arr[start : start + per]))
-        zs.append(learner.encode(chunk[:, past].flatten(0, 1)).view(chunk.shape[0], len(past), -1))
-        ts.append(
-            learner.encode(chunk[:, future].flatten(0, 1), target=True).view(
-                chunk.shape[0], len(future), -1
-            )
-        )
+        b = chunk.shape[0]
+        zs.append(learner.encode(chunk[:, past].flatten(0, 1)).view(b, len(past), -1))
+        t = learner.encode(chunk[:, future].flatten(0, 1), target=True).view(b, len(future), -1)
+        if input_target:
+            t = torch.cat([learner.encode(chunk[:, i], target=True).unsqueeze(1), t], 1)
+        ts.append(t)
     return torch.cat(zs), torch.cat(ts)
 
 
@@ -173,10 +180,12 @@ def world_curves(
     # only its context frames are encoded, and it is scored once, with an empty memory.
     blind = not encodes_memory(learner.nets)
     first = i + 1 - cfg.context_frames if blind else 0
-    encoded = [_encode(learner, w.frames, n_max, first) for w in worlds]
+    encoded = [_encode(learner, w.frames, n_max, first, input_target=True) for w in worlds]
     out = []
     for wi, world in enumerate(worlds):
         z, targets = encoded[wi]
+        sigma_z, sigma_target = float(spread(z[:, i - first])), float(spread(targets[:, 0]))
+        targets = targets[:, 1:]
         z_in = z[:, : i + 1 - first]
         physics = torch.as_tensor(world.physics, dtype=torch.float32, device=learner.device)
         physics = physics.expand(z.shape[0], -1)
@@ -189,7 +198,8 @@ def world_curves(
                 other = encoded[(wi + 1) % len(worlds)][0]
                 rows = torch.arange(z.shape[0], device=other.device)
                 z_src = [other[(rows + p) % other.shape[0]] for p in range(peers)]
-            curve = WorldCurve(world.name, world.family, source, list(ns), [])
+            curve = WorldCurve(world.name, world.family, source, list(ns), [],
+                               sigma_z=sigma_z, sigma_target=sigma_target)  # fmt: skip
             if blind:
                 scored = _score(learner, z_in, targets, _memory(z, 0, 0, cfg.entry_frames), physics)
             for n in ns:

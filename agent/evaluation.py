@@ -1,4 +1,5 @@
-"""Evaluation: D_shift^n, D_base, sigma_embed on a copy of the learner's memory.
+"""Evaluation: D_shift^n, D_base, sigma_embed, sigma_z, sigma_target on a copy of the learner's
+memory.
 
 For each n, a copy of the training buffer receives n shift-world transitions (each the
 batch-mean (frame h_max-1, frame h_max) online latent pair of a batch of shift *train*
@@ -11,7 +12,9 @@ D (docs/definitions.md#d-the-normalised-error): per horizon, the mean over sampl
 with denominators below ``cfg.norm_eps`` excluded (and counted in ``excluded``, as (sample,
 horizon) pairs); then the mean over horizons. ``D_base`` uses the same memory copy as D_shift (so
 the curve also shows how shift experience affects the base world). sigma_embed is the mean
-per-dimension std of the predictions on the shift test set.
+per-dimension std of the predictions on the shift test set; sigma_z and sigma_target the same
+statistic of the latents of its input frames, by the online encoder and by the EMA target
+(encoded with the test set, once for every n).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from agent.metrics import (
     norm_error_sums,
     per_horizon,
     score_predictions,
+    spread,
 )
 
 CURVE_NS = (0, 10, 25, 50, 100, 256)
@@ -51,7 +55,9 @@ class EvalResult:
     d_shift_per_h: list[float]  # one per horizon
     d_base: float
     d_base_per_h: list[float]
-    sigma_embed: float
+    sigma_embed: float  # spread of the predictions on the shift test set
+    sigma_z: float  # spread of its input frames' online latents z_t (the same for every n)
+    sigma_target: float  # spread of their EMA target latents zbar_t
     excluded: int  # excluded (sample, horizon) pairs, shift + base test sets
 
     def as_dict(self, prefix: str = "eval/") -> dict[str, Any]:
@@ -64,21 +70,28 @@ def _chunks(n: int, size: int) -> list[slice]:
 
 
 @torch.no_grad()
-def _encode_set(learner: Learner, frames: Any, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _encode_set(
+    learner: Learner, frames: Any, chunk: int, input_target: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """z (N, C, D) online latents of the context frames (the last one the input frame) and
     targets (N, K, D) EMA latents at the horizons: frames 0..C-1 of each sequence, and C-1+k
-    (the paper: frame 0, and 5, 10, 20)."""
+    (the paper: frame 0, and 5, 10, 20). With ``input_target`` the EMA latent of the input frame
+    C-1 comes first: targets (N, 1 + K, D) (a call of its own, so the horizons' latents are
+    those computed without it)."""
     cfg, nets = learner.cfg, learner.nets
     k, c = cfg.n_horizons, cfg.context_frames
     cols = np.asarray((*range(c), *(c - 1 + h for h in cfg.horizons)))
     zs, ts = [], []
-    per = max(1, chunk // (k + c))  # sequences per chunk so a chunk holds ~chunk frames
+    per = max(1, chunk // (k + c + input_target))  # sequences per chunk: ~chunk frames a chunk
     for sl in _chunks(frames.shape[0], per):
         x = learner.encoder_input(torch.from_numpy(_take(frames, sl, cols)))
         b = x.shape[0]
         with learner.autocast():
             zs.append(nets.encoder(x[:, :c].flatten(0, 1)).float().view(b, c, -1))
-            ts.append(nets.target(x[:, c:].flatten(0, 1)).float().view(b, k, -1))
+            t = nets.target(x[:, c:].flatten(0, 1)).float().view(b, k, -1)
+            if input_target:
+                t = torch.cat([nets.target(x[:, c - 1]).float().unsqueeze(1), t], 1)
+            ts.append(t)
     return torch.cat(zs), torch.cat(ts)
 
 
@@ -147,7 +160,9 @@ def adaptation_curve(
 ) -> list[EvalResult]:
     """One EvalResult per n in ``ns``. Test sets and transitions are encoded once."""
     chunk = learner.cfg.eval_batch_size
-    z_s, t_s = _encode_set(learner, data.shift_test, chunk)
+    z_s, t_s = _encode_set(learner, data.shift_test, chunk, input_target=True)
+    sigma_z, sigma_target = float(spread(z_s[:, -1])), float(spread(t_s[:, 0]))
+    t_s = t_s[:, 1:]
     z_b, t_b = _encode_set(learner, data.base_test, chunk)
     pairs = shift_transitions(learner, data.shift_train, max(ns, default=0), seed)
     results = []
@@ -165,6 +180,8 @@ def adaptation_curve(
                 d_base=float(d_b),
                 d_base_per_h=d_b_h.tolist(),
                 sigma_embed=float(sigma),
+                sigma_z=sigma_z,
+                sigma_target=sigma_target,
                 excluded=int(sums_s.excluded + sums_b.excluded),
             )
         )
@@ -234,5 +251,6 @@ def target_reference(learner: Learner, data: EvalData, n: int = 50, seed: int = 
 
 
 def evaluate(learner: Learner, data: EvalData, n: int = 50, seed: int = 0) -> EvalResult:
-    """D_shift^n (the headline is n = 50), D_base, sigma_embed, excluded count."""
+    """D_shift^n (the headline is n = 50), D_base, sigma_embed, sigma_z, sigma_target, excluded
+    count."""
     return adaptation_curve(learner, data, (n,), seed)[0]

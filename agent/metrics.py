@@ -131,6 +131,14 @@ def sigma_embed(pred_sum: torch.Tensor, pred_sqsum: torch.Tensor, n: int) -> tor
     return var.clamp(min=0).sqrt().mean()
 
 
+def spread(x: torch.Tensor) -> torch.Tensor:
+    """sigma_embed's statistic of any N samples x (N, ...), e.g. latents: the mean over
+    dimensions of their (unbiased) std across the samples, from float64 sums and squared sums
+    (``sigma_embed``). The evaluations' sigma_z and sigma_target."""
+    flat = x.flatten(1).double()
+    return sigma_embed(flat.sum(0), flat.pow(2).sum(0), flat.shape[0])
+
+
 @torch.no_grad()
 def score_predictions(
     predict: Callable[[slice], torch.Tensor],

@@ -3,13 +3,20 @@
 For each sequence of a world, the frozen learner reads a memory of n transitions from other
 sequences of the same world (the peer memory of ``agent.adaptation``: the pairs of ``peers``
 sequences, as their shared FIFO holds them) and aggregates it into e_agg, as it does before
-predicting that sequence's input frame. A linear (ridge) probe maps e_agg to the world's gravity
-vector (g_x, g_y) in px/frame^2; it is fit on worlds of the training family and scored by R^2
-on held-out worlds (docs/definitions.md#the-gravity-probe). R^2 near 1: the memory's summary
-says which way and how hard things fall in a world the learner never trained on; near 0 or
-below: it does not (whatever else it holds).
+predicting that sequence's input frame. A world's sequences are read in two disjoint halves, each
+half's memories from its own sequences; a half row is the mean of a half's rows, a world row the
+mean of the two. Then within each family apart (docs/definitions.md#the-gravity-probe):
 
-Beside it, the same probe on the same n entries summarised by hand (``entry_statistics``: the
+- **gravity**, leave one world out: a ridge map fit on the other worlds' rows predicts the world's
+  gravity vector and strength |g|, each scored from the other worlds' mean (what tells the world
+  from them): the angle of the vector (direction; 90 degrees by chance), the R^2 of |g| (strength;
+  0 or below by chance);
+- **identification**: each half row names the world whose other half row is nearest; the share
+  named right, against chance 1 / worlds.
+
+No map leaves its family, so none is asked to extrapolate.
+
+Beside e_agg, the same readout on the same n entries summarised by hand (``entry_statistics``: the
 mean newest latent, the mean change, the median change of velocity) says what the entries
 themselves hold of the world: where that reads gravity and e_agg does not, the memory's
 encoder and attention lose it; where neither does, the latents never had it. The median
@@ -19,16 +26,19 @@ the mean of a world's second differences is its walls', the median its gravity.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 import torch
+from sklearn.linear_model import RidgeCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 from agent.adaptation import WorldSet, _encode, _memory, input_index
 from agent.learner import Learner
 from agent.memory.view import MemoryView
 from agent.step import aggregate
-from probes.digits import fit_probes, r2_score
 
 
 def entry_statistics(pairs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -87,36 +97,95 @@ def peer_features(
     return out
 
 
-def _gravity(world: WorldSet, rows: int) -> np.ndarray:
-    """(rows, 2) the world's gravity vector (PHYSICS_FEATURES' first two), one row a sequence."""
-    return np.repeat(np.asarray(world.physics, np.float64)[None, :2], rows, axis=0)
+#: The ridge penalties a fold chooses from, per target, by leave-one-out on its fitting worlds.
+ALPHAS = np.logspace(-3, 3, 13)
+
+
+def half_rows(
+    learner: Learner, world: WorldSet, n: int, peers: int = 1, features: Sequence[str] = FEATURES
+) -> dict[str, np.ndarray]:
+    """{feature: (2, F)}: the mean ``peer_features`` row of each half of the world's 2h sequences
+    (the first h, the next h: h = N // 2), each half's memories read from its own sequences."""
+    h = len(world.frames) // 2
+    if h <= peers:
+        raise ValueError(f"gravity probe: halves of {h} sequences, each needs {peers} peers")
+    parts = [peer_features(learner, replace(world, frames=world.frames[s], positions=None,
+                                            scenes=None), n, peers, features)
+             for s in (slice(0, h), slice(h, 2 * h))]  # fmt: skip
+    return {f: np.stack([p[f].mean(0) for p in parts]) for f in features}
+
+
+def gravity_targets(world: WorldSet) -> np.ndarray:
+    """(3,) the world's gravity vector (g_x, g_y) in px/frame^2 and its strength |g|."""
+    g = np.asarray(world.physics, np.float64)[:2]
+    return np.array([g[0], g[1], np.hypot(*g)])
+
+
+def leave_one_out(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """(W, T): each world's y predicted from its row of x (W, F) by a ridge map fit on the other
+    W - 1 worlds' rows (features standardised on them; the penalty per target of ``ALPHAS``)."""
+    pred = np.empty_like(y, dtype=np.float64)
+    for w in range(len(x)):
+        rest = np.arange(len(x)) != w
+        model = make_pipeline(StandardScaler(), RidgeCV(alphas=ALPHAS, alpha_per_target=True))
+        pred[w] = model.fit(x[rest], y[rest]).predict(x[w : w + 1])[0]
+    return pred
+
+
+def angle_deg(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(W,) the angle in degrees (0-180) between the rows of a and b (W, 2); 90 for a zero row."""
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    cos = np.divide((a * b).sum(1), norms, out=np.zeros(len(a)), where=norms > 0)
+    return np.degrees(np.arccos(np.clip(cos, -1.0, 1.0)))
+
+
+def identified(halves: np.ndarray) -> float:
+    """The share of the 2W half rows (W, 2, F) whose nearest half row of the other half
+    (Euclidean, features standardised over all 2W rows) is its own world's."""
+    w = len(halves)
+    z = StandardScaler().fit_transform(halves.reshape(2 * w, -1)).reshape(w, 2, -1)
+    dist = np.linalg.norm(z[:, None, 0] - z[None, :, 1], axis=-1)  # (first halves, second)
+    hits = (dist.argmin(1) == np.arange(w)).sum() + (dist.argmin(0) == np.arange(w)).sum()
+    return float(hits / (2 * w))
+
+
+def readout(halves: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """One family's W worlds from their half rows (W, 2, F) and ``gravity_targets`` y (W, 3),
+    each world's targets predicted by ``leave_one_out`` from the world rows (the halves' mean)
+    and measured from the other worlds' mean (what tells the world from them): the angle between
+    predicted and true gravity vector so measured, its mean in degrees (``direction_deg``; 90 by
+    chance) and mean cosine (``direction_cos``; 0 by chance); ``strength_r2``, 1 - SSE of the
+    predicted |g| / SSE of the other worlds' mean |g|; ``identified`` (``identified``) and its
+    ``chance`` 1 / W; ``worlds`` W."""
+    w = len(y)
+    pred = leave_one_out(halves.mean(1), y)
+    base = (y.sum(0) - y) / (w - 1)  # each world's other worlds' mean
+    err = angle_deg(pred[:, :2] - base[:, :2], y[:, :2] - base[:, :2])
+    sse, sse0 = ((pred[:, 2] - y[:, 2]) ** 2).sum(), ((base[:, 2] - y[:, 2]) ** 2).sum()
+    return {
+        "direction_deg": float(err.mean()),
+        "direction_cos": float(np.cos(np.radians(err)).mean()),
+        "strength_r2": float(1.0 - sse / sse0) if sse0 > 0 else float("nan"),
+        "identified": identified(halves),
+        "chance": 1.0 / w,
+        "worlds": w,
+    }
 
 
 def gravity_probe(
     learner: Learner,
-    fit: Sequence[WorldSet],
-    test: Sequence[WorldSet],
+    families: Mapping[str, Sequence[WorldSet]],
     n: int = 50,
     peers: int = 1,
     features: Sequence[str] = FEATURES,
-) -> dict[str, dict[str, float]]:
-    """Held-out R^2 of a ridge probe of the gravity vector from each of ``features`` of a
-    world's sequences (``peer_features``: e_agg, the entries' statistics), by feature: fit on
-    ``fit``'s worlds, scored on ``test``'s, per family and pooled (``"all"``). The penalty is
-    chosen on the last fifth of the fitting worlds (``probes.digits.fit_probes``)."""
-    x_fit = [peer_features(learner, w, n, peers, features) for w in fit]
-    x_test = [peer_features(learner, w, n, peers, features) for w in test]
-    rows = [len(next(iter(x.values()))) for x in (*x_fit, *x_test)]
-    y_fit = np.concatenate([_gravity(w, r) for w, r in zip(fit, rows, strict=False)])
-    y_test = [_gravity(w, r) for w, r in zip(test, rows[len(fit):], strict=True)]
-    families = dict.fromkeys(w.family for w in test)
-    out: dict[str, dict[str, float]] = {}
-    for name in features:
-        probe = fit_probes(np.concatenate([x[name] for x in x_fit]), {"gravity": y_fit})["gravity"]
-        scores = {}
-        for fam in (*families, "all"):
-            k = [j for j, w in enumerate(test) if fam in (w.family, "all")]
-            scores[fam] = r2_score(np.concatenate([y_test[j] for j in k]),
-                                   probe.predict(np.concatenate([x_test[j][name] for j in k])))
-        out[name] = scores
+) -> dict[str, dict[str, dict[str, float]]]:
+    """{feature: {family: ``readout``}}: each family's worlds (at least three, each of at least
+    2 (peers + 1) sequences) read apart, from each of ``features`` of their halves'
+    sequences (``half_rows``: e_agg, the entries' statistics) with memories of n transitions."""
+    out: dict[str, dict[str, dict[str, float]]] = {f: {} for f in features}
+    for fam, worlds in families.items():
+        rows = [half_rows(learner, w, n, peers, features) for w in worlds]
+        y = np.stack([gravity_targets(w) for w in worlds])
+        for f in features:
+            out[f][fam] = readout(np.stack([r[f] for r in rows]), y)
     return out

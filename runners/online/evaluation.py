@@ -3,12 +3,13 @@
 and the worlds protocol's ``WorldsEvaluator``.
 
 An evaluation is ``agent.adaptation_curve`` on the run's evaluation splits (paper; on a copy of
-the memory, weights untouched): D_shift^n for each n of ``eval_ns``, D_base, sigma_embed; on the
-worlds protocol (``agent.adaptation``) D_shift^n is the switch world's own-memory D^n and
+the memory, weights untouched): D_shift^n for each n of ``eval_ns``, D_base, sigma_embed (and
+sigma_z, sigma_target: the spread of the same samples' input latents, online and EMA target);
+on the worlds protocol (``agent.adaptation``) D_shift^n is the switch world's own-memory D^n and
 D_base^n the training worlds'. The recorder writes one row per evaluation into
 ``run.zarr/eval``; ``EvalRecord.rows`` reads those rows back (the one reader of that group:
 resume, summary, plots and reports go through it). Beside them, for the worlds protocol's
-report: ``gravity_probe_report`` (gravity read linearly from the aggregated memory) and
+report: ``gravity_probe_report`` (gravity and the world read from the aggregated memory) and
 ``world_probe_report`` (the world probe, ``probes.world``, of a learner, fit on freshly drawn
 training-family worlds and scored on the held-out ones: ``runners.evaluate --world-probe``).
 """
@@ -42,7 +43,9 @@ from runners.online.world_sets import WorldSets, world_set
 
 @dataclass
 class EvalRecord:
-    """One evaluation: D_shift^n for each n of ``ns``, D_base, sigma_embed, excluded samples."""
+    """One evaluation: D_shift^n for each n of ``ns``, D_base, sigma_embed (the predictions'
+    spread), sigma_z and sigma_target (the spread of the input frames' online and EMA target
+    latents; NaN in a run recorded before they were), excluded samples."""
 
     step: int
     ns: list[int]
@@ -51,6 +54,8 @@ class EvalRecord:
     d_base: float
     d_base_per_h: list[float]
     sigma_embed: float
+    sigma_z: float
+    sigma_target: float
     excluded: int
     horizons: list[int]
 
@@ -69,6 +74,8 @@ class EvalRecord:
             d_base=float(first.d_base),
             d_base_per_h=_floats(first.d_base_per_h),
             sigma_embed=float(first.sigma_embed),
+            sigma_z=float(first.sigma_z),
+            sigma_target=float(first.sigma_target),
             excluded=int(first.excluded),
             horizons=horizons,
         )
@@ -80,6 +87,9 @@ class EvalRecord:
             return []
         ns = [int(n) for n in ev["ns"]]
         horizons = [int(h) for h in ev["horizons"]]
+        rows = len(ev["step"])
+        absent = np.full(rows, np.nan)  # sigma_z, sigma_target: not in a run recorded before them
+        sigma_z, sigma_target = ev.get("sigma_z", absent), ev.get("sigma_target", absent)
         return [
             cls(
                 step=int(ev["step"][i]),
@@ -89,10 +99,12 @@ class EvalRecord:
                 d_base=float(ev["d_base"][i]),
                 d_base_per_h=np.asarray(ev["d_base_per_h"][i], np.float64).tolist(),
                 sigma_embed=float(ev["sigma_embed"][i]),
+                sigma_z=float(sigma_z[i]),
+                sigma_target=float(sigma_target[i]),
                 excluded=int(ev["excluded"][i]),
                 horizons=horizons,
             )
-            for i in range(len(ev["step"]))
+            for i in range(rows)
         ]
 
     def to_dict(self) -> dict[str, Any]:
@@ -172,6 +184,8 @@ class WorldsEvaluator(CurveEvaluator):
                 d_base=float(d_base[j]),
                 d_base_per_h=d_base_h[j].tolist(),
                 sigma_embed=shift.sigma_embed[j],
+                sigma_z=shift.sigma_z,
+                sigma_target=shift.sigma_target,
                 excluded=shift.excluded[j] + sum(c.excluded[j] for c in base),
             )
             for j, n in enumerate(ns)
@@ -180,8 +194,8 @@ class WorldsEvaluator(CurveEvaluator):
     def report(self, learner: Learner, ns: Sequence[int]) -> dict[str, Any]:
         """The held-out worlds' D^n for every memory source (``own``, ``same``, ``wrong``; only
         ``own`` for a learner without memory: track A, the oracle), per world and per family;
-        ``gravity_probe``: the held-out R^2 of a linear probe of gravity from e_agg with n =
-        max(ns) peer transitions (``gravity_probe_report``; None without memory);
+        ``gravity_probe``: gravity and the world's identity read from e_agg with n = max(ns)
+        peer transitions, within each family (``gravity_probe_report``; None without memory);
         and ``probes``: held-out R^2 of linear probes of the digits' state from the latents
         (``probes.digits``), fit on the training-family worlds' sequences; ``reference``:
         D against the EMA target's own "no change" beside the paper's, and the online-target
@@ -213,29 +227,30 @@ class WorldsEvaluator(CurveEvaluator):
 
 
 def gravity_probe_report(learner: Learner, *, n: int, seed: int,
-                         families: dict[str, env.WorldFamily] | None = None, fit_worlds: int = 24,
-                         test_worlds: int = 8, seqs: int = 12) -> dict[str, Any]:  # fmt: skip
-    """``probes.gravity.gravity_probe`` of a learner with memory: fit on ``fit_worlds``
-    worlds of the training family (the first of ``families``; default ``env.FAMILIES``),
-    scored on ``test_worlds`` of each other (held-out) family, ``seqs`` sequences each (the test
-    digits), all drawn from ``seed`` apart from the evaluation's own worlds; memories of n peer
-    transitions (``peers``). ``r2``: from e_agg; ``r2_entries``: from the same entries'
-    statistics (``probes.gravity.entry_statistics``)."""
-    cfg = learner.cfg
+                         families: dict[str, env.WorldFamily] | None = None, worlds: int = 8,
+                         seqs: int = 16) -> dict[str, Any]:  # fmt: skip
+    """``probes.gravity.gravity_probe`` of a learner with memory on ``worlds`` worlds of each of
+    ``families`` (default ``env.FAMILIES``; the training one first, then the held-out ones),
+    ``seqs`` sequences each (the test digits; at least two halves of ``peers`` + 1), all drawn
+    from ``seed`` apart from the evaluation's own worlds; memories of n peer transitions.
+    ``e_agg`` and ``entries`` (the same entries' ``probes.gravity.entry_statistics``): {family:
+    its readout (direction_deg, direction_cos, strength_r2, identified, chance, worlds)}, with
+    ``held_out`` the mean of each number over the held-out families."""
+    cfg, p = learner.cfg, peers(learner.cfg)
     families = dict(families or env.FAMILIES)
+    seqs = max(seqs, 2 * (p + 1))
     length = sequence_length(cfg, n)
     rng = np.random.default_rng([seed, 0x6EA7])
-
-    def draw(fam: str, k: int, count: int) -> list[WorldSet]:
-        return [world_set(f"{fam}-probe-{i}", p, seqs, length, [seed, 0x6EA7, k, i], fam)
-                for i, p in enumerate(families[fam].sample(rng, count))]  # fmt: skip
-
-    train, *held = families
-    fit = draw(train, 0, fit_worlds)
-    test = [w for k, fam in enumerate(held, 1) for w in draw(fam, k, test_worlds)]
-    r2 = gravity_probe(learner, fit, test, n=n, peers=peers(cfg))
-    return {"n": n, "peers": peers(cfg), "fit_worlds": fit_worlds, "test_worlds": test_worlds,
-            "sequences": seqs, "r2": r2["e_agg"], "r2_entries": r2["entries"]}
+    drawn = {fam: [world_set(f"{fam}-probe-{i}", phys, seqs, length, [seed, 0x6EA7, k, i], fam)
+                   for i, phys in enumerate(families[fam].sample(rng, worlds))]
+             for k, fam in enumerate(families)}  # fmt: skip
+    out = gravity_probe(learner, drawn, n=n, peers=p)
+    held = list(families)[1:]
+    for scores in out.values():
+        if held:
+            scores["held_out"] = {k: float(np.mean([scores[f][k] for f in held]))
+                                  for k in scores[held[0]]}  # fmt: skip
+    return {"n": n, "peers": p, "worlds": worlds, "sequences": seqs, **out}
 
 
 def peers(cfg: Any) -> int:

@@ -78,7 +78,7 @@ def iterate(loop: OnlineLoop) -> str | None:
                 tqdm.write(
                     f"step {e.step}: D_base {e.d_base:.3f}  D_shift^{cfg.schedule.headline_n} "
                     f"{e.d(cfg.schedule.headline_n):.3f}  D_shift^0 {e.d(0):.3f}  sigma_embed "
-                    f"{e.sigma_embed:.3f}"
+                    f"{e.sigma_embed:.3f}  sigma_z/target {e.sigma_z:.3f}/{e.sigma_target:.3f}"
                 )
         bar.update(loop.step_count - bar.n)
     finally:

@@ -361,14 +361,15 @@ class OnlineLoop:
         return self.evals[-1].step < (self.cfg.first_switch or 0)
 
     def evaluate(self) -> EvalRecord:
-        """The periodic evaluation (D_shift^n for n in eval_ns, D_base, sigma_embed), recorded
-        in run.zarr; a new lowest D_shift^{headline_n} (sigma_embed at least best_min_sigma) is
-        saved as best.pt."""
+        """The periodic evaluation (D_shift^n for n in eval_ns, D_base, sigma_embed, sigma_z,
+        sigma_target), recorded in run.zarr; a new lowest D_shift^{headline_n} (sigma_embed at
+        least best_min_sigma) is saved as best.pt."""
         self.sync_learner()
         rec = self.evaluator(self.learner)
         self.recorder.append_eval(
             rec.step, rec.ns, rec.d_shift, rec.d_shift_per_h, rec.d_base, rec.d_base_per_h,
             rec.sigma_embed, rec.excluded, rec.horizons,
+            sigma_z=rec.sigma_z, sigma_target=rec.sigma_target,
         )  # fmt: skip
         self.evals.append(rec)
         head = rec.d(self.cfg.schedule.headline_n)

@@ -239,14 +239,25 @@ def plot_world_curves(ax: Axes, rep: dict[str, Any], cfg: dict[str, Any]) -> Non
     ax.legend(loc="best", fontsize=7)
 
 
+#: plot_sigma's lines: (eval array, label, color); sigma_z and sigma_target where recorded.
+SIGMA_LINES = (("sigma_embed", "sigma_embed: predictions", "#9467bd"),
+               ("sigma_z", "sigma_z: online latents z_t", "#1f77b4"),
+               ("sigma_target", "sigma_target: EMA target latents zbar_t", "#2ca02c"))
+
+
 def plot_sigma(ax: Axes, ev: dict[str, np.ndarray], cfg: dict[str, Any]) -> None:
+    """The spreads (mean per-dimension std over the evaluation's samples) of the predictions and
+    of the input frames' latents, online and EMA target, at each evaluation."""
     if not ev:
         return
-    ax.plot(ev["step"], ev["sigma_embed"], "o-", ms=3, color="#9467bd")
+    for key, label, color in SIGMA_LINES:
+        if key in ev:
+            ax.plot(ev["step"], ev[key], "o-", ms=3, color=color, label=label)
     ax.set_xlabel("step")
-    ax.set_ylabel("sigma_embed (mean per-dim std)")
-    ax.set_title("Spread of predictor outputs (collapse -> 0)", pad=14)
+    ax.set_ylabel("mean per-dim std across samples")
+    ax.set_title("Spread of predictions and latents (collapse -> 0)", pad=14)
     ax.set_ylim(bottom=0)
+    ax.legend(loc="best", fontsize=7)
     _switch_lines(ax, cfg.get("switches") or [], cfg.get("after_switch", ""), True)
 
 

@@ -8,7 +8,7 @@ Layout (readable with plain zarr: ``zarr.open_group("runs/x/run.zarr")["metrics/
     eval/ns                      attribute: the memory sizes n of the d_shift columns
     eval/d_shift                 float32 (E, len(ns))          D_shift^n, mean over horizons
     eval/d_shift_per_h           float32 (E, len(ns), K)       per horizon
-    eval/d_base, sigma_embed, excluded (E,); eval/d_base_per_h (E, K)
+    eval/d_base, sigma_embed, sigma_z, sigma_target, excluded (E,); eval/d_base_per_h (E, K)
     frames/step                  int64 (F,)   steps whose newest frame batch was kept
     frames/frames                uint8 (F, B, 1, 64, 64); frames/positions, velocities
                                  float32 (F, B, n_digits, 2); frames/gravity float32 (F, B)
@@ -62,6 +62,9 @@ _REQUIRED = {
     "eval": ("step", "d_shift", "d_shift_per_h", "d_base", "d_base_per_h", "sigma_embed", "excluded"),
     "frames": ("step", "frames", "gravity"),
 }
+
+#: The spreads an evaluation records (docs/definitions.md#sigma_embed).
+_SIGMAS = ("sigma_embed", "sigma_z", "sigma_target")
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -290,8 +293,12 @@ class Recorder:
         sigma_embed: float,
         excluded: int,
         horizons: Sequence[int],
+        *,
+        sigma_z: float,
+        sigma_target: float,
     ) -> None:
-        """One row per evaluation; ``d_shift[i]`` is D_shift^{ns[i]}."""
+        """One row per evaluation; ``d_shift[i]`` is D_shift^{ns[i]}; ``sigma_z`` and
+        ``sigma_target`` the spread of the input frames' online and EMA target latents."""
         ns = [int(n) for n in ns]
         k = len(horizons)
         if "step" not in self.eval:
@@ -303,6 +310,8 @@ class Recorder:
                 ("d_base", (0,), "float32"),
                 ("d_base_per_h", (0, k), "float32"),
                 ("sigma_embed", (0,), "float32"),
+                ("sigma_z", (0,), "float32"),
+                ("sigma_target", (0,), "float32"),
                 ("excluded", (0,), "int64"),
                 ("step", (0,), "int64"),
             ):
@@ -311,7 +320,11 @@ class Recorder:
         elif list(self.eval.attrs["ns"]) != ns:
             raise RecorderError(f"evaluation memory sizes changed: {self.eval.attrs['ns']} -> {ns}")
         rows = self.n_evals
-        for name in ("d_shift", "d_shift_per_h", "d_base", "d_base_per_h", "sigma_embed"):
+        for name in _SIGMAS[1:]:  # a run recorded before the latents' spreads: NaN until now
+            if name not in self.eval:
+                self.eval.create_array(name, shape=(rows,), chunks=(256,), dtype="float32",
+                                       fill_value=np.nan)  # fmt: skip
+        for name in ("d_shift", "d_shift_per_h", "d_base", "d_base_per_h", *_SIGMAS):
             self.eval[name].resize((rows,) + self.eval[name].shape[1:])  # type: ignore[union-attr]
         self.eval["d_shift"].append(np.asarray([d_shift], np.float32))  # type: ignore[union-attr]
         self.eval["d_shift_per_h"].append(  # type: ignore[union-attr]
@@ -321,7 +334,8 @@ class Recorder:
         self.eval["d_base_per_h"].append(  # type: ignore[union-attr]
             np.asarray([d_base_per_h], np.float32).reshape(1, k)
         )
-        self.eval["sigma_embed"].append(np.asarray([sigma_embed], np.float32))  # type: ignore[union-attr]
+        for name, value in zip(_SIGMAS, (sigma_embed, sigma_z, sigma_target), strict=True):
+            self.eval[name].append(np.asarray([value], np.float32))  # type: ignore[union-attr]
         self.eval["excluded"].resize((rows,))  # type: ignore[union-attr]
         self.eval["excluded"].append(np.asarray([excluded], np.int64))  # type: ignore[union-attr]
         self.eval["step"].append(np.asarray([step], np.int64))  # type: ignore[union-attr]

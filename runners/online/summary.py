@@ -29,7 +29,8 @@ def _f(x: Any) -> float | None:
 
 
 def _eval_at(evals: list[EvalRecord], step: int | None, n: int) -> dict[str, Any] | None:
-    """The evaluation at ``step`` (the last one at or before it)."""
+    """The evaluation at ``step`` (the last one at or before it); sigma_z and sigma_target only
+    where recorded (not in a run recorded before them)."""
     if step is None:
         return None
     before = [e for e in evals if e.step <= step]
@@ -42,6 +43,8 @@ def _eval_at(evals: list[EvalRecord], step: int | None, n: int) -> dict[str, Any
         f"d_shift_{n}": _f(e.d(n)),
         "d_shift_0": _f(e.d(0)) if 0 in e.ns else None,
         "sigma_embed": _f(e.sigma_embed),
+        **{k: _f(v) for k, v in (("sigma_z", e.sigma_z), ("sigma_target", e.sigma_target))
+           if not math.isnan(v)},
     }
 
 
@@ -247,26 +250,39 @@ def held_out_text(held: dict[str, Any] | None, when: str) -> list[str]:
             + perfect_physics_text(held.get("perfect_physics")))
 
 
-GRAVITY_PROBE_CAPTION = ("the gravity probe: R^2 of a linear probe of the world's gravity from "
-                         "e_agg (docs/definitions.md#the-gravity-probe)")
+GRAVITY_PROBE_CAPTION = ("the gravity probe, within each family: gravity by leave-one-world-out "
+                         "ridge maps of world means, the world by its nearest half "
+                         "(docs/definitions.md#the-gravity-probe)")
 
 
-ENTRIES_CAPTION = ("the same probe on the same entries summarised by hand (mean latent, mean "
-                   "change, median change of velocity)")
+ENTRIES_CAPTION = ("entries: the same entries summarised by hand (mean latent, mean change, "
+                   "median change of velocity)")
+
+#: The gravity probe's columns: (header, key, format) of each family's readout.
+GRAVITY_PROBE_COLUMNS = (("direction error", "direction_deg", "{:.1f} deg"),
+                         ("direction cos", "direction_cos", "{:.3f}"),
+                         ("strength R^2", "strength_r2", "{:.3f}"),
+                         ("identified (chance)", "identified", "{:.3f}"))
 
 
 def gravity_probe_text(probe: dict[str, Any] | None) -> list[str]:
-    """The gravity probe in one line (none without it)."""
+    """The gravity probe: a caption, then one aligned line per feature (e_agg, the entries) and
+    family (none without it)."""
     if not probe:
         return []
-    r2 = probe["r2"]
-    lines = ["", f"{GRAVITY_PROBE_CAPTION}, n = {probe['n']} peer transitions, fit on "
-             f"{probe['fit_worlds']} training worlds: " + ", ".join(
-                 f"{fam} {_fmt(v)}" for fam, v in r2.items())]
-    if probe.get("r2_entries"):  # absent in reports written before it
-        lines.append(f"  {ENTRIES_CAPTION}: " + ", ".join(
-            f"{fam} {_fmt(v)}" for fam, v in probe["r2_entries"].items()))
-    return lines
+    widths = [len(h) + 2 for h, _, _ in GRAVITY_PROBE_COLUMNS]
+    lines = ["", f"{GRAVITY_PROBE_CAPTION}, n = {probe['n']} peer transitions, "
+             f"{probe['worlds']} worlds a family:", " " * 18 + "".join(
+                 f"{h:>{w}}" for (h, _, _), w in zip(GRAVITY_PROBE_COLUMNS, widths, strict=True))]
+    for feature in ("e_agg", "entries"):
+        for fam, r in probe.get(feature, {}).items():
+            if fam == "held_out":  # the mean of the held-out families' lines
+                continue
+            cells = [fmt.format(r[k]) for _, k, fmt in GRAVITY_PROBE_COLUMNS]
+            cells[-1] += f" ({r['chance']:.3f})"
+            lines.append(f"  {feature:<8} {fam:<7}" + "".join(
+                f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
+    return [*lines, f"  {ENTRIES_CAPTION}"]
 
 
 #: What each row of the reference check is (agent.adaptation.reference_check).

@@ -4,9 +4,11 @@ Each run is one ``train_online`` run of the worlds protocol with its bounds, its
 gravity ranges scaled by one factor. From its ``summary.json`` it takes, pooled over the
 held-out families at n = 50 (docs/definitions.md): perfect physics in the run's own latent
 (world-blind; world-blind and the world's own from the state two frames show, sharp and hedged,
-and what the world is worth between each pair), the floor (track A), the oracle, the chosen track's peer /
-wrong-world / own memory and the gravity probe's R^2. Per scale: the mean and standard deviation over seeds, the oracle's
-margin below the floor, and ``OUT/figures/dose_response.png``.
+and what the world is worth between each pair), the floor (track A), the oracle, the chosen
+track's peer / wrong-world / own memory and the gravity probe on e_agg (the held-out families'
+mean direction error, strength R^2 and share of worlds identified). Per scale: the mean and
+standard deviation over seeds, the oracle's margin below the floor, and
+``OUT/figures/dose_response.png``.
 """
 
 from __future__ import annotations
@@ -40,8 +42,14 @@ COLUMNS = {
     "same": "peer memory",
     "wrong": "wrong-world memory",
     "own": "own memory",
-    "probe_r2": "gravity probe R^2",
+    "probe_direction": "gravity probe: direction error (deg)",
+    "probe_strength": "gravity probe: strength R^2",
+    "probe_identified": "gravity probe: worlds identified",
 }
+
+#: The gravity probe's numbers a row takes (e_agg, the held-out families' mean): column -> key.
+PROBE_KEYS = {"direction": "direction_deg", "strength": "strength_r2",
+              "identified": "identified"}
 
 #: The columns that are shares (printed as percentages).
 PERCENT = ("worth", "worth_mean", "margin")
@@ -92,7 +100,8 @@ def load_gravity_run(run_dir: str | Path, scale: float, seed: str) -> GravityRun
         "oracle": oracle,
         "margin": (floor - oracle) / floor if floor > 0 else math.nan,
         **{m: _get(bounds, "memories", m, "d", "pooled") for m in ("same", "wrong", "own")},
-        "probe_r2": _get(summary.get("held_out"), "gravity_probe", "r2", "all"),
+        **{f"probe_{k}": _get(summary.get("held_out"), "gravity_probe", "e_agg", "held_out", key)
+           for k, key in PROBE_KEYS.items()},
     }
     return GravityRun(scale, seed, values)
 

@@ -47,6 +47,10 @@ MIN_ORACLE_GAIN = 0.01
 ORACLE = "oracle"
 ORACLE_COLOR = "black"
 MEMORY_NAMES = {"own": "own memory", "same": "peer memory", "wrong": "wrong-world memory"}
+#: The gravity probe's features, by the prefix of their numbers in a peer-memory row, and the
+#: numbers of each a row takes (docs/definitions.md#the-gravity-probe).
+GRAVITY_FEATURES = {"e_agg": "gravity", "entries": "entries"}
+GRAVITY_KEYS = ("direction_deg", "direction_cos", "strength_r2", "identified")
 
 
 @dataclass(frozen=True)
@@ -64,10 +68,9 @@ class WorldsRun:
     #: the horizons, and D^50 per horizon with own memory over every held-out world
     horizons: tuple[int, ...] = ()
     per_h: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    #: the gravity probe's held-out R^2 by family (and ``all``); None without memory
-    gravity_r2: dict[str, float] | None = None
-    #: the same probe on the same entries' statistics (runs before it: None)
-    entries_r2: dict[str, float] | None = None
+    #: the gravity probe: {feature ("e_agg", "entries"): {family (``held_out``: the held-out
+    #: families' mean): its readout}}; None without memory
+    gravity: dict[str, dict[str, dict[str, float]]] | None = None
     #: perfect world-blind physics in this run's latent (probes.perfect_physics): D over the
     #: horizons' mean by family (and ``all``), and per horizon pooled (runs before it: empty)
     blind: dict[str, float] = field(default_factory=dict)
@@ -113,8 +116,8 @@ def load_worlds_run(run_dir: str | Path, arm: str, seed: str) -> WorldsRun | Non
         switch_curve=np.asarray([r["d_shift"] for r in rows], dtype=np.float64),
         horizons=tuple(int(h) for h in held.get("horizons", ())),
         per_h=np.asarray(own, dtype=np.float64).mean(axis=0) if own else np.zeros(0),
-        gravity_r2=(held.get("gravity_probe") or {}).get("r2"),
-        entries_r2=(held.get("gravity_probe") or {}).get("r2_entries"),
+        gravity={f: v for f, v in (held.get("gravity_probe") or {}).items()
+                 if f in GRAVITY_FEATURES} or None,
         **_blind(held.get("perfect_physics")),
     )
 
@@ -238,8 +241,18 @@ def analyse(runs: Sequence[WorldsRun]) -> dict[str, Any]:
     return out
 
 
-#: The group-memory targets (issue 23), per seed on the pooled held-out worlds.
-PEER_TARGETS = {"share": 0.5, "gravity_r2": 0.8}
+#: The group-memory targets (issue 23), per seed on the pooled held-out worlds; the gravity
+#: probe's (on e_agg) direction cosine and strength R^2 each (they stand for its R^2 before).
+PEER_TARGETS = {"share": 0.5, "direction_cos": 0.8, "strength_r2": 0.8}
+
+
+def _gravity_numbers(run: WorldsRun, fam: str) -> dict[str, float]:
+    """A run's gravity probe on one family (``all``: the held-out families' mean) as
+    ``gravity_<key>`` (e_agg) and ``entries_<key>`` (the entries); NaN without it."""
+    fam = "held_out" if fam == POOLED else fam
+    return {f"{prefix}_{k}": float(((run.gravity or {}).get(feature) or {}).get(fam, {})
+                                   .get(k, math.nan))
+            for feature, prefix in GRAVITY_FEATURES.items() for k in GRAVITY_KEYS}  # fmt: skip
 
 
 def peer_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[str]) -> dict[str, Any]:
@@ -263,8 +276,7 @@ def peer_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[str]
                     "peer": peer, "wrong": wrong, "own": r.at(fam), "d_A": d_a, "d_oracle": d_o,
                     "share": _ratio(d_a - peer, d_a - d_o) if d_a > d_o else math.nan,
                     "wrong_gap": _ratio(wrong - peer, peer),
-                    "gravity_r2": (r.gravity_r2 or {}).get(fam, math.nan),
-                    "entries_r2": (r.entries_r2 or {}).get(fam, math.nan),
+                    **_gravity_numbers(r, fam),
                 }
             mean = {k: _mean([v[k] for v in per_seed.values()]) for k in next(iter(
                 per_seed.values()))} if per_seed else {}
@@ -289,8 +301,9 @@ def peer_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[str]
         "half_the_gap": every(lambda v: np.isfinite(v["share"])
                               and v["share"] >= PEER_TARGETS["share"]),
         "wrong_worse": every(lambda v: v["wrong"] > v["peer"]),
-        "gravity_r2": every(lambda v: np.isfinite(v["gravity_r2"])
-                            and v["gravity_r2"] >= PEER_TARGETS["gravity_r2"]),
+        "gravity": every(lambda v: all(
+            np.isfinite(v[f"gravity_{k}"]) and v[f"gravity_{k}"] >= PEER_TARGETS[k]
+            for k in ("direction_cos", "strength_r2"))),
     }
     return out
 
@@ -516,19 +529,20 @@ def peer_lines(peer: Mapping[str, Any]) -> list[str]:
              "world (`same`; docs/definitions.md#dn-on-held-out-worlds), against the floor (A) "
              "and the ceiling (oracle) of the same seed. share = (D_A - D_peer) / (D_A - D_oracle) "
              "(of seed means); wrong - peer = (D_wrong - D_peer) / D_peer (positive: the right "
-             "world's memory is better); gravity R^2: the gravity probe on e_agg, and on the "
-             "same entries' statistics (docs/definitions.md#the-gravity-probe).", ""]
+             "world's memory is better); the gravity probe on e_agg, and on the same entries' "
+             "statistics, within each family: direction cosine (mean error), strength R^2, share "
+             "of worlds identified (docs/definitions.md#the-gravity-probe).", ""]
     for fam, block in peer["families"].items():
         lines += [f"**{fam}**", "", "| track | D_A | D_oracle | peer D^50 | own D^50 | wrong D^50 | "
-                  "share | wrong - peer | gravity R^2 | entries R^2 |",
+                  "share | wrong - peer | gravity probe, e_agg | gravity probe, entries |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for arm, row in sorted(block["tracks"].items()):
             m = row["mean"]
             share = "-" if not np.isfinite(m["share"]) else f"{m['share']:.2f}"
             lines.append(f"| {arm} | {_f(m['d_A'])} | {_f(m['d_oracle'])} | {_f(m['peer'])} | "
                          f"{_f(m['own'])} | {_f(m['wrong'])} | {share} | "
-                         f"{_pct(m['wrong_gap'])} | {_f(m['gravity_r2'])} | "
-                         f"{_f(m['entries_r2'])} |")
+                         f"{_pct(m['wrong_gap'])} | {_probe(m, 'gravity')} | "
+                         f"{_probe(m, 'entries')} |")
         oc = block["outcome"]
         lines.append("")
         if np.isfinite(block["delta"]):  # tracks B and C both ran
@@ -537,13 +551,13 @@ def peer_lines(peer: Mapping[str, Any]) -> list[str]:
     best = peer["best"]
     seeds = peer["families"][POOLED]["tracks"][best]["per_seed"]
     lines += [f"Per seed, pooled, the best memory track by peer D^50 ({best}):", "",
-              "| seed | D_A | D_oracle | peer D^50 | wrong D^50 | share | gravity R^2 | "
-              "entries R^2 |", "|---|---|---|---|---|---|---|---|"]
+              "| seed | D_A | D_oracle | peer D^50 | wrong D^50 | share | gravity probe, e_agg | "
+              "gravity probe, entries |", "|---|---|---|---|---|---|---|---|"]
     for seed, v in seeds.items():
         share = "-" if not np.isfinite(v["share"]) else f"{v['share']:.2f}"
         lines.append(f"| {seed} | {_f(v['d_A'])} | {_f(v['d_oracle'])} | {_f(v['peer'])} | "
-                     f"{_f(v['wrong'])} | {share} | {_f(v['gravity_r2'])} | "
-                     f"{_f(v['entries_r2'])} |")
+                     f"{_f(v['wrong'])} | {share} | {_probe(v, 'gravity')} | "
+                     f"{_probe(v, 'entries')} |")
     t = peer["targets"]
     lines += ["", "## The group-memory targets (pooled held-out worlds, every seed)", "",
               "| target | met |", "|---|---|",
@@ -551,9 +565,18 @@ def peer_lines(peer: Mapping[str, Any]) -> list[str]:
               f"{_yes(t['below_floor'])} |",
               f"| it closes at least half the oracle gap | {_yes(t['half_the_gap'])} |",
               f"| wrong-world memory worse than peer memory | {_yes(t['wrong_worse'])} |",
-              f"| the gravity probe's R^2 at least {PEER_TARGETS['gravity_r2']} | "
-              f"{_yes(t['gravity_r2'])} |", ""]
+              f"| the gravity probe on e_agg: direction cosine at least "
+              f"{PEER_TARGETS['direction_cos']}, strength R^2 at least "
+              f"{PEER_TARGETS['strength_r2']} | {_yes(t['gravity'])} |", ""]
     return lines
+
+
+def _probe(row: Mapping[str, float], prefix: str) -> str:
+    """A gravity probe cell: direction cosine (mean error) / strength R^2 / worlds identified."""
+    deg = row[f"{prefix}_direction_deg"]
+    return (f"{_f(row[f'{prefix}_direction_cos'])} ("
+            + ("-" if not np.isfinite(deg) else f"{deg:.0f} deg")
+            + f") / {_f(row[f'{prefix}_strength_r2'])} / {_f(row[f'{prefix}_identified'])}")
 
 
 def _yes(met: bool) -> str:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from agent import AgentConfig, Learner
+from agent import AgentConfig, Learner, adaptation
 from agent.adaptation import (
     WorldSet,
     family_means,
@@ -90,7 +90,8 @@ def test_a_learner_without_memory_is_scored_once_from_its_context_frames(
     monkeypatch.setattr(learner, "encode", lambda x, target=False: calls.append(len(x)) or
                         real(x, target=target))  # fmt: skip
     short = world_curves(learner, ws, NS, ("own",))
-    assert sum(calls) == len(ws) * 5 * (cfg.context_frames + cfg.n_horizons)
+    # the context frames, the horizons' targets and the input frame by the EMA target (sigma_target)
+    assert sum(calls) == len(ws) * 5 * (cfg.context_frames + cfg.n_horizons + 1)
     monkeypatch.setattr("agent.adaptation.encodes_memory", lambda nets: True)  # the long way
     full = world_curves(learner, ws, NS, ("own",))
     for a, b in zip(short, full, strict=True):
@@ -98,6 +99,44 @@ def test_a_learner_without_memory_is_scored_once_from_its_context_frames(
         np.testing.assert_allclose(a.d, b.d, rtol=1e-5)
         np.testing.assert_allclose(a.d_per_h, b.d_per_h, rtol=1e-5)
         np.testing.assert_allclose(a.sigma_embed, b.sigma_embed, rtol=1e-5)
+
+
+@pytest.mark.parametrize("track", ["A", "C"])
+def test_sigma_z_and_sigma_target_are_the_spread_of_each_worlds_input_latents(
+    track: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each world's curves carry the spread (the mean over dimensions of the unbiased std across
+    its sequences) of its input frames' online latents and EMA target latents, for every memory
+    source; D is that of the targets at the horizons alone (the input frame's EMA latent read
+    beside them changes none of it)."""
+    cfg = cfg_of(track)
+    learner, ws = Learner(cfg), worlds(cfg)
+    with torch.no_grad():  # the EMA target apart from the online encoder: the two spreads differ
+        for p in learner.nets.target.parameters():
+            p.mul_(1.1)
+    i = input_index(cfg, max(NS))
+    memories = ("own",) if track == "A" else ("own", "same", "wrong")
+    curves = world_curves(learner, ws, NS, memories)
+    for c in curves:
+        w = next(w for w in ws if w.name == c.world)
+        x = torch.from_numpy(np.ascontiguousarray(w.frames[:, i]))
+        z, zbar = (np.asarray(learner.encode(x, target=t), np.float64) for t in (False, True))
+        assert c.sigma_z == pytest.approx(z.std(axis=0, ddof=1).mean(), rel=1e-5)
+        assert c.sigma_target == pytest.approx(zbar.std(axis=0, ddof=1).mean(), rel=1e-5)
+        assert c.sigma_z != pytest.approx(c.sigma_target, rel=1e-3)
+    # D against the horizons' targets alone: the same when the input frame is not encoded by
+    # the EMA target at all (a zero latent in its place)
+    real = adaptation._encode
+
+    def without(*args, input_target: bool = False, **kw):  # type: ignore[no-untyped-def]
+        z, t = real(*args, **kw)
+        return z, torch.cat([torch.zeros_like(t[:, :1]), t], 1) if input_target else t
+
+    monkeypatch.setattr(adaptation, "_encode", without)
+    again = world_curves(learner, ws, NS, memories)
+    assert [(c.d, c.d_per_h, c.sigma_embed) for c in again] == [
+        (c.d, c.d_per_h, c.sigma_embed) for c in curves]
+    assert all(c.sigma_target == 0.0 for c in again)
 
 
 def test_bad_requests() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from agent import (
@@ -90,3 +91,37 @@ def test_target_reference_parts_and_drift(frames: np.ndarray) -> None:
     assert drifted.ref_target == ref.ref_target  # the EMA's reference: same targets, same zbar
     assert drifted.ref_online != ref.ref_online
     assert drifted.d_shift == evaluate(learner, d, n=5).d_shift
+
+
+def spread_of(z: torch.Tensor) -> float:
+    """sigma_embed's statistic by its definition, in numpy: the mean over dimensions of the
+    (unbiased) std across samples."""
+    return float(np.asarray(z, np.float64).std(axis=0, ddof=1).mean())
+
+
+@pytest.mark.parametrize("context_frames", [1, 2])
+def test_sigma_z_and_sigma_target_are_the_spread_of_the_input_latents(
+    frames: np.ndarray, context_frames: int
+) -> None:
+    """sigma_z and sigma_target: the spread of the shift test split's input frames (frame C-1)
+    by the online encoder and by the EMA target, the same for every n; D unchanged by them."""
+    cfg = AgentConfig.from_preset("tiny", track="C", buffer_capacity=8,
+                                  context_frames=context_frames)  # fmt: skip
+    longer = np.concatenate([frames, frames[:, :1]], 1)  # C = 2: the input frame 1, h up to 20
+    learner, d = Learner(cfg), data(frames if context_frames == 1 else longer)
+    with torch.no_grad():  # the online encoder moves away from the EMA target: the two differ
+        w = learner.nets.encoder.proj.weight
+        w.add_(torch.randn(w.shape, generator=torch.Generator().manual_seed(0)) * w.std())
+    x = torch.from_numpy(np.ascontiguousarray(d.shift_test[:, context_frames - 1]))
+    want_z, want_t = spread_of(learner.encode(x)), spread_of(learner.encode(x, target=True))
+    assert want_z != pytest.approx(want_t, rel=1e-3)
+    curve = adaptation_curve(learner, d, (0, 2, 5))
+    for r in curve:
+        assert r.sigma_z == pytest.approx(want_z, rel=1e-5)
+        assert r.sigma_target == pytest.approx(want_t, rel=1e-5)
+    if context_frames == 2:  # another frame of the input's sequences is not the input
+        other = torch.from_numpy(np.ascontiguousarray(d.shift_test[:, 0]))
+        assert curve[0].sigma_z != pytest.approx(spread_of(learner.encode(other)), rel=1e-3)
+    if context_frames == 1:  # D against the horizons' targets alone: target_reference's D, whose
+        # targets are encoded without the input frames' EMA latents
+        assert target_reference(learner, d, n=5).d_shift == curve[2].d_shift

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -146,9 +147,13 @@ def test_the_default_run_trains_floor_and_ceiling_and_tells_the_story(tmp_path: 
     assert res.stdout.count("end of base training") == 1  # the bounds print no tables
     assert (run / "figures" / "bounds.png").stat().st_size > 10_000
     probe = s["held_out"]["gravity_probe"]  # the chosen track reads memory: its gravity probe
-    assert set(probe["r2"]) == {"interp", "extrap", "all"} and probe["peers"] == 1
-    assert set(probe["r2_entries"]) == {"interp", "extrap", "all"}  # the same entries, by hand
-    assert "the same probe on the same entries summarised by hand" in res.stdout
+    assert probe["peers"] == 1 and probe["worlds"] == 8
+    for feature in ("e_agg", "entries"):  # e_agg, and the same entries summarised by hand
+        assert set(probe[feature]) == {"train", "interp", "extrap", "held_out"}
+        assert probe[feature]["interp"]["chance"] == 1 / 8
+        assert 0.0 <= probe[feature]["extrap"]["direction_deg"] <= 180.0
+    assert "entries: the same entries summarised by hand" in res.stdout
+    assert re.search(r"\n  e_agg    interp +\d+\.\d deg", res.stdout)  # its aligned lines
     floor = json.loads((run / "floor" / "summary.json").read_text())
     assert floor["held_out"]["gravity_probe"] is None  # track A has no memory to probe
     md = (run / "summary.md").read_text()

@@ -145,7 +145,7 @@ def small_store(root: Path) -> Path:
     rec.append_metrics(np.arange(10, 20), {"loss/total": np.random.rand(10), "late": np.ones(10)})
     for step in (10, 20):
         rec.append_eval(step, [0, 50], [0.9, 0.8], [[0.9] * 3, [0.8] * 3], 0.7, [0.7] * 3, 0.5,
-                        0, [5, 10, 20])
+                        0, [5, 10, 20], sigma_z=0.6, sigma_target=0.6)
     rec.append_frames(0, np.ones((2, 1, 64, 64), np.uint8), gravity=np.zeros(2))
     return root / "run.zarr"
 

@@ -37,7 +37,8 @@ def _summary(floor: float, oracle: float, same: float, wrong: float, blind: floa
                                                  "seen": {"pooled": 0.5}, "told": {"pooled": 0.4},
                                                  "seen_mean": {"pooled": 0.5},
                                                  "told_mean": {"pooled": 0.3}}}},
-            "held_out": {"gravity_probe": {"r2": {"all": 0.5}}}}
+            "held_out": {"gravity_probe": {"e_agg": {"held_out": {
+                "direction_deg": 30.0, "strength_r2": 0.5, "identified": 0.75}}}}}
 
 
 def test_report_numbers_are_seed_means_of_the_runs_summaries(tmp_path: Path) -> None:
@@ -56,7 +57,8 @@ def test_report_numbers_are_seed_means_of_the_runs_summaries(tmp_path: Path) -> 
     assert row["floor"]["mean"] == pytest.approx(0.7) and row["floor"]["n"] == 2
     assert row["margin"]["mean"] == pytest.approx(0.25 / 2)  # (0.2 / 0.8 + 0 / 0.6) / 2
     assert row["margin"]["seeds"] == {"0": pytest.approx(0.25), "1": pytest.approx(0.0)}
-    assert row["blind"]["std"] == 0.0 and row["probe_r2"]["mean"] == pytest.approx(0.5)
+    assert row["blind"]["std"] == 0.0 and row["probe_strength"]["mean"] == pytest.approx(0.5)
+    assert row["probe_direction"]["mean"] == 30.0 and row["probe_identified"]["mean"] == 0.75
     text = "\n".join(gr.table_lines(res, {"2": gs.families(2.0)}))
     assert row["worth"]["mean"] == pytest.approx(0.2)  # (0.5 - 0.4) / 0.5
     assert row["worth_mean"]["mean"] == pytest.approx(0.4)  # hedged: (0.5 - 0.3) / 0.5

@@ -41,7 +41,7 @@ def test_truncate_keeps_what_a_checkpoint_saw(tmp_path: Path) -> None:
     fill(rec, 0, 30)
     for s in (10, 20, 30):
         rec.append_eval(s, [0, 50], [1.0, 0.9], [[1, 1, 1], [0.9, 0.9, 0.9]], 0.5,
-                        [0.5, 0.5, 0.5], 0.3, 0, [5, 10, 20])
+                        [0.5, 0.5, 0.5], 0.3, 0, [5, 10, 20], sigma_z=0.6, sigma_target=0.7)
     for s in (0, 10, 20):
         rec.append_frames(s, np.zeros((4, 1, 64, 64), np.uint8), np.zeros((4, 2, 2)),
                           np.zeros((4, 2, 2)), 0.0)
@@ -58,3 +58,80 @@ def test_truncate_keeps_what_a_checkpoint_saw(tmp_path: Path) -> None:
     np.testing.assert_array_equal(again.read_metrics()["step"], np.arange(25))
     with pytest.raises(RecorderError):
         again.truncate(100)
+
+
+def test_the_spreads_round_trip_and_resume_in_step(tmp_path: Path) -> None:
+    """sigma_embed, sigma_z and sigma_target: written per evaluation, read back by
+    ``EvalRecord.rows``, cut with the rest on truncate, continued without gap or duplicate."""
+    from runners.online.evaluation import EvalRecord
+
+    def evaluation(rec: Recorder, step: int, i: int) -> None:
+        rec.append_eval(step, [0, 50], [1.0, 0.9], [[1, 1, 1], [0.9, 0.9, 0.9]], 0.5,
+                        [0.5, 0.5, 0.5], 0.1 + i, 0, [5, 10, 20], sigma_z=0.2 + i,
+                        sigma_target=0.3 + i)  # fmt: skip
+
+    rec = Recorder(tmp_path)
+    fill(rec, 0, 30)
+    for i, step in enumerate((10, 20, 30)):
+        evaluation(rec, step, i)
+    rec.truncate(20)  # a resume from step 20: the evaluation at 30 goes, and is done again
+    again = Recorder(tmp_path, create=False)
+    fill(again, 20, 10)
+    for name in ("sigma_z", "sigma_target"):  # a write killed between columns: rows without a step
+        again.eval[name].append(np.full(1, 9.0, np.float32))
+    evaluation(again, 30, 5)
+    ev = Recorder(tmp_path, read_only=True).read_eval()
+    np.testing.assert_array_equal(ev["step"], [10, 20, 30])
+    want = {"sigma_embed": [0.1, 1.1, 5.1], "sigma_z": [0.2, 1.2, 5.2],
+            "sigma_target": [0.3, 1.3, 5.3]}  # fmt: skip
+    for name, values in want.items():
+        assert ev[name].dtype == np.float32 and ev[name].shape == (3,), name
+        np.testing.assert_allclose(ev[name], values, rtol=1e-6, err_msg=name)
+    rows = EvalRecord.rows(ev)
+    for name, values in want.items():
+        np.testing.assert_allclose([getattr(r, name) for r in rows], values, rtol=1e-6)
+
+
+def test_a_run_recorded_before_the_latent_spreads_reads_without_them(tmp_path: Path) -> None:
+    """A store without eval/sigma_z and eval/sigma_target (recorded before them): the records
+    hold NaN, the summary leaves them out, the figure draws sigma_embed alone."""
+    import shutil
+
+    import matplotlib.pyplot as plt
+
+    from runners.online.evaluation import EvalRecord
+    from runners.online.plots import plot_sigma
+    from runners.online.summary import _eval_at
+
+    rec = Recorder(tmp_path)
+    fill(rec, 0, 20)
+    for step in (10, 20):
+        rec.append_eval(step, [0, 50], [1.0, 0.9], [[1, 1, 1], [0.9, 0.9, 0.9]], 0.5,
+                        [0.5, 0.5, 0.5], 0.4, 0, [5, 10, 20], sigma_z=0.6, sigma_target=0.7)
+    ev = Recorder(tmp_path, read_only=True).read_eval()
+    assert _eval_at(EvalRecord.rows(ev), 20, 50) == pytest.approx(
+        {"step": 20, "d_base": 0.5, "d_shift_50": 0.9, "d_shift_0": 1.0, "sigma_embed": 0.4,
+         "sigma_z": 0.6, "sigma_target": 0.7})  # fmt: skip
+    for name in ("sigma_z", "sigma_target"):
+        shutil.rmtree(tmp_path / "run.zarr" / "eval" / name)
+    old = Recorder(tmp_path, read_only=True).read_eval()
+    assert "sigma_z" not in old and "sigma_target" not in old
+    rows = EvalRecord.rows(old)
+    assert all(np.isnan(r.sigma_z) and np.isnan(r.sigma_target) for r in rows)
+    at = _eval_at(rows, 20, 50)
+    assert at is not None and "sigma_z" not in at and "sigma_target" not in at
+    assert at["sigma_embed"] == pytest.approx(0.4)
+    for data, labels in ((ev, ["sigma_embed", "sigma_z", "sigma_target"]), (old, ["sigma_embed"])):
+        fig, ax = plt.subplots()
+        plot_sigma(ax, data, {})
+        assert [line.get_label().split(":")[0] for line in ax.get_lines()] == labels
+        plt.close(fig)
+    # Resumed, the old run's next evaluation starts the arrays: NaN before it, its values at it.
+    resumed = Recorder(tmp_path, create=False)
+    fill(resumed, 20, 10)
+    resumed.append_eval(30, [0, 50], [1.0, 0.9], [[1, 1, 1], [0.9, 0.9, 0.9]], 0.5,
+                        [0.5, 0.5, 0.5], 0.4, 0, [5, 10, 20], sigma_z=0.6, sigma_target=0.7)
+    on = Recorder(tmp_path, read_only=True).read_eval()
+    np.testing.assert_array_equal(on["step"], [10, 20, 30])
+    for name in ("sigma_z", "sigma_target"):
+        assert np.isnan(on[name][:2]).all() and on[name][2] == pytest.approx(0.6 if name == "sigma_z" else 0.7)

@@ -32,7 +32,8 @@ def make_run(root: Path, track: str, seed: int, peak: float, peak_at: int = 2,
         d50 = peak + 0.01 * abs(i - peak_at)  # V shape: lowest at index peak_at
         rec.append_eval(step=step, ns=[0, 10, 50], d_shift=[1.0, 0.9, d50],
                         d_shift_per_h=[[d50] * 3] * 3, d_base=0.5, d_base_per_h=[0.5] * 3,
-                        sigma_embed=0.40 + 0.01 * i, excluded=0, horizons=[5, 10, 20])
+                        sigma_embed=0.40 + 0.01 * i, excluded=0, horizons=[5, 10, 20],
+                        sigma_z=0.6, sigma_target=0.6)
     done = 40 if finished else 20
     (root / "summary.json").write_text(json.dumps(
         {"steps": 40, "steps_done": done, "stopped": None if finished else "PAUSE file"}))

@@ -76,12 +76,23 @@ def test_switch_resume_evaluate(tmp_path: Path) -> None:
     assert list(ev["step"][:]) == [20, 30, 40, 60, 70]
     assert ev["d_shift"].shape == (5, len(ev.attrs["ns"]))
     assert ev["d_shift_per_h"].shape[2] == 3
+    # The spreads of the predictions and of the input latents (online, EMA target): one row per
+    # evaluation, none doubled or lost by the resume, those of the run done in one go.
+    ev_whole = zarr.open_group(str(tmp_path / "whole" / "run.zarr"), mode="r")["eval"]
+    rows = [list(ev_whole["step"][:]).index(s) for s in ev["step"][:]]
+    for name in ("sigma_embed", "sigma_z", "sigma_target"):
+        assert ev[name].shape == (5,) and (ev[name][:] > 0).all(), name
+        np.testing.assert_allclose(ev[name][:], ev_whole[name][:][rows], rtol=1e-4, err_msg=name)
+    assert "sigma_z/target" in whole.stdout and "sigma_z/target" in more.stdout
     for name in ("latest.pt", "best.pt", "latest.eval.json"):
         assert (run / "checkpoints" / name).is_file()
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["schedule"]["steps"] == 70 and cfg["schedule"]["switches"] == [{"step": 30, "physics": {"gravity": 0.5}}]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps_done"] == 70 and summary["end_of_base"]["step"] == 30
+    for when, row in (("end_of_base", 1), ("end", 4)):  # evaluations at steps 30 and 70
+        for name in ("sigma_embed", "sigma_z", "sigma_target"):
+            assert summary[when][name] == pytest.approx(float(ev[name][row]), rel=1e-6), name
     assert [r["n"] for r in summary["adaptation_curve"]] == [0, 10, 25, 50, 100, 256]
     assert "D_shift^50" in (run / "summary.md").read_text()
     assert "D_base" in more.stdout and str(run) in more.stdout  # the printed table

@@ -55,10 +55,11 @@ def test_peer_memory_against_floor_and_ceiling_per_seed() -> None:
     def run(arm: str, seed: str, own: float, peer: float, wrong: float, r2: float | None) -> ws.WorldsRun:
         mems = {"own": np.full(6, own), "same": np.full(6, peer), "wrong": np.full(6, wrong)}
         curves = {f: dict(mems) for f in (*ws.FAMILIES, ws.POOLED)}
-        gravity = None if r2 is None else {"interp": r2, "extrap": r2, "all": r2}
-        entries = None if r2 is None else {"interp": 0.7, "extrap": 0.7, "all": 0.7}
-        return ws.WorldsRun(arm=arm, seed=seed, ns=NS, curves=curves, gravity_r2=gravity,
-                            entries_r2=entries)
+        def probe(r2: float) -> dict:  # direction cosine and strength R^2 both r2
+            row = {"direction_deg": 10.0, "direction_cos": r2, "strength_r2": r2, "identified": 1.0}
+            return {f: dict(row) for f in ("interp", "extrap", "held_out")}
+        gravity = None if r2 is None else {"e_agg": probe(r2), "entries": probe(0.7)}
+        return ws.WorldsRun(arm=arm, seed=seed, ns=NS, curves=curves, gravity=gravity)
 
     runs = [
         run("A", "1", 1.0, 1.0, 1.0, None), run("A", "2", 0.9, 0.9, 0.9, None),
@@ -73,15 +74,16 @@ def test_peer_memory_against_floor_and_ceiling_per_seed() -> None:
     assert c["per_seed"]["2"]["share"] == pytest.approx(0.06 / 0.1)
     assert c["mean"]["share"] == pytest.approx((0.95 - 0.86) / (0.95 - 0.8))
     assert c["per_seed"]["1"]["wrong_gap"] == pytest.approx(0.02 / 0.88)
-    assert c["mean"]["entries_r2"] == pytest.approx(0.7)  # the entries' own probe, beside e_agg's
+    assert c["mean"]["entries_strength_r2"] == pytest.approx(0.7)  # the entries', beside e_agg's
+    assert c["mean"]["gravity_direction_cos"] == pytest.approx(0.875)  # held_out: the pooled row
     assert peer["families"]["all"]["delta"] == pytest.approx((0.915 - 0.86) / 0.915)
     assert peer["targets"] == {"below_floor": True, "half_the_gap": True, "wrong_worse": True,
-                               "gravity_r2": True}
+                               "gravity": True}
     runs[-1] = run("C", "2", 0.80, 0.84, 0.83, 0.5)  # one seed: wrong world better, probe weak
     t = ws.analyse(runs)["peer"]["targets"]
-    assert t["wrong_worse"] is False and t["gravity_r2"] is False and t["below_floor"] is True
+    assert t["wrong_worse"] is False and t["gravity"] is False and t["below_floor"] is True
     text = "\n".join(ws.report_lines(ws.analyse(runs)))
-    assert "## The group-memory targets" in text and "| gravity R^2 | entries R^2 |" in text
+    assert "## The group-memory targets" in text and "| gravity probe, e_agg | gravity probe, entries |" in text
 
 
 def test_a_negligible_oracle_gain_leaves_the_share_out_and_targets_unmet() -> None:
