@@ -141,6 +141,10 @@ def _is_int(v: Any) -> bool:
 
 
 _POSITIVE_INTS = (
+    "fit_updates",
+    "fit_batch",
+    "fit_worlds",
+    "reservoir_size",
     "latent_dim",
     "hidden_dim",
     "buffer_capacity",
@@ -251,6 +255,18 @@ class AgentConfig:
     # its later horizons; the previous input's latent is the memory pair's older frame
     # (agent.latent_cache; stream batches only). False: every latent recomputed at every step.
     stream_cache: bool = True
+    # Settle, then fit (docs/agent.md, "Settle, then fit"; agent.reservoir, agent.fit): after
+    # this fraction of total_steps the encoder and its EMA target are fixed, each step keeps its
+    # windows' latents in a reservoir and fits the predictor, modulator and memory pathway on
+    # minibatches drawn from all of it (None: the encoder learns to the end; group memories only)
+    settle: float | None = None
+    fit_updates: int = 1  # settled: updates a step, each on a minibatch of the reservoir
+    # settled: the fit's peak rate, decaying to 0 at total_steps by a cosine from the settle
+    # (None: the run's schedule, lr_at, goes on)
+    fit_lr: float | None = None
+    fit_batch: int = 256  # settled: windows a minibatch
+    fit_worlds: int = 16  # settled: worlds a minibatch mixes, fit_batch / fit_worlds windows each
+    reservoir_size: int = 32768  # settled: windows kept (a uniform sample since the settle)
 
     # ----------------------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -322,6 +338,17 @@ class AgentConfig:
                     f"larger than buffer_capacity={self.buffer_capacity} (a step writes up to "
                     f"group_size entries into a world's memory)",
                 )
+        for name, ok, rule in (("settle", lambda v: 0 < v <= 1, "in (0, 1]"),
+                               ("fit_lr", lambda v: v > 0, "> 0")):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                  or not math.isfinite(v) or not ok(v)):  # fmt: skip
+                self._bad(name, f"must be None or a number {rule}")
+        if self.settle is not None:
+            if self.memory_scope != "group":
+                self._bad("settle", "the reservoir keeps windows of worlds: memory_scope 'group'")
+            if _is_int(self.fit_batch) and _is_int(self.fit_worlds) and self.fit_batch % self.fit_worlds:
+                self._bad("fit_batch", f"must be a multiple of fit_worlds={self.fit_worlds}")
         if not _is_int(self.seed):
             self._bad("seed", "must be an integer")
         if not _is_int(self.batch_size) or self.batch_size < 2:
@@ -360,6 +387,13 @@ class AgentConfig:
         raise ValueError(f"{name}: {why} (got {getattr(self, name)!r})")
 
     # ----------------------------------------------------------------------------------
+    @property
+    def settle_at(self) -> int | None:
+        """The step from which the learner is settled (``settle`` of ``total_steps``), or None."""
+        if self.settle is None or self.total_steps is None:
+            return None
+        return int(round(self.settle * self.total_steps))
+
     @property
     def num_groups(self) -> int:
         """W, the worlds' memories of ``memory_scope="group"``: batch_size / group_size."""

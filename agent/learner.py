@@ -15,12 +15,14 @@ import torch
 
 from agent.build import LearnerParts, build_learner_parts, build_optimizer
 from agent.capture import CapturedStep
-from agent.config import AgentConfig, bf16_unsupported
+from agent.config import PHYSICS_DIM, AgentConfig, bf16_unsupported
+from agent.fit import fit_update
 from agent.latent_cache import LatentCache
 from agent.memory import Aggregate, ExperienceBuffer, GroupBuffer
 from agent.metrics import StepMetrics
 from agent.modulators import Modulated
-from agent.schedules import knobs_at
+from agent.reservoir import Reservoir
+from agent.schedules import fit_lr_at, knobs_at
 from agent.sources import Batch
 from agent.step import (
     Knobs,
@@ -74,7 +76,14 @@ class Learner:
         # Latents of stream frames shared between consecutive batches (cfg.stream_cache).
         self.latents = LatentCache(cfg) if cfg.stream_cache else None
         # The step as a CUDA graph (agent.capture), or None: the plain step.
+        if captured and cfg.settle is not None:
+            raise ValueError("settle: the captured step has no reservoir (use --no-capture)")
         self.captured = CapturedStep(self) if captured else None
+        # Settle, then fit: the windows kept from the settle on (agent.reservoir), or None.
+        self.reservoir = None if cfg.settle_at is None else Reservoir(
+            cfg.reservoir_size, cfg.context_frames, cfg.entry_frames, len(cfg.horizons),
+            cfg.latent_dim, PHYSICS_DIM, self.device, seed=cfg.seed,
+        )  # fmt: skip
 
     @property
     def model(self) -> Model:
@@ -174,12 +183,20 @@ class Learner:
         """This step's schedule values and flags."""
         return knobs_at(self.cfg, self.step, self.weights_frozen)
 
+    @property
+    def settled(self) -> bool:
+        """True from ``cfg.settle_at`` (``settle`` of the steps) on: the encoder and EMA target are fixed and the step
+        fits the reservoir (``fit``)."""
+        return self.reservoir is not None and self.step >= self.cfg.settle_at
+
     def update(self, batch: Batch) -> StepMetrics:
         """One training step on ``batch`` (frames (B, F, 1, 64, 64) uint8, valid / world (B,)):
         ``agent.step.jepa_step`` (replayed from a CUDA graph with ``captured=True`` on a
         GPU: ``agent.capture``). Returns StepMetrics of 0-dim device tensors."""
         knobs = self.knobs()
-        if self.captured is not None:
+        if self.settled:
+            metrics = self.fit(batch.to(self.device), knobs)
+        elif self.captured is not None:
             metrics = self.captured.update(batch, knobs)
         else:
             metrics = self.step_on(batch.to(self.device), knobs)
@@ -187,12 +204,33 @@ class Learner:
         return metrics
 
     def step_on(
-        self, batch: Batch, knobs: Knobs, u: torch.Tensor | None = None
+        self, batch: Batch, knobs: Knobs, u: torch.Tensor | None = None, keep: bool = False
     ) -> StepMetrics:
         """The step itself on a batch on the device: the memory view (``u``: this step's
-        ``memory_draws``, drawn when None) and ``agent.step.jepa_step``."""
+        ``memory_draws``, drawn when None) and ``agent.step.jepa_step`` (``keep``: the batch's
+        windows enter the reservoir)."""
         memory = self.memory_view(training=knobs.learn, batch=batch, u=u)
-        return jepa_step(self.model, batch, memory, knobs, self.latents)
+        reservoir = self.reservoir if keep else None
+        return jepa_step(self.model, batch, memory, knobs, self.latents, reservoir)
+
+    def fit(self, batch: Batch, knobs: Knobs) -> StepMetrics:
+        """A settled step: the batch observed without learning (the detector, the memory and the
+        metrics live; its windows into the reservoir), then ``cfg.fit_updates`` updates on
+        minibatches of the reservoir (``agent.fit``) unless the weights are frozen. The metrics
+        are the observed batch's, its ``loss_pred`` the fit updates' mean."""
+        cfg = self.cfg
+        observe = knobs._replace(learn=False, ema=False)
+        if not knobs.learn:
+            return self.step_on(batch, observe)
+        metrics = self.step_on(batch, observe, keep=True)
+        each, peer = cfg.fit_batch // cfg.fit_worlds, cfg.memory_read == "peer"
+        total = torch.zeros((), device=self.device)
+        for _ in range(cfg.fit_updates):
+            draw = self.reservoir.draw(
+                cfg.fit_worlds, each, cfg.buffer_capacity, peer, cfg.vary_memory
+            )
+            total = total + fit_update(self.model, draw, fit_lr_at(cfg, self.step))
+        return metrics._replace(loss_pred=total / cfg.fit_updates)
 
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -206,6 +244,7 @@ class Learner:
             "buffer": self.buffer.state_dict(),
             "memory_rng": self.memory_rng.get_state(),
             "latents": None if self.latents is None else self.latents.state_dict(),
+            "reservoir": None if self.reservoir is None else self.reservoir.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -219,5 +258,7 @@ class Learner:
             self.memory_rng.set_state(state["memory_rng"].cpu())
         if self.latents is not None:  # absent (None) in checkpoints written before the cache
             self.latents.load_state_dict(state.get("latents"))
+        if self.reservoir is not None:
+            self.reservoir.load_state_dict(state["reservoir"])
         if self.captured is not None:  # the graphs read the tensors just replaced
             self.captured.reset()

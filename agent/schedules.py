@@ -32,6 +32,16 @@ def tau_at(step: int, tau_base: float, tau_end: float, total_steps: int) -> floa
     return tau_end - (tau_end - tau_base) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def fit_lr_at(cfg: AgentConfig, step: int) -> float:
+    """The fit's rate at update ``step`` after the settle (``cfg.settle_at``, ``settle`` of the steps): ``cfg.fit_lr`` at
+    the settle, cosine to 0 at ``total_steps``; the run's own ``lr_at`` where ``fit_lr`` is None."""
+    at = cfg.settle_at
+    if cfg.fit_lr is None or at is None:
+        return lr_at(step, cfg.lr, cfg.total_steps, cfg.warmup_frac)
+    progress = min(1.0, max(0.0, (step - at) / max(1, cfg.total_steps - at)))
+    return cfg.fit_lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
 def knobs_at(cfg: AgentConfig, step: int, frozen: bool) -> Knobs:
     """Step ``step``'s schedule values and flags (``frozen``: the weights are held, memory
     mode): lr, tau, and whether the weights, the EMA target and the memory change."""

@@ -152,6 +152,8 @@ class StackedLearner:
             raise ValueError("total_steps: None is for a runner to fill in")
         if base.predictor_blocks:
             raise ValueError("stacked seeds run the listing's predictor: predictor_blocks=0")
+        if base.settle is not None:
+            raise ValueError("stacked seeds have no reservoir: settle=None")
         self.cfgs, self.cfg, self.seeds = list(cfgs), base, len(cfgs)
         self.device = torch.device(device)
         why = bf16_unsupported(self.device) if base.precision == "bf16" else None

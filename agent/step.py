@@ -26,6 +26,7 @@ from agent.metrics import StepMetrics, normalised_error, per_horizon
 from agent.modulators import Modulated
 from agent.networks import Encoder
 from agent.objective import Loss
+from agent.reservoir import Reservoir
 from agent.sources import Batch
 from agent.spec import StepSpec
 
@@ -56,11 +57,17 @@ class Knobs(NamedTuple):
 
 # ---------------------------------------------------------------------------- the step
 def jepa_step(
-    m: Model, batch: Batch, memory: MemoryView, knobs: Knobs, latents: LatentCache | None = None
+    m: Model,
+    batch: Batch,
+    memory: MemoryView,
+    knobs: Knobs,
+    latents: LatentCache | None = None,
+    keep: Reservoir | None = None,
 ) -> StepMetrics:
     """One training step on ``batch`` (frames (B, F, 1, 64, 64) uint8 at ``cfg.frame_offsets``:
     P past frames, the last the input, then the K targets; valid, world (B,)). Returns the
-    step's metrics as 0-dim device tensors (no host read)."""
+    step's metrics as 0-dim device tensors (no host read). ``keep``: the reservoir that the
+    batch's valid windows enter (settle, then fit: ``agent.reservoir``)."""
     nets, spec, w = m.nets, m.spec, batch.valid.float()  # w (B,) 0/1
     # 1. Forward.
     with torch.set_grad_enabled(knobs.learn):
@@ -100,6 +107,10 @@ def jepa_step(
             m.buffer.enter(memory.group, world_key(batch))
         if pairs is not None:
             push(m, pairs, batch, w, write, knobs.step, memory.group)
+        if keep is not None:
+            entries = pairs if pairs is not None else memory_pairs(m, batch, z, latents)
+            keep.add(z.detach(), entries, targets, batch.physics, world_key(batch),
+                     episode_key(batch), batch.valid)  # fmt: skip
         if latents is not None and batch.clock is not None and spec.push_pair == "input":
             latents.keep_input(batch.clock, input_latent(z).float())  # the next entries' older
         return step_metrics(m, knobs, loss, err, w, fired, Forward(pred, targets, z, mod, agg))

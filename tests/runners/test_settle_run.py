@@ -1,0 +1,38 @@
+"""A settled worlds run (``--settle``) through the online loop: cut after the settle and resumed,
+it records exactly what the run done in one go records (the reservoir in the checkpoint)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tests.runners.test_loop import WORLDS, assert_same_records, open_loop, tiny_config
+
+SETTLED = [*WORLDS, "--settle", "0.3", "--fit-updates", "2", "--fit-batch", "8", "--fit-worlds", "2"]
+
+
+def test_a_settled_run_cut_after_the_settle_and_resumed_equals_one_go(tmp_path: Path) -> None:
+    cfg = tiny_config(*SETTLED, protocol="worlds")
+    assert cfg.agent.settle_at == 9  # 0.3 of the 30 steps of base training
+    whole = open_loop(tmp_path / "whole", cfg)
+    for _ in whole.steps():
+        pass
+    whole.close()
+    kept = whole.learner.reservoir.seen
+    assert 0 < kept <= (30 - 9) * cfg.agent.batch_size  # kept from the settle to the switch
+
+    cut = open_loop(tmp_path / "cut", cfg)
+    for res in cut.steps():
+        if res.step == 20:
+            cut.stop.request("test")
+    cut.checkpoint()
+    cut.folder.release()
+    again = open_loop(tmp_path / "cut", cfg, resume=True)
+    assert again.learner.reservoir.seen == cut.learner.reservoir.seen > 0
+    for _ in again.steps():
+        pass
+    again.close()
+    assert again.learner.reservoir.seen == kept
+    a = assert_same_records(tmp_path / "whole", tmp_path / "cut")
+    assert np.isfinite(a["m:loss/pred"][9:30]).all()
