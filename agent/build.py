@@ -102,12 +102,18 @@ def build_learner_parts(cfg: AgentConfig, device: torch.device | str = "cpu") ->
 
 
 def build_optimizer(cfg: AgentConfig, nets: Networks) -> torch.optim.Optimizer:
-    """AdamW, one parameter group (lr is set per step by the schedule).
+    """AdamW, one parameter group (lr is set per step by the schedule); with
+    ``encoder_lr_scale`` below 1 the encoder's parameters a second group, its ``lr_scale``.
 
     The fused kernel (CPU and CUDA) keeps its step counters on the device: no per-parameter
     ``.item()`` and one kernel for all parameters.
     """
-    return torch.optim.AdamW(nets.trainable(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
+    params: list = nets.trainable()
+    if cfg.encoder_lr_scale != 1.0:  # the encoder its own group, its rate scaled (jepa_step)
+        enc = {id(p) for p in nets.encoder.parameters()}
+        params = [{"params": [p for p in params if id(p) in enc], "lr_scale": cfg.encoder_lr_scale},
+                  {"params": [p for p in params if id(p) not in enc]}]  # fmt: skip
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
 
 
 def count_parameters(nets: Networks) -> dict[str, int]:

@@ -160,6 +160,7 @@ _POSITIVE_INTS = (
 # Number fields: (check, the rule a bad value breaks).
 _NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {
     "lr": (lambda v: v > 0, "> 0"),
+    "encoder_lr_scale": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "weight_decay": (lambda v: v >= 0, ">= 0"),
     "warmup_frac": (lambda v: 0 <= v < 1, "in [0, 1)"),
     "tau_base": (lambda v: 0 < v <= 1, "in (0, 1]"),
@@ -185,6 +186,9 @@ class AgentConfig:
     batch_size: int = 64  # samples per update
     horizons: tuple[int, ...] = (5, 10, 20)  # prediction horizons k (frames ahead)
     lr: float = 3e-3  # AdamW peak learning rate (per-track default via from_preset)
+    # the encoder's rate as a fraction of lr (1: the paper's one rate; TD-MPC2 slows its encoder
+    # to 0.3); not with the captured step or stacked seeds
+    encoder_lr_scale: float = 1.0
     weight_decay: float = 0.01  # AdamW weight decay
     warmup_frac: float = 0.05  # linear LR warmup as a fraction of total_steps, then cosine
     total_steps: int | None = 10_000  # the LR and tau schedules' steps (None: a runner sets it)

@@ -78,6 +78,8 @@ class Learner:
         # The step as a CUDA graph (agent.capture), or None: the plain step.
         if captured and cfg.settle is not None:
             raise ValueError("settle: the captured step has no reservoir (use --no-capture)")
+        if captured and cfg.encoder_lr_scale != 1.0:
+            raise ValueError("encoder_lr_scale: the captured step has one rate (use --no-capture)")
         self.captured = CapturedStep(self) if captured else None
         # Settle, then fit: the windows kept from the settle on (agent.reservoir), or None.
         self.reservoir = None if cfg.settle_at is None else Reservoir(

@@ -154,6 +154,8 @@ class StackedLearner:
             raise ValueError("stacked seeds run the listing's predictor: predictor_blocks=0")
         if base.settle is not None:
             raise ValueError("stacked seeds have no reservoir: settle=None")
+        if base.encoder_lr_scale != 1.0:
+            raise ValueError("stacked seeds have one rate: encoder_lr_scale=1")
         self.cfgs, self.cfg, self.seeds = list(cfgs), base, len(cfgs)
         self.device = torch.device(device)
         why = bf16_unsupported(self.device) if base.precision == "bf16" else None

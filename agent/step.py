@@ -90,8 +90,8 @@ def jepa_step(
 
     # 4. Backward and AdamW.
     if knobs.learn:
-        for group in m.optimizer.param_groups:
-            group["lr"] = knobs.lr
+        for group in m.optimizer.param_groups:  # the encoder's scaled (``encoder_lr_scale``)
+            group["lr"] = knobs.lr * group["lr_scale"] if "lr_scale" in group else knobs.lr
         m.optimizer.zero_grad(set_to_none=True)
         loss.total.backward()
         m.optimizer.step()

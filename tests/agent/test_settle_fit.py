@@ -159,3 +159,22 @@ def test_the_fits_rate_restarts_at_the_settle_and_decays_to_zero() -> None:
     assert fit_lr_at(plain, 150) == lr_at(150, plain.lr, 300, plain.warmup_frac)
     with pytest.raises(ValueError, match="fit_lr"):
         world_cfg(fit_lr=0.0)
+
+
+def test_a_slower_encoder_moves_its_weights_by_its_share_of_the_rate() -> None:
+    """encoder_lr_scale: the encoder a parameter group of its own at lr x scale; the first AdamW
+    step moves each weight by about its rate (the normalised update), the rest at lr."""
+    cfg = world_cfg(settle=None, encoder_lr_scale=0.25, weight_decay=0.0, warmup_frac=0.0)
+    learner, src = Learner(cfg), source(cfg)
+    enc0 = [p.detach().clone() for p in learner.nets.encoder.parameters()]
+    pred0 = [p.detach().clone() for p in learner.nets.predictor.parameters()]
+    learner.update(src.next())
+    groups = learner.optimizer.param_groups
+    assert [g.get("lr_scale") for g in groups] == [0.25, None]
+    assert groups[0]["lr"] == pytest.approx(0.25 * groups[1]["lr"])
+    moved_enc = max(float((p.detach() - q).abs().max()) for p, q in zip(learner.nets.encoder.parameters(), enc0, strict=True))
+    moved_pred = max(float((p.detach() - q).abs().max()) for p, q in zip(learner.nets.predictor.parameters(), pred0, strict=True))
+    lr = groups[1]["lr"]
+    assert moved_enc == pytest.approx(0.25 * lr, rel=0.05) and moved_pred == pytest.approx(lr, rel=0.05)
+    with pytest.raises(ValueError, match="encoder_lr_scale"):
+        world_cfg(encoder_lr_scale=0.0)
