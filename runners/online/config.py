@@ -101,10 +101,12 @@ WORLDS_AGENT: dict[str, Any] = {
 #: worlds of 2 (8 of 8 would be one world); the cpu preset's predictor is two residual blocks of
 #: 128 with the track's modulation in each (``predictor_blocks``): the floor's held-out D 18%
 #: lower, the oracle's margin 6% -> 11%, over seeds 0-2 (docs/results.md, "A world model that
-#: uses what it is told").
+#: uses what it is told"); and it settles halfway through base training, then fits two
+#: minibatches of the reservoir a step (``settle``, docs/results.md "Settle, then fit"). The gpu
+#: preset runs the captured step, which has no reservoir.
 WORLDS_PRESET: dict[str, dict[str, Any]] = {
     "tiny": {"group_size": 2},
-    "cpu": {"predictor_blocks": 2, "hidden_dim": 128},
+    "cpu": {"predictor_blocks": 2, "hidden_dim": 128, "settle": 0.5, "fit_updates": 2},
     "gpu": {"predictor_blocks": 2, "hidden_dim": 128},
 }
 
@@ -143,9 +145,9 @@ class Worlds:
     """extrap: restitution range."""
     extrap_friction: tuple[float, float] = (0.0, 0.0)
     """extrap: friction range."""
-    episode_steps: tuple[int, int] = (100, 400)
+    episode_steps: tuple[int, int] = (100, 200)
     """Each episode lasts a number of steps drawn uniformly from this range."""
-    residency: tuple[int, int] = (2, 6)
+    residency: tuple[int, int] = (1, 1)
     """A world lasts this many episodes (drawn uniformly) of its streams; with --memory-scope group the --group-size streams of a group share it (env.WorldSchedule)."""
     eval_worlds: int = 3
     """Worlds per family (training, interp, extrap) in the evaluation."""
@@ -367,6 +369,11 @@ def resolve(cfg: RunConfig) -> RunConfig:
     if cfg.capture and cfg.agent.stream_cache:
         raise CliError("--capture: the step cannot run the stream latent cache (Python "
                        "dictionaries by stream time); add --no-stream-cache")
+    if cfg.capture and cfg.agent.settle is not None:
+        raise CliError("--capture: the captured step has no reservoir to fit (settle, then fit); "
+                       "add --settle None")
+    if cfg.capture and cfg.agent.encoder_lr_scale != 1.0:
+        raise CliError("--capture: the captured step has one rate; add --encoder-lr-scale 1")
     if s.best_min_sigma is None:
         s.best_min_sigma = 0.2 if cfg.worlds_protocol else 0.0
     if not s.best_min_sigma >= 0.0:
