@@ -75,11 +75,11 @@ class Learner:
         self.memory_rng.manual_seed(cfg.seed)
         # Latents of stream frames shared between consecutive batches (cfg.stream_cache).
         self.latents = LatentCache(cfg) if cfg.stream_cache else None
-        # The step as a CUDA graph (agent.capture), or None: the plain step.
         if captured and cfg.settle is not None:
             raise ValueError("settle: the captured step has no reservoir (use --no-capture)")
         if captured and cfg.encoder_lr_scale != 1.0:
             raise ValueError("encoder_lr_scale: the captured step has one rate (use --no-capture)")
+        # The step as a CUDA graph (agent.capture), or None: the plain step.
         self.captured = CapturedStep(self) if captured else None
         # Settle, then fit: the windows kept from the settle on (agent.reservoir), or None.
         self.reservoir = None if cfg.settle_at is None else Reservoir(
@@ -187,8 +187,8 @@ class Learner:
 
     @property
     def settled(self) -> bool:
-        """True from ``cfg.settle_at`` (``settle`` of the steps) on: the encoder and EMA target are fixed and the step
-        fits the reservoir (``fit``)."""
+        """True from ``cfg.settle_at`` (``settle`` of the steps) on: the encoder and EMA target
+        are fixed and the step fits the reservoir (``fit``)."""
         return self.reservoir is not None and self.step >= self.cfg.settle_at
 
     def update(self, batch: Batch) -> StepMetrics:
