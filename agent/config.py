@@ -189,6 +189,10 @@ class AgentConfig:
     # the encoder's rate as a fraction of lr (1: the paper's one rate; TD-MPC2 slows its encoder
     # to 0.3); not with the captured step or stacked seeds
     encoder_lr_scale: float = 1.0
+    # streams a step whose context latents give the encoder its gradient, every
+    # (batch_size / encoder_batch)-th (None: all); the others are encoded without it, so the
+    # predictor's batch is larger than the encoder's; not with the captured step or stacked seeds
+    encoder_batch: int | None = None
     weight_decay: float = 0.01  # AdamW weight decay
     warmup_frac: float = 0.05  # linear LR warmup as a fraction of total_steps, then cosine
     total_steps: int | None = 10_000  # the LR and tau schedules' steps (None: a runner sets it)
@@ -353,6 +357,11 @@ class AgentConfig:
                 self._bad("settle", "the reservoir keeps windows of worlds: memory_scope 'group'")
             if _is_int(self.fit_batch) and _is_int(self.fit_worlds) and self.fit_batch % self.fit_worlds:
                 self._bad("fit_batch", f"must be a multiple of fit_worlds={self.fit_worlds}")
+        if self.encoder_batch is not None and (
+            not _is_int(self.encoder_batch) or self.encoder_batch < 1
+            or (_is_int(self.batch_size) and self.batch_size % self.encoder_batch)
+        ):  # fmt: skip
+            self._bad("encoder_batch", f"must be None or a positive divisor of batch_size={self.batch_size}")
         if not _is_int(self.seed):
             self._bad("seed", "must be an integer")
         if not _is_int(self.batch_size) or self.batch_size < 2:
@@ -397,6 +406,11 @@ class AgentConfig:
         if self.settle is None or self.total_steps is None:
             return None
         return int(round(self.settle * self.total_steps))
+
+    @property
+    def encoder_stride(self) -> int:
+        """Every how many streams one gives the encoder its gradient (``encoder_batch``)."""
+        return 1 if self.encoder_batch is None else self.batch_size // self.encoder_batch
 
     @property
     def num_groups(self) -> int:

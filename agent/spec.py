@@ -30,6 +30,7 @@ class StepSpec:
     rollout: bool = False  # the predictor is a transition rolled forward (``cfg.predictor``)
     group_memory: bool = False  # one memory and detector per world (``cfg.memory_scope``)
     entry: int = 2  # E, latents a memory entry holds (``cfg.entry_frames``)
+    encoder_stride: int = 1  # every s-th stream's context gives the encoder its gradient
 
     @classmethod
     def from_config(cls, cfg: AgentConfig, device: torch.device | str) -> StepSpec:
@@ -55,6 +56,7 @@ class StepSpec:
             rollout=cfg.rollout,
             group_memory=cfg.memory_scope == "group",
             entry=cfg.entry_frames,
+            encoder_stride=cfg.encoder_stride,
         )
 
     def frames(self, x: torch.Tensor) -> torch.Tensor:

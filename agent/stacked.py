@@ -156,6 +156,9 @@ class StackedLearner:
             raise ValueError("stacked seeds have no reservoir: settle=None")
         if base.encoder_lr_scale != 1.0:
             raise ValueError("stacked seeds have one rate: encoder_lr_scale=1")
+        if base.encoder_batch is not None:
+            raise ValueError("stacked seeds: every stream gives the encoder its gradient "
+                             "(encoder_batch=None)")
         self.cfgs, self.cfg, self.seeds = list(cfgs), base, len(cfgs)
         self.device = torch.device(device)
         why = bf16_unsupported(self.device) if base.precision == "bf16" else None

@@ -125,7 +125,23 @@ def encode(encoder: Encoder, x: torch.Tensor, spec: StepSpec) -> torch.Tensor:
 
 def context_latents(nets: Networks, x: torch.Tensor, spec: StepSpec) -> torch.Tensor:
     """The online latents of the C context frames (the last the input): (B, C, D), or (B, D)
-    when C = 1. Under the caller's grad mode and autocast."""
+    when C = 1. Under the caller's grad mode and autocast. With ``spec.encoder_stride`` s > 1
+    and gradients on, only every s-th row's latents carry the encoder's gradient (rows 0, s,
+    2s, ...: a few streams of every group); the others are encoded without it (the same
+    values)."""
+    s = spec.encoder_stride
+    if s == 1 or not torch.is_grad_enabled():
+        return _context(nets, x, spec)
+    rows = torch.arange(x.shape[0], device=x.device)
+    rest = rows[rows % s != 0]
+    with_grad = _context(nets, x[::s], spec)
+    with torch.no_grad():
+        without = _context(nets, x[rest], spec)
+    order = torch.argsort(torch.cat([rows[::s], rest]))  # back to the batch's order
+    return torch.cat([with_grad, without.to(with_grad.dtype)])[order]
+
+
+def _context(nets: Networks, x: torch.Tensor, spec: StepSpec) -> torch.Tensor:
     p, c = spec.past, spec.context
     if c == 1:
         return encode(nets.encoder, x[:, p - 1], spec)

@@ -374,6 +374,9 @@ def resolve(cfg: RunConfig) -> RunConfig:
                        "add --settle None")
     if cfg.capture and cfg.agent.encoder_lr_scale != 1.0:
         raise CliError("--capture: the captured step has one rate; add --encoder-lr-scale 1")
+    if cfg.capture and cfg.agent.encoder_batch is not None:
+        raise CliError("--capture: the encoder's batch split is not measured with the captured "
+                       "step; add --encoder-batch None")
     if s.best_min_sigma is None:
         s.best_min_sigma = 0.2 if cfg.worlds_protocol else 0.0
     if not s.best_min_sigma >= 0.0:

@@ -223,6 +223,12 @@ def test_resolve_is_idempotent_and_builds_from_objects() -> None:
          "changes gravity_direction"),
         (["--steps", "0"], "steps must be at least 1"),
         (["--config", "/no/such/file.json"], "cannot read --config"),
+        (["--protocol", "worlds", "--capture", "--no-stream-cache"], "has no reservoir to fit"),
+        (["--protocol", "worlds", "--capture", "--no-stream-cache", "--settle", "None",
+          "--encoder-lr-scale", "0.3"], "one rate; add --encoder-lr-scale 1"),
+        (["--protocol", "worlds", "--capture", "--no-stream-cache", "--settle", "None",
+          "--encoder-batch", "32"], "add --encoder-batch None"),
+        (["--protocol", "worlds", "--encoder-batch", "5"], "positive divisor of batch_size=64"),
     ],
 )
 def test_bad_input_is_one_clear_error(argv: list[str], message: str) -> None:
