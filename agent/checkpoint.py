@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agent.config import AgentConfig
+from agent.config import AgentConfig, without_removed
 from agent.learner import Learner
 
 FORMAT_VERSION = 1
@@ -135,9 +135,16 @@ def _check_archive(path: Path) -> None:
 
 
 def read_checkpoint_config(path: str | os.PathLike) -> AgentConfig:
-    """The config a checkpoint was written with (to build a matching Learner first)."""
+    """The config a checkpoint was written with (to build a matching Learner first); one that
+    uses a removed option is refused, naming it (that checkpoint needs the code it was made
+    with)."""
+    config = _read(path, map_location="cpu")["config"]
     try:
-        return AgentConfig.from_dict(_read(path, map_location="cpu")["config"])
+        without_removed(config)
+    except ValueError as err:
+        raise CheckpointError(f"{path}: {err}") from None
+    try:
+        return AgentConfig.from_dict(config)
     except (TypeError, ValueError, KeyError) as err:
         raise CheckpointError(f"{path}: damaged checkpoint (its config: {err})") from None
 

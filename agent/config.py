@@ -35,8 +35,7 @@ PushPair = Literal["newest", "input"]
 MemoryWrite = Literal["boundary", "every"]
 MemoryScope = Literal["global", "group"]
 MemoryRead = Literal["peer", "all"]
-PredictorKind = Literal["direct", "rollout", "conv"]
-EncoderKind = Literal["flat", "map"]
+PredictorKind = Literal["direct", "rollout"]
 Regularised = Literal["predictions", "latents"]
 PredError = Literal["mse", "relative"]
 TRACKS: tuple[str, ...] = get_args(Track)
@@ -89,6 +88,7 @@ REMOVED: dict[str, Any] = {
     "replay_draw": 4,
     "lambda_identity": 0.0,  # the memory's objectives (docs/archive.md)
     "lambda_physics": 0.0,
+    "encoder": "flat",  # "map", with predictor="conv": the study preset (docs/archive.md)
 }
 
 
@@ -233,12 +233,6 @@ class AgentConfig:
     # step, applied max(horizons) times, its outputs at the horizons (one latent per horizon, so
     # per_horizon is moot). docs/agent.md, "A predictor that rolls forward".
     predictor: PredictorKind = "direct"
-    # "flat": the listing's encoder, four strided convolutions and a Linear to latent_dim; "map":
-    # the feature map after the strided convolutions is the latent (a 1x1 convolution to
-    # latent_dim / side^2 channels; 64 px / 2^len(encoder_channels) a side), for the "conv"
-    # predictor, a convolutional one on the map (docs/agent.md, "Beyond the paper: a spatial
-    # latent and a convolutional predictor")
-    encoder: EncoderKind = "flat"
     push_pair: PushPair = "newest"  # memory pair: "newest" frames (paper) or "input" (the input's own)
     # "global" one FIFO of batch means (paper), "group" one FIFO per group of ``group_size``
     # streams that share a world (agent/memory/group.py; group_size 1: each stream its own)
@@ -333,8 +327,6 @@ class AgentConfig:
             self._bad("entry_frames", "longer entries are for group memories")
         if not _is_int(self.predictor_blocks) or self.predictor_blocks < 0:
             self._bad("predictor_blocks", "must be an integer >= 0")
-        if self.predictor_blocks and self.predictor == "conv":
-            self._bad("predictor_blocks", "residual blocks are for a flat latent's predictor")
         if not _is_int(self.group_size) or self.group_size < 1:
             self._bad("group_size", "must be a positive integer")
         if self.memory_scope == "group":
@@ -378,14 +370,8 @@ class AgentConfig:
                 "horizons", "the largest horizon must be >= 2 (the newest pair needs 2 frames)"
             )
         ch = self.encoder_channels
-        if self.encoder == "flat" and len(ch) != 4:
-            self._bad("encoder_channels", "must be four positive integers (encoder 'map': 1-4)")
-        if not 1 <= len(ch) <= 4 or not all(_is_int(c) and c >= 1 for c in ch):
-            self._bad("encoder_channels", "must be one to four positive integers")
-        if self.encoder == "map" and self.latent_dim % (self.map_side**2):
-            self._bad("latent_dim", f"a map's latent is channels x {self.map_side}^2")
-        if self.predictor == "conv" and self.encoder != "map":
-            self._bad("predictor", "the convolutional predictor reads a map: encoder 'map'")
+        if len(ch) != 4 or not all(_is_int(c) and c >= 1 for c in ch):
+            self._bad("encoder_channels", "must be four positive integers")
         if self.exp_dim % self.exp_heads:
             self._bad("exp_heads", f"must divide exp_dim={self.exp_dim}")
         width = min(self.latent_dim, self.hidden_dim)
@@ -423,19 +409,10 @@ class AgentConfig:
         return len(self.horizons)
 
     @property
-    def map_side(self) -> int:
-        """The side of the encoder's feature map: 64 px halved per strided convolution."""
-        return 64 >> len(self.encoder_channels)
-
-    @property
     def predictor_widths(self) -> tuple[int, int]:
         """The widths of the predictor's input to fc1 and output of fc2: the C context latents and
-        the latents of one call, or, for the convolutional predictor, their channels per cell (fc1's
-        input: the 3 x 3 cells it reads)."""
-        if self.predictor != "conv":
-            return self.context_frames * self.latent_dim, self.out_heads * self.latent_dim
-        per = self.latent_dim // self.map_side**2  # channels a cell; fc1 reads 3 x 3 cells
-        return 9 * self.context_frames * per, self.out_heads * per
+        the latents of one call."""
+        return self.context_frames * self.latent_dim, self.out_heads * self.latent_dim
 
     @property
     def rollout(self) -> bool:

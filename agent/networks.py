@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from agent.blocks import BlockPredictor
 from agent.config import AgentConfig
@@ -20,9 +19,7 @@ class Encoder(nn.Module):
     With the paper's channels (16, 32, 64, 64) and latent 64: 172,656 parameters.
     """
 
-    def __init__(
-        self, latent_dim: int, channels: tuple[int, ...] = (16, 32, 64, 64), spatial: bool = False
-    ) -> None:
+    def __init__(self, latent_dim: int, channels: tuple[int, ...] = (16, 32, 64, 64)) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         c_in = 1
@@ -34,12 +31,7 @@ class Encoder(nn.Module):
             c_in = c_out
         self.conv = nn.Sequential(*layers)
         side = 64 >> len(channels)  # the feature map's side: 4 after the listing's four convs
-        self.spatial = spatial
-        if spatial:  # the map is the latent: a 1x1 convolution to latent_dim / side^2 channels
-            self.proj: nn.Module = nn.Conv2d(c_in, latent_dim // (side * side), kernel_size=1)
-            self.proj.to(memory_format=torch.channels_last)
-        else:
-            self.proj = nn.Linear(c_in * side * side, latent_dim)
+        self.proj = nn.Linear(c_in * side * side, latent_dim)
         self.norm = nn.LayerNorm(latent_dim)
         # channels_last (NHWC) convolutions: oneDNN's fast layout on CPU (the 1-channel first
         # conv is ~7x faster than in NCHW) and the tensor-core layout on GPU. Same values, same
@@ -51,7 +43,7 @@ class Encoder(nn.Module):
 
     @classmethod
     def from_config(cls, cfg: AgentConfig) -> Encoder:
-        return cls(cfg.latent_dim, cfg.encoder_channels, cfg.encoder == "map")
+        return cls(cfg.latent_dim, cfg.encoder_channels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(N, 1, 64, 64) float frames -> (N, latent_dim) (``encode``)."""
@@ -60,16 +52,13 @@ class Encoder(nn.Module):
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """(N, 1, 64, 64) float frames -> (N, latent_dim): the listing's
         ``norm(proj(conv(x).flatten(1)))``, the convolutions on a channels_last copy of x and the
-        flatten before ``proj`` in NCHW order (``.contiguous()``). A spatial encoder's latent is
-        ``norm(proj(conv(x)).flatten(1))``, its map flattened in NCHW order."""
+        flatten before ``proj`` in NCHW order (``.contiguous()``)."""
         if self.batched:
             h = self.conv(x)
         elif x.device.type == "cpu" and not torch.is_grad_enabled() and _FUSED:
             h = self._fused_convs(x)
         else:
             h = self.conv(x.contiguous(memory_format=torch.channels_last))
-        if self.spatial:
-            return self.norm(self.proj(h).contiguous().flatten(1))
         return self.norm(self.proj(h.contiguous().flatten(1)))
 
     def _fused_convs(self, x: torch.Tensor) -> torch.Tensor:
@@ -128,30 +117,7 @@ class Predictor(nn.Module):
         """(B, in_dim) -> (B, hidden): act(fc1(z))."""
         return self.act(self.fc1(z))
 
-    # What a modulator acts through (the same names on ``ConvPredictor``, per cell there).
-    def fc1_input(self, z: torch.Tensor) -> torch.Tensor:
-        """The input as fc1 reads it: z itself."""
-        return z
-
-    def trunk(self, pre: torch.Tensor) -> torch.Tensor:
-        """fc1's output (pre-activation) -> the hidden state: act(pre)."""
-        return self.act(pre)
-
-    @staticmethod
-    def body(h: torch.Tensor) -> torch.Tensor:
-        """The hidden state -> what fc2 reads: h itself (one hidden layer)."""
-        return h
-
-    @staticmethod
-    def patches(x: torch.Tensor) -> torch.Tensor:
-        """What fc1 reads of its input x at each output: all of it."""
-        return x
-
-    @staticmethod
-    def per_sample(v: torch.Tensor) -> torch.Tensor:
-        """A per-sample vector (B, n) as it broadcasts against a hidden state: itself."""
-        return v
-
+    # What the track C and E modulators act through.
     @staticmethod
     def low_rank(
         x: torch.Tensor, v: torch.Tensor, delta: torch.Tensor, u: torch.Tensor
@@ -182,104 +148,12 @@ class Predictor(nn.Module):
         return self.finish(self.fc2(self.act(self.fc1(z))), z)
 
 
-class ConvPredictor(nn.Module):
-    """A spatial latent's predictor: the C context maps stacked as channels -> K maps.
-
-    A 3x3 convolution (``fc1``), two dilated 3x3 convolutions (dilation 2 and 4: a receptive
-    field of 15 x 15 cells, 60 px at 4 px a cell), GELU after each, and a 1x1 convolution
-    (``fc2``) to K maps of the latent's channels, each map flattened (NCHW) and LayerNorm-ed as
-    the encoder's. ``hidden`` is the first hidden map (B, hidden, side, side), act(fc1(z)),
-    where a modulator acts per channel, so that the dilated convolutions after it (``body``) can
-    turn what it is told into a move; on ``fc1`` a modulator's delta reads each cell's 3x3
-    ``patches`` (a per-sample delta of the kernel). The same interface as ``Predictor``.
-    """
-
-    def __init__(
-        self, latent_dim: int, hidden_dim: int, side: int, context: int = 1, heads: int = 1
-    ) -> None:
-        super().__init__()
-        self.latent_dim, self.heads, self.side = latent_dim, heads, side
-        self.channels = latent_dim // (side * side)
-        self.in_dim, self.out_dim = context * latent_dim, heads * latent_dim
-        self.fc1 = nn.Conv2d(context * self.channels, hidden_dim, 3, padding=1)
-        self.act = nn.GELU()
-        self.mid = nn.Sequential(
-            nn.Conv2d(hidden_dim, hidden_dim, 3, padding=2, dilation=2),
-            nn.GELU(),
-            nn.Conv2d(hidden_dim, hidden_dim, 3, padding=4, dilation=4),
-        )
-        self.fc2 = nn.Conv2d(hidden_dim, heads * self.channels, 1)
-        self.norm = nn.LayerNorm(latent_dim)
-        self.to(memory_format=torch.channels_last)
-        self.batched = False  # stacked under vmap (agent.seeds): no layout hint (no vmap rule)
-
-    @classmethod
-    def from_config(cls, cfg: AgentConfig) -> ConvPredictor:
-        return cls(cfg.latent_dim, cfg.hidden_dim, cfg.map_side, cfg.context_frames, cfg.out_heads)
-
-    def hidden(self, z: torch.Tensor) -> torch.Tensor:
-        """(B, in_dim) -> the first hidden map (B, hidden, side, side): act(fc1(z))."""
-        return self.trunk(self.fc1(self.fc1_input(z)))
-
-    def fc1_input(self, z: torch.Tensor) -> torch.Tensor:
-        """(B, C * latent) -> the C maps stacked as channels, (B, C * channels, side, side)."""
-        x = z.reshape(z.shape[0], -1, self.side, self.side)
-        return x if self.batched else x.contiguous(memory_format=torch.channels_last)
-
-    def trunk(self, pre: torch.Tensor) -> torch.Tensor:
-        """fc1's output (pre-activation) -> the first hidden map: act(pre)."""
-        return self.act(pre)
-
-    def body(self, h: torch.Tensor) -> torch.Tensor:
-        """The first hidden map -> what fc2 reads: act(mid(h)), the dilated convolutions."""
-        return self.act(self.mid(h))
-
-    def patches(self, x: torch.Tensor) -> torch.Tensor:
-        """What fc1 (3x3) reads at each cell: the cell's 3x3 neighbourhood of x (B, n, side,
-        side) as channels, (B, 9 n, side, side), so that a per-cell delta on it is a delta of
-        fc1's kernel and can move features between cells."""
-        return F.unfold(x, 3, padding=1).view(x.shape[0], -1, self.side, self.side)
-
-    @staticmethod
-    def per_sample(v: torch.Tensor) -> torch.Tensor:
-        """A per-sample vector (B, n) as it broadcasts against a map (B, n, side, side)."""
-        return v[:, :, None, None]
-
-    @staticmethod
-    def low_rank(
-        x: torch.Tensor, v: torch.Tensor, delta: torch.Tensor, u: torch.Tensor
-    ) -> torch.Tensor:
-        """A map x (B, n, side, side) through U diag(delta_b) V^T at every cell."""
-        y = (x.movedim(1, -1) @ v) * delta[:, None, None] @ u.T
-        return y.movedim(-1, 1)
-
-    @staticmethod
-    def mixed(x: torch.Tensor, c: torch.Tensor, bases: torch.Tensor) -> torch.Tensor:
-        """A map x (B, n, side, side) through sum_j c_bj H_j at every cell."""
-        xc = x.movedim(1, -1)  # (B, side, side, n)
-        outer = (c[:, None, None, :, None] * xc.unsqueeze(-2)).flatten(-2)  # (B, s, s, m n)
-        return (outer @ bases).movedim(-1, 1)
-
-    def finish(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """fc2's output (B, K * channels, side, side) -> (B, latent) or (B, K, latent)."""
-        y = y.contiguous().flatten(1)
-        return self.norm(y if self.heads == 1 else y.unflatten(-1, (self.heads, self.latent_dim)))
-
-    def readout(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        return self.finish(self.fc2(self.body(h)), z)
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return self.readout(self.hidden(z), z)
-
-
-AnyPredictor = Predictor | ConvPredictor | BlockPredictor
+AnyPredictor = Predictor | BlockPredictor
 
 
 def build_predictor(cfg: AgentConfig) -> AnyPredictor:
-    """The config's predictor: ``ConvPredictor`` for ``predictor="conv"``, ``BlockPredictor``
-    with ``predictor_blocks`` > 0, else ``Predictor`` (the listing's)."""
-    if cfg.predictor == "conv":
-        return ConvPredictor.from_config(cfg)
+    """The config's predictor: ``BlockPredictor`` with ``predictor_blocks`` > 0, else
+    ``Predictor`` (the listing's)."""
     if cfg.predictor_blocks:
         return BlockPredictor.from_config(cfg)
     return Predictor.from_config(cfg)

@@ -102,7 +102,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--bench-preset",
         default="paper",
-        choices=("cpu", "study", "paper"),
+        choices=("cpu", "gpu", "paper"),
         help="end to end: the loop's learner preset (train_online --preset)",
     )
     group.addoption(

@@ -5,9 +5,10 @@
 #            end at the paper preset (captured), the default run timed whole.
 #   tests:   every GPU-marked test, then a loop step split by benchmarks.profile_loop (paper
 #            preset, captured).
-#   study:   a 3-seed x 4-arm worlds study at the study preset, each arm's seeds stacked and
-#            captured, the four arms at once (--workers 4, a process each), timed whole (the
-#            target: under 5 minutes).
+#   study:   a 3-seed x 4-arm worlds study at the cpu preset (--settle None: the stacked,
+#            captured step has no reservoir), each arm's seeds stacked and captured, the four
+#            arms at once (--workers 4, a process each), timed whole (the target: under 5
+#            minutes).
 #   world:   the world model on a GPU: the default run, timed whole (against the 2-core
 #            CPU's), then the same learner fed 8x the windows a step (--preset gpu: 512
 #            streams, 64 worlds) for 6,000 steps, its floor and oracle beside it: does the oracle's
@@ -41,8 +42,8 @@ stacked() {  # stacked SECONDS: seeds stacked at the paper preset, captured
 }
 case "$what" in
 study)
-    part "worlds study, study preset, 3 seeds x 4 arms, stacked and captured, 4 arms at once"
-    ( time timeout 540 python -m runners.worlds_study --device cuda --stack --preset study \
+    part "worlds study, cpu preset, 3 seeds x 4 arms, stacked and captured, 4 arms at once"
+    ( time timeout 540 python -m runners.worlds_study --device cuda --stack --settle None \
         --tracks A C D --oracle-track D --seeds 42 43 44 --out "$out/study" --capture \
         --workers 4 "${@:3}" ) 2>&1 |
         tee "$out/study.log" | grep -E "stacked set|started|skipped|report:|real|error|rror"

@@ -76,7 +76,7 @@ def profile_steps(loop: OnlineLoop, device: torch.device, n: int = 100) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--preset", default="paper", choices=("tiny", "cpu", "study", "paper"))
+    p.add_argument("--preset", default="paper", choices=("tiny", "cpu", "gpu", "paper"))
     p.add_argument("--protocol", default="paper", choices=("paper", "worlds"))
     p.add_argument("--track", default="C", choices=("A", "B", "C", "D", "E"))
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))

@@ -10,14 +10,10 @@ world's true physics, and scoring both by D on held-out worlds (docs/definitions
 Everything is in the EMA target's space (context, targets and "no change" alike), so no
 online-target gap enters. Each predictor is fit by Adam on the squared error for ``steps``
 minibatches of ``batch`` windows drawn from the fitting worlds; both start from the same initial
-weights (seeded) and see the same minibatches. ``predictor="mlp"``: an MLP (``layers`` hidden
-layers of ``hidden`` units, GELU) that gives the change of the newest context latent at every
-horizon, the world's features (``PHYSICS_DIM``: gravity x and y, restitution, friction)
-concatenated to its input. ``predictor="conv"`` (a spatial latent of ``map_side`` x ``map_side``
-cells): the learner's own convolutional predictor (``agent.networks.ConvPredictor``, ``hidden``
-channels) giving the horizons' maps, the world's features read through a FiLM of its first hidden
-map (a small MLP to a scale and shift per channel), as track D and the oracle read them. Each
-window starts at frame ``start`` of its sequence. The two scores' ratio is the world's worth on
+weights (seeded) and see the same minibatches. Each is an MLP (``layers`` hidden layers of
+``hidden`` units, GELU) that gives the change of the newest context latent at every horizon, the
+world's features (``PHYSICS_DIM``: gravity x and y, restitution, friction) concatenated to its
+input. Each window starts at frame ``start`` of its sequence. The two scores' ratio is the world's worth on
 this latent: ``gain = 1 - D_world / D_latent``.
 """
 
@@ -31,7 +27,6 @@ import torch
 from torch import nn
 
 from agent.metrics import normalised_error
-from agent.networks import ConvPredictor
 
 #: The two predictors: context latents only, and context latents with the world's physics.
 PROBES = ("latent", "latent_world")
@@ -57,13 +52,7 @@ class ProbeConfig:
     batch: int = 256
     lr: float = 1e-3
     seed: int = 0
-    predictor: str = "mlp"  # "mlp", or "conv" on a spatial latent of map_side x map_side cells
-    map_side: int = 16
     start: int = 0  # the first context frame of every window
-
-    def __post_init__(self) -> None:
-        if self.predictor not in ("mlp", "conv"):
-            raise ValueError(f"predictor: expected 'mlp' or 'conv' (got {self.predictor!r})")
 
 
 Encode = Callable[[torch.Tensor], torch.Tensor]  # frames (M, ...) -> EMA-target latents (M, D)
@@ -107,24 +96,6 @@ class _Predictor(nn.Module):
         return ctx[:, -1:] + self.net(x).view(-1, self.k, self.latent)
 
 
-class _ConvProbe(nn.Module):
-    """Context maps (B, C, D) [and physics (B, P)] -> the horizons' maps (B, K, D) by the
-    learner's convolutional predictor, the physics through a FiLM of its first hidden map."""
-
-    def __init__(self, latent: int, k: int, context: int, extra: int, cfg: ProbeConfig) -> None:
-        super().__init__()
-        self.net = ConvPredictor(latent, cfg.hidden, cfg.map_side, context, k)
-        self.film = (nn.Sequential(nn.Linear(extra, 64), nn.GELU(), nn.Linear(64, 2 * cfg.hidden))
-                     if extra else None)
-
-    def forward(self, ctx: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
-        h = self.net.hidden(ctx.flatten(1))
-        if self.film is not None:
-            g, b = self.film(extra).chunk(2, dim=-1)
-            h = h * (1.0 + self.net.per_sample(g)) + self.net.per_sample(b)
-        return self.net.readout(h, ctx)
-
-
 def fit_predictor(
     ctx: torch.Tensor, tgt: torch.Tensor, extra: torch.Tensor, cfg: ProbeConfig
 ) -> nn.Module:
@@ -136,11 +107,7 @@ def fit_predictor(
     n, _, d = ctx.shape
     with torch.random.fork_rng(devices=[]):  # nn.Linear's init draws from the global generator
         torch.manual_seed(cfg.seed)
-        net: nn.Module = (
-            _ConvProbe(d, tgt.shape[1], ctx.shape[1], extra.shape[1], cfg)
-            if cfg.predictor == "conv"
-            else _Predictor(ctx[0].numel() + extra.shape[1], d, tgt.shape[1], cfg)
-        )
+        net = _Predictor(ctx[0].numel() + extra.shape[1], d, tgt.shape[1], cfg)
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
     for _ in range(cfg.steps):
         i = torch.randint(0, n, (min(cfg.batch, n),), generator=gen)

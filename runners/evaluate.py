@@ -66,13 +66,11 @@ class Evaluate:
     target_reference: bool = False
     """also D_shift^50 against the EMA target's own 'no change' and the gap between the online and EMA latents of the input frames (paper protocol; see agent.target_reference): a frozen EMA target lowers D through that gap"""
     world_probe: bool = False
-    """worlds protocol: also the world probe, D of two predictors fit offline on the frozen EMA-target latents of training-family worlds, one also told the world's physics, on the held-out worlds: what knowing the world is worth on these latents (docs/definitions.md#the-world-probe; about a minute on a CPU)"""
+    """worlds protocol: also the world probe, D of two predictors (MLPs, 2 x 256 GELU) fit offline on the frozen EMA-target latents of training-family worlds, one also told the world's physics, on the held-out worlds: what knowing the world is worth on these latents (docs/definitions.md#the-world-probe; about a minute on a CPU)"""
     probe_worlds: int = 40
     """--world-probe: training-family worlds to fit on (96 sequences each)"""
     probe_steps: int = 4000
     """--world-probe: Adam steps of each predictor"""
-    probe_predictor: Literal["mlp", "conv"] = "mlp"
-    """--world-probe: an MLP (2 x 256 GELU) on the flat latents, or the learner's convolutional predictor (a map run: its --hidden-dim channels, the world through a FiLM of its first hidden map)"""
     probe_window: Literal["first", "input"] = "first"
     """--world-probe: each sequence's window starts at its first frame, or ends its context at the held-out evaluation's input frame (where D^n and perfect physics are measured)"""
     device: Device = "auto"
@@ -136,8 +134,6 @@ def check_options(args: Evaluate, cfg: RunConfig) -> None:
         raise CliError("--world-probe: a worlds-protocol run only")
     if args.probe_worlds < 1 or args.probe_steps < 1:
         raise CliError("--probe-worlds and --probe-steps must be at least 1")
-    if args.world_probe and args.probe_predictor == "conv" and cfg.agent.encoder != "map":
-        raise CliError("--probe-predictor conv: a run with a spatial latent (encoder 'map') only")
     if args.target_reference and (cfg.worlds_protocol or cfg.agent.context_frames != 1):
         raise CliError("--target-reference: a paper-protocol run (one context frame) only")
 
@@ -170,12 +166,9 @@ def world_probe(
     from agent.adaptation import input_index
     from probes.world import ProbeConfig
 
-    conv = args.probe_predictor == "conv"
     start = 0 if args.probe_window == "first" else (
         input_index(agent_cfg, max(ns)) - agent_cfg.context_frames + 1)
-    probe_cfg = ProbeConfig(steps=args.probe_steps, predictor=args.probe_predictor,
-                            start=start, **({"hidden": agent_cfg.hidden_dim,
-                                             "map_side": agent_cfg.map_side} if conv else {}))
+    probe_cfg = ProbeConfig(steps=args.probe_steps, start=start)
     return world_probe_report(
         learner, evaluator.sets.held_out, worlds=args.probe_worlds, cfg=probe_cfg,
         family=next(iter(evaluator.sets.families.values())))  # the training family

@@ -34,7 +34,7 @@ FAMILIES = {"train": "--train-gravity", "interp": "--interp-gravity", "extrap": 
 class GravityStudy:
     """The worlds protocol (floor, chosen track, oracle) with every family's gravity scaled, per
     scale and seed, then OUT/report.md and OUT/figures/dose_response.png. Any other option (e.g.
-    --track D, --encoder map) is passed to every run of runners.train_online."""
+    --track D, --settle None) is passed to every run of runners.train_online."""
 
     scales: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0, 2.5)
     """factors on the train, interp and extrap families' gravity (and the switch's)"""

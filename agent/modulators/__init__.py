@@ -27,7 +27,7 @@ def build_modulator(cfg: AgentConfig) -> Modulator:
         return BlockHyper(exp, hid, n, cfg.hyper_dim)
     if cfg.track == "B":
         return ResidualModulator(cfg.exp_dim, cfg.hidden_dim)
-    c_in, c_out = cfg.predictor_widths  # fc1's input and fc2's output (per cell of a map)
+    c_in, c_out = cfg.predictor_widths  # fc1's input and fc2's output
     if cfg.track == "C":
         return LoRAModulator(c_in, cfg.hidden_dim, cfg.exp_dim, cfg.lora_rank, c_out)
     if cfg.track == "D":

@@ -10,8 +10,7 @@ from agent.networks import AnyPredictor
 
 
 class FiLMModulator(Modulator):
-    """h1 = GELU(W1 z + b1) * (1 + g) + b, (g, b) = Linear(e_agg) with no bias (per channel of
-    a convolutional predictor's hidden map).
+    """h1 = GELU(W1 z + b1) * (1 + g) + b, (g, b) = Linear(e_agg) with no bias.
 
     Bias-free, so e_agg = 0 gives g = b = 0 and the base predictor exactly.
     """
@@ -24,5 +23,5 @@ class FiLMModulator(Modulator):
         """z (B, latent), e_agg (B, exp_dim) -> pred (B, latent), scales (B, 2 hidden)."""
         gb = self.film(e_agg)  # (B, 2 hidden)
         g, b = gb.chunk(2, dim=-1)
-        h1 = predictor.hidden(z) * (1.0 + predictor.per_sample(g)) + predictor.per_sample(b)
+        h1 = predictor.hidden(z) * (1.0 + g) + b
         return Modulated(predictor.readout(h1, z), gb)

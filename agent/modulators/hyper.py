@@ -28,6 +28,5 @@ class HyperModulator(Modulator):
     def forward(self, predictor: AnyPredictor, z: torch.Tensor, e_agg: torch.Tensor) -> Modulated:
         """z (B, in), e_agg (B, exp_dim) -> pred (``Predictor.readout``), scales (B, m)."""
         c = self.code(e_agg)  # (B, m)
-        x = predictor.fc1_input(z)
-        h1 = predictor.trunk(predictor.fc1(x) + predictor.mixed(predictor.patches(x), c, self.bases))
+        h1 = predictor.act(predictor.fc1(z) + predictor.mixed(z, c, self.bases))
         return Modulated(predictor.readout(h1, z), c)

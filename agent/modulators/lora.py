@@ -34,9 +34,6 @@ class LoRAModulator(Modulator):
         """z (B, in), e_agg (B, exp_dim) -> pred (``Predictor.finish``), scales (B, 2r)."""
         delta1 = self.delta1_gen(e_agg)  # (B, r)
         delta2 = self.delta2_gen(e_agg)  # (B, r)
-        x = predictor.fc1_input(z)
-        dx = predictor.low_rank(predictor.patches(x), self.v1, delta1, self.u1)
-        h1 = predictor.trunk(predictor.fc1(x) + dx)
-        b = predictor.body(h1)
-        h2 = predictor.fc2(b) + predictor.low_rank(b, self.v2, delta2, self.u2)
+        h1 = predictor.act(predictor.fc1(z) + predictor.low_rank(z, self.v1, delta1, self.u1))
+        h2 = predictor.fc2(h1) + predictor.low_rank(h1, self.v2, delta2, self.u2)
         return Modulated(predictor.finish(h2, z), torch.cat([delta1, delta2], dim=-1))

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # env is imported on first use: it pulls in gymnasium
     from env import PhysicsParams
 
 Source = Literal["stream", "dataset"]
-Preset = Literal["cpu", "study", "gpu", "tiny", "paper"]
+Preset = Literal["cpu", "gpu", "tiny", "paper"]
 Device = Literal["auto", "cpu", "cuda"]
 AfterSwitch = Literal["memory", "continual"]
 ProtocolName = Literal["worlds", "paper"]
@@ -47,16 +47,11 @@ DEFAULT_WORLD_SWITCH = (("gravity", 0.3), ("gravity_direction", 45.0))
 # default run's learner: the tiny networks with 64 streams, a lower LR and a stronger variance
 # hinge, measured to beat "no change" within minutes on a 2-core CPU without collapsing
 # (the tiny preset as is collapses in the stream: sigma_embed ~0.02, see docs/train_online.md).
-# "study" is the world model for studies (docs/results.md, "The study preset"): the cpu learner with
-# a spatial latent (a 16 x 16 map of 4 channels) and a convolutional predictor at a higher
-# rate, trained 12,000 steps (PRESET_SCHEDULE; 5-10 minutes a run on a 2-core CPU, two at a time):
-# its predictor comes within 1.15x of world-blind perfect physics at h = 4, its D 15% below the
-# flat study learner's.
+# (The "study" preset, a map latent and a convolutional predictor, was retired: docs/archive.md,
+# "The study preset (retired)".)
 _CPU: dict[str, Any] = {"batch_size": 64, "lr": 1e-3, "lambda_reg": 0.2, "buffer_capacity": 64}
 RUN_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "cpu": ("tiny", _CPU),
-    "study": ("tiny", {**_CPU, "encoder": "map", "encoder_channels": (8, 16), "latent_dim": 1024,
-                       "predictor": "conv", "hidden_dim": 32, "lr": 3e-3}),
     "gpu": ("tiny", {**_CPU, "batch_size": 512, "stream_cache": False}),
     "tiny": ("tiny", {}),
     "paper": ("paper", {}),
@@ -68,7 +63,6 @@ RUN_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 # preset's. No stream cache: --capture needs it off.
 #: The preset's schedule where it is not ``Schedule``'s defaults.
 PRESET_SCHEDULE: dict[str, dict[str, int]] = {
-    "study": {"steps": 12_000},
     "gpu": {"steps": 6_000, "eval_every": 1_000},
 }
 # The worlds protocol's learner on top of the preset (docs/train_online.md): the last two frames
@@ -184,7 +178,7 @@ class Schedule:
     """When things happen: steps, switches, evaluations, checkpoints."""
 
     steps: int = 4500
-    """Online steps (one learner update each); calibrated so the default run tells the whole story, its floor and ceiling included (beside it), in about 2 minutes on a 2-core CPU (--preset study: 12,000)."""
+    """Online steps (one learner update each); calibrated so the default run tells the whole story, its floor and ceiling included (beside it), in about 2 minutes on a 2-core CPU (--preset gpu: 6,000)."""
     switches: tyro.conf.Suppress[tuple[Switch, ...] | None] = None
     """Physics switches (set by --switch); None: one at 2/3 of the run (worlds: gravity 0.3 towards 45 degrees, a held-out world; paper: gravity 0.5)."""
     after_switch: AfterSwitch = "memory"
@@ -235,7 +229,7 @@ class RunConfig:
     schedule: Annotated[Schedule, tyro.conf.OmitArgPrefixes] = field(default_factory=Schedule)
     output: Annotated[Output, tyro.conf.OmitArgPrefixes] = field(default_factory=Output)
     preset: Preset = "cpu"
-    """Learner size: cpu (tiny networks, 64 streams, learns in minutes), study (cpu with a spatial latent and a convolutional predictor, 12,000 steps: 5-10 minutes), gpu (cpu at 512 streams, 6,000 steps: 1.5 minutes on one GPU with --capture), tiny (seconds, tests), paper (Tables 4-5)."""
+    """Learner size: cpu (tiny networks, 64 streams, learns in minutes), gpu (cpu at 512 streams, 6,000 steps: 1.5 minutes on one GPU with --capture), tiny (seconds, tests), paper (Tables 4-5)."""
     device: Device = "auto"
     """auto = cuda when available, else cpu."""
     capture: bool = False

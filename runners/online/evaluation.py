@@ -296,8 +296,7 @@ def world_probe_report(learner: Learner, held_out: Sequence[WorldSet], *, worlds
         return learner.encode(frames, target=True)
 
     out = world_probe(encode, fit, test, c, hs, cfg)
-    what = (f"{cfg.layers} x {cfg.hidden} GELU" if cfg.predictor == "mlp"
-            else f"the conv predictor, {cfg.hidden} channels, the world by FiLM")
     return {"fit": {"worlds": worlds, "sequences": worlds * seqs, "seed": seed,
-                    "predictor": f"{what}, {cfg.steps} Adam steps", "start": cfg.start},
+                    "predictor": f"{cfg.layers} x {cfg.hidden} GELU, {cfg.steps} Adam steps",
+                    "start": cfg.start},
             "horizons": list(hs), "families": out}

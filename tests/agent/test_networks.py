@@ -9,7 +9,7 @@ from fp32 import assert_reordered
 from agent import AgentConfig
 from agent.build import build_networks, count_parameters
 from agent.modulators import LoRAModulator
-from agent.networks import ConvPredictor, Encoder, Predictor
+from agent.networks import Encoder, Predictor
 
 
 def test_encoder_matches_the_listing() -> None:
@@ -99,65 +99,14 @@ def test_fused_no_grad_convolutions_change_no_bit(bf16: bool, monkeypatch: pytes
     assert torch.equal(fused, latents())
 
 
-MAP = {"encoder": "map", "encoder_channels": (4, 8), "latent_dim": 512, "predictor": "conv",
-       "hidden_dim": 16, "context_frames": 2, "per_horizon": True, "horizons": (1, 2, 4)}
-
-
-def test_a_map_encoder_keeps_the_map_and_the_conv_predictor_keeps_it_spatial() -> None:
-    """encoder="map": the feature map after len(encoder_channels) strided convolutions is the
-    latent (2 convolutions: 16 x 16 cells, 512 / 256 = 2 channels), flattened in NCHW order;
-    the conv predictor is translation-equivariant away from the borders (a shifted input map
-    gives the shifted output map, before the LayerNorm)."""
-    cfg = AgentConfig.from_preset("tiny", track="A", **MAP)
-    nets = build_networks(cfg)
-    assert cfg.map_side == 16 and cfg.predictor_widths == (36, 6)
-    x = torch.zeros(2, 1, 64, 64)
-    x[:, :, 20:30, 20:30] = 1.0
-    z = nets.encoder(x)
-    assert z.shape == (2, 512)
-    torch.testing.assert_close(z.mean(1), torch.zeros(2), atol=1e-5, rtol=0)  # LayerNorm
-    assert nets.predictor(torch.randn(3, 1024)).shape == (3, 3, 512)
-    p = ConvPredictor(4 * 32 * 32, 16, side=32)  # receptive field: 7 cells each way
-    m = torch.zeros(1, 4, 32, 32)
-    m[:, :, 14:18, 14:18] = torch.randn(1, 4, 4, 4)
-    y = p.fc2(p.body(p.hidden(m.flatten(1))))
-    y2 = p.fc2(p.body(p.hidden(torch.roll(m, 1, dims=3).flatten(1))))
-    torch.testing.assert_close(y2[..., 7:25, 8:25], y[..., 7:25, 7:24])
-
-
-@pytest.mark.parametrize("track", ["C", "D", "E"])
-def test_memory_modulates_the_conv_predictor_per_cell_and_not_at_e_agg_zero(track: str) -> None:
-    cfg = AgentConfig.from_preset("tiny", track=track, **MAP)
-    nets = build_networks(cfg)
-    z, e = torch.randn(3, 1024), torch.randn(3, cfg.exp_dim)
-    base = nets.predictor(z)
-    assert torch.equal(nets.modulator(nets.predictor, z, torch.zeros_like(e)).pred, base)
-    assert not torch.allclose(nets.modulator(nets.predictor, z, e).pred, base)
-
-
-@pytest.mark.parametrize("track", ["B", "C", "D", "E"])
-def test_every_modulated_conv_predictor_stays_translation_equivariant(track: str) -> None:
-    """A memory (or the oracle) tells the conv predictor about the world, not about a place:
-    each track's modulation acts alike at every cell (per channel of the first hidden map, or a
-    per-sample kernel delta), so a shifted input map gives the shifted output map away from the
-    borders (before the LayerNorm, replaced here by the identity)."""
-    cfg = AgentConfig.from_preset("tiny", track=track, **{
-        **MAP, "encoder_channels": (4,), "latent_dim": 2 * 32 * 32})  # 32 x 32 cells
-    nets = build_networks(cfg)
-    nets.predictor.norm = torch.nn.Identity()
-    e = torch.randn(1, cfg.exp_dim)
-    m = torch.zeros(1, 4, 32, 32)  # 2 context maps of 2 channels
-    m[:, :, 14:18, 14:18] = torch.randn(1, 4, 4, 4)
-    y = nets.modulator(nets.predictor, m.flatten(1), e).pred.view(1, 3, 2, 32, 32)
-    y2 = nets.modulator(nets.predictor, torch.roll(m, 1, dims=3).flatten(1), e).pred
-    torch.testing.assert_close(y2.view(1, 3, 2, 32, 32)[..., 7:25, 8:25], y[..., 7:25, 7:24])
-
-
-def test_a_map_needs_the_conv_predictor_and_a_latent_of_whole_channels() -> None:
-    with pytest.raises(ValueError, match="latent_dim"):
-        AgentConfig.from_preset("tiny", track="A", **{**MAP, "latent_dim": 500})
-    with pytest.raises(ValueError, match="predictor"):
-        AgentConfig.from_preset("tiny", track="A", **{**MAP, "encoder": "flat",
-                                                        "encoder_channels": (4, 8, 8, 8)})
-    with pytest.raises(ValueError, match="encoder_channels"):
+def test_the_encoder_has_four_convolutions_and_the_map_encoder_is_gone() -> None:
+    """encoder_channels names the listing's four strided convolutions; a config that asks for
+    the retired map encoder (docs/archive.md, "The study preset (retired)") is refused, naming
+    it, and so is the convolutional predictor that read it."""
+    with pytest.raises(ValueError, match="^encoder_channels: must be four positive integers"):
         AgentConfig.from_preset("tiny", track="A", encoder_channels=(4, 8))
+    cfg = AgentConfig.from_preset("tiny", track="A").to_dict()
+    with pytest.raises(ValueError, match="^encoder: this option was removed"):
+        AgentConfig.from_dict({**cfg, "encoder": "map", "predictor": "conv"})
+    with pytest.raises(ValueError, match="^predictor: expected one of direct, rollout"):
+        AgentConfig.from_dict({**cfg, "predictor": "conv"})

@@ -46,13 +46,9 @@ def loss_of(nets, frames, pairs, mask, spec: StepSpec) -> torch.Tensor:
     return spec.objective(mod.pred.float(), targets, w, z).total
 
 
-@pytest.mark.parametrize(("track", "kw"), [
-    ("A", {}), ("B", {}), ("C", {}), ("E", {}),
-    ("D", {"encoder": "map", "encoder_channels": (4, 8, 8), "latent_dim": 128, "predictor": "conv",
-           "hidden_dim": 8}),
-])  # fmt: skip
-def test_each_seed_of_the_stack_is_its_single_network(track: str, kw: dict) -> None:
-    cfgs = [config(track, s, **kw) for s in SEEDS]
+@pytest.mark.parametrize("track", ["A", "B", "C", "D", "E"])
+def test_each_seed_of_the_stack_is_its_single_network(track: str) -> None:
+    cfgs = [config(track, s) for s in SEEDS]
     singles = [build_networks(c) for c in cfgs]
     stack = SeedStack([build_networks(c) for c in cfgs])
     spec = StepSpec.from_config(cfgs[0], "cpu")

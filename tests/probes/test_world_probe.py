@@ -3,8 +3,6 @@ the world's physics."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
@@ -90,40 +88,3 @@ def test_windows_start_where_the_config_says() -> None:
     np.testing.assert_array_equal(ctx[1].numpy(), w.frames[1, [3, 4]])
     np.testing.assert_array_equal(tgt[1].numpy(), w.frames[1, [6, 8, 12]])  # start + C - 1 + h
 
-
-SIDE = 20
-
-
-def dot_world(rng: np.random.Generator, gravity: tuple[int, int], n: int, family: str
-              ) -> ProbeWorld:  # fmt: skip
-    """n sequences of one lit cell of a SIDE x SIDE map falling under a whole-cell gravity
-    (x_{t+1} = x_t + v_t, v_{t+1} = v_t + g), each frame the map flattened (N, L, SIDE^2)."""
-    g = np.asarray(gravity)
-    x = rng.integers(7, SIDE - 7, size=(n, 2))
-    v = rng.integers(-1, 2, size=(n, 2))
-    frames = np.zeros((n, 4, SIDE * SIDE), np.float32)
-    for t in range(4):
-        frames[np.arange(n), t, x[:, 0] * SIDE + x[:, 1]] = 1.0
-        x, v = x + v, v + g
-    return ProbeWorld(frames, np.asarray([*g, 1.0, 0.0], np.float32), family)
-
-
-def test_the_conv_probe_reads_the_world_through_its_first_hidden_map() -> None:
-    """On a spatial latent the conv probe (the learner's convolutional predictor, the world by
-    FiLM) learns where a dot falls when told which way gravity pulls, and not without it."""
-    rng = np.random.default_rng(0)
-    dirs = [(1, 0), (-1, 0), (0, 1), (0, -1)]
-    fit = [dot_world(rng, g, 128, "train") for g in dirs]
-    test = [dot_world(rng, g, 64, "test") for g in dirs]
-
-    def normed(frames: torch.Tensor) -> torch.Tensor:  # a LayerNorm-ed map, as the encoder's
-        return torch.nn.functional.layer_norm(frames, frames.shape[-1:])
-
-    cfg = ProbeConfig(hidden=16, steps=300, batch=64, lr=3e-3, predictor="conv", map_side=SIDE)
-    out = world_probe(normed, fit, test, context=2, horizons=(1, 2), cfg=cfg)["test"]
-    assert out["latent_world"][-1] < 0.2 < 0.5 < out["latent"][-1], out
-    short = dataclasses.replace(cfg, steps=20)  # deterministic (on a short fit: the same code)
-    assert world_probe(normed, fit, test, 2, (1, 2), short) == world_probe(normed, fit, test, 2,
-                                                                           (1, 2), short)
-    with pytest.raises(ValueError, match="predictor"):
-        ProbeConfig(predictor="rnn")

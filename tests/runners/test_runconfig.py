@@ -103,17 +103,22 @@ def test_the_defaults_follow_protocol_preset_track_and_device() -> None:
     assert (build().agent.tau_base, build().agent.tau_end) == (0.996, 0.9999)
 
 
-def test_the_study_preset_is_the_map_learner_trained_longer() -> None:
-    cpu, study = build_config([]), build_config(["--preset", "study"])
-    a = study.agent
-    assert (a.encoder, a.encoder_channels, a.latent_dim, a.map_side) == ("map", (8, 16), 1024, 16)
-    assert (a.predictor, a.hidden_dim, a.lr) == ("conv", 32, 3e-3)
-    assert (cpu.agent.latent_dim, cpu.agent.predictor, cpu.agent.encoder) == (16, "direct", "flat")
-    assert (study.schedule.steps, cpu.schedule.steps) == (12_000, 4_500)
-    assert study.schedule.switches[0].step == 8_000 and study.agent.total_steps == 8_000
-    same = {"batch_size", "lambda_reg", "buffer_capacity", "horizons"}
-    assert all(getattr(study.agent, f) == getattr(cpu.agent, f) for f in same)
-    assert build_config(["--preset", "study", "--steps", "300"]).schedule.steps == 300
+def test_the_retired_study_preset_is_refused_in_one_line() -> None:
+    """The study preset (a map encoder, a conv predictor) was retired (docs/archive.md, "The study
+    preset (retired)"): on the command line, and in a saved config.json (refused before anything
+    is built), each is one CliError line."""
+    with pytest.raises(CliError, match="--preset"):
+        build_config(["--preset", "study"])
+    saved = build_config(["--preset", "tiny"]).to_dict()
+    study = {**saved, "preset": "study",
+             "agent": {**saved["agent"], "encoder": "map", "predictor": "conv"}}  # fmt: skip
+    with pytest.raises(CliError, match=r"^encoder: this option was removed \(docs/archive.md\); "
+                       r"the config uses encoder='map' \(in config.json\)$"):  # fmt: skip
+        config_from_dict(study)
+    with pytest.raises(CliError, match=r"^--preset expects Literal\[.*\], got 'study' \(in config"):
+        config_from_dict({**saved, "preset": "study"})
+    with pytest.raises(CliError, match=r"^--predictor expects Literal\[.*\], got 'conv'"):
+        config_from_dict({**saved, "agent": {**saved["agent"], "predictor": "conv"}})
 
 
 def test_the_gpu_preset_is_the_cpu_learner_fed_512_windows_a_step() -> None:
@@ -122,11 +127,12 @@ def test_the_gpu_preset_is_the_cpu_learner_fed_512_windows_a_step() -> None:
     assert (gpu.schedule.steps, gpu.schedule.eval_every) == (6_000, 1_000)
     assert cpu.schedule.eval_every == 250 and gpu.agent.total_steps == 4_000
     assert gpu.agent.stream_cache is False and cpu.agent.stream_cache is True
-    same = {"predictor_blocks", "hidden_dim", "lr", "lambda_reg", "latent_dim", "encoder"}
+    same = {"predictor_blocks", "hidden_dim", "lr", "lambda_reg", "latent_dim", "encoder_channels"}
     assert all(getattr(gpu.agent, f) == getattr(cpu.agent, f) for f in same)
     assert gpu.agent.predictor_blocks == 2
     opts = ["--preset", "gpu", "--eval-every", "50", "--batch-size", "128"]
     assert (build_config(opts).schedule.eval_every, build_config(opts).agent.batch_size) == (50, 128)
+    assert build_config(["--preset", "gpu", "--steps", "300"]).schedule.steps == 300
 
 
 def test_default_switch_follows_steps() -> None:

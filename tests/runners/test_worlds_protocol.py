@@ -4,6 +4,7 @@ the evaluation worlds, and a command-line run whose summary holds the held-out c
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -194,8 +195,6 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
     assert "the world probe" in probe.stdout
     bad = cli("evaluate", str(tmp_path / "w"), "--world-probe", "--probe-steps", "0")
     assert bad.returncode == 2 and "--probe-steps" in bad.stderr and "Traceback" not in bad.stderr
-    flat = cli("evaluate", str(tmp_path / "w"), "--world-probe", "--probe-predictor", "conv")
-    assert flat.returncode == 2 and "encoder 'map'" in flat.stderr and "Traceback" not in flat.stderr
     at = cli("evaluate", str(tmp_path / "w"), "--n", "0", "3", "--world-probe", "--probe-worlds",
              "2", "--probe-steps", "5", "--probe-window", "input", "--out", str(tmp_path / "at.json"))
     assert at.returncode == 0, at.stderr
@@ -210,6 +209,29 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
     assert alone.returncode == 0, alone.stderr
     assert "held-out worlds at step" in alone.stdout
     assert held["gravity_probe"]["peers"] == 1  # the tiny preset's worlds of 2 streams
+    # A run of the retired study preset (the map encoder, the conv predictor: docs/archive.md)
+    # is refused in one line, never a traceback: its folder and its checkpoint on their own
+    # (the checkpoint's config), and its --resume (config.json).
+    old = tmp_path / "old"
+    shutil.copytree(tmp_path / "w", old)
+    saved = json.loads((old / "config.json").read_text())
+    saved["preset"] = "study"
+    saved["agent"].update(encoder="map", predictor="conv")
+    (old / "config.json").write_text(json.dumps(saved))
+    ckpt = old / "checkpoints" / "latest.pt"
+    payload = torch.load(ckpt, weights_only=False)
+    payload["config"].update(encoder="map", predictor="conv")
+    torch.save(payload, ckpt)
+    removed = "encoder: this option was removed (docs/archive.md); the config uses encoder='map'"
+    for args in ([str(old)], [str(ckpt)]):
+        refused = cli("evaluate", *args, "--n", "0")
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].endswith(f"error: {ckpt}: {removed}"), lines
+    resumed = cli("train_online", "--resume", str(old))
+    assert resumed.returncode == 2 and "Traceback" not in resumed.stderr, resumed.stderr
+    lines = resumed.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith(f"error: {removed} (in config.json)"), lines
 
 
 def test_stream_error_since_the_switch_is_binned_exactly() -> None:
