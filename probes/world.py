@@ -10,10 +10,14 @@ world's true physics, and scoring both by D on held-out worlds (docs/definitions
 Everything is in the EMA target's space (context, targets and "no change" alike), so no
 online-target gap enters. Each predictor is fit by Adam on the squared error for ``steps``
 minibatches of ``batch`` windows drawn from the fitting worlds; both start from the same initial
-weights (seeded) and see the same minibatches. Each is an MLP (``layers`` hidden layers of
-``hidden`` units, GELU) that gives the change of the newest context latent at every horizon, the
-world's features (``PHYSICS_DIM``: gravity x and y, restitution, friction) concatenated to its
-input. Each window starts at frame ``start`` of its sequence. The two scores' ratio is the world's worth on
+weights (seeded) and see the same minibatches. Each has the learner's own predictor shape
+(``agent.blocks.BlockPredictor``: ``blocks`` residual blocks of ``hidden`` units, one head per
+horizon giving the change of the newest context latent, without the learner's output norm so
+that any encoder's latents can be read); the told one reads the world's features
+(``PHYSICS_DIM``: gravity x and y, restitution, friction) as the oracle does, through
+``OracleContext`` into every block by adaLN-Zero (track D's ``BlockFiLM``, zero at its start, so
+both predictors start as the same function). Each window starts at frame ``start`` of its
+sequence. The two scores' ratio is the world's worth on
 this latent: ``gain = 1 - D_world / D_latent``.
 """
 
@@ -26,7 +30,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from agent.blocks import BlockPredictor
+from agent.memory.oracle import OracleContext
 from agent.metrics import normalised_error
+from agent.modulators.blocks import BlockFiLM
 
 #: The two predictors: context latents only, and context latents with the world's physics.
 PROBES = ("latent", "latent_world")
@@ -47,10 +54,11 @@ class ProbeConfig:
     """The offline predictors' size and fitting budget."""
 
     hidden: int = 256
-    layers: int = 2
-    steps: int = 4000
+    blocks: int = 2
+    world_dim: int = 64  # the world's code (OracleContext's width) that conditions every block
+    steps: int = 1000
     batch: int = 256
-    lr: float = 1e-3
+    lr: float = 2e-3  # the peak of a one-cycle schedule
     seed: int = 0
     start: int = 0  # the first context frame of every window
 
@@ -80,20 +88,23 @@ def windows(
 
 class _Predictor(nn.Module):
     """Context latents (B, C, D) [and physics (B, P)] -> the horizons' latents (B, K, D) as
-    changes of the newest context latent."""
+    changes of the newest context latent, through the learner's block predictor; told the world
+    (P > 0), every block is modulated by it (adaLN-Zero)."""
 
-    def __init__(self, in_dim: int, latent: int, k: int, cfg: ProbeConfig) -> None:
+    def __init__(self, context: int, latent: int, k: int, physics: int, cfg: ProbeConfig) -> None:
         super().__init__()
-        dims = [in_dim] + [cfg.hidden] * cfg.layers
-        layers: list[nn.Module] = []
-        for a, b in zip(dims[:-1], dims[1:], strict=True):
-            layers += [nn.Linear(a, b), nn.GELU()]
-        self.net = nn.Sequential(*layers, nn.Linear(dims[-1], k * latent))
-        self.k, self.latent = k, latent
+        self.base = BlockPredictor(latent, cfg.hidden, cfg.blocks, context, heads=k)
+        self.base.norm = nn.Identity()  # the latent itself, not LayerNorm-ed: any encoder's
+        self.world = (nn.ModuleList([OracleContext(cfg.world_dim, physics),
+                                     BlockFiLM(cfg.world_dim, cfg.hidden, cfg.blocks)])
+                      if physics else None)  # fmt: skip
 
     def forward(self, ctx: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
-        x = torch.cat([ctx.flatten(1), extra], dim=1)
-        return ctx[:, -1:] + self.net(x).view(-1, self.k, self.latent)
+        z = ctx.flatten(1)
+        if self.world is None:
+            return self.base(z)
+        code, film = self.world
+        return film(self.base, z, code(extra)).pred
 
 
 def fit_predictor(
@@ -107,14 +118,16 @@ def fit_predictor(
     n, _, d = ctx.shape
     with torch.random.fork_rng(devices=[]):  # nn.Linear's init draws from the global generator
         torch.manual_seed(cfg.seed)
-        net = _Predictor(ctx[0].numel() + extra.shape[1], d, tgt.shape[1], cfg)
-    opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
+        net = _Predictor(ctx.shape[1], d, tgt.shape[1], extra.shape[1], cfg)
+    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, cfg.lr, total_steps=cfg.steps)
     for _ in range(cfg.steps):
         i = torch.randint(0, n, (min(cfg.batch, n),), generator=gen)
         loss = (net(ctx[i], extra[i]) - tgt[i]).pow(2).sum(-1).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        sched.step()
     return net.eval()
 
 

@@ -66,11 +66,11 @@ class Evaluate:
     target_reference: bool = False
     """also D_shift^50 against the EMA target's own 'no change' and the gap between the online and EMA latents of the input frames (paper protocol; see agent.target_reference): a frozen EMA target lowers D through that gap"""
     world_probe: bool = False
-    """worlds protocol: also the world probe, D of two predictors (MLPs, 2 x 256 GELU) fit offline on the frozen EMA-target latents of training-family worlds, one also told the world's physics, on the held-out worlds: what knowing the world is worth on these latents (docs/definitions.md#the-world-probe; about a minute on a CPU)"""
-    probe_worlds: int = 40
+    """worlds protocol: also the world probe, D of two predictors (the learner's shape: 2 residual blocks of 256, the world in each by adaLN-Zero) fit offline on the frozen EMA-target latents of training-family worlds, one also told the world's physics, on the held-out worlds: what knowing the world is worth on these latents (docs/definitions.md#the-world-probe; about two minutes on a CPU)"""
+    probe_worlds: int = 400
     """--world-probe: training-family worlds to fit on (96 sequences each)"""
-    probe_steps: int = 4000
-    """--world-probe: Adam steps of each predictor"""
+    probe_steps: int = 1000
+    """--world-probe: AdamW steps of each predictor (minibatches of 256, a one-cycle rate to 2e-3)"""
     probe_window: Literal["first", "input"] = "first"
     """--world-probe: each sequence's window starts at its first frame, or ends its context at the held-out evaluation's input frame (where D^n and perfect physics are measured)"""
     device: Device = "auto"

@@ -273,7 +273,7 @@ def probes(learner: Learner, sets: WorldSets) -> dict[str, dict[str, float]]:
                         learner.cfg.context_frames)
 
 
-def world_probe_report(learner: Learner, held_out: Sequence[WorldSet], *, worlds: int = 40,
+def world_probe_report(learner: Learner, held_out: Sequence[WorldSet], *, worlds: int = 400,
                        seqs: int = 96, seed: int = 0, cfg: ProbeConfig | None = None,
                        family: env.WorldFamily | None = None) -> dict[str, Any]:  # fmt: skip
     """``probes.world.world_probe`` on the learner's EMA-target latents: fit on ``worlds``
@@ -297,6 +297,7 @@ def world_probe_report(learner: Learner, held_out: Sequence[WorldSet], *, worlds
 
     out = world_probe(encode, fit, test, c, hs, cfg)
     return {"fit": {"worlds": worlds, "sequences": worlds * seqs, "seed": seed,
-                    "predictor": f"{cfg.layers} x {cfg.hidden} GELU, {cfg.steps} Adam steps",
+                    "predictor": f"{cfg.blocks} blocks x {cfg.hidden}, the world in each (adaLN-Zero), "
+                                 f"{cfg.steps} AdamW steps",
                     "start": cfg.start},
             "horizons": list(hs), "families": out}

@@ -10,7 +10,7 @@ import torch
 from probes.world import ProbeConfig, ProbeWorld, d_per_horizon, windows, world_probe
 
 HORIZONS = (2, 4, 8)
-SMALL = ProbeConfig(hidden=64, layers=2, steps=1500, batch=128, lr=3e-3, seed=0)
+SMALL = ProbeConfig(hidden=64, blocks=2, steps=1500, batch=128, lr=3e-3, seed=0)
 
 
 def ballistic(rng: np.random.Generator, gravity: tuple[float, float], n: int,
@@ -74,7 +74,7 @@ def test_the_probe_is_deterministic_and_leaves_the_random_state_alone() -> None:
     rng = np.random.default_rng(1)
     fit = [ballistic(rng, (0.3, 0.0), 64, "train"), ballistic(rng, (0.0, 0.3), 64, "train")]
     test = [ballistic(rng, (0.2, 0.2), 32, "interp")]
-    cfg = ProbeConfig(hidden=16, layers=1, steps=20, batch=32)
+    cfg = ProbeConfig(hidden=16, blocks=1, steps=20, batch=32)
     torch.manual_seed(123)
     before = torch.random.get_rng_state()
     a = world_probe(identity, fit, test, 2, HORIZONS, cfg)
@@ -88,3 +88,23 @@ def test_windows_start_where_the_config_says() -> None:
     np.testing.assert_array_equal(ctx[1].numpy(), w.frames[1, [3, 4]])
     np.testing.assert_array_equal(tgt[1].numpy(), w.frames[1, [6, 8, 12]])  # start + C - 1 + h
 
+
+
+def test_told_and_blind_start_as_the_same_function() -> None:
+    """The told predictor is the blind one plus the world in every block by adaLN-Zero, zero at
+    the start: seeded alike, both give the same prediction before any step, whatever the world."""
+    from probes.world import _Predictor
+
+    cfg = ProbeConfig(hidden=32, blocks=2)
+    torch.manual_seed(7)
+    blind = _Predictor(2, 8, 3, 0, cfg)
+    torch.manual_seed(7)
+    told = _Predictor(2, 8, 3, 4, cfg)
+    ctx = torch.randn(5, 2, 8)
+    pred = blind(ctx, torch.zeros(5, 0))
+    assert pred.shape == (5, 3, 8)
+    torch.testing.assert_close(told(ctx, torch.randn(5, 4)), pred, rtol=0, atol=0)
+    # The world does act once its modulation has moved from zero.
+    with torch.no_grad():
+        told.world[1].film.weight.normal_()
+    assert not torch.allclose(told(ctx, torch.randn(5, 4)), pred)
