@@ -8,9 +8,9 @@ learner's frozen latents, one that reads the context latents only and one that a
 world's true physics, and scoring both by D on held-out worlds (docs/definitions.md#the-world-probe).
 
 Everything is in the EMA target's space (context, targets and "no change" alike), so no
-online-target gap enters. Each predictor is fit by Adam on the squared error for ``steps``
-minibatches of ``batch`` windows drawn from the fitting worlds; both start from the same initial
-weights (seeded) and see the same minibatches. Each has the learner's own predictor shape
+online-target gap enters. Each predictor is fit by AdamW (a one-cycle rate to ``lr``) on the
+squared error for ``steps`` minibatches of ``batch`` windows drawn from the fitting worlds; both
+start from the same initial weights (seeded) and see the same minibatches. Each has the learner's own predictor shape
 (``agent.blocks.BlockPredictor``: ``blocks`` residual blocks of ``hidden`` units, one head per
 horizon giving the change of the newest context latent, without the learner's output norm so
 that any encoder's latents can be read); the told one reads the world's features
@@ -110,8 +110,8 @@ class _Predictor(nn.Module):
 def fit_predictor(
     ctx: torch.Tensor, tgt: torch.Tensor, extra: torch.Tensor, cfg: ProbeConfig
 ) -> nn.Module:
-    """Adam on the squared error over ``cfg.steps`` minibatches; ``extra`` (N, E) is read beside
-    the context (E = 0: none). The initial weights and the minibatches depend only on
+    """AdamW (weight decay 1e-4, a one-cycle rate to ``cfg.lr``) on the squared error over
+    ``cfg.steps`` minibatches; ``extra`` (N, E) is read beside the context (E = 0: none). The initial weights and the minibatches depend only on
     ``cfg.seed`` and the shapes, so the fit is deterministic; the caller's random state is
     left as it was."""
     gen = torch.Generator().manual_seed(cfg.seed)
