@@ -7,18 +7,18 @@ latents if it knew the world? The world probe answers it by fitting two predicto
 learner's frozen latents, one that reads the context latents only and one that also reads the
 world's true physics, and scoring both by D on held-out worlds (docs/definitions.md#the-world-probe).
 
-Everything is in the EMA target's space (context, targets and "no change" alike), so no
-online-target gap enters. Each predictor is fit by AdamW (a one-cycle rate to ``lr``) on the
-squared error for ``steps`` minibatches of ``batch`` windows drawn from the fitting worlds; both
-start from the same initial weights (seeded) and see the same minibatches. Each has the learner's own predictor shape
-(``agent.blocks.BlockPredictor``: ``blocks`` residual blocks of ``hidden`` units, one head per
-horizon giving the change of the newest context latent, without the learner's output norm so
-that any encoder's latents can be read); the told one reads the world's features
-(``PHYSICS_DIM``: gravity x and y, restitution, friction) as the oracle does, through
+Everything is in the EMA target's space (context, targets and "no change" alike), so no online-
+target gap enters. Each predictor is fit by AdamW (a one-cycle rate to ``lr``) on the squared
+error for ``steps`` minibatches of ``batch`` windows drawn from the fitting worlds; both start
+from the same initial weights (seeded) and see the same minibatches. Each has the learner's own
+predictor shape (``agent.blocks.BlockPredictor``: ``blocks`` residual blocks of ``hidden``
+units, one head per horizon giving the change of the newest context latent, without the
+learner's output norm so that any encoder's latents can be read); the told one reads the world's
+features (``PHYSICS_DIM``: gravity x and y, restitution, friction) as the oracle does, through
 ``OracleContext`` into every block by adaLN-Zero (track D's ``BlockFiLM``, zero at its start, so
 both predictors start as the same function). Each window starts at frame ``start`` of its
-sequence. The two scores' ratio is the world's worth on
-this latent: ``gain = 1 - D_world / D_latent``.
+sequence. The two scores' ratio is the world's worth on this latent: ``gain = 1 - D_world /
+D_latent``.
 """
 
 from __future__ import annotations
@@ -111,9 +111,9 @@ def fit_predictor(
     ctx: torch.Tensor, tgt: torch.Tensor, extra: torch.Tensor, cfg: ProbeConfig
 ) -> nn.Module:
     """AdamW (weight decay 1e-4, a one-cycle rate to ``cfg.lr``) on the squared error over
-    ``cfg.steps`` minibatches; ``extra`` (N, E) is read beside the context (E = 0: none). The initial weights and the minibatches depend only on
-    ``cfg.seed`` and the shapes, so the fit is deterministic; the caller's random state is
-    left as it was."""
+    ``cfg.steps`` minibatches; ``extra`` (N, E) is read beside the context (E = 0: none). The
+    initial weights and the minibatches depend only on ``cfg.seed`` and the shapes, so the fit
+    is deterministic; the caller's random state is left as it was."""
     gen = torch.Generator().manual_seed(cfg.seed)
     n, _, d = ctx.shape
     with torch.random.fork_rng(devices=[]):  # nn.Linear's init draws from the global generator
