@@ -16,6 +16,7 @@ training-family worlds and scored on the held-out ones: ``runners.evaluate --wor
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -106,6 +107,25 @@ class EvalRecord:
             )
             for i in range(rows)
         ]
+
+    def as_recorded(self) -> EvalRecord:
+        """The record as run.zarr holds it, its numbers float32 (what ``rows`` reads back): the
+        loop keeps this, so a resumed run's summary, which reads the earlier evaluations back
+        from the store, holds the numbers of the same run done in one go."""
+
+        def f32(x: float) -> float:
+            return float(np.float32(x))
+
+        return dataclasses.replace(
+            self,
+            d_shift=[f32(x) for x in self.d_shift],
+            d_shift_per_h=[[f32(x) for x in row] for row in self.d_shift_per_h],
+            d_base=f32(self.d_base),
+            d_base_per_h=[f32(x) for x in self.d_base_per_h],
+            sigma_embed=f32(self.sigma_embed),
+            sigma_z=f32(self.sigma_z),
+            sigma_target=f32(self.sigma_target),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

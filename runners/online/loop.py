@@ -371,7 +371,7 @@ class OnlineLoop:
             rec.sigma_embed, rec.excluded, rec.horizons,
             sigma_z=rec.sigma_z, sigma_target=rec.sigma_target,
         )  # fmt: skip
-        self.evals.append(rec)
+        self.evals.append(rec.as_recorded())  # what a resume reads back (EvalRecord.rows)
         head = rec.d(self.cfg.schedule.headline_n)
         guard = self.cfg.schedule.best_min_sigma or 0.0  # the collapse guard (resolved by the config)
         eligible = guard <= 0.0 or rec.sigma_embed >= guard

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from runners.online.parts import build_run_parts
 from runners.online.recorder import Recorder
 from runners.online.rundir import RunFolder, StopRequest
 from runners.studies import backends
+from tests.runners.cli_helpers import assert_same_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 # A short worlds-protocol run's own options (a switch into a held-out world at step 30).
@@ -28,14 +30,19 @@ WORLDS = ["--switch", "30:gravity=0.3,direction=45", "--eval-world-seqs", "4", "
           "2", "--episode-steps", "21", "40", "--final-ns", "0", "5"]  # fmt: skip
 
 
-def tiny_config(*argv: str, protocol: str = "paper") -> RunConfig:
+def tiny_argv(*argv: str, protocol: str = "paper") -> list[str]:
+    """The command line of ``tiny_config``."""
     paper = ["--eval-shift-train", "32", "--eval-base-test", "16"] if protocol == "paper" else []
     own = any(a in ("--switch", "--no-switch") for a in argv)  # argv's replace the default one
-    return build_config([
+    return [
         "--protocol", protocol, "--preset", "tiny", "--steps", "60",
         *([] if own else ["--switch", "30:0.5"]), "--eval-every", "20", "--checkpoint-every",
         "20", "--log-every", "5", "--eval-shift-test", "16", "--device", "cpu", *paper, *argv,
-    ])
+    ]  # fmt: skip
+
+
+def tiny_config(*argv: str, protocol: str = "paper") -> RunConfig:
+    return build_config(tiny_argv(*argv, protocol=protocol))
 
 
 def open_loop(root: Path, cfg: RunConfig, *, resume: bool = False) -> OnlineLoop:
@@ -50,12 +57,18 @@ def store_arrays(root: Path) -> dict[str, np.ndarray]:
     return {**{f"m:{k}": v for k, v in rec.read_metrics().items()}, **{f"e:{k}": v for k, v in ev.items()}}
 
 
-def assert_same_records(one: Path, other: Path) -> dict[str, np.ndarray]:
-    """Two 60-step runs' stores hold exactly the same metrics and evaluations; the first's."""
+def assert_same_records(
+    one: Path, other: Path, *, checkpoint: bool = False
+) -> dict[str, np.ndarray]:
+    """Two 60-step runs' stores hold exactly the same metrics and evaluations; the first's.
+    ``checkpoint``: their final ``latest.pt`` too, bit for bit (the weights, optimizer and
+    memory, which the metrics, float32 means, may not show to the last bit)."""
     a, b = store_arrays(one), store_arrays(other)
     assert sorted(a) == sorted(b) and len(a["m:step"]) == 60
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    if checkpoint:
+        assert_same_checkpoint(one, other)
     return a
 
 
@@ -72,34 +85,74 @@ def test_schedule_decides_periodic_work() -> None:
     assert (d.flush, d.evaluate, d.checkpoint) == (True, True, True)
 
 
-@pytest.mark.parametrize("protocol", ["paper", "worlds"])
-def test_cut_and_resume_equals_one_go(tmp_path: Path, protocol: str) -> None:
-    """A run stopped at step 25 and resumed (through the same factories) records exactly the
-    metrics and evaluations of the same run done in one go (the worlds protocol: its world
-    schedule, per-stream memories and the switch into a held-out world included)."""
-    over: list[str] = []
-    if protocol == "worlds":
-        over = WORLDS
-    whole = open_loop(tmp_path / "whole", tiny_config(*over, protocol=protocol))
-    for _ in whole.steps():
-        pass
-    whole.close()
+#: The worlds run settled at step 9 (0.3 of its 30 steps of base training), each step from
+#: then to the switch fitting two minibatches of its reservoir (``test_settle_run``).
+SETTLED = [*WORLDS, "--settle", "0.3", "--fit-updates", "2", "--fit-batch", "8",
+           "--fit-worlds", "2"]  # fmt: skip
 
-    cut = open_loop(tmp_path / "cut", tiny_config(*over, protocol=protocol))
+
+def own_options(run: str) -> list[str]:
+    """The options of the 60-step runs (switch at step 30): of each protocol, and ``settled``."""
+    return {"paper": [], "worlds": WORLDS, "settled": SETTLED}[run]
+
+
+def protocol_of(run: str) -> str:
+    return "paper" if run == "paper" else "worlds"
+
+
+@pytest.fixture(scope="module")
+def one_go(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``one_go(protocol)``: the folder of the 60-step run of ``tiny_config(*own_options(
+    protocol))`` done in one go, in this process (run once per module): what every cut,
+    resumed or otherwise changed run of that config must record."""
+    done: dict[str, Path] = {}
+
+    def run(protocol: str) -> Path:
+        if protocol not in done:
+            root = tmp_path_factory.mktemp(f"one-go-{protocol}") / "run"
+            cfg = tiny_config(*own_options(protocol), protocol=protocol_of(protocol))
+            loop = open_loop(root, cfg)
+            assert loop.vec_env.device is None  # on a CPU the world stays numpy
+            for _ in loop.steps():
+                pass
+            loop.close()
+            loop.folder.release()
+            done[protocol] = root
+        return done[protocol]
+
+    return run
+
+
+@pytest.mark.parametrize(("protocol", "at"), [
+    ("paper", 25), ("paper", 45), ("worlds", 25), ("worlds", 45), ("settled", 20),
+], ids=["paper-before-switch", "paper-after-switch", "worlds-before-switch",
+        "worlds-after-switch", "settled-fitting"])  # fmt: skip
+def test_cut_and_resume_equals_one_go(
+    tmp_path: Path, protocol: str, at: int, one_go: Callable[[str], Path]
+) -> None:
+    """A run stopped at step 25 or 45 (before or after the switch at 30, which freezes the
+    weights; a settled run at 20, while it fits its reservoir) and resumed (through the same
+    factories) records exactly the metrics and evaluations of the same run done in one go (the
+    worlds protocol: its world schedule, per-stream memories and the switch into a held-out
+    world included), and ends with the same checkpoint, bit for bit."""
+    cfg = tiny_config(*own_options(protocol), protocol=protocol_of(protocol))
+    cut = open_loop(tmp_path / "cut", cfg)
     for res in cut.steps():
-        if res.step == 25:
+        if res.step == at:
             cut.stop.request("test")
-    assert cut.step_count == 25
+    assert cut.step_count == at
     cut.checkpoint()  # what train_online does on a stop
     cut.folder.release()
-    again = open_loop(tmp_path / "cut", tiny_config(*over, protocol=protocol), resume=True)
-    assert again.step_count == 25 and again.gravity == 0.0
+    again = open_loop(tmp_path / "cut", cfg, resume=True)
+    assert again.step_count == at and again.physics == cut.physics
+    assert again.gravity == (0.0 if at < 30 else cut.gravity)
+    assert again.learner.weights_frozen == (at >= 30)  # memory mode from the switch on
     for _ in again.steps():
         pass
     again.close()
-    assert again.learner.weights_frozen  # memory mode after the switch at 30
+    assert again.learner.weights_frozen
 
-    a = assert_same_records(tmp_path / "whole", tmp_path / "cut")
+    a = assert_same_records(one_go(protocol), tmp_path / "cut", checkpoint=True)
     assert np.array_equal(a["m:step"], np.arange(60))
     # The world's physics are recorded per step (NaN while the worlds protocol's streams each
     # live in their own training world).
@@ -108,6 +161,9 @@ def test_cut_and_resume_equals_one_go(tmp_path: Path, protocol: str) -> None:
         assert g[29] == 0.0 and g[30] == 0.5
         assert set(np.unique(a["m:physics/gravity_direction"])) == {90.0}
     else:
+        if protocol == "settled":
+            assert again.learner.reservoir.seen > cut.learner.reservoir.seen > 0
+            assert np.isfinite(a["m:loss/pred"][9:30]).all()  # the fit updates' mean
         assert np.isnan(g[:30]).all() and (g[30:] == np.float32(0.3)).all()
         assert (a["m:physics/gravity_direction"][30:] == 45.0).all()
         feed = again.feed
@@ -117,7 +173,7 @@ def test_cut_and_resume_equals_one_go(tmp_path: Path, protocol: str) -> None:
 
 @pytest.mark.parametrize("protocol", ["paper", "worlds"])
 def test_a_run_with_its_world_on_the_device_is_the_same_run(
-    tmp_path: Path, protocol: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, protocol: str, monkeypatch: pytest.MonkeyPatch, one_go: Callable[[str], Path]
 ) -> None:
     """The streams' worlds stepped and rendered as tensors (``env.device``, what a GPU run
     uses), here on the CPU, cut at step 25 and resumed: exactly the numpy world's run."""
@@ -125,15 +181,7 @@ def test_a_run_with_its_world_on_the_device_is_the_same_run(
 
     from runners.online import feeds
 
-    over: list[str] = []
-    if protocol == "worlds":
-        over = WORLDS
-    whole = open_loop(tmp_path / "numpy", tiny_config(*over, protocol=protocol))
-    assert whole.vec_env.device is None  # on a CPU the world stays numpy
-    for _ in whole.steps():
-        pass
-    whole.close()
-
+    over = own_options(protocol)
     monkeypatch.setattr(feeds, "world_device", lambda device: torch.device(device))
     cut = open_loop(tmp_path / "device", tiny_config(*over, protocol=protocol))
     assert cut.vec_env.device == torch.device("cpu")
@@ -146,7 +194,7 @@ def test_a_run_with_its_world_on_the_device_is_the_same_run(
     for _ in again.steps():
         pass
     again.close()
-    assert_same_records(tmp_path / "numpy", tmp_path / "device")
+    assert_same_records(one_go(protocol), tmp_path / "device")
 
 
 def test_a_run_with_a_captured_step_is_the_same_run_off_a_gpu(tmp_path: Path) -> None:
@@ -258,9 +306,17 @@ def test_second_process_is_refused_and_writes_nothing(tmp_path: Path) -> None:
     RunFolder(folder.root).hold().release()
 
 
-def test_lock_is_released_when_the_holder_is_killed(tmp_path: Path) -> None:
-    proc = _cli("--preset", "tiny", "--steps", "100000", "--no-switch", "--out", str(tmp_path),
-                "--name", "run", "--eval-every", "100000")
+def test_lock_is_released_when_the_holder_is_killed(
+    tmp_path: Path, one_go: Callable[[str], Path]
+) -> None:
+    """A run killed outright (SIGKILL) after its first checkpoint: the OS releases the folder's
+    lock, and ``--resume`` continues it from the checkpoint (the steps after it lost and
+    recorded again) to exactly what the run done in one go records."""
+    # The worlds run of one_go (--steps does not change it: in memory mode the learner's
+    # schedule ends at the switch), alone, with no end in sight.
+    argv = [*tiny_argv(*WORLDS, protocol="worlds"), "--no-bounds", "--out", str(tmp_path),
+            "--name", "run"]  # fmt: skip
+    proc = _cli(*argv, "--steps", "100000")
     root = tmp_path / "run"
     deadline = time.monotonic() + 120
     while not (root / RunFolder.CONFIG).exists():  # config.json: the folder is held by now
@@ -269,9 +325,18 @@ def test_lock_is_released_when_the_holder_is_killed(tmp_path: Path) -> None:
         time.sleep(0.2)
     with pytest.raises(CliError, match="in use"):
         RunFolder(root).hold()
+    while not RunFolder(root).latest.exists():  # the first checkpoint (step 20)
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
     RunFolder(root).hold().release()  # the OS released the lock with the process
+    resumed = _cli("--resume", str(root), "--steps", "60")
+    out, err = resumed.communicate(timeout=240)
+    assert resumed.returncode == 0, err
+    assert "resuming at step 20 of 60" in out or "resuming at step 40 of 60" in out, out
+    assert_same_records(one_go("worlds"), root, checkpoint=True)
 
 
 def test_a_claimed_point_is_not_run_twice(tmp_path: Path) -> None:
