@@ -25,9 +25,14 @@ replay. Loading a state dict replaces the learner's tensors: the graphs are drop
 
 Where capture is off (a CPU, or ``capture=False``) the same path runs eagerly: tensor knobs,
 drawn memory, the same kernels; on a CPU its numbers are the plain step's bit for bit
-(``tests/agent/test_capture.py``). The stream latent cache (``cfg.stream_cache``) keeps Python
-dictionaries of latents by stream time, which a graph cannot replay: a captured learner needs
-``stream_cache=False``.
+(``tests/agent/test_capture.py``). ``graph=CallGraph`` puts a stand-in in a CUDA graph's place,
+on any device: its capture records the step (nothing runs), its replay calls it on the inputs
+recorded and writes its outputs into the tensors capture handed out. With it the whole machinery
+(static inputs, warmup, graphs per flag combination, replay, copy-out, reset) runs on a CPU, and
+the tests check it there against the plain step bit for bit; what only a GPU can check is the
+CUDA graph itself (its recording, the side stream, the capturable AdamW's kernels). The stream
+latent cache (``cfg.stream_cache``) keeps Python dictionaries of latents by stream time, which a
+graph cannot replay: a captured learner needs ``stream_cache=False``.
 """
 
 from __future__ import annotations
@@ -44,15 +49,43 @@ from agent.step import Knobs
 Key = tuple[bool, bool, bool]  # (learn, ema, write)
 
 
+class CallGraph:
+    """A CUDA graph's stand-in (``CapturedStep(graph=CallGraph)``, on any device; the tests' on a
+    CPU). ``capture(run)`` records ``run``, whose inputs are bound when it is made (the static
+    tensors a graph records), runs nothing, and hands out the metrics' static tensors; each
+    ``replay()`` calls ``run`` and writes its metrics into them in place, as a graph's replay
+    overwrites the outputs it owns."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.run: Callable[[], StepMetrics] | None = None
+        self.out: StepMetrics | None = None
+
+    def capture(self, run: Callable[[], StepMetrics]) -> StepMetrics:
+        self.run = run
+        self.out = StepMetrics(*(torch.empty(0, device=self.device) for _ in StepMetrics._fields))
+        return self.out
+
+    def replay(self) -> None:
+        assert self.run is not None and self.out is not None, "replay before capture"
+        for static, value in zip(self.out, self.run(), strict=True):
+            static.resize_(value.shape).copy_(value)
+
+
 class CapturedStep:
     """``update(batch, knobs) -> StepMetrics`` for ``learner``, replayed from CUDA graphs on a
     GPU (``capture``), eagerly with the same tensor inputs elsewhere."""
 
     def __init__(
-        self, learner: Any, capture: bool | None = None, warmup: int = 3
+        self,
+        learner: Any,
+        capture: bool | None = None,
+        warmup: int = 3,
+        graph: Callable[[torch.device], CallGraph] | None = None,
     ) -> None:
         """``learner``: the ``agent.Learner`` whose update this is (its networks, optimizer,
-        memory and generator); ``capture``: None for a GPU's default (on)."""
+        memory and generator); ``capture``: None for a GPU's default (on); ``graph``: what
+        captures in a CUDA graph's place (``CallGraph``, on any device), None for CUDA graphs."""
         if learner.latents is not None:
             raise ValueError(
                 "a captured step cannot replay the stream latent cache (Python dictionaries "
@@ -61,7 +94,8 @@ class CapturedStep:
         self.learner = learner
         device = learner.device
         self.capture = device.type == "cuda" if capture is None else capture
-        if self.capture and device.type != "cuda":
+        self.graph = graph
+        if self.capture and device.type != "cuda" and graph is None:
             raise ValueError(f"CUDA graphs need a CUDA device, the learner is on {device}")
         self.warmup = int(warmup)
         self.body = learner.step_on
@@ -71,7 +105,7 @@ class CapturedStep:
         self.step = torch.zeros((), dtype=torch.long, device=device)
         self.draws: torch.Tensor | None = None  # vary_memory's draws, allocated by the first
         self.batch: Batch | None = None  # the static inputs, allocated by the first batch
-        self.graphs: dict[Key, tuple[torch.cuda.CUDAGraph, StepMetrics]] = {}
+        self.graphs: dict[Key, tuple[torch.cuda.CUDAGraph | CallGraph, StepMetrics]] = {}
         self.eager_steps: dict[Key, int] = {}  # eager steps of each flag combination
         self._set_optimizer()
 
@@ -117,15 +151,17 @@ class CapturedStep:
 
     def _body(self, key: Key, drawn: bool) -> Callable[[], StepMetrics]:
         learn, ema, write = key
+        # The static inputs, bound now: a graph reads the tensors it recorded, every replay.
+        batch, draws = self.batch, self.draws if drawn else None
+        knobs = Knobs(self.step, self.lr, self.tau, learn, ema, write)
 
         def run() -> StepMetrics:
-            knobs = Knobs(self.step, self.lr, self.tau, learn, ema, write)
-            return self.body(self.batch, knobs, self.draws if drawn else None)
+            return self.body(batch, knobs, draws)
 
         return run
 
     def _eager(self, run: Callable[[], StepMetrics]) -> StepMetrics:
-        if not self.capture:
+        if not self.capture or self.learner.device.type != "cuda":
             return run()
         side = torch.cuda.Stream(self.learner.device)
         side.wait_stream(torch.cuda.current_stream(self.learner.device))
@@ -134,8 +170,13 @@ class CapturedStep:
         torch.cuda.current_stream(self.learner.device).wait_stream(side)
         return metrics
 
-    def _capture(self, run: Callable[[], StepMetrics]) -> tuple[torch.cuda.CUDAGraph, StepMetrics]:
+    def _capture(
+        self, run: Callable[[], StepMetrics]
+    ) -> tuple[torch.cuda.CUDAGraph | CallGraph, StepMetrics]:
         """Record ``run`` (nothing executes while recording); the caller replays it."""
+        if self.graph is not None:
+            stand_in = self.graph(self.learner.device)
+            return stand_in, stand_in.capture(run)
         graph = torch.cuda.CUDAGraph()
         cache = torch.is_autocast_cache_enabled()
         torch.set_autocast_cache_enabled(False)  # autocast's cast cache cannot be replayed

@@ -1,6 +1,7 @@
 """The paper protocol's numbers, fingerprinted: what ``Learner`` computes at the paper preset
-(dataset mode, fp32, every track) for a few steps with a filled memory, and what evaluation
-reports. ``test_paper_fingerprint.py`` checks the current code against the stored
+(dataset mode, fp32, every track) for a few steps with a filled memory, past the boundary
+detector's warmup (its gated memory writes included), and what evaluation reports.
+``test_paper_fingerprint.py`` checks the current code against the stored
 ``paper_fingerprint.json``; new options must leave the paper protocol computing exactly this.
 
 Regenerate (only when a change to the paper protocol's numbers is intended, and say so in the
@@ -22,7 +23,10 @@ from agent.sources import DatasetSource
 
 STORE = Path(__file__).with_name("paper_fingerprint.json")
 TRACKS = ("A", "B", "C", "D", "E")
-STEPS = 6  # the memory is filled after step 2 (pushes bypass the detector, as evaluation does)
+# The memory is filled after step 2 (pushes bypass the detector, as evaluation does); from the
+# detector's warmup (``detector_warmup``, 10 updates) on, boundaries fire and write the memory.
+STEPS = 12
+COLUMNS = ("loss_total", "loss_pred", "surprisal", "boundary", "buffer_size")  # a step's row
 
 
 def sequences(n: int, seed: int) -> np.ndarray:
@@ -41,7 +45,8 @@ def sequences(n: int, seed: int) -> np.ndarray:
 
 
 def fingerprint(track: str) -> dict[str, Any]:
-    """Per-step losses and surprisal, parameter sums after the steps, and a 2-point curve."""
+    """Per-step losses, surprisal, boundary and memory size (``COLUMNS``), parameter sums after
+    the steps, and a 2-point curve."""
     torch.manual_seed(0)
     cfg = AgentConfig.from_preset("paper", track=track, total_steps=100, batch_size=16)
     learner = Learner(cfg)
@@ -54,7 +59,7 @@ def fingerprint(track: str) -> dict[str, Any]:
             for i in range(4):
                 learner.buffer.push(z.view(8, 2, -1)[2 * i : 2 * i + 2].mean(0), 0, step)
         m = learner.update(source.next())
-        rows.append([float(m.loss_total), float(m.loss_pred), float(m.surprisal)])
+        rows.append([float(getattr(m, name)) for name in COLUMNS])
     sums = {n: float(p.detach().double().sum()) for n, p in learner.nets.named_parameters()}
     data = EvalData(shift_train=shift[:12], shift_test=shift[12:], base_test=base[:12])
     curve = adaptation_curve(learner, data, ns=(0, 3))

@@ -1,8 +1,15 @@
 """The captured step (``agent.capture``, ``Learner(captured=True)``): off a GPU the same path
 runs eagerly with its tensor inputs, bit for bit the plain step; on a GPU (where present) its
-CUDA graphs give the eager step's numbers to rounding."""
+CUDA graphs give the eager step's numbers to rounding.
+
+On a CPU the capture machinery itself runs with ``CallGraph`` in the CUDA graph's place (capture
+records the step, replay calls it on the static inputs it was made with): the static inputs
+copied in, the warmup, a graph per flag combination, the replays, the metrics copied out and
+the reset on a loaded state are checked against the plain step, bit for bit."""
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pytest
@@ -10,6 +17,7 @@ import torch
 
 import env
 from agent import AgentConfig, Learner, StreamSource
+from agent.capture import CallGraph, CapturedStep
 
 
 def world_cfg(track: str) -> AgentConfig:
@@ -38,21 +46,52 @@ def train(learner: Learner, data: list, freeze_at: int) -> list:
     return out
 
 
-@pytest.mark.parametrize("track", ["A", "C", "D"])
-def test_off_a_gpu_the_captured_path_is_the_plain_step_bit_for_bit(track: str) -> None:
-    cfg = world_cfg(track)
-    data = batches(cfg, 14)
-    plain, captured = Learner(cfg), Learner(cfg, captured=True)
-    assert captured.captured is not None and not captured.captured.capture
-    a, b = train(plain, data, 10), train(captured, data, 10)
-    for ma, mb in zip(a, b, strict=True):
-        for name, x, y in zip(ma._fields, ma, mb, strict=True):
-            assert torch.equal(x, y) or (x.isnan() & y.isnan()), name
-    for (name, p), q in zip(plain.nets.state_dict().items(), captured.nets.state_dict().values(),
+WARMUP = 2  # eager steps of each flag combination before its graph is captured
+FREEZE = 9  # learning (steps 0-8: 2 eager, 7 replayed), then memory mode (9-13: 2, 3)
+
+
+def graphed(cfg: AgentConfig) -> Learner:
+    """A learner whose update runs the capture machinery with ``CallGraph`` for CUDA graphs."""
+    learner = Learner(cfg)
+    learner.captured = CapturedStep(learner, capture=True, warmup=WARMUP, graph=CallGraph)
+    return learner
+
+
+def assert_same_learners(a: Learner, b: Learner, ma: list, mb: list) -> None:
+    """Two learners' metrics step by step, weights (and EMA target), optimizer state, detector
+    and memory, bit for bit."""
+    for t, (x, y) in enumerate(zip(ma, mb, strict=True)):
+        for name, p, q in zip(x._fields, x, y, strict=True):
+            assert torch.equal(p, q) or bool(p.isnan() & q.isnan()), f"step {t}, {name}"
+    for (name, p), q in zip(a.nets.state_dict().items(), b.nets.state_dict().values(),
                             strict=True):  # fmt: skip
         assert torch.equal(p, q), name
-    sa, sb = plain.buffer.state_dict(), captured.buffer.state_dict()
-    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    for p, q in zip(a.nets.trainable(), b.nets.trainable(), strict=True):
+        sa, sb = a.optimizer.state[p], b.optimizer.state[q]
+        assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+    for x, y in ((a.detector, b.detector), (a.buffer, b.buffer)):
+        sa, sb = x.state_dict(), y.state_dict()
+        assert sa.keys() == sb.keys()
+        assert all(torch.equal(sa[k], sb[k]) for k in sa if isinstance(sa[k], torch.Tensor))
+
+
+@pytest.mark.parametrize("track", ["A", "B", "C", "D", "E"])
+def test_off_a_gpu_the_captured_step_and_its_replayed_graphs_are_the_plain_step_bit_for_bit(
+    track: str,
+) -> None:
+    """The eager captured path (a CPU's) and the capture machinery with ``CallGraph`` (static
+    inputs, a graph captured per flag combination after the warmup, replayed) against the plain
+    step, over learning and memory mode."""
+    cfg = world_cfg(track)
+    data = batches(cfg, 14)
+    plain, captured, replayed = Learner(cfg), Learner(cfg, captured=True), graphed(cfg)
+    assert captured.captured is not None and not captured.captured.capture
+    a = train(plain, data, FREEZE)
+    assert_same_learners(plain, captured, a, train(captured, data, FREEZE))
+    assert_same_learners(plain, replayed, a, train(replayed, data, FREEZE))
+    steps = replayed.captured
+    assert set(steps.graphs) == {(True, True, True), (False, True, True)}  # (learn, ema, write)
+    assert set(steps.eager_steps.values()) == {WARMUP}
     assert float(a[-1].buffer_size) > 0 and float(a[3].lr) > 0
 
 
@@ -61,8 +100,6 @@ def test_a_captured_step_refuses_the_stream_latent_cache() -> None:
     with pytest.raises(ValueError, match="stream_cache=false"):
         Learner(cfg, captured=True)
     with pytest.raises(ValueError, match="CUDA device"):
-        from agent.capture import CapturedStep
-
         CapturedStep(Learner(world_cfg("C")), capture=True)
 
 
@@ -94,16 +131,26 @@ def test_on_a_gpu_the_captured_step_is_the_eager_step_to_rounding(track: str) ->
 
 def test_a_captured_learner_resumes_from_a_state_dict_as_the_plain_one_goes_on() -> None:
     """Loading a state dict drops the graphs and sets the optimizer for the captured step
-    again; off a GPU the resumed learner goes on exactly as the plain one."""
+    again; off a GPU the resumed learner (a fresh one, and the saved one reloading its own
+    state over its graphs), eager or replaying ``CallGraph``, goes on exactly as the plain one."""
     cfg = world_cfg("C")
     data = batches(cfg, 12)
-    plain, first = Learner(cfg), Learner(cfg, captured=True)
-    train(plain, data[:6], 99), train(first, data[:6], 99)
-    resumed = Learner(cfg, captured=True)
-    resumed.load_state_dict(first.state_dict())
-    assert resumed.optimizer.param_groups[0]["lr"] is resumed.captured.lr
-    a, b = train(plain, data[6:], 99), train(resumed, data[6:], 99)
-    for ma, mb in zip(a, b, strict=True):
-        assert all(torch.equal(x, y) or (x.isnan() & y.isnan()) for x, y in zip(ma, mb, strict=True))
-    for p, q in zip(plain.nets.parameters(), resumed.nets.parameters(), strict=True):
-        assert torch.equal(p, q)
+    plain = Learner(cfg)
+    train(plain, data[:6], 99)
+    a = train(plain, data[6:], 99)
+    for make in (lambda: Learner(cfg, captured=True), lambda: graphed(cfg)):
+        first, fresh = make(), make()
+        train(first, data[:6], 99)
+        graph = first.captured.graph is not None
+        assert bool(first.captured.graphs) == graph  # a graph captured before the state was saved
+        # a copy for each, as a checkpoint read back is: AdamW's load_state_dict keeps the very
+        # tensors it is given where their device and dtype fit (a state loaded twice is shared)
+        state = first.state_dict()
+        fresh.load_state_dict(copy.deepcopy(state))
+        first.load_state_dict(copy.deepcopy(state))
+        for learner in (fresh, first):
+            assert learner.optimizer.param_groups[0]["lr"] is learner.captured.lr
+            assert not learner.captured.graphs and not learner.captured.eager_steps
+        assert_same_learners(plain, fresh, a, train(fresh, data[6:], 99))
+        assert_same_learners(plain, first, a, train(first, data[6:], 99))
+        assert bool(fresh.captured.graphs) == graph == bool(first.captured.graphs)
