@@ -1,8 +1,11 @@
 """Every ``python -m runners.train_online ...`` the README and docs/ show (docs/archive.md, the
 record of superseded studies and removed options, aside) is a command train_online reads: its
 options parse and resolve as written. Placeholders (``RUN``, ``<...>``, ``[options]``, a seed
-``S``) and ``--resume`` commands are left out; a command wrapped over lines (a shell ``\\`` or
-an inline code span) is read whole."""
+``S``, a track ``T``) and ``--resume`` commands are left out; a command wrapped over lines (a shell
+``\\`` or an inline code span) is read whole. Each resolves to what it says: every option it writes
+holds the written value in the resolved config, and the options it leaves out (the protocol, the
+preset, the track, the seed, the steps and the switch) their documented defaults
+(docs/train_online.md, "Options")."""
 
 from __future__ import annotations
 
@@ -13,11 +16,21 @@ from pathlib import Path
 import pytest
 
 from runners.online.command import build_config
+from runners.online.config import flat
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "archive.md")]
 COMMAND = re.compile(r"python -m runners\.train_online\b([^`\n|#]*)")
 PLACEHOLDER = re.compile(r"RUN|<|\[|\.\.\.|\$|^[A-Z]$")
+TRACKS = ("A", "B", "C", "D", "E")
+
+
+def placeholder(argv: list[str], i: int) -> bool:
+    """Whether ``argv[i]`` stands for a value (``--seed S``, ``--track T``); a track's own letter
+    (``--track E``) is the value it says."""
+    if argv[i] in TRACKS and i > 0 and argv[i - 1] == "--track":
+        return False
+    return bool(PLACEHOLDER.search(argv[i]))
 
 
 def commands(path: Path) -> list[str]:
@@ -28,7 +41,7 @@ def commands(path: Path) -> list[str]:
     for m in COMMAND.finditer(text):
         rest = m.group(1).strip().rstrip(")").strip()
         argv = shlex.split(rest)
-        if "--resume" not in argv and not any(PLACEHOLDER.search(a) for a in argv):
+        if "--resume" not in argv and not any(placeholder(argv, i) for i in range(len(argv))):
             out.append(rest)
     return out
 
@@ -38,8 +51,90 @@ CASES = [(p.relative_to(ROOT).as_posix(), c) for p in DOCS for c in commands(p)]
 
 def test_the_docs_show_train_online_commands() -> None:
     assert len(CASES) >= 20 and any(f == "README.md" for f, _ in CASES)
+    written = [shlex.split(c) for _, c in CASES]
+    # The commands checked include ones that set the track, the protocol, the steps and switches.
+    for option in ("--track", "--protocol", "--steps", "--switch", "--preset", "--no-bounds"):
+        assert any(option in argv for argv in written), option
+
+
+#: docs/train_online.md's "Options" table: the default of each option a command may leave out.
+DEFAULTS = {"protocol": "worlds", "preset": "cpu", "track": "C", "seed": 0, "device": "auto",
+            "after_switch": "memory", "out": "runs", "bounds": True}
+PAPER_DEFAULTS = {"source": "stream"}  # the paper protocol's own options
+#: ... ``--steps N``: 4500 (``--preset gpu``: 6000), by (preset, protocol); ``--switch``: at 2/3
+#: of the steps, worlds ``gravity=0.3,direction=45``, paper 0.5.
+DEFAULT_STEPS = {("gpu", "worlds"): 6000, ("gpu", "paper"): 6000}
+DEFAULT_SWITCH = {"worlds": {"gravity": 0.3, "gravity_direction": 45.0}, "paper": {"gravity": 0.5}}
+#: A switch's parameter names as ``--switch`` takes them (docs/train_online.md, "Switches").
+SWITCH_NAMES = {"direction": "gravity_direction"}
+
+
+def written_options(argv: list[str]) -> list[tuple[str, list[str]]]:
+    """(field name, its written values) for each option of ``argv``, in order."""
+    out: list[tuple[str, list[str]]] = []
+    for token in argv:
+        if token.startswith("--"):
+            out.append((token[2:].replace("-", "_"), []))
+        else:
+            out[-1][1].append(token)
+    return out
+
+
+def switch(text: str) -> dict:
+    """``STEP:GRAVITY`` or ``STEP:NAME=VALUE,...`` as config.json holds it."""
+    step, _, physics = text.partition(":")
+    if "=" not in physics:
+        return {"step": int(step), "physics": {"gravity": float(physics)}}
+    pairs = (item.split("=") for item in physics.split(","))
+    return {"step": int(step), "physics": {SWITCH_NAMES.get(k, k): float(v) for k, v in pairs}}
+
+
+def same(value, text: str) -> bool:
+    """Whether a resolved value is the one ``text`` writes."""
+    if value is None or isinstance(value, bool):
+        return text == str(value)
+    if isinstance(value, (int, float)):
+        return float(text) == value
+    return value == text
 
 
 @pytest.mark.parametrize(("doc", "options"), CASES)
 def test_a_documented_command_parses_as_written(doc: str, options: str) -> None:
-    build_config(shlex.split(options))
+    argv = shlex.split(options)
+    cfg = flat(build_config(argv).to_dict())  # the run's config.json, by field name
+    given = dict(written_options(argv))
+    fields = {n[3:] if n.startswith("no_") and not v else n for n, v in given.items()}
+    for name, values in written_options(argv):
+        if name == "switch":
+            continue
+        if not values:  # a flag: --capture, --no-bounds
+            field, on = (name[3:], False) if name.startswith("no_") else (name, True)
+            if field == "switch":
+                assert cfg["switches"] == [], options
+            else:
+                assert field in cfg, f"--{name}: no field of the resolved config holds it"
+                assert cfg[field] is on, (name, cfg[field])
+            continue
+        assert name in cfg, f"--{name}: no field of the resolved config holds it"
+        value = cfg[name]
+        if len(values) == 1 and not isinstance(value, (list, tuple)):
+            assert same(value, values[0]), (name, values, value)
+        else:
+            assert isinstance(value, (list, tuple)), (name, values, value)
+            assert len(value) == len(values), (name, values, value)
+            assert all(same(v, t) for v, t in zip(value, values, strict=True)), (name, value)
+    # What the command leaves out: the documented defaults.
+    defaults = DEFAULTS | (PAPER_DEFAULTS if cfg["protocol"] == "paper" else {})
+    for name, default in defaults.items():
+        if name not in fields:
+            assert cfg[name] == default, (name, cfg[name])
+    steps = DEFAULT_STEPS.get((cfg["preset"], cfg["protocol"]), 4500)
+    if "steps" in given:
+        steps = int(given["steps"][0])
+    assert cfg["steps"] == steps
+    switches = [switch(t) for n, t in zip(argv, argv[1:], strict=False) if n == "--switch"]
+    if "no_switch" in given:
+        switches = []
+    elif not switches:
+        switches = [{"step": steps * 2 // 3, "physics": DEFAULT_SWITCH[cfg["protocol"]]}]
+    assert cfg["switches"] == switches, options

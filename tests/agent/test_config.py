@@ -94,12 +94,23 @@ def test_unknown_field_preset_and_track() -> None:
         AgentConfig(latent_dim=8, hidden_dim=64, exp_dim=8, lora_rank=9, hyper_dim=2)
 
 
-def test_preferred_precision_is_a_valid_precision() -> None:
-    from agent import preferred_precision
-    from agent.config import PRECISIONS
+def test_preferred_precision_is_bf16_exactly_where_bf16_kernels_run(monkeypatch) -> None:
+    """bf16 where torch's own check finds native bf16 kernels, fp32 everywhere else."""
+    import torch
 
-    assert preferred_precision("cpu") in PRECISIONS
+    import agent.config
+    from agent import preferred_precision
+
+    native = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert preferred_precision("cpu") == ("bf16" if native else "fp32")
     assert preferred_precision("meta") == "fp32"
+    cuda = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    assert preferred_precision("cuda") == ("bf16" if cuda else "fp32")
+    # It follows bf16_unsupported both ways, whatever this machine has.
+    monkeypatch.setattr(agent.config, "bf16_unsupported", lambda device="cpu": None)
+    assert preferred_precision("cpu") == "bf16"
+    monkeypatch.setattr(agent.config, "bf16_unsupported", lambda device="cpu": "no kernels")
+    assert preferred_precision("cpu") == "fp32"
 
 
 def test_a_config_saved_before_an_option_was_removed_still_loads() -> None:

@@ -110,9 +110,13 @@ def test_streams_write_their_worlds_memory_which_empties_when_the_world_changes(
     learner = Learner(cfg)
     source = grouped_source(cfg)
     changes = 0
+    # The step tags each group's FIFO should hold, oldest first: emptied with a new world, then
+    # one tag (the step) per valid stream of the group, in stream order, the oldest dropped.
+    tags: list[list[int]] = [[], []]
     for _ in range(70):
         batch = source.next()
         before = learner.buffer.key.clone()
+        step = learner.step
         learner.update(batch)
         buf = learner.buffer
         key = batch.world_key.view(2, 3)[:, 0]
@@ -128,7 +132,15 @@ def test_streams_write_their_worlds_memory_which_empties_when_the_world_changes(
             assert int(buf.size[g]) <= cfg.buffer_capacity
             if changed[g] and before[g] >= 0:
                 assert int(buf.size[g]) == 0  # the first frame of a new world: none valid yet
-            assert (world_steps >= 0).all()
+            if changed[g]:
+                tags[g] = []
+            writers = int(batch.valid.view(2, 3)[g].sum())
+            tags[g] = (tags[g] + [step] * writers)[-cfg.buffer_capacity :]
+            assert int(buf.size[g]) == len(tags[g])
+            newest_first = [int(buf.steps[g][(int(buf.ptr[g]) - 1 - a) % cfg.buffer_capacity])
+                            for a in range(len(tags[g]))]  # fmt: skip
+            assert newest_first == tags[g][::-1], (g, step)
+            assert sorted(world_steps.tolist()) == sorted(tags[g])
     assert changes >= 2 + 2  # the first worlds, then at least one redraw per group
 
 
@@ -172,19 +184,43 @@ def test_the_boundary_detector_runs_per_world() -> None:
     assert 0 < fired_any < 40 * cfg.num_groups
 
 
+GROUP_SIZE_4 = "group_size: must divide batch_size=6 (got 4)"
+GROUP_SIZE_0 = "group_size: must be a positive integer (got 0)"
+LARGER = ("group_size: larger than buffer_capacity=4 (a step writes up to group_size entries into "
+          "a world's memory) (got 6)")  # fmt: skip
+NEWEST = "memory_scope: group memory keeps the streams' own pairs: push_pair 'input' (got 'group')"
+
+
 @pytest.mark.parametrize(
-    ("kw", "match"),
+    ("kw", "message", "argv", "cli_message"),
     [
-        ({"group_size": 4}, "group_size: must divide batch_size=6"),
-        ({"group_size": 0}, "group_size: must be a positive integer"),
-        ({"group_size": 6, "buffer_capacity": 4}, "group_size: larger than buffer_capacity=4"),
-        ({"memory_read": "own"}, "memory_read: expected one of peer, all"),
-        ({"push_pair": "newest"}, "memory_scope: group memory keeps the streams' own pairs"),
+        ({"group_size": 4}, GROUP_SIZE_4, ["--batch-size", "6", "--group-size", "4"], GROUP_SIZE_4),
+        ({"group_size": 0}, GROUP_SIZE_0, ["--group-size", "0"], GROUP_SIZE_0),
+        ({"group_size": 6, "buffer_capacity": 4}, LARGER,
+         ["--batch-size", "6", "--group-size", "6", "--buffer-capacity", "4"], LARGER),
+        ({"memory_read": "own"}, "memory_read: expected one of peer, all (got 'own')",
+         ["--memory-read", "own"], "--memory-read: expected one of 'peer', 'all', got 'own'"),
+        ({"push_pair": "newest"}, NEWEST, ["--push-pair", "newest"], NEWEST),
     ],
+    ids=["divide", "zero", "capacity", "read", "pair"],
 )
-def test_bad_options_are_one_line_errors(kw, match) -> None:
-    with pytest.raises(ValueError, match=match):
+def test_bad_options_are_one_line_errors(kw, message, argv, cli_message) -> None:
+    """The config's own error is exactly one line; the same option on train_online's command
+    line is that line, ``python -m runners.train_online: error: ...``, and exit status 2, before
+    anything runs (``run_main`` over the command's config, resolved as ``main`` resolves it)."""
+    from runners.online.command import TRAIN_PROG, build_config
+    from tests.runners.cli_helpers import assert_one_line_error, main_error
+
+    with pytest.raises(ValueError) as err:
         world_cfg(**kw)
+    assert str(err.value) == message and "\n" not in message
+
+    def main(args: list[str]) -> int:
+        build_config(args)  # resolved as train_online's main resolves it, before any work
+        return 0
+
+    res = main_error(main, ["--preset", "tiny", *argv], TRAIN_PROG)
+    assert assert_one_line_error(res) == f"{TRAIN_PROG}: error: {cli_message}"
 
 
 @pytest.mark.parametrize("context", [1, 2, 3])

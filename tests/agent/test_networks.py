@@ -110,3 +110,47 @@ def test_the_encoder_has_four_convolutions_and_the_map_encoder_is_gone() -> None
         AgentConfig.from_dict({**cfg, "encoder": "map", "predictor": "conv"})
     with pytest.raises(ValueError, match="^predictor: expected one of direct, rollout"):
         AgentConfig.from_dict({**cfg, "predictor": "conv"})
+
+
+SEED_CONFIGS = [("A", {}), ("B", {}), ("C", {}), ("D", {}), ("E", {}), ("C", {"oracle": True})]
+
+
+@pytest.mark.parametrize(("track", "kw"), SEED_CONFIGS, ids=["A", "B", "C", "D", "E", "oracle"])
+def test_cfg_seed_sets_every_parts_init_and_leaves_the_global_rng_alone(
+    track: str, kw: dict
+) -> None:
+    """build_networks draws every random weight from ``cfg.seed``: the same seed gives the same
+    state dict bit for bit whatever the global RNG holds, two seeds differ in every random
+    tensor of every part (only the LayerNorms' constant ones and zeros agree), and the global
+    RNG comes back as it was."""
+    def build(seed: int, global_seed: int) -> dict[str, torch.Tensor]:
+        torch.manual_seed(global_seed)
+        before = torch.get_rng_state()
+        nets = build_networks(AgentConfig.from_preset("tiny", track=track, seed=seed, **kw))
+        assert torch.equal(torch.get_rng_state(), before), "build_networks moved the global RNG"
+        # ... so the global stream goes on as if nothing had been built in between.
+        expected = torch.Generator().manual_seed(global_seed).set_state(before)
+        assert torch.equal(torch.rand(8), torch.rand(8, generator=expected))
+        return nets.state_dict()
+
+    a, a_again, b = build(1, 100), build(1, 200), build(2, 100)
+    assert a.keys() == a_again.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], a_again[k]), f"{k}: the same cfg.seed gave another init"
+
+    nets = build_networks(AgentConfig.from_preset("tiny", track=track, seed=1, **kw))
+    norms = [name for name, m in nets.named_modules() if isinstance(m, torch.nn.LayerNorm)]
+    constant = {f"{name}.{p}" for name in norms for p in ("weight", "bias")}
+    parts = {k.split(".")[0] for k in a}
+    expected = {"encoder", "target", "predictor", "modulator"} | (
+        {"oracle"} if kw.get("oracle") else {"experience", "aggregator"} if track != "A" else set())
+    assert parts == expected
+    differ = {part: 0 for part in parts}
+    for k in a:
+        if k in constant:  # LayerNorm affine: ones and zeros whatever the seed
+            init = torch.ones_like(a[k]) if k.endswith("weight") else torch.zeros_like(a[k])
+            assert torch.equal(a[k], b[k]) and torch.equal(a[k], init), k
+            continue
+        assert not torch.equal(a[k], b[k]), f"{k}: two seeds gave the same init"
+        differ[k.split(".")[0]] += 1
+    assert all(n > 0 for n in differ.values()), differ

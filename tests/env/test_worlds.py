@@ -32,11 +32,30 @@ def test_draws_cover_the_family() -> None:
 
 
 def test_seeded_and_prefix_free() -> None:
+    """The same seed draws the same worlds; fewer worlds from a seed are a prefix of more (so
+    ``--eval-worlds 2`` evaluates the first two worlds of ``--eval-worlds 4``); a draw of n is one
+    ``rng.random((n, 4))``, its values mapped in closed form, and takes nothing else from rng."""
     fam = family("interp")
     a = fam.sample(np.random.default_rng(5), 10)
     b = fam.sample(np.random.default_rng(5), 10)
     assert a == b
     assert all(isinstance(w, PhysicsParams) for w in a)
+    for k in (0, 1, 3, 9):
+        assert fam.sample(np.random.default_rng(5), k) == a[:k], k
+    assert fam.sample(np.random.default_rng(5), 25)[:10] == a
+
+    # Closed form on a family of two arcs, [20, 30) and [100, 130), laid end to end on [0, 40).
+    two = WorldFamily("two", (0.1, 0.3), ((20.0, 30.0), (100.0, 130.0)), (0.5, 0.9), (0.0, 0.2))
+    rng, ref = np.random.default_rng(7), np.random.default_rng(7)
+    worlds = two.sample(rng, 50)
+    u = ref.random((50, 4))
+    at = u[:, 1] * 40.0
+    direction = np.where(at < 10.0, 20.0 + at, 100.0 + at - 10.0)
+    got = np.asarray([[w.gravity, w.gravity_direction, w.restitution, w.friction] for w in worlds])
+    want = np.stack([0.1 + 0.2 * u[:, 0], direction, 0.5 + 0.4 * u[:, 2], 0.2 * u[:, 3]], 1)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    assert 0 < (at < 10.0).sum() < 50  # both arcs drawn
+    assert rng.random() == ref.random()  # nothing more was drawn
 
 
 def test_held_out_families_are_named_and_bad_input_is_refused() -> None:

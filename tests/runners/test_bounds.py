@@ -14,7 +14,7 @@ from runners.online import beside, bounds
 from runners.online.command import build_config
 from runners.online.config import resolve
 from runners.online.rundir import RunFolder, StopRequest
-from tests.runners.cli_helpers import TINY_WORLDS, cli
+from tests.runners.cli_helpers import TINY_WORLDS, checkpoint_learner, cli
 
 TINY = [a for a in TINY_WORLDS if a != "--no-bounds"]
 
@@ -130,6 +130,20 @@ def test_perfect_physics_sits_beside_the_bounds() -> None:
     assert "the oracle / the world's own physics as two frames show it: h=2 2.0x, h=8 1.4x" in text
 
 
+def _perfect_physics(run: Path, branches: tuple[str, ...]) -> dict:
+    """probes.perfect_physics of the run's final learner (its latest checkpoint) on the
+    held-out worlds its config draws, at the held-out evaluation's input frame."""
+    from probes.perfect_physics import perfect_physics
+    from runners.online.command import config_from_dict
+    from runners.online.parts import make_evaluator
+
+    cfg = config_from_dict(json.loads((run / "config.json").read_text()))
+    learner = checkpoint_learner(run / "checkpoints" / "latest.pt")
+    assert learner.step == cfg.schedule.steps
+    sets = make_evaluator(cfg).sets
+    return perfect_physics(learner, sets.held_out, max(cfg.schedule.final_ns), branches)
+
+
 def test_the_default_run_trains_floor_and_ceiling_and_tells_the_story(tmp_path: Path) -> None:
     res = cli("train_online", *TINY, "--steps", "60", "--out", str(tmp_path), "--name", "run")
     assert res.returncode == 0, res.stderr
@@ -161,7 +175,22 @@ def test_the_default_run_trains_floor_and_ceiling_and_tells_the_story(tmp_path: 
     pp = s["held_out"]["perfect_physics"]  # every worlds run measures perfect physics
     assert set(pp["families"]) == {"interp", "extrap", "pooled"}
     assert all(len(d) == len(pp["horizons"]) + 1 for d in pp["families"]["pooled"].values())
-    assert floor["held_out"]["perfect_physics"]["families"]["interp"]["blind"][0] > 0
+    # The floor's perfect physics is that of its final learner on the run's held-out worlds:
+    # recomputed here, world-blind physics scores what the run wrote, and the world's exact
+    # physics (the true future, re-rendered) D = 0 to the encoder's rounding; pooled is the
+    # families' mean.
+    fp = floor["held_out"]["perfect_physics"]
+    again = _perfect_physics(run / "floor", ("exact", "blind"))
+    assert again["input_frame"] == fp["input_frame"]
+    fams = fp["families"]
+    for fam in ("interp", "extrap"):
+        blind = fams[fam]["blind"]
+        assert blind == pytest.approx(again["families"][fam]["blind"], rel=1e-6)
+        assert again["families"][fam]["exact"] == pytest.approx([0.0] * len(blind), abs=1e-4)
+        assert min(blind) > 1e-2  # world-blind physics is not the world's
+    for branch, d in fams["pooled"].items():
+        pairs = zip(fams["interp"][branch], fams["extrap"][branch], strict=True)
+        assert d == pytest.approx([(a + b) / 2 for a, b in pairs], rel=1e-12), branch
     assert "perfect physics, blind" in res.stdout and "world-blind (no gravity)" in res.stdout
     assert "Perfect physics in this latent" in md
 

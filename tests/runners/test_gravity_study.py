@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
-from cli_helpers import TINY_WORLDS, cli
+from cli_helpers import TINY_WORLDS, assert_one_line_error, cli
 
 from runners import gravity_study as gs
 from runners.online.config import Worlds
@@ -100,15 +100,17 @@ def test_study_runs_every_scale_writes_the_report_and_skips_finished_runs(tmp_pa
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--interp-gravity", "0.1", "0.2"], "--interp-gravity is set by the study"),
-    (["--no-bounds"], "--no-bounds is set by the study"),
-    (["--scales", "0"], "--scales must be positive"),
-    (["--steps", "2"], "--steps must be at least 3"),
+    (["--interp-gravity", "0.1", "0.2"],
+     "--interp-gravity is set by the study; use its own options"),
+    (["--no-bounds"], "--no-bounds is set by the study; use its own options"),
+    (["--scales", "0"], "--scales must be positive numbers"),
+    (["--steps", "2"], "--steps must be at least 3 (the switch is at 2/3)"),
 ])
 def test_bad_study_options_fail_in_one_line_before_anything_runs(
     tmp_path: Path, extra: list[str], message: str
 ) -> None:
+    """Exit status 2 and exactly the one line ``<prog>: error: MESSAGE`` on stderr."""
     res = cli("gravity_study", "--preset", "tiny", "--out", str(tmp_path / "s"), *extra)
-    assert res.returncode != 0
-    assert message in res.stderr and "Traceback" not in res.stderr
+    line = assert_one_line_error(res, module="gravity_study")
+    assert line == f"python -m runners.gravity_study: error: {message}"
     assert not (tmp_path / "s").exists()

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import checkpoint_learner
 
+import env
 from runners import reproduce
 from runners.online.recorder import Recorder
 from runners.studies import aggregate, analysis, report, runs, stats
@@ -161,6 +163,17 @@ def test_effective_rank_and_attention_summaries():
     assert a["entropy_norm"] == pytest.approx(0.0, abs=1e-9)
 
 
+def _latents(checkpoint: Path, frames: np.ndarray) -> np.ndarray:
+    """The online encoder's latents (M, latent) of frames (M, 1, 64, 64) under ``checkpoint``
+    (float64)."""
+    import torch
+
+    learner = checkpoint_learner(checkpoint)
+    with torch.no_grad():
+        z = learner.encode(torch.as_tensor(np.ascontiguousarray(frames)))
+    return z.double().numpy()
+
+
 def test_reproduce_end_to_end_on_a_tiny_run_then_regenerates_without_rerunning(tmp_path, capsys):
     out = tmp_path / "repro"
     argv = ["--out", str(out), "--preset", "tiny", "--steps", "20", "--seeds", "1",
@@ -177,10 +190,27 @@ def test_reproduce_end_to_end_on_a_tiny_run_then_regenerates_without_rerunning(t
     assert "| C | 1 |" in md and "needs B and C" in md
     # The deferred analyses ran on the real checkpoints (best and latest).
     cached = json.loads((out / "analysis" / "tiny-20" / "track-C_seed-1.json").read_text())
-    for phase in ("peak", "final"):
-        assert 1.0 <= cached[phase]["erank_latent"] <= cfg["agent"]["latent_dim"]
+    test = env.open_dataset(out / "data" / "paper.zarr").split("shift", "test").load()["frames"]
+    cap = cfg["agent"]["buffer_capacity"]
+    for phase, checkpoint in (("peak", "best.pt"), ("final", "latest.pt")):
+        # The effective rank, recomputed: the checkpoint's latents of every shift_test frame,
+        # row-centred, their singular values s; exp of the entropy of s / sum(s).
+        z = _latents(run / "checkpoints" / checkpoint, test.reshape(-1, *test.shape[2:]))
+        s = np.linalg.svd(z - z.mean(0), compute_uv=False)
+        p = s / s.sum()
+        assert cached[phase]["samples"] == test.shape[0] * test.shape[1] == z.shape[0]
+        erank = np.exp(-(p * np.log(p)).sum())
+        assert cached[phase]["erank_latent"] == pytest.approx(erank, rel=1e-5)
+        np.testing.assert_allclose(cached[phase]["spectrum_latent"], s / s[0], rtol=1e-4, atol=1e-6)
+        # Attention with the 50 shift-world transitions D_shift^50 uses added: they fill the
+        # whole memory (50 > capacity), so every entry is from the shift world and all the
+        # attention is on it; the mean weights of the entries, newest first, sum to one.
         att = cached[phase]["attention"]
-        assert att["shift_entries"] > 0 and 0.0 <= att["shift_mass"] <= 1.0 + 1e-6
+        assert (att["entries"], att["shift_entries"], att["shift_share"]) == (cap, cap, 1.0)
+        assert att["shift_mass"] == pytest.approx(1.0, abs=1e-6)
+        assert len(att["by_age_rank"]) == cap
+        assert sum(att["by_age_rank"]) == pytest.approx(1.0, abs=1e-6)
+        assert att["newest_mass"] == att["by_age_rank"][0]
     assert [p["n"] for p in cached["peak"]["adaptation_curve"]] == list(analysis.ADAPT_NS)
     for fig in ("svd_spectra.png", "attention_by_age.png", "adaptation_curve.png"):
         assert (out / "figures" / fig).stat().st_size > 5000

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+from cli_helpers import assert_one_line_error, main_error
 
 from runners import sweep
 from runners.cli import CliError
@@ -19,6 +20,7 @@ from runners.online.rundir import RunFolder
 from runners.studies import aggregate, backends, grid, launch, runs
 
 REPO = Path(__file__).resolve().parents[2]
+PROG = "python -m runners.sweep"
 # Small evaluation sets keep each tiny run to a few seconds (most of it is imports and figures).
 FAST_EVAL = ["--protocol", "paper", "--eval-shift-train", "32", "--eval-shift-test", "16", "--eval-base-test", "16", "--final-ns", "0", "50"]
 TINY = ["--preset", "tiny", "--steps", "20", "--no-switch", "--eval-every", "10",
@@ -48,13 +50,29 @@ def test_grid_names_are_filesystem_safe():
     assert "/" not in grid.expand({"data": ["a/b.zarr"]})[0].name
 
 
+EXPECTED = "expected FIELD=V1,V2,... (e.g. seed=42,43)"
+
+
 @pytest.mark.parametrize(
-    "specs",
-    [["track"], ["track="], ["track=A,,B"], ["1x=3"], ["seed=1", "seed=2"], ["seed=1,1"]],
+    ("specs", "message"),
+    [(["track"], f"bad --grid item 'track': {EXPECTED}"),
+     (["track="], "bad --grid item 'track=': empty value"),
+     (["track=A,,B"], "bad --grid item 'track=A,,B': empty value"),
+     (["1x=3"], f"bad --grid item '1x=3': {EXPECTED}"),
+     (["seed=1", "seed=2"], "--grid field 'seed' given twice"),
+     (["seed=1,1"], "--grid field 'seed' repeats a value: 1,1")],
 )
-def test_bad_grid_items_are_one_line_errors(specs):
-    with pytest.raises(CliError):
+def test_bad_grid_items_are_one_line_errors(tmp_path, specs, message):
+    """parse_grid's CliError is exactly one line; the sweep command given the same --grid
+    prints just that line and exits 2, before any folder exists."""
+    with pytest.raises(CliError) as err:
         grid.parse_grid(specs)
+    assert str(err.value) == message
+    out = tmp_path / "sweep"
+    for extra in ([], ["--dry-run"]):
+        res = main_error(sweep.main, ["--grid", *specs, "--out", str(out), *extra], PROG)
+        assert assert_one_line_error(res, module="sweep") == f"{PROG}: error: {message}"
+        assert not out.exists()
 
 
 def test_sweep_refuses_unknown_fields_and_reserved_options(capsys):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from cli_helpers import TINY_WORLDS, cli
+from cli_helpers import TINY_WORLDS, checkpoint_learner, cli
 
 import env
 from agent import AgentConfig
@@ -138,6 +138,28 @@ def test_memory_write_every_pushes_each_valid_step() -> None:
         assert learner.buffer.size.tolist() == [min(step + 1, 4), min(step + 1, 4), 0]
 
 
+def _final_probes(run: Path) -> dict[str, dict[str, float]]:
+    """probes.digits.probe_report of the run's latest checkpoint on the evaluation worlds its
+    config draws: fit on the training-family worlds' sequences, scored on the held-out ones'."""
+    from probes.digits import ProbeSet, probe_report
+    from runners.online.parts import make_evaluator
+
+    cfg = config_from_dict(json.loads((run / "config.json").read_text()))
+    sets = make_evaluator(cfg).sets
+    learner = checkpoint_learner(run / "checkpoints" / "latest.pt")
+    assert learner.step == cfg.schedule.steps
+
+    def encode(frames: torch.Tensor, target: bool) -> torch.Tensor:
+        with torch.no_grad():
+            return learner.encode(frames, target=target)
+
+    def probe_sets(worlds) -> list[ProbeSet]:
+        return [ProbeSet(np.asarray(w.frames), np.asarray(w.positions)) for w in worlds]
+
+    return probe_report(encode, probe_sets(sets.base), probe_sets(sets.held_out),
+                        cfg.agent.context_frames)
+
+
 def test_run_writes_held_out_curves(tmp_path: Path) -> None:
     res = cli("train_online", *TINY_WORLDS, "--best-min-sigma", "1e6", "--out", str(tmp_path), "--name",
               "w", "--steps", "40", "--switch", "30:gravity=0.6,direction=0")  # an extrap world
@@ -156,7 +178,14 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
     probes = held["probes"]  # R^2 of every latent and target (probes.digits)
     assert set(probes) == {"online", "target", "context"}
     assert all(set(row) == {"position", "centroid", "velocity"} for row in probes.values())
-    assert all(np.isfinite(v) and v <= 1.0 for row in probes.values() for v in row.values())
+    # They are the final learner's: its online and EMA-target encoders (frozen since the switch)
+    # on the run's own evaluation worlds, probes fit on the training family's sequences and
+    # scored on the held-out ones (probes.digits, its ridge and R^2 checked in closed form in
+    # tests/probes/test_digit_probe.py).
+    final = _final_probes(tmp_path / "w")
+    assert probes.keys() == final.keys()
+    for latent, row in final.items():
+        assert probes[latent] == pytest.approx(row, rel=1e-6, abs=1e-9), latent
     assert "linear probes of the digits' state" in res.stdout
     ref = held["reference"]  # agent.adaptation.reference_check, per family
     assert set(ref) == {"interp", "extrap"}

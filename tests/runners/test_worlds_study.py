@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_helpers import TINY_WORLDS, cli
+from cli_helpers import TINY_WORLDS, assert_one_line_error, cli
 
 from runners.cli import CliError
 from runners.studies import stats
@@ -152,17 +152,19 @@ def test_study_runs_every_arm_writes_the_report_and_skips_finished_runs(tmp_path
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--protocol", "paper"], "--protocol is fixed by the study"),
-    (["--oracle"], "the oracle is an arm of the study"),
+    (["--protocol", "paper"], "--protocol is fixed by the study; use worlds_study's options"),
+    (["--oracle"], "the oracle is an arm of the study; use --oracle-track"),
     (["--steps", "0"], "--steps must be at least 1"),
-    (["--episode-steps", "5", "10"], "run track-A_seed-42"),
+    (["--episode-steps", "5", "10"],
+     "run track-A_seed-42: episode_steps must be LOW HIGH with 21 <= LOW <= HIGH, got 5 10"),
 ])
 def test_bad_study_options_fail_in_one_line_before_anything_runs(
     tmp_path: Path, extra: list[str], message: str
 ) -> None:
+    """Exit status 2 and exactly the one line ``<prog>: error: MESSAGE`` on stderr."""
     res = cli("worlds_study", "--preset", "tiny", "--out", str(tmp_path / "s"), *extra)
-    assert res.returncode != 0
-    assert message in res.stderr and "Traceback" not in res.stderr
+    line = assert_one_line_error(res, module="worlds_study")
+    assert line == f"python -m runners.worlds_study: error: {message}"
     assert not (tmp_path / "s").exists()
 
 
