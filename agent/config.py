@@ -4,10 +4,7 @@
 every size so the whole pipeline runs in seconds on a CPU. Invalid values raise ``ValueError``
 naming the field, at construction.
 
-Calls the paper leaves open (documented in docs/agent.md):
-- Track A has no memory pathway, but its boundary detector still runs (for monitoring) with
-  kappa 1.5, the same as Track C, so A's and C's boundary traces are comparable.
-- Tracks D (FiLM) and E (hypernetwork) are untuned: they start from Track C's lr and kappa.
+Calls the paper leaves open (documented in docs/agent.md; the tracks' own in ``agent.tracks``):
 - ``input_scale`` defaults to 1.0: the encoder sees raw 0..255 pixel values. The paper does not
   say; with [0, 1] inputs (1/255) the listing's encoder maps all frames to nearly the same latent
   at init (batch std ~0.01-0.08) and the paper's gamma 0.75 / lambda 0.05 objective collapses at
@@ -28,8 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from agent.tracks import Letter as Track
+from agent.tracks import reads_memory
+from agent.tracks import track as track_named
+
 # The choices of the config's text fields, each typed where it is declared (tyro's choices).
-Track = Literal["A", "B", "C", "D", "E"]
 Precision = Literal["fp32", "bf16"]
 PushPair = Literal["newest", "input"]
 MemoryWrite = Literal["boundary", "every"]
@@ -107,15 +107,6 @@ def without_removed(values: dict[str, Any]) -> dict[str, Any]:
         out["memory_scope"] = "group"
     return out
 
-
-# Per-track defaults of the fields that differ between tracks (Table 5; D/E: see module doc).
-TRACK_DEFAULTS: dict[str, dict[str, float]] = {
-    "A": {"lr": 3e-3, "kappa": 1.5},
-    "B": {"lr": 2e-3, "kappa": 2.0},
-    "C": {"lr": 3e-3, "kappa": 1.5},
-    "D": {"lr": 3e-3, "kappa": 1.5},
-    "E": {"lr": 3e-3, "kappa": 1.5},
-}
 
 # The tiny preset: every size shrunk, the same structure (a few seconds on a CPU).
 TINY: dict[str, Any] = {
@@ -317,8 +308,8 @@ class AgentConfig:
 
     def _validate_shapes(self) -> None:
         """The integer fields beyond positivity, and the fields that constrain each other."""
-        if self.oracle and self.track == "A":
-            self._bad("oracle", "track A has no pathway to feed (the oracle needs a track B-E)")
+        if self.oracle and not reads_memory(self.track):
+            self._bad("oracle", f"track {self.track} has no memory pathway to feed the physics to")
         if self.memory_scope == "group" and self.push_pair != "input":
             self._bad("memory_scope", "group memory keeps the streams' own pairs: push_pair 'input'")
         if not _is_int(self.entry_frames) or self.entry_frames < 2:
@@ -476,10 +467,8 @@ class AgentConfig:
             raise ValueError(
                 f"preset: unknown preset {preset!r}, expected one of {', '.join(PRESETS)}"
             )
-        if track not in TRACKS:
-            raise ValueError(f"track: unknown track {track!r}, expected one of {', '.join(TRACKS)}")
         values: dict[str, Any] = dict(TINY) if preset == "tiny" else {}
-        values.update(TRACK_DEFAULTS[track])
+        values.update(track_named(track).defaults)
         values["track"] = track
         _check_names(overrides)
         values.update(overrides)

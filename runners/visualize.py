@@ -39,6 +39,7 @@ from typing import Annotated, Any
 
 import tyro
 
+from agent import tracks as agent_tracks
 from agent.config import Track
 from runners.cli import CliError, ensure_output_dir, run_main
 from runners.cli import parse as parse_cli
@@ -59,7 +60,7 @@ from runners.online.switch import SWITCH_SYNTAX, SwitchArg
 PROG = "visualize"
 SESSION_FILE = "viz.json"
 DEFAULT_STEPS = 3000
-DEFAULT_TRACKS = ("A", "C")
+DEFAULT_TRACKS = (agent_tracks.FLOOR, agent_tracks.MEMORY_DEFAULT)
 DEFAULT_PROTOCOL = "worlds"
 
 KEYS = """keys (worlds protocol):
@@ -199,7 +200,8 @@ ORACLE = "oracle"
 
 def with_bounds(tracks: Sequence[str]) -> list[str]:
     """The tracks with the floor (track A, first) and the ceiling (``ORACLE``, last) added."""
-    return (["A"] if "A" not in tracks else []) + list(tracks) + [ORACLE]
+    floor = [] if agent_tracks.FLOOR in tracks else [agent_tracks.FLOOR]
+    return floor + list(tracks) + [ORACLE]
 
 
 def bound_config(args: Visualize, name: str, from_dir: Path | None, protocol: str,
@@ -208,7 +210,8 @@ def bound_config(args: Visualize, name: str, from_dir: Path | None, protocol: st
     (C if none) fed the true physics."""
     if name != ORACLE:
         return track_config(args, name, from_dir, protocol)
-    base = next((t for t in tracks if t not in ("A", ORACLE)), "C")
+    base = next((t for t in tracks if t != ORACLE and agent_tracks.reads_memory(t)),
+                agent_tracks.MEMORY_DEFAULT)
     cfg = track_config(args, base, None, protocol)
     cfg.agent = cfg.agent.replace(oracle=True)
     return cfg

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from agent import tracks
 from runners.online.config import RunConfig
 
 #: The bound runs, in the order they are trained: (name, folder, what it is).
@@ -50,9 +51,9 @@ def bound_config(cfg: RunConfig, name: str) -> RunConfig:
     track A, or with the oracle (track C's for a track A run), and no bounds of its own."""
     agent = cfg.agent
     if name == "floor":
-        agent = agent.replace(track="A")
+        agent = agent.replace(track=tracks.FLOOR)
     elif name == "ceiling":
-        agent = agent.replace(track="C" if agent.track == "A" else agent.track, oracle=True)
+        agent = agent.replace(track=tracks.with_memory(agent.track), oracle=True)
     else:
         raise ValueError(f"unknown bound {name!r}")
     return dataclasses.replace(cfg, agent=agent, bounds=False)

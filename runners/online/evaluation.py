@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 import env
-from agent import EvalData, EvalResult, Learner, adaptation_curve
+from agent import EvalData, EvalResult, Learner, adaptation_curve, tracks
 from agent.adaptation import (
     WorldCurve,
     WorldSet,
@@ -223,7 +223,8 @@ class WorldsEvaluator(CurveEvaluator):
         exact simulator in this learner's latent, world-blind and of another world
         (``probes.perfect_physics``: the physics ceiling)."""
         cfg = learner.cfg
-        memories = ("own",) if cfg.track == "A" or cfg.oracle else ("own", "same", "wrong")
+        reads = tracks.reads_memory(cfg.track) and not cfg.oracle
+        memories = ("own", "same", "wrong") if reads else ("own",)
         curves = world_curves(learner, self.sets.held_out, tuple(ns), memories, peers(cfg))
         return {
             "ns": [int(n) for n in ns],

@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
+from agent import tracks  # noqa: E402
 from runners.cli import writing  # noqa: E402
 from runners.online.config import Paper, RunConfig, Schedule, Worlds, flat  # noqa: E402
 from runners.online.recorder import Recorder  # noqa: E402
@@ -292,7 +293,7 @@ def plot_delta(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -> None:
     ax.plot(m["step"], d, lw=0.8, color="#2ca02c")
     ax.set_xlabel("step")
     track = cfg.get("track", "C")
-    what = {"C": "LoRA delta scales", "D": "FiLM scales", "E": "hypernetwork code"}.get(track, "")
+    what = tracks.track(track).generates
     ax.set_ylabel(f"mean |{what}|")
     ax.set_title(f"Track {track}: size of the experience-generated modulation ({what})", pad=14)
     _switch_lines(ax, cfg.get("switches") or [], cfg.get("after_switch", ""), True)

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.tracks import INPUT, WEIGHTS
 from runners.studies import stats
 from runners.studies.runs import RunRecord
 
@@ -46,9 +47,9 @@ def by_track(records: Iterable[RunRecord]) -> dict[str, TrackStats]:
 
 def pre_registered(tracks: Mapping[str, TrackStats]) -> tuple[float, str]:
     """(delta, outcome) of track C vs track B on mean peak D_shift^{50}; (nan, "?") if missing."""
-    if "B" not in tracks or "C" not in tracks:
+    if INPUT not in tracks or WEIGHTS not in tracks:
         return math.nan, "?"
-    d = stats.delta(tracks["B"].peak.mean, tracks["C"].peak.mean)
+    d = stats.delta(tracks[INPUT].peak.mean, tracks[WEIGHTS].peak.mean)
     return d, stats.outcome(d)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from agent.tracks import FLOOR, WEIGHTS
 from runners.cli import writing
 from runners.studies import analysis, stats
 from runners.studies.aggregate import TrackStats, by_track, pre_registered
@@ -141,8 +142,8 @@ def _main_section(tracks: Mapping[str, TrackStats], d: float, oc: str, figs: Pat
         f"{_cell(stats.OUTCOME_TEXT[PAPER_OUTCOME])} |",
         "",
     ]
-    if "A" in tracks and "C" in tracks:
-        sec = stats.delta(tracks["A"].peak.mean, tracks["C"].peak.mean)
+    if FLOOR in tracks and WEIGHTS in tracks:
+        sec = stats.delta(tracks[FLOOR].peak.mean, tracks[WEIGHTS].peak.mean)
         lines += [f"Secondary (not pre-registered): (D_A - D_C) / D_A = {_pct(sec)} "
                   f"(paper: {_pct(PAPER_SECONDARY_DELTA)} against track A's mean).", ""]
     fig_seed_bars(tracks, figs / "fig2_seed_bars.png")

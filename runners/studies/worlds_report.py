@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from agent import tracks
 from runners.cli import CliError, writing
 from runners.studies import stats
 from runners.studies.report import jsonable, study_header
@@ -182,7 +183,7 @@ def _family_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[s
                     fam: str) -> dict[str, Any]:  # fmt: skip
     """One family's own-memory numbers: D_A, D_oracle, the oracle gain, each memory track's
     drop, oracle share and wrong- and same-world gaps, and the delta with its outcome."""
-    d_a, d_o = _arm_d(arms, "A", fam), _arm_d(arms, ORACLE, fam)
+    d_a, d_o = _arm_d(arms, tracks.FLOOR, fam), _arm_d(arms, ORACLE, fam)
     row: dict[str, Any] = {"d_A": d_a, "d_oracle": d_o,
                            "oracle_gain": _ratio(d_a - d_o, d_a), "tracks": {}}
     for arm in memory_arms:
@@ -198,8 +199,8 @@ def _family_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[s
             "wrong_gap": _ratio(_arm_d(arms, arm, fam, "wrong") - dn, dn),
             "same_gap": _ratio(_arm_d(arms, arm, fam, "same") - dn, dn),
         }
-    dl = (stats.delta(_arm_d(arms, "B", fam), _arm_d(arms, "C", fam))
-          if {"B", "C"} <= set(arms) else math.nan)
+    dl = (stats.delta(_arm_d(arms, tracks.INPUT, fam), _arm_d(arms, tracks.WEIGHTS, fam))
+          if {tracks.INPUT, tracks.WEIGHTS} <= set(arms) else math.nan)
     row["delta"], row["outcome"] = dl, stats.outcome(dl)
     return row
 
@@ -231,7 +232,7 @@ def analyse(runs: Sequence[WorldsRun]) -> dict[str, Any]:
     out: dict[str, Any] = {"arms": {}, "families": [*FAMILIES, POOLED], "n": HEADLINE_N}
     for arm, rs in arms.items():
         out["arms"][arm] = _arm_summary(rs)
-    memory_arms = [a for a in arms if a not in ("A", ORACLE)]
+    memory_arms = [a for a in arms if a not in (tracks.FLOOR, ORACLE)]
     metrics = {fam: _family_metrics(arms, memory_arms, fam) for fam in (*FAMILIES, POOLED)}
     out["metrics"] = metrics
     out["peer"] = peer_metrics(arms, memory_arms)
@@ -260,7 +261,7 @@ def peer_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[str]
     ceiling, per family and per seed: D^50, the share of the oracle gap it closes, the
     wrong-world control against it, the gravity probe; the pre-registered delta on it; and the
     group-memory targets for the best memory track by pooled peer D^50."""
-    floor = {r.seed: r for r in arms.get("A", [])}
+    floor = {r.seed: r for r in arms.get(tracks.FLOOR, [])}
     ceiling = {r.seed: r for r in arms.get(ORACLE, [])}
     out: dict[str, Any] = {"families": {}}
     for fam in (*FAMILIES, POOLED):
@@ -284,8 +285,8 @@ def peer_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[str]
                 mean["share"] = (_ratio(mean["d_A"] - mean["peer"], mean["d_A"] - mean["d_oracle"])
                                  if mean["d_A"] > mean["d_oracle"] else math.nan)
             rows[arm] = {"mean": mean, "per_seed": per_seed}
-        dl = (stats.delta(rows["B"]["mean"]["peer"], rows["C"]["mean"]["peer"])
-              if {"B", "C"} <= set(rows) else math.nan)
+        dl = (stats.delta(rows[tracks.INPUT]["mean"]["peer"], rows[tracks.WEIGHTS]["mean"]["peer"])
+              if {tracks.INPUT, tracks.WEIGHTS} <= set(rows) else math.nan)
         out["families"][fam] = {"tracks": rows, "delta": dl, "outcome": stats.outcome(dl)}
     pooled = out["families"][POOLED]["tracks"]
     best = min(pooled, key=lambda a: pooled[a]["mean"]["peer"]
@@ -350,7 +351,7 @@ def fig_curves(runs: Sequence[WorldsRun], path: Path, memory: str = "same") -> P
             rs = arms[arm]
             color = ORACLE_COLOR if arm == ORACLE else TRACK_COLORS.get(arm)
             mems = ["own"] if fam is None else [memory, "wrong"]
-            if fam is not None and arm in ("A", ORACLE):
+            if fam is not None and arm in (tracks.FLOOR, ORACLE):
                 mems = ["own"]  # no memory read: the same at every n
             for mem in mems:
                 if fam is None:
@@ -482,7 +483,7 @@ def delta_lines(result: Mapping[str, Any]) -> list[str]:
              "| worlds | D_B | D_C | delta | outcome |", "|---|---|---|---|---|"]
     for fam in result["families"]:
         m = result["metrics"][fam]
-        tb, tc = m["tracks"].get("B", {}), m["tracks"].get("C", {})
+        tb, tc = m["tracks"].get(tracks.INPUT, {}), m["tracks"].get(tracks.WEIGHTS, {})
         oc = m["outcome"]
         lines.append(f"| {fam} | {_f(tb.get('d50', math.nan))} | {_f(tc.get('d50', math.nan))} | "
                      f"{_pct(m['delta'])} | {oc}: "

@@ -1,0 +1,76 @@
+"""The tracks, each one object: what it is, whether it reads memory, what its memory generates,
+its defaults (the paper's Table 5). Code asks a track these things; it never compares letters
+(the modulator each builds: ``agent.modulators.build_modulator``).
+
+- A: no memory pathway (the floor); its boundary detector still runs, with C's kappa, so the
+  two boundary traces are comparable.
+- B: e_agg added to the predictor's input (residual injection);
+- C: e_agg generates a per-sample LoRA delta of the predictor's weights;
+- D: e_agg generates FiLM scales and shifts; E: a hypernetwork code. D and E are untuned: they
+  start from C's lr and kappa.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+Letter = Literal["A", "B", "C", "D", "E"]
+
+
+@dataclass(frozen=True)
+class Track:
+    """One track of the paper (Table 5's defaults)."""
+
+    letter: str
+    what: str
+    """What the track does with memory, in a few words."""
+    reads_memory: bool
+    """False: no experience pathway (e_agg is never computed, the oracle has nothing to feed)."""
+    generates: str
+    """What e_agg generates, as the run's plots name it ("" where nothing is generated)."""
+    lr: float
+    kappa: float
+
+    @property
+    def defaults(self) -> dict[str, float]:
+        """The config fields whose defaults differ between tracks."""
+        return {"lr": self.lr, "kappa": self.kappa}
+
+
+TRACKS: dict[str, Track] = {
+    "A": Track("A", "no memory (the floor)", False, "", 3e-3, 1.5),
+    "B": Track("B", "residual injection into the input", True, "", 2e-3, 2.0),
+    "C": Track("C", "a LoRA delta of the weights", True, "LoRA delta scales", 3e-3, 1.5),
+    "D": Track("D", "FiLM of the hidden units", True, "FiLM scales", 3e-3, 1.5),
+    "E": Track("E", "a hypernetwork code", True, "hypernetwork code", 3e-3, 1.5),
+}
+assert tuple(TRACKS) == get_args(Letter)
+
+#: The floor: the learner without memory.
+FLOOR = "A"
+#: The memory track a bound or a view uses where the run's own track reads no memory.
+MEMORY_DEFAULT = "C"
+
+
+def track(letter: str) -> Track:
+    """The track of ``letter`` (ValueError naming the choices for any other)."""
+    if letter not in TRACKS:
+        raise ValueError(f"track: unknown track {letter!r}, expected one of {', '.join(TRACKS)}")
+    return TRACKS[letter]
+
+
+def reads_memory(letter: str) -> bool:
+    """Whether the track of ``letter`` has a memory pathway."""
+    return track(letter).reads_memory
+
+
+def with_memory(letter: str) -> str:
+    """``letter`` if its track reads memory, else ``MEMORY_DEFAULT`` (the oracle of a floor run)."""
+    return letter if reads_memory(letter) else MEMORY_DEFAULT
+
+
+#: The paper's question: experience added to the predictor's input (B) against experience
+#: rewriting its weights (C); its delta is (D_B - D_C) / D_B.
+INPUT = "B"
+WEIGHTS = "C"
