@@ -35,7 +35,6 @@ PushPair = Literal["newest", "input"]
 MemoryWrite = Literal["boundary", "every"]
 MemoryScope = Literal["global", "group"]
 MemoryRead = Literal["peer", "all"]
-PredictorKind = Literal["direct", "rollout"]
 Regularised = Literal["predictions", "latents"]
 PredError = Literal["mse", "relative"]
 TRACKS: tuple[str, ...] = get_args(Track)
@@ -89,6 +88,8 @@ REMOVED: dict[str, Any] = {
     "lambda_identity": 0.0,  # the memory's objectives (docs/archive.md)
     "lambda_physics": 0.0,
     "encoder": "flat",  # "map", with predictor="conv": the study preset (docs/archive.md)
+    "predictor": "direct",  # "rollout", a transition rolled forward (docs/archive.md)
+    "lambda_cov": 0.0,  # VICReg's covariance term: it halved the margin (docs/archive.md)
 }
 
 
@@ -158,7 +159,6 @@ _NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {
     "tau_end": (lambda v: v <= 1, "in [tau_base, 1]"),
     "gamma": (lambda v: v >= 0, ">= 0"),
     "lambda_reg": (lambda v: v >= 0, ">= 0"),
-    "lambda_cov": (lambda v: v >= 0, ">= 0"),
     "kappa": (lambda v: v > 0, "> 0"),
     "detector_momentum": (lambda v: 0 < v < 1, "in (0, 1)"),
     "input_scale": (lambda v: v > 0, "> 0"),
@@ -194,7 +194,6 @@ class AgentConfig:
     # what the variance hinge holds apart: the "predictions" (the paper) or the online
     # encoder's "latents" of the context frames (eb_jepa, VICReg)
     regularise: Regularised = "predictions"
-    lambda_cov: float = 0.0  # weight of VICReg's covariance term on what regularise names (0: none, the paper)
     # the prediction error: "mse" the mean over horizons of the squared error (the paper);
     # "relative" each horizon's divided by its batch's mean squared "no change" distance
     # ||zbar_k - z_t||^2, so that the short horizons weigh as they do in D
@@ -219,11 +218,6 @@ class AgentConfig:
     # Beyond the paper (docs/agent.md, "Beyond the paper"); the defaults are the paper's.
     context_frames: int = 1  # predictor input: the latents of the last C frames (1: the paper)
     per_horizon: bool = False  # one predicted latent per horizon (False: the paper's single one)
-    # "direct": the predictor maps the context to the horizons' latents at once (the paper);
-    # "rollout": a one-step transition z_{t+1} = norm(z_t + f(z_{t-C+1..t})), modulated at every
-    # step, applied max(horizons) times, its outputs at the horizons (one latent per horizon, so
-    # per_horizon is moot). docs/agent.md, "A predictor that rolls forward".
-    predictor: PredictorKind = "direct"
     push_pair: PushPair = "newest"  # memory pair: "newest" frames (paper) or "input" (the input's own)
     # "global" one FIFO of batch means (paper), "group" one FIFO per group of ``group_size``
     # streams that share a world (agent/memory/group.py; group_size 1: each stream its own)
@@ -406,15 +400,9 @@ class AgentConfig:
         return self.context_frames * self.latent_dim, self.out_heads * self.latent_dim
 
     @property
-    def rollout(self) -> bool:
-        """The predictor is a one-step transition rolled forward to every horizon."""
-        return self.predictor == "rollout"
-
-    @property
     def out_heads(self) -> int:
-        """Latents one predictor call gives: K per horizon, 1 the paper's single one or one step
-        of a rollout."""
-        return self.n_horizons if self.per_horizon and not self.rollout else 1
+        """Latents one predictor call gives: K per horizon, 1 the paper's single one."""
+        return self.n_horizons if self.per_horizon else 1
 
     @property
     def past_frames(self) -> int:

@@ -85,10 +85,6 @@ class Predictor(nn.Module):
     on each). ``hidden`` and ``readout`` split the forward at the hidden state so the
     modulators can act there; ``finish`` is the LayerNorm after fc2. ``forward`` is exactly the
     listing's ``norm(fc2(act(fc1(z))))`` in the paper's shapes.
-
-    ``residual`` (the rollout's transition, ``cfg.predictor == "rollout"``): the output is
-    ``norm(z_last + fc2(...))``, a change of the newest input latent, so "no change" is the
-    transition at fc2 = 0.
     """
 
     def __init__(
@@ -97,12 +93,9 @@ class Predictor(nn.Module):
         hidden_dim: int,
         context: int = 1,
         heads: int = 1,
-        residual: bool = False,
     ) -> None:
         super().__init__()
-        if residual and heads != 1:
-            raise ValueError("a residual predictor (the rollout's transition) has one head")
-        self.latent_dim, self.heads, self.residual = latent_dim, heads, residual
+        self.latent_dim, self.heads = latent_dim, heads
         self.in_dim, self.out_dim = context * latent_dim, heads * latent_dim
         self.fc1 = nn.Linear(self.in_dim, hidden_dim)
         self.act = nn.GELU()
@@ -111,7 +104,7 @@ class Predictor(nn.Module):
 
     @classmethod
     def from_config(cls, cfg: AgentConfig) -> Predictor:
-        return cls(cfg.latent_dim, cfg.hidden_dim, cfg.context_frames, cfg.out_heads, cfg.rollout)
+        return cls(cfg.latent_dim, cfg.hidden_dim, cfg.context_frames, cfg.out_heads)
 
     def hidden(self, z: torch.Tensor) -> torch.Tensor:
         """(B, in_dim) -> (B, hidden): act(fc1(z))."""
@@ -131,21 +124,18 @@ class Predictor(nn.Module):
         (c_b (x) x_b) @ bases (never materialising (B, out, n))."""
         return (c.unsqueeze(2) * x.unsqueeze(1)).flatten(1) @ bases
 
-    def finish(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    def finish(self, y: torch.Tensor) -> torch.Tensor:
         """fc2's output (B, out_dim) -> the prediction: norm(y), (B, latent); per horizon
-        (B, K, latent), each normalised. ``z`` (B, in_dim) is the input, read when
-        ``residual``: norm(z_last + y)."""
-        if self.residual:
-            return self.norm(y + z[:, -self.latent_dim :])
+        (B, K, latent), each normalised."""
         return self.norm(y if self.heads == 1 else y.unflatten(-1, (self.heads, self.latent_dim)))
 
-    def readout(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """(B, hidden) -> the prediction: finish(fc2(h), z) for the input z."""
-        return self.finish(self.fc2(h), z)
+    def readout(self, h: torch.Tensor) -> torch.Tensor:
+        """(B, hidden) -> the prediction: finish(fc2(h))."""
+        return self.finish(self.fc2(h))
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         """(B, in_dim) -> (B, latent) (or (B, K, latent)), the base (unmodulated) prediction."""
-        return self.finish(self.fc2(self.act(self.fc1(z))), z)
+        return self.finish(self.fc2(self.act(self.fc1(z))))
 
 
 AnyPredictor = Predictor | BlockPredictor

@@ -73,17 +73,6 @@ def reg_loss(pred: torch.Tensor, gamma: float, weight: torch.Tensor | None = Non
     return torch.clamp(gamma - std, min=0.0).mean()
 
 
-def cov_loss(x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
-    """VICReg covariance term: the squared off-diagonal entries of the (unbiased) covariance of
-    x (N, D) over its rows, summed and divided by D; weight (N,) 0/1 float or None."""
-    w = torch.ones(x.shape[0], device=x.device) if weight is None else weight
-    n = w.sum()
-    xc = x - (x * w.unsqueeze(1)).sum(0) / n.clamp(min=1.0)
-    cov = (xc * w.unsqueeze(1)).T @ xc / (n - 1.0).clamp(min=1.0)
-    off = cov - torch.diag(torch.diagonal(cov))
-    return off.pow(2).sum() / x.shape[1]
-
-
 def compute_loss(
     pred: torch.Tensor,
     targets: torch.Tensor,
@@ -91,11 +80,10 @@ def compute_loss(
     lambda_reg: float,
     weight: torch.Tensor | None = None,
     latents: torch.Tensor | None = None,
-    lambda_cov: float = 0.0,
     current: torch.Tensor | None = None,
 ) -> Loss:
-    """Loss(total, pred, reg) for pred (B, D) and targets (B, K, D). The variance hinge (and,
-    with ``lambda_cov``, the covariance term) is on the predictions (the paper), or on the
+    """Loss(total, pred, reg) for pred (B, D) and targets (B, K, D). The variance hinge is on
+    the predictions (the paper), or on the
     online encoder's ``latents`` (B, [C,] D) where given (each context frame a row). With the
     input latent ``current`` (B, D) the horizons' errors are relative (``pred_loss``)."""
     lp = pred_loss(pred, targets, weight, current)
@@ -105,22 +93,17 @@ def compute_loss(
         src = latents.float().reshape(-1, latents.shape[-1])
         w = None if weight is None else weight.repeat_interleave(c)
     lr = reg_loss(src, gamma, w)
-    total = lp + lambda_reg * lr
-    if lambda_cov > 0:
-        total = total + lambda_cov * cov_loss(src.flatten(1), w)
-    return Loss(total, lp, lr)
+    return Loss(lp + lambda_reg * lr, lp, lr)
 
 
 @dataclass(frozen=True)
 class Objective:
     """The step's loss settings (from ``AgentConfig``): the variance hinge's target std and
-    weight, whether it holds the encoder's latents apart (``cfg.regularise``), the covariance
-    term's weight, and whether the horizons' errors are relative (``cfg.pred_error``)."""
+    weight, whether it holds the encoder's latents apart (``cfg.regularise``), and whether the horizons' errors are relative (``cfg.pred_error``)."""
 
     gamma: float = 0.75
     lambda_reg: float = 0.05
     on_latents: bool = False
-    lambda_cov: float = 0.0
     relative: bool = False
 
     def __call__(
@@ -129,5 +112,5 @@ class Objective:
         """The loss of pred against targets for the online context latents z (B, [C,] D)."""
         current = z[:, -1] if z.dim() == 3 else z
         return compute_loss(pred, targets, self.gamma, self.lambda_reg, weight,
-                            z if self.on_latents else None, self.lambda_cov,
+                            z if self.on_latents else None,
                             current if self.relative else None)

@@ -26,8 +26,6 @@ class StepSpec:
     input_scale: float = 1.0  # uint8 frames -> encoder input (``cfg.input_scale``)
     objective: Objective = Objective()  # the loss (gamma, lambda_reg, regularise, ...)
     write_every: bool = False  # write the memory at every valid step (``cfg.memory_write``)
-    horizons: tuple[int, ...] = ()  # ``cfg.horizons`` (the rollout's outputs)
-    rollout: bool = False  # the predictor is a transition rolled forward (``cfg.predictor``)
     group_memory: bool = False  # one memory and detector per world (``cfg.memory_scope``)
     entry: int = 2  # E, latents a memory entry holds (``cfg.entry_frames``)
     encoder_stride: int = 1  # every s-th stream's context gives the encoder its gradient
@@ -48,12 +46,9 @@ class StepSpec:
                 gamma=cfg.gamma,
                 lambda_reg=cfg.lambda_reg,
                 on_latents=cfg.regularise == "latents",
-                lambda_cov=cfg.lambda_cov,
                 relative=cfg.pred_error == "relative",
             ),
             write_every=cfg.memory_write == "every",
-            horizons=cfg.horizons,
-            rollout=cfg.rollout,
             group_memory=cfg.memory_scope == "group",
             entry=cfg.entry_frames,
             encoder_stride=cfg.encoder_stride,

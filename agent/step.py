@@ -12,7 +12,6 @@ None: every latent computed.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -227,28 +226,6 @@ def aggregate(
         return nets.aggregator(z.float(), codes, memory.mask, memory.group)
 
 
-def unroll(
-    transition: Callable[[torch.Tensor], torch.Tensor], z: torch.Tensor, spec: StepSpec
-) -> torch.Tensor:
-    """The prediction of ``transition`` (flat context (B, C * latent) -> latent(s)) for the
-    context latents z (B, C, latent) - or (B, latent) when C = 1.
-
-    Direct (the paper): ``transition(z)`` once, (B, latent) or (B, K, latent). Rollout: the
-    transition applied max(horizons) times, each output appended to the context as its newest
-    latent (the oldest dropped), the outputs at the horizons stacked: (B, K, latent).
-    """
-    if not spec.rollout:
-        return transition(z.flatten(1))
-    ctx = z if z.dim() == 3 else z.unsqueeze(1)
-    out = []
-    for t in range(1, spec.horizons[-1] + 1):
-        nxt = transition(ctx.flatten(1))  # (B, latent)
-        if t in spec.horizons:
-            out.append(nxt)
-        ctx = torch.cat([ctx[:, 1:], nxt.unsqueeze(1).to(ctx.dtype)], 1)
-    return torch.stack(out, 1)
-
-
 def modulated_prediction(
     nets: Networks,
     z: torch.Tensor,
@@ -260,8 +237,7 @@ def modulated_prediction(
     """The modulated prediction for the context latents z (B, C, latent) - or (B, latent) when
     C = 1 - given ``memory`` (and its e_i ``codes``, computed here when None): (Modulated(pred,
     scales (B, n) | None), Aggregate(e_agg (B, exp_dim), attn (B, cap)) | None). pred is (B,
-    latent), or (B, K, latent) per horizon or rolled out (``unroll``: the modulation acts at
-    every step of a rollout, with the same e_agg). The aggregator's query is the input frame's
+    latent), or (B, K, latent) per horizon. The aggregator's query is the input frame's
     latent. With the oracle the context is ``nets.oracle(physics)`` (physics (B, PHYSICS_DIM),
     required) and memory is not read."""
     agg = None
@@ -275,15 +251,7 @@ def modulated_prediction(
     else:
         agg = aggregate(nets, input_latent(z), memory, spec, codes)
         e_agg = agg.e_agg if agg is not None else z.new_zeros(z.shape[0], spec.exp_dim)
-    scales: list[torch.Tensor | None] = []
-
-    def transition(x: torch.Tensor) -> torch.Tensor:
-        mod = nets.modulator(nets.predictor, x, e_agg)
-        scales.append(mod.scales)  # the same at every step: they depend on e_agg alone
-        return mod.pred
-
-    pred = unroll(transition, z, spec)
-    return Modulated(pred, scales[0]), agg
+    return nets.modulator(nets.predictor, z.flatten(1), e_agg), agg
 
 
 def base_error(
@@ -293,7 +261,7 @@ def base_error(
     mean_k ||zbar_k - P_base(z)|| over the K horizons (docs/definitions.md#surprisal)."""
     with spec.autocast():
         if nets.modulator.uses_memory:
-            base = unroll(nets.predictor, z.detach(), spec)
+            base = nets.predictor(z.detach().flatten(1))
         else:
             base = mod.pred
     return torch.linalg.vector_norm(targets - per_horizon(base.detach().float()), dim=-1).mean(1)

@@ -24,4 +24,4 @@ class FiLMModulator(Modulator):
         gb = self.film(e_agg)  # (B, 2 hidden)
         g, b = gb.chunk(2, dim=-1)
         h1 = predictor.hidden(z) * (1.0 + g) + b
-        return Modulated(predictor.readout(h1, z), gb)
+        return Modulated(predictor.readout(h1), gb)

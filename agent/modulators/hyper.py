@@ -29,4 +29,4 @@ class HyperModulator(Modulator):
         """z (B, in), e_agg (B, exp_dim) -> pred (``Predictor.readout``), scales (B, m)."""
         c = self.code(e_agg)  # (B, m)
         h1 = predictor.act(predictor.fc1(z) + predictor.mixed(z, c, self.bases))
-        return Modulated(predictor.readout(h1, z), c)
+        return Modulated(predictor.readout(h1), c)

@@ -36,4 +36,4 @@ class LoRAModulator(Modulator):
         delta2 = self.delta2_gen(e_agg)  # (B, r)
         h1 = predictor.act(predictor.fc1(z) + predictor.low_rank(z, self.v1, delta1, self.u1))
         h2 = predictor.fc2(h1) + predictor.low_rank(h1, self.v2, delta2, self.u2)
-        return Modulated(predictor.finish(h2, z), torch.cat([delta1, delta2], dim=-1))
+        return Modulated(predictor.finish(h2), torch.cat([delta1, delta2], dim=-1))

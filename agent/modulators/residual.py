@@ -18,4 +18,4 @@ class ResidualModulator(Modulator):
 
     def forward(self, predictor: AnyPredictor, z: torch.Tensor, e_agg: torch.Tensor) -> Modulated:
         """z (B, latent), e_agg (B, exp_dim) -> pred (B, latent)."""
-        return Modulated(predictor.readout(predictor.hidden(z) + self.proj_B(e_agg), z), None)
+        return Modulated(predictor.readout(predictor.hidden(z) + self.proj_B(e_agg)), None)

@@ -147,12 +147,11 @@ def test_bad_requests() -> None:
         world_curves(Learner(cfg), worlds(cfg)[:1], NS)
 
 
-@pytest.mark.parametrize("predictor", ["direct", "rollout"])
-def test_reference_check_is_exact_where_the_encoders_agree(predictor: str) -> None:
+def test_reference_check_is_exact_where_the_encoders_agree() -> None:
     """A fresh learner's EMA target is its online encoder: the two references give the same D
     and the online latent of the true future is the target itself (D 0). Once they differ,
     so do the references."""
-    cfg = cfg_of("C", predictor=predictor)
+    cfg = cfg_of("C")
     learner = Learner(cfg)
     ws = worlds(cfg)
     ref = reference_check(learner, ws)

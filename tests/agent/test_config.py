@@ -65,7 +65,6 @@ def test_tiny_preset_is_small_and_json_round_trips() -> None:
         ("weight_decay", -0.1),
         ("gamma", -0.5),
         ("lambda_reg", -1.0),
-        ("lambda_cov", -0.1),
         ("regularise", "targets"),
         ("pred_error", "l1"),
         ("buffer_capacity", 0),

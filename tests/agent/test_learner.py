@@ -59,7 +59,7 @@ def test_gradients_reach_every_trainable_part_and_not_the_target(frames: np.ndar
 def test_the_hinge_on_the_latents_is_the_one_a_step_reports(frames: np.ndarray) -> None:
     """regularise="latents": the step's loss/reg is the hinge on the online latents of the
     context frames of the batch it trained on (before the update), not on its predictions."""
-    cfg = AgentConfig.from_preset("tiny", track="A", regularise="latents", lambda_cov=0.1)
+    cfg = AgentConfig.from_preset("tiny", track="A", regularise="latents")
     learner, batch = Learner(cfg), DatasetSource(frames, cfg, seed=0).next()
     with torch.no_grad():
         z = context_latents(learner.nets, batch.frames, learner.spec)
