@@ -228,19 +228,12 @@ class StackedLearner:
         return MemoryView.of_group(self.buffer, self.groups, episode, u)
 
     # ---------------------------------------------------------------- the step
-    def update(self, batches: Batch | Sequence[Batch]) -> list[StepMetrics]:
-        """One step of every seed: seed s on ``batches[s]``, or on rows s * B .. (s + 1) * B - 1
-        of one stacked batch (a ``StreamSource`` over ``env.blocks.Schedules``); each seed's
-        ``StepMetrics``. Replayed from CUDA graphs when ``captured`` (``agent.capture``)."""
-        if isinstance(batches, Batch):
-            batch = batches
-            if batch.valid.shape[0] != self.seeds * self.cfg.batch_size:
-                raise ValueError(f"a stacked batch has {self.seeds} x {self.cfg.batch_size} "
-                                 f"rows, got {batch.valid.shape[0]}")  # fmt: skip
-        elif len(batches) != self.seeds:
+    def update(self, batches: Sequence[Batch]) -> list[StepMetrics]:
+        """One step of every seed, seed s on ``batches[s]``; each seed's ``StepMetrics``.
+        Replayed from CUDA graphs when ``captured`` (``agent.capture``)."""
+        if len(batches) != self.seeds:
             raise ValueError(f"expected {self.seeds} batches (one a seed), got {len(batches)}")
-        else:
-            batch = stack_batches([b.to(self.device) for b in batches])
+        batch = stack_batches([b.to(self.device) for b in batches])
         knobs = self.knobs()
         if self.captured is not None:
             columns = self.captured.update(batch, knobs)

@@ -21,7 +21,7 @@ import env
 from agent import Learner, StreamSource
 from agent.stacked import StackedLearner
 from benchmarks.conftest import BenchSettings, record, skip_unless_selected, timed_rate
-from env.blocks import Schedules, SharedWorlds
+from env.blocks import SharedWorlds
 from runners.online.command import build_config
 
 
@@ -57,12 +57,13 @@ def test_stacked_seeds(
     if mode == "stacked":
         shared = SharedWorlds(env.MovingMNISTVectorEnv(seeds * b, max_episode_steps=None,
                                                        device=world), seeds)  # fmt: skip
-        joint = Schedules([schedule(blk, c) for blk, c in zip(shared.blocks, cfgs, strict=True)])
-        source = StreamSource(joint, cfgs[0], bench.device, seed=[c.seed for c in cfgs])
+        blocks = [StreamSource(schedule(blk, c), c, bench.device, seed=c.seed)
+                  for blk, c in zip(shared.blocks, cfgs, strict=True)]  # fmt: skip
+        StreamSource.start_together(blocks)  # the blocks step together
         learner = StackedLearner(cfgs, bench.device, bench.capture)
 
         def step() -> None:
-            learner.update(source.next())
+            learner.update([src.next() for src in blocks])
     else:
         sources = [StreamSource(schedule(env.MovingMNISTVectorEnv(b, max_episode_steps=None,
                                                                   device=world), c),

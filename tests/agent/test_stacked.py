@@ -84,30 +84,30 @@ def test_a_stack_refuses_what_it_cannot_run() -> None:
         stacked.update([])
 
 
-def test_one_source_over_the_seeds_worlds_feeds_the_stack_as_their_own_streams() -> None:
-    """``env.blocks``: one shared env of the seeds' blocks, each under its seed's schedule, read
-    by one ``StreamSource``: its stacked batches train the stack as each seed's own stream
-    trains its plain learner."""
-    from env.blocks import Schedules, SharedWorlds
+def test_the_seeds_blocks_of_one_shared_env_feed_the_stack_as_their_own_streams() -> None:
+    """``env.blocks`` as the stacked runs use it: one shared env of the seeds' blocks, each under
+    its seed's schedule and read by its own ``StreamSource``: their batches are each seed's own
+    stream's, and train the stack as each seed's own stream trains its plain learner."""
+    from env.blocks import SharedWorlds
 
     cfgs = [config("C", s) for s in SEEDS]
     b = cfgs[0].batch_size
     shared = SharedWorlds(env.MovingMNISTVectorEnv(len(SEEDS) * b, max_episode_steps=None),
                           len(SEEDS))  # fmt: skip
-    joint = Schedules([
-        env.WorldSchedule(blk, "train", episode_steps=(6, 12), seed=c.seed, group_size=4)
+    sources = [
+        StreamSource(env.WorldSchedule(blk, "train", episode_steps=(6, 12), seed=c.seed,
+                                       group_size=4), c, seed=c.seed)
         for blk, c in zip(shared.blocks, cfgs, strict=True)
-    ])  # fmt: skip
-    source = StreamSource(joint, cfgs[0], seed=[c.seed for c in cfgs])
+    ]  # fmt: skip
+    StreamSource.start_together(sources)  # the blocks step together (as runners.online.stacked)
     data = [stream(c, 12) for c in cfgs]
     singles = [Learner(c) for c in cfgs]
     stacked = StackedLearner(cfgs)
     for t in range(12):
-        batch = source.next()
+        batches = [src.next() for src in sources]
         for s in range(len(SEEDS)):
-            rows = slice(s * b, (s + 1) * b)
-            assert torch.equal(batch.frames[rows], data[s][t].frames), (t, s)
-        got = stacked.update(batch)
+            assert torch.equal(batches[s].frames, data[s][t].frames), (t, s)
+        got = stacked.update(batches)
         for s, one in enumerate(singles):
             want = one.update(data[s][t])
             for name, x, y in zip(want._fields, want, got[s], strict=True):

@@ -1,5 +1,5 @@
 """env.blocks: S blocks of one vector env, each driven by its own WorldSchedule, give each
-schedule's lone run bit for bit (frames, infos, state); ``Schedules`` joins them block-major."""
+schedule's lone run bit for bit (frames, infos, state)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import env
-from env.blocks import Schedules, SharedWorlds
+from env.blocks import SharedWorlds
 
 S, B, G = 3, 8, 4
 SEEDS = (5, 9, 13)
@@ -79,21 +79,6 @@ def test_a_block_state_is_a_lone_env_state() -> None:
         same_step(ours[0], again.step(), f"step {t} after set_state")
 
 
-def test_joined_schedules_give_the_lone_runs_block_major() -> None:
-    shared = SharedWorlds(env.MovingMNISTVectorEnv(S * B, max_episode_steps=None), S)
-    joint = Schedules([schedule(b, s) for b, s in zip(shared.blocks, SEEDS, strict=True)])
-    lones = [schedule(env.MovingMNISTVectorEnv(B, max_episode_steps=None), s) for s in SEEDS]
-    obs, infos = joint.reset(seed=list(SEEDS))
-    parts = [lone.reset(seed=s) for lone, s in zip(lones, SEEDS, strict=True)]
-    assert np.array_equal(obs, np.concatenate([p[0] for p in parts]))
-    for _ in range(30):
-        got, want = joint.step(), [lone.step() for lone in lones]
-        for i in range(4):
-            assert np.array_equal(got[i], np.concatenate([w[i] for w in want]))
-        assert np.array_equal(got[4]["world_id"], np.concatenate([w[4]["world_id"] for w in want]))
-    assert joint.num_envs == S * B
-
-
 def test_blocks_refuse_what_breaks_the_rounds() -> None:
     with pytest.raises(ValueError, match="positive divisor"):
         SharedWorlds(env.MovingMNISTVectorEnv(10, max_episode_steps=None), 3)
@@ -104,5 +89,3 @@ def test_blocks_refuse_what_breaks_the_rounds() -> None:
     shared.blocks[0].step()  # a second round: blocks 1 and 2 are behind now
     with pytest.raises(RuntimeError, match="rounds behind"):
         shared.blocks[1].step()
-    with pytest.raises(ValueError, match="every block, in block order"):
-        Schedules([schedule(shared.blocks[1], 0)])
