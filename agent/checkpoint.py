@@ -163,6 +163,18 @@ def load_checkpoint(
     return apply_checkpoint(read_checkpoint(path, map_location), path, learner, source)
 
 
+def learner_from_checkpoint(path: str | os.PathLike) -> Learner:
+    """A CPU learner built with the checkpoint's own config and loaded from it, this process's
+    global RNGs left as they were (``load_checkpoint`` restores the training process's)."""
+    learner = Learner(read_checkpoint_config(path), device="cpu")
+    np_state, py_state = np.random.get_state(), random.getstate()
+    with torch.random.fork_rng(devices=[]):
+        load_checkpoint(path, learner, map_location="cpu")
+    np.random.set_state(np_state)
+    random.setstate(py_state)
+    return learner
+
+
 def read_checkpoint(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
     """The checkpoint at ``path`` as read and checked, not yet applied (``apply_checkpoint``);
     ``CheckpointError`` naming the file when it is missing, damaged or of another format."""

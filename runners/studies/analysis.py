@@ -106,28 +106,6 @@ def load_eval_frames(data: str | Path) -> dict[str, np.ndarray]:
     }
 
 
-def _learner_from_checkpoint(checkpoint: Path) -> Any:
-    """A CPU learner built with the checkpoint's own config and loaded from it.
-
-    ``load_checkpoint`` also restores the global RNGs of the training process; they are put
-    back afterwards so an analysis leaves this process's randomness alone.
-    """
-    import random
-
-    import torch
-
-    from agent.checkpoint import load_checkpoint, read_checkpoint_config
-    from agent.learner import Learner
-
-    learner = Learner(read_checkpoint_config(checkpoint), device="cpu")
-    np_state, py_state = np.random.get_state(), random.getstate()
-    with torch.random.fork_rng(devices=[]):
-        load_checkpoint(checkpoint, learner, map_location="cpu")
-    np.random.set_state(np_state)
-    random.setstate(py_state)
-    return learner
-
-
 def _encode(learner: Any, frames: np.ndarray, chunk: int = 512) -> Any:
     """Online-encoder latents of frames (M, 1, 64, 64) uint8 -> (M, latent) float32 tensor."""
     import torch
@@ -144,9 +122,10 @@ def analyse_checkpoint(checkpoint: str | Path,
     """SVD, attention (and optionally the adaptation curve) for one checkpoint of one run."""
     import torch
 
+    from agent.checkpoint import learner_from_checkpoint
     from agent.evaluation import memory_with_shift
 
-    learner = _learner_from_checkpoint(Path(checkpoint))
+    learner = learner_from_checkpoint(checkpoint)
     test = frames["shift_test"]  # (N, 21, 1, 64, 64)
     with torch.no_grad():
         z = _encode(learner, test.reshape(-1, *test.shape[2:]))  # (N * 21, latent)

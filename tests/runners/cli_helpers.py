@@ -199,23 +199,3 @@ def main_error(main, argv: list[str], prog: str) -> subprocess.CompletedProcess[
     finally:
         sys.argv = saved
     raise AssertionError(f"{prog} {' '.join(argv)}: run_main returned without exiting")
-
-
-def checkpoint_learner(checkpoint: Path):
-    """A CPU ``Learner`` built with ``checkpoint``'s config and loaded from it (a run's learner as
-    it saved it), the global RNGs that ``load_checkpoint`` restores put back."""
-    import random
-
-    import numpy as np
-    import torch
-
-    from agent.checkpoint import load_checkpoint, read_checkpoint_config
-    from agent.learner import Learner
-
-    learner = Learner(read_checkpoint_config(checkpoint), device="cpu")
-    np_state, py_state = np.random.get_state(), random.getstate()
-    with torch.random.fork_rng(devices=[]):
-        load_checkpoint(checkpoint, learner, map_location="cpu")
-    np.random.set_state(np_state)
-    random.setstate(py_state)
-    return learner

@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from agent.checkpoint import learner_from_checkpoint as checkpoint_learner
 from runners.online import beside, bounds
 from runners.online.command import build_config
 from runners.online.config import resolve
 from runners.online.rundir import RunFolder, StopRequest
-from tests.runners.cli_helpers import TINY_WORLDS, checkpoint_learner, cli
+from tests.runners.cli_helpers import TINY_WORLDS, cli
 
 TINY = [a for a in TINY_WORLDS if a != "--no-bounds"]
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_helpers import checkpoint_learner
 
 import env
+from agent.checkpoint import learner_from_checkpoint as checkpoint_learner
 from runners import reproduce
 from runners.online.recorder import Recorder
 from runners.studies import aggregate, analysis, report, runs, stats

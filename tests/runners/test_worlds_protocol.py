@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from cli_helpers import TINY_WORLDS, checkpoint_learner, cli
+from cli_helpers import TINY_WORLDS, cli
 
 import env
 from agent import AgentConfig
+from agent.checkpoint import learner_from_checkpoint as checkpoint_learner
 from runners.cli import CliError
 from runners.online.command import build_config, config_from_dict
 from runners.online.config import WORLDS_AGENT, flat
