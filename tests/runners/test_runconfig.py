@@ -117,7 +117,8 @@ def test_the_retired_study_preset_is_refused_in_one_line() -> None:
         config_from_dict(study)
     with pytest.raises(CliError, match=r"^--preset expects Literal\[.*\], got 'study' \(in config"):
         config_from_dict({**saved, "preset": "study"})
-    with pytest.raises(CliError, match=r"^--predictor expects Literal\[.*\], got 'conv'"):
+    with pytest.raises(CliError, match=r"^predictor: this option was removed \(docs/archive.md\); "
+                       r"the config uses predictor='conv' \(in config.json\)$"):  # fmt: skip
         config_from_dict({**saved, "agent": {**saved["agent"], "predictor": "conv"}})
 
 
