@@ -113,19 +113,13 @@ class EvalRecord:
         loop keeps this, so a resumed run's summary, which reads the earlier evaluations back
         from the store, holds the numbers of the same run done in one go."""
 
-        def f32(x: float) -> float:
-            return float(np.float32(x))
+        def f32(v: Any) -> Any:  # every float, in lists too; ints as they are
+            if isinstance(v, list):
+                return [f32(x) for x in v]
+            return float(np.float32(v)) if isinstance(v, float) else v
 
-        return dataclasses.replace(
-            self,
-            d_shift=[f32(x) for x in self.d_shift],
-            d_shift_per_h=[[f32(x) for x in row] for row in self.d_shift_per_h],
-            d_base=f32(self.d_base),
-            d_base_per_h=[f32(x) for x in self.d_base_per_h],
-            sigma_embed=f32(self.sigma_embed),
-            sigma_z=f32(self.sigma_z),
-            sigma_target=f32(self.sigma_target),
-        )
+        fields = dataclasses.fields(self)
+        return dataclasses.replace(self, **{f.name: f32(getattr(self, f.name)) for f in fields})
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
