@@ -1,6 +1,6 @@
 """Checkpoints: everything a run needs to continue bit-exactly, written atomically.
 
-Contents: format version, config, learner state (weights, EMA target, optimizer, detector,
+Contents: the project's version (``agent.config.VERSION``), config, learner state (weights, EMA target, optimizer, detector,
 buffer, step, freeze flag), the source's state (stream windows and env state, or the dataset
 RNG), the global RNGs (torch, numpy, python) and the caller's ``extra``.
 """
@@ -18,10 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from agent.config import AgentConfig, without_removed
+from agent.config import VERSION, AgentConfig, check_version
 from agent.learner import Learner
-
-FORMAT_VERSION = 1
 
 
 class CheckpointError(Exception):
@@ -39,7 +37,7 @@ def save_checkpoint(
     or read-only disk) raises ``OSError`` naming ``path``, the previous file still intact."""
     path = Path(path)
     payload = {
-        "format_version": FORMAT_VERSION,
+        "format_version": VERSION,
         "config": learner.cfg.to_dict(),
         "learner": learner.state_dict(),
         "source": source.state_dict() if source is not None else None,
@@ -103,14 +101,10 @@ def _read(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
         ) from None
     if not isinstance(payload, dict) or "format_version" not in payload:
         raise CheckpointError(f"{path}: not an agent checkpoint (no format_version)")
-    version = payload["format_version"]
-    if not isinstance(version, int):
-        raise CheckpointError(f"{path}: damaged checkpoint (format_version {version!r})")
-    if version > FORMAT_VERSION:
-        raise CheckpointError(
-            f"{path}: checkpoint format {version} is newer than this code "
-            f"supports ({FORMAT_VERSION}); update the code"
-        )
+    try:
+        check_version(payload["format_version"], "the checkpoint")
+    except ValueError as err:
+        raise CheckpointError(f"{path}: {err}") from None
     bad = [k for k in ("config", "learner", "rng") if not isinstance(payload.get(k), dict)]
     if bad:
         raise CheckpointError(f"{path}: damaged checkpoint (no valid {', '.join(bad)})")
@@ -135,14 +129,8 @@ def _check_archive(path: Path) -> None:
 
 
 def read_checkpoint_config(path: str | os.PathLike) -> AgentConfig:
-    """The config a checkpoint was written with (to build a matching Learner first); one that
-    uses a removed option is refused, naming it (that checkpoint needs the code it was made
-    with)."""
+    """The config a checkpoint was written with (to build a matching Learner first)."""
     config = _read(path, map_location="cpu")["config"]
-    try:
-        without_removed(config)
-    except ValueError as err:
-        raise CheckpointError(f"{path}: {err}") from None
     try:
         return AgentConfig.from_dict(config)
     except (TypeError, ValueError, KeyError) as err:

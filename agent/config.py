@@ -74,39 +74,19 @@ def preferred_precision(device: Any = "cpu") -> str:
     return "fp32" if bf16_unsupported(device) else "bf16"
 
 
-# Fields that were removed (docs/archive.md, "Removed options"), at the value that meant "off": a
-# config saved before their removal loads when it holds that value (``without_removed``).
-REMOVED: dict[str, Any] = {
-    "world_agreement": 0.0,
-    "memory_summary": False,
-    "code_cache": False,
-    "freeze_encoder_at": None,
-    "freeze_weights_at": None,
-    "replay_updates": 0,  # the latent replay, with its span and draw (docs/archive.md)
-    "replay_span": 64,
-    "replay_draw": 4,
-    "lambda_identity": 0.0,  # the memory's objectives (docs/archive.md)
-    "lambda_physics": 0.0,
-    "encoder": "flat",  # "map", with predictor="conv": the study preset (docs/archive.md)
-    "predictor": "direct",  # "rollout", a transition rolled forward (docs/archive.md)
-    "lambda_cov": 0.0,  # VICReg's covariance term: it halved the margin (docs/archive.md)
-}
+#: The version of what a run writes (config.json, checkpoints): a file of another version is
+#: refused in one line naming it (``check_version``), never read through shims. Version 2 began
+#: with the removal of every earlier version's reader (docs/archive.md, "Removed options").
+VERSION = 2
 
 
-def without_removed(values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` without the removed fields that hold their "off" value, renamed values under
-    today's names; a removed field in use raises ``ValueError`` naming it (that run needs the
-    code it was made with)."""
-    for name, off in REMOVED.items():
-        if name in values and values[name] != off:
-            raise ValueError(
-                f"{name}: this option was removed (docs/archive.md); the config uses "
-                f"{name}={values[name]!r}"
-            )
-    out = {k: v for k, v in values.items() if k not in REMOVED}
-    if out.get("memory_scope") == "world":  # the group memory's older name
-        out["memory_scope"] = "group"
-    return out
+def check_version(found: Any, what: str) -> None:
+    """``ValueError`` naming ``what``'s version when it is not this code's ``VERSION`` (a file
+    without one was written before version 2)."""
+    if found != VERSION:
+        written = f"version {found}" if found is not None else "a version before 2"
+        raise ValueError(f"{what} was written by {written} of this project, this is version "
+                         f"{VERSION}: use it with the code of its version")
 
 
 # The tiny preset: every size shrunk, the same structure (a few seconds on a CPU).
@@ -477,9 +457,7 @@ class AgentConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AgentConfig:
-        """Inverse of ``to_dict`` (unknown keys raise ValueError naming them; removed fields at
-        their "off" value, from configs saved before their removal, are dropped)."""
-        data = without_removed(data)
+        """Inverse of ``to_dict`` (unknown keys raise ValueError naming them)."""
         _check_names(data)
         return cls(**data)
 

@@ -1,25 +1,38 @@
-"""Evaluation: D_shift^n, D_base, sigma_embed, sigma_z, sigma_target on a copy of the learner's
-memory.
+"""The held-out evaluator: D^n of the frozen learner through a memory of n entries.
 
-For each n, a copy of the training buffer receives n shift-world transitions (each the
-batch-mean (frame h_max-1, frame h_max) online latent pair of a batch of shift *train*
-sequences, pushed directly, bypassing the detector, so n is exact), then the frozen learner
-predicts the shift and base test sets through that memory. The training buffer, the weights and
-every RNG are untouched; sampling is from a local ``np.random.default_rng(seed)``, and the
-transitions of a smaller n are a prefix of those of a larger n.
+One evaluator, two uses: ``encode`` a set of test sequences once (online latents up to the
+input frame i, EMA targets at i+h), score D of the predictions through each n's memory
+(``curve``) and against the EMA target's own "no change" too (``references``). The learner's
+weights, memory and RNGs are untouched.
 
-D (docs/definitions.md#d-the-normalised-error): per horizon, the mean over samples of ``||zbar_k - zhat|| / ||zbar_k - z||``
-with denominators below ``cfg.norm_eps`` excluded (and counted in ``excluded``, as (sample,
-horizon) pairs); then the mean over horizons. ``D_base`` uses the same memory copy as D_shift (so
-the curve also shows how shift experience affects the base world). sigma_embed is the mean
-per-dimension std of the predictions on the shift test set; sigma_z and sigma_target the same
-statistic of the latents of its input frames, by the online encoder and by the EMA target
-(encoded with the test set, once for every n).
+- The paper (``adaptation_curve``, i = C-1): a copy of the training buffer receives n
+  shift-world transitions (batch means of the pair training pushes, of shift *train* sequences
+  drawn from a local ``np.random.default_rng(seed)``: a smaller n's a prefix of a larger n's),
+  bypassing the detector, so n is exact; the shift and base test sets are predicted through it.
+- The held-out worlds (``world_curves``; docs/agent.md): does the learner predict a world it
+  never trained on better once its memory holds n transitions of that world?
+
+    frame:  0 ... i-n-1, i-n, ..., i-1, i (input; C context frames end here), ..., i+h_max
+            |---- the n memory pairs ----|
+
+  Sample b's memory holds n pairs (z_{j-1}, z_j), j = i-n .. i-1 (a stream's push at step j),
+  of ``own``: its own sequence (its stream's history); ``same``: other sequences of the same
+  world (one, or with ``peers=P`` the P a group memory shares: the *peer* read); ``wrong``: as
+  many of another held-out world (the control). The oracle (``cfg.oracle``) reads the world's
+  true physics instead, track A nothing: their D does not depend on n (ceiling and floor).
+
+D (docs/definitions.md#d-the-normalised-error): per horizon, the mean over samples of
+``||zbar_k - zhat|| / ||zbar_k - z||``, denominators below ``cfg.norm_eps`` excluded (counted in
+``excluded``, as (sample, horizon) pairs); then the mean over horizons. sigma_embed: the mean
+per-dimension std of the predictions; sigma_z and sigma_target: of the input frames' online and
+EMA target latents.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -27,6 +40,7 @@ import torch
 
 from agent.learner import Learner
 from agent.memory import ExperienceBuffer
+from agent.memory.view import MemoryView
 from agent.metrics import (
     NormErrorSums,
     norm_error,
@@ -35,8 +49,11 @@ from agent.metrics import (
     score_predictions,
     spread,
 )
+from agent.step import encodes_memory, modulated_prediction
 
 CURVE_NS = (0, 10, 25, 50, 100, 256)
+WORLD_NS = (0, 1, 5, 10, 25, 50)
+MEMORIES = ("own", "same", "wrong")
 
 
 @dataclass
@@ -46,6 +63,22 @@ class EvalData:
     shift_train: Any
     shift_test: Any
     base_test: Any
+
+
+@dataclass
+class WorldSet:
+    """Test sequences of one world: frames (N, L, 1, 64, 64) uint8 with L >=
+    ``sequence_length(cfg, max(ns))``; physics (PHYSICS_DIM,) its true parameters; the digits'
+    positions (N, L, digits, 2) where known (for the probes, ``probes.digits``); ``scenes``,
+    where known, the simulator's exact state of the N sequences at frame 0 (an
+    ``env.SceneBatch``, to re-run or branch them: ``probes.ceiling``)."""
+
+    name: str
+    family: str
+    physics: np.ndarray
+    frames: Any
+    positions: Any = None
+    scenes: Any = None
 
 
 @dataclass
@@ -65,34 +98,36 @@ class EvalResult:
         return {prefix + k: v for k, v in self.__dict__.items()}
 
 
+@dataclass
+class Curve:
+    """D over n of one set of sequences through one memory source (a held-out world's: its
+    ``world``, ``family`` and ``memory``, one of ``MEMORIES``)."""
+
+    ns: list[int]
+    d: list[float] = field(default_factory=list)
+    d_per_h: list[list[float]] = field(default_factory=list)
+    sigma_embed: list[float] = field(default_factory=list)  # of the predictions, per n
+    excluded: list[int] = field(default_factory=list)  # (sample, horizon) pairs, per n
+    sigma_z: float = np.nan  # of the input frames' online latents z_i (NaN: not encoded)
+    sigma_target: float = np.nan  # and of their EMA target latents zbar_i
+    world: str = ""
+    family: str = ""
+    memory: str = ""
+
+
+def input_index(cfg: Any, n_max: int) -> int:
+    """Index i of the input frame in a world's test sequences: room for n_max entries (of E =
+    ``entry_frames`` frames each; pairs: n_max + 1 frames) and the C context frames before it."""
+    return max(n_max + getattr(cfg, "entry_frames", 2) - 1, cfg.context_frames - 1)
+
+
+def sequence_length(cfg: Any, n_max: int) -> int:
+    """Frames a world's test sequences need for memories of up to ``n_max`` pairs."""
+    return input_index(cfg, n_max) + cfg.horizons[-1] + 1
+
+
 def _chunks(n: int, size: int) -> list[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
-
-
-@torch.no_grad()
-def _encode_set(
-    learner: Learner, frames: Any, chunk: int, input_target: bool = False
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """z (N, C, D) online latents of the context frames (the last one the input frame) and
-    targets (N, K, D) EMA latents at the horizons: frames 0..C-1 of each sequence, and C-1+k
-    (the paper: frame 0, and 5, 10, 20). With ``input_target`` the EMA latent of the input frame
-    C-1 comes first: targets (N, 1 + K, D) (a call of its own, so the horizons' latents are
-    those computed without it)."""
-    cfg, nets = learner.cfg, learner.nets
-    k, c = cfg.n_horizons, cfg.context_frames
-    cols = np.asarray((*range(c), *(c - 1 + h for h in cfg.horizons)))
-    zs, ts = [], []
-    per = max(1, chunk // (k + c + input_target))  # sequences per chunk: ~chunk frames a chunk
-    for sl in _chunks(frames.shape[0], per):
-        x = learner.encoder_input(torch.from_numpy(_take(frames, sl, cols)))
-        b = x.shape[0]
-        with learner.autocast():
-            zs.append(nets.encoder(x[:, :c].flatten(0, 1)).float().view(b, c, -1))
-            t = nets.target(x[:, c:].flatten(0, 1)).float().view(b, k, -1)
-            if input_target:
-                t = torch.cat([nets.target(x[:, c - 1]).float().unsqueeze(1), t], 1)
-            ts.append(t)
-    return torch.cat(zs), torch.cat(ts)
 
 
 def _take(frames: Any, rows: slice | np.ndarray, cols: np.ndarray) -> np.ndarray:
@@ -103,6 +138,111 @@ def _take(frames: Any, rows: slice | np.ndarray, cols: np.ndarray) -> np.ndarray
         uniq, inverse = np.unique(rows, return_inverse=True)
         return np.asarray(frames.oindex[uniq, cols])[inverse]
     return np.asarray(frames.oindex[rows, cols])
+
+
+Encoded = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
+
+
+@torch.no_grad()
+def encode(
+    learner: Learner, frames: Any, i: int, first: int = 0, input_target: bool = False
+) -> Encoded:
+    """(z, targets, zbar): the online latents (N, i+1-first, D) of frames first..i of each
+    sequence (i the input frame), the EMA target's (N, K, D) at i+h (the paper: i = 0, and 5,
+    10, 20) and, with ``input_target``, its (N, D) of frame i (a call of its own, so the
+    horizons' latents are those computed without it; else None); ~``eval_batch_size`` frames a
+    chunk."""
+    cfg = learner.cfg
+    past, k = i + 1 - first, cfg.n_horizons
+    cols = np.asarray((*range(first, i + 1), *(i + h for h in cfg.horizons)))
+    zs, ts, zbar = [], [], []
+    for sl in _chunks(frames.shape[0], max(1, cfg.eval_batch_size // (past + k + input_target))):
+        x = torch.from_numpy(_take(frames, sl, cols))
+        zs.append(learner.encode(x[:, :past].flatten(0, 1)).view(x.shape[0], past, -1))
+        ts.append(learner.encode(x[:, past:].flatten(0, 1), target=True).view(x.shape[0], k, -1))
+        if input_target:
+            zbar.append(learner.encode(x[:, past - 1], target=True))
+    return torch.cat(zs), torch.cat(ts), torch.cat(zbar) if input_target else None
+
+
+def _predictor(
+    learner: Learner, z: torch.Tensor, memory: MemoryView, physics: torch.Tensor | None
+) -> tuple[Callable[[slice], torch.Tensor], int]:
+    """(predict, chunk): predict(sl) the predictions of samples sl for the context latents z (N,
+    >= C, D) through ``memory``, one for every sample (the paper's FIFO: mask (cap,)) or one a
+    sample (mask (N, n)); physics (N, PHYSICS_DIM) the oracle's. chunk: samples a call."""
+    c, own = learner.cfg.context_frames, memory.mask.dim() == 2
+
+    def predict(sl: slice) -> torch.Tensor:
+        view = MemoryView(memory.pairs[sl], memory.mask[sl]) if own else memory
+        with learner.autocast():
+            return modulated_prediction(learner.nets, z[sl, -c:], view, learner.spec,
+                                        None if physics is None else physics[sl])[0].pred  # fmt: skip
+
+    # eval_batch_size bounds the frames encoded at once; the entries of a sample's own memory are
+    # latents already, far cheaper: up to 64 per frame of that bound.
+    ebs = learner.cfg.eval_batch_size
+    return predict, max(1, 64 * ebs // max(1, memory.pairs.shape[1])) if own else ebs
+
+
+def curve(
+    learner: Learner, enc: Encoded, views: Callable[[int], MemoryView], ns: tuple[int, ...],
+    physics: torch.Tensor | None = None, **labels: str,
+) -> Curve:  # fmt: skip
+    """D^n of an encoded set (``encode``; "no change" its input latents z[:, -1]) through the
+    memory ``views(n)`` for each n of ``ns`` (one that is the same object as the last n's scored
+    once); ``labels``: the curve's world, family and memory."""
+    z, targets, zbar = enc
+    out, last = Curve(list(ns), **labels), None
+    if zbar is not None:
+        out.sigma_z, out.sigma_target = float(spread(z[:, -1])), float(spread(zbar))
+    for n in ns:
+        view = views(n)
+        if view is not last:
+            last, (predict, chunk) = view, _predictor(learner, z, view, physics)
+            sums, sigma = score_predictions(predict, z[:, -1], targets, chunk, learner.cfg.norm_eps)
+        d, d_h = norm_error(sums)
+        out.d.append(float(d))
+        out.d_per_h.append(d_h.tolist())
+        out.sigma_embed.append(float(sigma))
+        out.excluded.append(int(sums.excluded))
+    return out
+
+
+@torch.no_grad()
+def references(
+    learner: Learner, z: torch.Tensor, zbar: torch.Tensor, targets: torch.Tensor,
+    memory: MemoryView, physics: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, NormErrorSums, NormErrorSums]:  # fmt: skip
+    """The reference check: the predictions for z (N, >= C, D) through ``memory`` and D's sums
+    over all N against the online encoder's "no change" z[:, -1] (D as defined) and against the
+    EMA target's, zbar (N, D)."""
+    predict, chunk = _predictor(learner, z, memory, physics)
+    pred = torch.cat([predict(sl).float() for sl in _chunks(z.shape[0], chunk)])
+    eps = learner.cfg.norm_eps
+    ours, theirs = (norm_error_sums(pred, ref, targets, eps) for ref in (z[:, -1], zbar))
+    return pred, ours, theirs
+
+
+def results(shift: Curve, base: list[Curve]) -> list[EvalResult]:
+    """One EvalResult per n of ``shift``: D_shift^n, sigma_embed, sigma_z and sigma_target of the
+    shift curve, D_base^n the mean of the ``base`` curves; excluded: all of them together."""
+
+    def mean(attr: str) -> np.ndarray:
+        return np.mean(np.asarray([getattr(c, attr) for c in base], np.float64), axis=0)
+
+    d_base, d_base_h = mean("d"), mean("d_per_h")
+    return [
+        EvalResult(n=int(n), d_shift=shift.d[j], d_shift_per_h=list(shift.d_per_h[j]),
+                   d_base=float(d_base[j]), d_base_per_h=d_base_h[j].tolist(),
+                   sigma_embed=shift.sigma_embed[j], sigma_z=shift.sigma_z,
+                   sigma_target=shift.sigma_target,
+                   excluded=shift.excluded[j] + sum(c.excluded[j] for c in base))
+        for j, n in enumerate(shift.ns)
+    ]  # fmt: skip
+
+
+# ---------------------------------------------------------------- the paper's evaluation
 
 
 @torch.no_grad()
@@ -122,10 +262,8 @@ def shift_transitions(learner: Learner, shift_train: Any, n: int, seed: int = 0)
     out = []
     for sl in _chunks(n, per):
         rows = idx[sl].reshape(-1)
-        x = learner.encoder_input(torch.from_numpy(_take(shift_train, rows, cols)))
-        with learner.autocast():
-            z = learner.nets.encoder(x.flatten(0, 1)).float()  # (m * B * 2, D)
-        out.append(z.view(-1, cfg.batch_size, 2, z.shape[-1]).mean(1))  # (m, 2, D)
+        z = learner.encode(torch.from_numpy(_take(shift_train, rows, cols)).flatten(0, 1))
+        out.append(z.view(-1, cfg.batch_size, 2, z.shape[-1]).mean(1))  # (m*B*2, D) -> (m, 2, D)
     return torch.cat(out) if out else torch.zeros(0, 2, cfg.latent_dim, device=learner.device)
 
 
@@ -138,54 +276,23 @@ def with_transitions(buffer: ExperienceBuffer, pairs: torch.Tensor, n: int) -> E
     return out
 
 
-def memory_with_shift(learner: Learner, shift_train: Any, n: int, seed: int = 0) -> ExperienceBuffer:
-    """A copy of the learner's memory plus the n shift-world transitions that D_shift^n uses."""
-    return with_transitions(learner.buffer, shift_transitions(learner, shift_train, n, seed), n)
-
-
-def _score(
-    learner: Learner, buffer: ExperienceBuffer, z: torch.Tensor, targets: torch.Tensor, chunk: int
-) -> tuple[NormErrorSums, torch.Tensor]:
-    """D's sums and sigma_embed of the memory-conditioned predictor on z (N, C, D)."""
-
-    def predict(sl: slice) -> torch.Tensor:
-        with learner.autocast():
-            return learner.predict(z[sl], buffer)[0].pred
-
-    return score_predictions(predict, z[:, -1], targets, chunk, learner.cfg.norm_eps)
-
-
 def adaptation_curve(
     learner: Learner, data: EvalData, ns: tuple[int, ...] = CURVE_NS, seed: int = 0
 ) -> list[EvalResult]:
     """One EvalResult per n in ``ns``. Test sets and transitions are encoded once."""
-    chunk = learner.cfg.eval_batch_size
-    z_s, t_s = _encode_set(learner, data.shift_test, chunk, input_target=True)
-    sigma_z, sigma_target = float(spread(z_s[:, -1])), float(spread(t_s[:, 0]))
-    t_s = t_s[:, 1:]
-    z_b, t_b = _encode_set(learner, data.base_test, chunk)
+    i = learner.cfg.context_frames - 1
+    shift = encode(learner, data.shift_test, i, input_target=True)
+    base = encode(learner, data.base_test, i)
     pairs = shift_transitions(learner, data.shift_train, max(ns, default=0), seed)
-    results = []
-    for n in ns:
-        buffer = with_transitions(learner.buffer, pairs, n)
-        sums_s, sigma = _score(learner, buffer, z_s, t_s, chunk)
-        sums_b = _score(learner, buffer, z_b, t_b, chunk)[0]
-        d_s, d_s_h = norm_error(sums_s)
-        d_b, d_b_h = norm_error(sums_b)
-        results.append(
-            EvalResult(
-                n=int(n),
-                d_shift=float(d_s),
-                d_shift_per_h=d_s_h.tolist(),
-                d_base=float(d_b),
-                d_base_per_h=d_b_h.tolist(),
-                sigma_embed=float(sigma),
-                sigma_z=sigma_z,
-                sigma_target=sigma_target,
-                excluded=int(sums_s.excluded + sums_b.excluded),
-            )
-        )
-    return results
+    views = {n: MemoryView.of(with_transitions(learner.buffer, pairs, n)) for n in ns}
+    return results(curve(learner, shift, views.__getitem__, ns),
+                   [curve(learner, base, views.__getitem__, ns)])  # fmt: skip
+
+
+def evaluate(learner: Learner, data: EvalData, n: int = 50, seed: int = 0) -> EvalResult:
+    """D_shift^n (the headline is n = 50), D_base, sigma_embed, sigma_z, sigma_target, excluded
+    count."""
+    return adaptation_curve(learner, data, (n,), seed)[0]
 
 
 @dataclass
@@ -217,31 +324,22 @@ def target_reference(learner: Learner, data: EvalData, n: int = 50, seed: int = 
     cfg = learner.cfg
     if cfg.context_frames != 1:
         raise ValueError("target_reference: one context frame (the paper's predictor) only")
-    chunk = cfg.eval_batch_size
-    z, targets = _encode_set(learner, data.shift_test, chunk)  # (N, 1, D), (N, K, D)
+    z, targets, _ = encode(learner, data.shift_test, 0)  # (N, 1, D), (N, K, D)
+    inputs = (torch.from_numpy(_take(data.shift_test, sl, np.asarray([0])))[:, 0]
+              for sl in _chunks(z.shape[0], cfg.eval_batch_size))  # fmt: skip
+    zbar = torch.cat([learner.encode(x, target=True) for x in inputs])  # (N, D)
+    pairs = shift_transitions(learner, data.shift_train, n, seed)
+    memory = MemoryView.of(with_transitions(learner.buffer, pairs, n))
+    pred, ours, theirs = references(learner, z, zbar, targets, memory)
     z = z[:, 0]
-    refs = []
-    for sl in _chunks(data.shift_test.shape[0], chunk):
-        x = learner.encoder_input(torch.from_numpy(_take(data.shift_test, sl, np.asarray([0]))))
-        with learner.autocast():
-            refs.append(learner.nets.target(x[:, 0]).float())
-    zbar = torch.cat(refs)  # (N, D): the input frames by the EMA target
-    buffer = memory_with_shift(learner, data.shift_train, n, seed)
-    preds = []
-    for sl in _chunks(z.shape[0], chunk):
-        with learner.autocast():
-            preds.append(learner.predict(z[sl], buffer)[0].pred.float())
-    pred = torch.cat(preds)
-    ours = norm_error(norm_error_sums(pred, z, targets, cfg.norm_eps))[0]
-    theirs = norm_error(norm_error_sums(pred, zbar, targets, cfg.norm_eps))[0]
 
     def mean_norm(t: torch.Tensor) -> float:
         return float(torch.linalg.vector_norm(t, dim=-1).mean())
 
     return TargetReference(
         n=int(n),
-        d_shift=float(ours),
-        d_shift_target_ref=float(theirs),
+        d_shift=float(norm_error(ours)[0]),
+        d_shift_target_ref=float(norm_error(theirs)[0]),
         latent_gap=mean_norm(z - zbar),
         latent_norm=mean_norm(zbar),
         error=mean_norm(targets - per_horizon(pred)),
@@ -250,7 +348,120 @@ def target_reference(learner: Learner, data: EvalData, n: int = 50, seed: int = 
     )
 
 
-def evaluate(learner: Learner, data: EvalData, n: int = 50, seed: int = 0) -> EvalResult:
-    """D_shift^n (the headline is n = 50), D_base, sigma_embed, sigma_z, sigma_target, excluded
-    count."""
-    return adaptation_curve(learner, data, (n,), seed)[0]
+# ---------------------------------------------------------------- the held-out worlds
+
+
+def sequence_memory(
+    z_src: torch.Tensor | list[torch.Tensor], i: int, n: int, frames: int = 2
+) -> MemoryView:
+    """The newest n entries (z_{j-E+1}, ..., z_j), j < i, E = ``frames`` (2: pairs), of each
+    sample's source sequences, as a shared FIFO holds them when every source writes one entry a
+    step (step by step, sources in order): (B, max(n,1), E, D). One source: its entries j = i-n
+    .. i-1. (An empty memory is one masked slot: e_agg = 0 exactly.)"""
+    sources = z_src if isinstance(z_src, list) else [z_src]
+    b, _, d = sources[0].shape
+    if n == 0:
+        empty = sources[0].new_zeros(b, 1, frames, d)
+        return MemoryView(empty, torch.zeros(b, 1, dtype=torch.bool, device=empty.device))
+    steps = -(-n // len(sources))  # ceil: the steps that fill n entries
+    j = torch.arange(i - steps, i, device=sources[0].device)
+    entry = [
+        torch.stack([z[:, j - frames + 1 + e] for e in range(frames)], 2) for z in sources
+    ]  # each (B, steps, E, D)
+    pairs = torch.stack(entry, 2).flatten(1, 2)[:, -n:]  # (B, steps * P, E, D) -> newest n
+    return MemoryView(pairs, torch.ones(b, n, dtype=torch.bool, device=pairs.device))
+
+
+def _physics(learner: Learner, world: WorldSet, b: int) -> torch.Tensor:
+    return torch.as_tensor(world.physics, dtype=torch.float32, device=learner.device).expand(b, -1)
+
+
+@torch.no_grad()
+def world_curves(
+    learner: Learner,
+    worlds: list[WorldSet],
+    ns: tuple[int, ...] = WORLD_NS,
+    memories: tuple[str, ...] = MEMORIES,
+    peers: int = 1,
+) -> list[Curve]:
+    """D^n of the frozen learner on every world for every memory source (see the module doc).
+
+    ``same`` gives sample b the pairs of sequences b+1 .. b+peers of its world (the peer read
+    of a group memory shared by peers + 1 streams: the newest n of their pairs, as their shared
+    FIFO holds them), ``wrong`` those of sequences b .. b+peers-1 of the next world in
+    ``worlds`` (cyclically; needs two worlds). The learner is not changed.
+    """
+    unknown = sorted(set(memories) - set(MEMORIES))
+    if unknown:
+        raise ValueError(f"memories: unknown source {unknown[0]!r}, expected {MEMORIES}")
+    if "wrong" in memories and len(worlds) < 2:
+        raise ValueError("memories: the 'wrong' control needs at least two worlds")
+    cfg = learner.cfg
+    i, e = input_index(cfg, max(ns, default=0)), cfg.entry_frames
+    # A learner that reads no memory (track A, the oracle) has one D for every n and source:
+    # only its context frames are encoded, and it is scored once, with an empty memory.
+    blind = not encodes_memory(learner.nets)
+    first = i + 1 - cfg.context_frames if blind else 0
+    encoded = [encode(learner, w.frames, i, first, input_target=True) for w in worlds]
+    out = []
+    for wi, (world, enc) in enumerate(zip(worlds, encoded, strict=True)):
+        z, other = enc[0], encoded[(wi + 1) % len(worlds)][0]
+        rows = torch.arange(z.shape[0], device=other.device)
+        sources = {"own": z, "same": [z.roll(-p, dims=0) for p in range(1, peers + 1)],
+                   "wrong": [other[(rows + p) % other.shape[0]] for p in range(peers)]}  # fmt: skip
+        empty = sequence_memory(z, 0, 0, e)
+        for source in memories:
+            views = (dict.fromkeys(ns, empty).__getitem__ if blind
+                     else partial(sequence_memory, sources[source], i, frames=e))  # fmt: skip
+            out.append(curve(learner, enc, views, ns, _physics(learner, world, z.shape[0]),
+                             world=world.name, family=world.family, memory=source))  # fmt: skip
+    return out
+
+
+REFERENCES = ("d", "d_target_ref", "d_future_online")
+
+
+@torch.no_grad()
+def reference_check(learner: Learner, worlds: list[WorldSet]) -> dict[str, dict[str, list[float]]]:
+    """How much of D is predicted motion: per family, per horizon (then their mean, last), with
+    an empty memory, at each sequence's first input frame (C - 1):
+
+    - ``d``: the learner's D (the paper's: against the online latent's "no change" z_t);
+    - ``d_target_ref``: the same predictions against the EMA target's own "no change" zbar_t;
+    - ``d_future_online``: D of the online latent of the true future frame, z_{t+h}: a predictor
+      that knows the future exactly but answers in the online encoder's space. Its distance
+      from 0 is the gap between the online and the EMA-target encoders, which the paper's
+      "no change" pays and a predictor can learn without predicting any motion.
+    """
+    cfg, eps = learner.cfg, learner.cfg.norm_eps
+    c = cfg.context_frames
+    future = np.asarray([c - 1 + h for h in cfg.horizons])
+    sums: dict[tuple[str, str], list[NormErrorSums]] = {}
+    for world in worlds:
+        arr = torch.from_numpy(np.ascontiguousarray(np.asarray(world.frames)[:, : future[-1] + 1]))
+        b = arr.shape[0]
+        online = learner.encode(arr.flatten(0, 1)).view(b, arr.shape[1], -1)
+        target = learner.encode(arr.flatten(0, 1), target=True).view(b, arr.shape[1], -1)
+        targets, empty = target[:, future], sequence_memory(online, 0, 0, cfg.entry_frames)
+        _, d, d_target_ref = references(learner, online[:, :c], target[:, c - 1], targets, empty,
+                                        _physics(learner, world, b))  # fmt: skip
+        d_future = norm_error_sums(online[:, future], online[:, c - 1], targets, eps)
+        for name, s in zip(REFERENCES, (d, d_target_ref, d_future), strict=True):
+            sums.setdefault((world.family, name), []).append(s)
+    out: dict[str, dict[str, list[float]]] = {}
+    for (fam, name), parts in sums.items():
+        total = NormErrorSums(*(sum(x) for x in zip(*parts, strict=True)))
+        d, d_h = norm_error(total)
+        out.setdefault(fam, {})[name] = [*d_h.tolist(), float(d)]
+    return out
+
+
+def family_means(curves: list[Curve]) -> dict[str, dict[str, list[float]]]:
+    """{family: {memory: D over n averaged over the family's worlds}}."""
+    groups: dict[tuple[str, str], list[list[float]]] = {}
+    for c in curves:
+        groups.setdefault((c.family, c.memory), []).append(c.d)
+    out: dict[str, dict[str, list[float]]] = {}
+    for (fam, mem), rows in groups.items():
+        out.setdefault(fam, {})[mem] = np.mean(np.asarray(rows), axis=0).tolist()
+    return out

@@ -92,11 +92,7 @@ class LatentCache:
     def state_dict(self) -> dict[str, Any]:
         return {"t": self.t, "target": dict(self.target), "online": dict(self.online)}
 
-    def load_state_dict(self, state: dict[str, Any] | None) -> None:
-        """Restore (``None``: a checkpoint written before the cache existed: start empty)."""
-        if state is None:
-            self.t, self.target, self.online = None, {}, {}
-            return
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.t = None if state["t"] is None else int(state["t"])
         self.target = {int(s): z for s, z in state["target"].items()}
         self.online = {int(s): z for s, z in state["online"].items()}

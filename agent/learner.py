@@ -3,12 +3,14 @@
 Assembled from parts (``agent.build``): networks (encoder, EMA target, predictor, modulator,
 experience encoder, aggregator), boundary detector, experience buffer, AdamW. ``update`` sets the
 step's schedule values and flags and calls ``agent.step.jepa_step`` (on a GPU, replayed from
-CUDA graphs with ``captured``: ``agent.capture``).
+CUDA graphs with ``captured``: ``agent.capture``). ``BaseLearner``: its controls, which a stack
+of seeds (``agent.stacked.StackedLearner``) shares.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -37,66 +39,43 @@ from agent.step import (
 )
 
 
-class Learner:
-    """EMA-JEPA learner of one track.
+class BaseLearner:
+    """What a lone learner (``Learner``) and a stack of seeds (``agent.stacked.StackedLearner``)
+    share, written once: the controls, the memory draws and view, the update and what a seed's
+    state dict keeps of them. ``cfgs``: the seeds' configs (one for a lone learner; equal but for
+    ``seed``), their ``seeds * B`` samples seed-major (seed s's at s * B .. (s + 1) * B - 1).
 
     ``step``: updates done. Controls: ``freeze_weights()`` / ``unfreeze_weights()`` (memory
-    mode: no weight or EMA updates while the detector and buffer stay live), and the config's
-    ``freeze_buffer_at``, ``freeze_ema_at`` (steps, compared with ``step`` before the update). ``captured``: the update replayed from CUDA graphs on a GPU (``agent.capture``; eager with
-    the same tensor inputs on a CPU).
-    """
+    mode: no weight or EMA updates while the detectors and memories stay live), and the config's
+    ``freeze_buffer_at``, ``freeze_ema_at`` (steps, compared with ``step`` before the update).
+    A subclass builds the networks, ``optimizer``, ``detector``, ``buffer``, ``captured`` and
+    ``step_on``."""
 
-    def __init__(
-        self,
-        cfg: AgentConfig,
-        device: torch.device | str = "cpu",
-        parts: LearnerParts | None = None,
-        captured: bool = False,
-    ) -> None:
+    captured: CapturedStep | None
+
+    def __init__(self, cfgs: Sequence[AgentConfig], device: torch.device | str) -> None:
+        cfg = cfgs[0]
         if cfg.total_steps is None:
             raise ValueError("total_steps: None is for a runner to fill in (the schedules' length)")
-        self.cfg = cfg
-        self.device = torch.device(device)
+        self.cfg, self.seeds, self.device = cfg, len(cfgs), torch.device(device)
         why = bf16_unsupported(self.device) if cfg.precision == "bf16" else None
         if why:
             raise ValueError(f"precision: bf16 cannot run here: {why} (use fp32)")
         self.spec = StepSpec.from_config(cfg, self.device)
-        parts = parts if parts is not None else build_learner_parts(cfg, self.device)
-        self.nets = parts.nets
-        self.detector = parts.detector
-        self.buffer = parts.buffer
-        # The group memory each sample (stream) reads: streams b*S .. b*S+S-1 share one.
-        self.groups = torch.arange(cfg.batch_size, device=self.device) // cfg.group_size
-        self.optimizer = build_optimizer(cfg, self.nets)
+        # The group memory each sample (stream) reads: each group_size streams share one.
+        streams = torch.arange(self.seeds * cfg.batch_size, device=self.device)
+        self.groups = streams // cfg.group_size
         self.step = 0
         self._manual_freeze = False
         # Draws of how much memory each training sample sees (cfg.vary_memory), on the device.
-        self.memory_rng = torch.Generator(self.device)
-        self.memory_rng.manual_seed(cfg.seed)
+        self.memory_rngs = [torch.Generator(self.device).manual_seed(c.seed) for c in cfgs]
         # Latents of stream frames shared between consecutive batches (cfg.stream_cache).
         self.latents = LatentCache(cfg) if cfg.stream_cache else None
-        if captured and cfg.settle is not None:
-            raise ValueError("settle: the captured step has no reservoir (use --no-capture)")
-        if captured and cfg.encoder_lr_scale != 1.0:
-            raise ValueError("encoder_lr_scale: the captured step has one rate (use --no-capture)")
-        if captured and cfg.encoder_batch is not None:
-            raise ValueError("encoder_batch: not measured with the captured step (use --no-capture)")
-        # The step as a CUDA graph (agent.capture), or None: the plain step.
-        self.captured = CapturedStep(self) if captured else None
         # Settle, then fit: the windows kept from the settle on (agent.reservoir), or None.
         self.reservoir = None if cfg.settle_at is None else Reservoir(
             cfg.reservoir_size, cfg.context_frames, cfg.entry_frames, len(cfg.horizons),
             cfg.latent_dim, PHYSICS_DIM, self.device, seed=cfg.seed,
         )  # fmt: skip
-
-    @property
-    def model(self) -> Model:
-        """What ``jepa_step`` reads and writes."""
-        return Model(self.nets, self.optimizer, self.detector, self.buffer, self.spec)
-
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """bf16 autocast when ``precision == "bf16"``, else nothing (fp32 stays exact)."""
-        return self.spec.autocast()
 
     # ---------------------------------------------------------------- controls
     @property
@@ -111,6 +90,111 @@ class Learner:
     def unfreeze_weights(self) -> None:
         """Undo ``freeze_weights``."""
         self._manual_freeze = False
+
+    def knobs(self) -> Knobs:
+        """This step's schedule values and flags (every seed's: one schedule)."""
+        return knobs_at(self.cfg, self.step, self.weights_frozen)
+
+    @property
+    def settled(self) -> bool:
+        """True from ``cfg.settle_at`` (``settle`` of the steps) on: the encoder and EMA target
+        are fixed and the step fits the reservoir (``Learner.fit``)."""
+        return self.reservoir is not None and self.step >= self.cfg.settle_at
+
+    # ---------------------------------------------------------------- the memory read
+    def memory_draws(self, training: bool) -> torch.Tensor | None:
+        """This step's draws of how much memory each sample sees (``cfg.vary_memory``, while
+        training): (seeds * B,) uniform in [0, 1), each seed's B from its own generator; None
+        otherwise."""
+        if not (training and self.cfg.vary_memory):
+            return None
+        b = self.cfg.batch_size
+        return torch.cat([torch.rand(b, generator=g, device=self.device) for g in self.memory_rngs])
+
+    def memory_view(
+        self, training: bool, batch: Batch | None = None, u: torch.Tensor | None = None
+    ) -> MemoryView:
+        """What this step's samples read of the buffer: all of it, or while training with
+        ``cfg.vary_memory`` each sample its newest k entries, k uniform over 0..size (``u``:
+        the step's ``memory_draws``, drawn here when None). A world memory
+        (``memory_scope="group"``): each sample its world's, without its own episode's
+        entries under ``memory_read="peer"`` (the episodes of ``batch``)."""
+        cfg = self.cfg
+        if u is None:
+            u = self.memory_draws(training)
+        if cfg.memory_scope == "group":
+            episode = None
+            if cfg.memory_read == "peer":
+                if batch is None:
+                    raise ValueError("memory_view: a peer read needs the batch's episodes")
+                episode = episode_key(batch.to(self.device))
+            return MemoryView.of_group(self.buffer, self.groups, episode, u)
+        if u is None:
+            return MemoryView.of(self.buffer)
+        return MemoryView.visible(self.buffer, u)
+
+    # ---------------------------------------------------------------- the step
+    def update(self, batch: Batch) -> StepMetrics:
+        """One training step on ``batch`` (frames (B, F, 1, 64, 64) uint8, valid / world (B,);
+        a stack's: its seeds' batches as one): ``step_on`` (replayed from a CUDA graph with
+        ``captured=True`` on a GPU: ``agent.capture``), once settled ``Learner.fit``. Returns
+        StepMetrics of 0-dim device tensors (a stack's: (seeds,) columns)."""
+        knobs = self.knobs()
+        if self.settled:
+            metrics = self.fit(batch.to(self.device), knobs)
+        elif self.captured is not None:
+            metrics = self.captured.update(batch, knobs)
+        else:
+            metrics = self.step_on(batch.to(self.device), knobs)
+        self.step += 1
+        return metrics
+
+    def seed_state(self, s: int = 0) -> dict[str, Any]:
+        """Seed s's step, freeze flag, generator of memory draws, stream latent cache and
+        reservoir, as its state dict keeps them (the last two None in a stack)."""
+        return {
+            "step": self.step,
+            "manual_freeze": self._manual_freeze,
+            "memory_rng": self.memory_rngs[s].get_state(),
+            "latents": None if self.latents is None else self.latents.state_dict(),
+            "reservoir": None if self.reservoir is None else self.reservoir.state_dict(),
+        }
+
+
+class Learner(BaseLearner):
+    """EMA-JEPA learner of one track (its controls: ``BaseLearner``). ``captured``: the update
+    replayed from CUDA graphs on a GPU (``agent.capture``; eager with the same tensor inputs on a
+    CPU)."""
+
+    def __init__(
+        self,
+        cfg: AgentConfig,
+        device: torch.device | str = "cpu",
+        parts: LearnerParts | None = None,
+        captured: bool = False,
+    ) -> None:
+        super().__init__([cfg], device)
+        parts = parts if parts is not None else build_learner_parts(cfg, self.device)
+        self.nets, self.detector, self.buffer = parts.nets, parts.detector, parts.buffer
+        self.optimizer = build_optimizer(cfg, self.nets)
+        self.memory_rng = self.memory_rngs[0]  # the lone seed's (its state dict's "memory_rng")
+        if captured and cfg.settle is not None:
+            raise ValueError("settle: the captured step has no reservoir (use --no-capture)")
+        if captured and cfg.encoder_lr_scale != 1.0:
+            raise ValueError("encoder_lr_scale: the captured step has one rate (use --no-capture)")
+        if captured and cfg.encoder_batch is not None:
+            raise ValueError("encoder_batch: not measured with the captured step (use --no-capture)")
+        # The step as a CUDA graph (agent.capture), or None: the plain step.
+        self.captured = CapturedStep(self) if captured else None
+
+    @property
+    def model(self) -> Model:
+        """What ``jepa_step`` reads and writes."""
+        return Model(self.nets, self.optimizer, self.detector, self.buffer, self.spec)
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """bf16 autocast when ``precision == "bf16"``, else nothing (fp32 stays exact)."""
+        return self.spec.autocast()
 
     # ---------------------------------------------------------------- forward pieces
     def encoder_input(self, frames: torch.Tensor) -> torch.Tensor:
@@ -153,60 +237,7 @@ class Learner:
         view = self.view(buffer, z.shape[0])
         return modulated_prediction(self.nets, z, view, self.spec, physics)
 
-    def memory_draws(self, training: bool) -> torch.Tensor | None:
-        """This step's draws of how much memory each sample sees (``cfg.vary_memory``, while
-        training): (B,) uniform in [0, 1) from the learner's generator; None otherwise."""
-        if not (training and self.cfg.vary_memory):
-            return None
-        return torch.rand(self.cfg.batch_size, generator=self.memory_rng, device=self.device)
-
-    def memory_view(
-        self, training: bool, batch: Batch | None = None, u: torch.Tensor | None = None
-    ) -> MemoryView:
-        """What this step's samples read of the buffer: all of it, or while training with
-        ``cfg.vary_memory`` each sample its newest k entries, k uniform over 0..size (``u``:
-        the step's ``memory_draws``, drawn here when None). A world memory
-        (``memory_scope="group"``): each sample its world's, without its own episode's
-        entries under ``memory_read="peer"`` (the episodes of ``batch``)."""
-        cfg = self.cfg
-        if u is None:
-            u = self.memory_draws(training)
-        if cfg.memory_scope == "group":
-            episode = None
-            if cfg.memory_read == "peer":
-                if batch is None:
-                    raise ValueError("memory_view: a peer read needs the batch's episodes")
-                episode = episode_key(batch.to(self.device))
-            return MemoryView.of_group(self.buffer, self.groups, episode, u)
-        if u is None:
-            return MemoryView.of(self.buffer)
-        return MemoryView.visible(self.buffer, u)
-
     # ---------------------------------------------------------------- the step
-    def knobs(self) -> Knobs:
-        """This step's schedule values and flags."""
-        return knobs_at(self.cfg, self.step, self.weights_frozen)
-
-    @property
-    def settled(self) -> bool:
-        """True from ``cfg.settle_at`` (``settle`` of the steps) on: the encoder and EMA target
-        are fixed and the step fits the reservoir (``fit``)."""
-        return self.reservoir is not None and self.step >= self.cfg.settle_at
-
-    def update(self, batch: Batch) -> StepMetrics:
-        """One training step on ``batch`` (frames (B, F, 1, 64, 64) uint8, valid / world (B,)):
-        ``agent.step.jepa_step`` (replayed from a CUDA graph with ``captured=True`` on a
-        GPU: ``agent.capture``). Returns StepMetrics of 0-dim device tensors."""
-        knobs = self.knobs()
-        if self.settled:
-            metrics = self.fit(batch.to(self.device), knobs)
-        elif self.captured is not None:
-            metrics = self.captured.update(batch, knobs)
-        else:
-            metrics = self.step_on(batch.to(self.device), knobs)
-        self.step += 1
-        return metrics
-
     def step_on(
         self, batch: Batch, knobs: Knobs, u: torch.Tensor | None = None, keep: bool = False
     ) -> StepMetrics:
@@ -238,17 +269,13 @@ class Learner:
 
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
-        """Weights, EMA target, optimizer, detector, buffer, step, freeze flag."""
+        """Weights, EMA target, optimizer, detector, buffer, and the controls' ``seed_state``."""
         return {
-            "step": self.step,
-            "manual_freeze": self._manual_freeze,
+            **self.seed_state(),
             "nets": self.nets.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "detector": self.detector.state_dict(),
             "buffer": self.buffer.state_dict(),
-            "memory_rng": self.memory_rng.get_state(),
-            "latents": None if self.latents is None else self.latents.state_dict(),
-            "reservoir": None if self.reservoir is None else self.reservoir.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -258,10 +285,9 @@ class Learner:
         self.buffer.load_state_dict(state["buffer"])
         self.step = int(state["step"])
         self._manual_freeze = bool(state["manual_freeze"])
-        if "memory_rng" in state:  # absent in checkpoints written before vary_memory existed
-            self.memory_rng.set_state(state["memory_rng"].cpu())
-        if self.latents is not None:  # absent (None) in checkpoints written before the cache
-            self.latents.load_state_dict(state.get("latents"))
+        self.memory_rng.set_state(state["memory_rng"].cpu())
+        if self.latents is not None:
+            self.latents.load_state_dict(state["latents"])
         if self.reservoir is not None:
             self.reservoir.load_state_dict(state["reservoir"])
         if self.captured is not None:  # the graphs read the tensors just replaced

@@ -11,7 +11,8 @@ import torch
 
 class StepMetrics(NamedTuple):
     """One update's metrics: float32 tensors on the learner's device (no host sync), 0-dim,
-    from ``Learner.update``, built by field name in ``agent.step.step_metrics``.
+    from ``Learner.update``, built by field name in ``agent.step.step_metrics`` (as columns,
+    each field (S,): a stack's S seeds', each seed's ``seed(s)``).
 
     ``NAMES`` gives the namespaced names in field order; ``as_dict()`` maps them to tensors.
     """
@@ -51,6 +52,10 @@ class StepMetrics(NamedTuple):
     def as_dict(self) -> dict[str, torch.Tensor]:
         """{namespaced name: 0-dim tensor}."""
         return dict(zip(self.NAMES, self, strict=True))
+
+    def seed(self, s: int) -> StepMetrics:
+        """Seed s's 0-dim metrics of columns (each field (S,), ``agent.step.step_metrics``)."""
+        return StepMetrics(*(c[s] for c in self))
 
 
 def columns(records: list[StepMetrics]) -> dict[str, np.ndarray]:
@@ -149,8 +154,7 @@ def score_predictions(
 ) -> tuple[NormErrorSums, torch.Tensor]:
     """D's sums and sigma_embed of predictions made ``chunk`` samples at a time: ``predict(sl)``
     gives the (b, [K,] D) predictions of samples ``sl``; z (N, D) their input latents ("no
-    change"), targets (N, K, D). The one evaluation loop of ``agent.evaluation`` and
-    ``agent.adaptation``."""
+    change"), targets (N, K, D). The one evaluation loop of ``agent.evaluation``."""
     n = z.shape[0]
     sums, s1, s2 = None, 0.0, 0.0
     for start in range(0, n, chunk):

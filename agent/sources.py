@@ -279,11 +279,9 @@ class StreamSource:
         self.head = int(state["head"])
         self.episode_id = np.array(state["episode_id"], np.int64)
         self.done = np.array(state["done"], bool)
-        self.shifted = np.array(state["shifted"] if "shifted" in state else state["world"], np.int64)
-        if "physics" in state:  # absent in checkpoints written before the oracle existed
-            self.physics = np.array(state["physics"], np.float32)
-        if "world_key" in state:  # absent in checkpoints written before group memory
-            self.world_key = np.array(state["world_key"], np.int64)
+        self.shifted = np.array(state["shifted"], np.int64)
+        self.physics = np.array(state["physics"], np.float32)
+        self.world_key = np.array(state["world_key"], np.int64)
         self.started = bool(state["started"])
         self.t = int(state["t"])
         self.env.set_state(state["env"])

@@ -16,25 +16,25 @@ groups apart, keeps the seeds apart too. Each step returns one ``StepMetrics`` p
 The stacked step is the plain step (``agent.step.jepa_step``) of each seed to
 rounding (``tests/agent/test_stacked.py``). It covers the worlds protocol's memory
 (``memory_scope="group"``) and the plain path: no stream latent cache, no work beside the
-encoder, no capture yet.
+encoder. Its controls, memory draws and view, update and seed states are ``BaseLearner``'s.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any, NamedTuple
 
 import torch
 
 from agent.build import build_networks
 from agent.capture import CapturedStep
-from agent.config import AgentConfig, bf16_unsupported
+from agent.config import AgentConfig
 from agent.ema import lerp_towards
+from agent.learner import BaseLearner
 from agent.memory import BoundaryDetector, GroupBuffer
-from agent.metrics import StepMetrics, normalised_error
-from agent.schedules import knobs_at
+from agent.metrics import StepMetrics
+from agent.objective import Loss
 from agent.seeds import SeedStack
 from agent.sources import Batch
 from agent.spec import StepSpec
@@ -42,17 +42,15 @@ from agent.step import (
     Knobs,
     MemoryView,
     Model,
-    as_metric,
     base_error,
     boundary,
     context_latents,
-    earlier_latents,
-    episode_key,
-    input_latent,
+    forward_metrics,
     memory_codes,
+    memory_pairs,
     modulated_prediction,
-    newest_pair,
     push,
+    step_metrics,
     target_latents,
     world_key,
 )
@@ -61,16 +59,12 @@ from agent.step import (
 class SeedForward(NamedTuple):
     """One seed's forward, as ``SeedStack.map`` returns it (tensors only, a leading seed
     dimension added): the loss, the surprisal and memory entry of each sample, the metrics'
-    per-seed parts."""
+    forward parts (``agent.step.forward_metrics``)."""
 
-    loss_total: torch.Tensor
-    loss_pred: torch.Tensor
-    loss_reg: torch.Tensor
+    loss: Loss  # each part ()
     err: torch.Tensor  # (B,) the base predictor's surprisal
     entry: torch.Tensor  # (B, E, D) float32, each sample's memory entry
-    delta_abs: torch.Tensor  # () NaN without modulation scales
-    attn_entropy: torch.Tensor  # () NaN without attention
-    norm_error: torch.Tensor  # ()
+    parts: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # () each
 
 
 def seed_forward(
@@ -100,40 +94,17 @@ def seed_forward(
     loss = spec.objective(pred, targets, w, z)
     with torch.no_grad():
         err = base_error(nets, z, mod, targets, spec)
-        entry = _entry(nets, frames, z, spec)
-        denom = w.sum().clamp(min=1.0)
-        nan = torch.full((), math.nan, device=w.device)
-        delta_abs = attn_entropy = nan
-        if mod.scales is not None:
-            delta_abs = (mod.scales.detach().float().abs().mean(1) * w).sum() / denom
-        if agg is not None:
-            at = agg.attn.detach().float()
-            attn_entropy = (-torch.special.xlogy(at, at).sum(1) * w).sum() / denom
-        d = normalised_error(pred.detach(), input_latent(z).detach(), targets, spec.norm_eps,
-                             w > 0)[0]  # fmt: skip
-    return SeedForward(loss.total, loss.pred, loss.reg, err, entry, delta_abs, attn_entropy,
-                       d.float())  # fmt: skip
+        entry = memory_pairs(nets, spec, frames, z)
+        parts = forward_metrics(pred, targets, z, mod, agg, w, spec)
+    return SeedForward(loss, err, entry, parts)
 
 
-def _entry(nets: Any, frames: torch.Tensor, z: torch.Tensor, spec: StepSpec) -> torch.Tensor:
-    """Each sample's memory entry (B, E, D) float32 (``agent.step.memory_pairs`` without the
-    stream cache): the paper's newest pair, or the input's own E latents."""
-    if spec.push_pair == "newest":
-        with spec.autocast():
-            return newest_pair(nets, frames, spec).float()
-    ctx = (z if z.dim() == 3 else z.unsqueeze(1)).detach()
-    if ctx.shape[1] >= spec.entry:
-        return ctx[:, -spec.entry :].float()
-    with spec.autocast():
-        before = earlier_latents(nets, frames, spec, spec.entry - ctx.shape[1])
-    return torch.cat([before.to(ctx.dtype), ctx], 1).float()
-
-
-class StackedLearner:
+class StackedLearner(BaseLearner):
     """S learners of one configuration (``cfgs``: equal but for ``seed``) as one stacked
-    learner; ``update(batches)`` takes each seed's batch and returns each seed's metrics.
-    ``captured``: the stacked step replayed from CUDA graphs on a GPU (``agent.capture``; on a
-    CPU the same path runs eagerly)."""
+    learner; ``update(batches)`` takes each seed's batch and returns each seed's metrics. Its
+    controls, memory draws and view are ``BaseLearner``'s, a lone learner's. ``captured``: the
+    stacked step replayed from CUDA graphs on a GPU (``agent.capture``; on a CPU the same path
+    runs eagerly)."""
 
     def __init__(
         self, cfgs: Sequence[AgentConfig], device: torch.device | str = "cpu",
@@ -142,105 +113,45 @@ class StackedLearner:
         if not cfgs:
             raise ValueError("a stacked learner needs at least one seed")
         base = cfgs[0]
-        if any(replace(c, seed=base.seed) != base for c in cfgs[1:]):
-            raise ValueError("stacked seeds must share their configuration but for the seed")
-        if base.memory_scope != "group":
-            raise ValueError("stacked seeds need memory_scope='group' (the worlds protocol's)")
-        if base.stream_cache:
-            raise ValueError("stacked seeds encode every frame afresh: set stream_cache=false")
-        if base.total_steps is None:
-            raise ValueError("total_steps: None is for a runner to fill in")
-        if base.predictor_blocks:
-            raise ValueError("stacked seeds run the listing's predictor: predictor_blocks=0")
-        if base.settle is not None:
-            raise ValueError("stacked seeds have no reservoir: settle=None")
-        if base.encoder_lr_scale != 1.0:
-            raise ValueError("stacked seeds have one rate: encoder_lr_scale=1")
-        if base.encoder_batch is not None:
-            raise ValueError("stacked seeds: every stream gives the encoder its gradient "
-                             "(encoder_batch=None)")
-        self.cfgs, self.cfg, self.seeds = list(cfgs), base, len(cfgs)
-        self.device = torch.device(device)
-        why = bf16_unsupported(self.device) if base.precision == "bf16" else None
-        if why:
-            raise ValueError(f"precision: bf16 cannot run here: {why} (use fp32)")
-        self.spec = StepSpec.from_config(base, self.device)
+        for bad, why in (
+            (any(replace(c, seed=base.seed) != base for c in cfgs[1:]),
+             "must share their configuration but for the seed"),
+            (base.memory_scope != "group", "need memory_scope='group' (the worlds protocol's)"),
+            (base.stream_cache, "encode every frame afresh: set stream_cache=false"),
+            (base.predictor_blocks, "run the listing's predictor: predictor_blocks=0"),
+            (base.settle is not None, "have no reservoir: settle=None"),
+            (base.encoder_lr_scale != 1.0, "have one rate: encoder_lr_scale=1"),
+            (base.encoder_batch is not None, "give the encoder every stream: encoder_batch=None"),
+        ):  # fmt: skip
+            if bad:
+                raise ValueError(f"stacked seeds {why}")
+        super().__init__(cfgs, device)
         self.stack = SeedStack([build_networks(c).to(self.device) for c in cfgs])
         trainable = [p for n, p in self.stack.params.items()
                      if p.requires_grad and not n.startswith("target.")]  # fmt: skip
         self.optimizer = torch.optim.AdamW(trainable, lr=base.lr, weight_decay=base.weight_decay,
                                            fused=True)  # fmt: skip
         prefix = "target.target."  # the EMA copy's parameter names, the encoder's after it
-        self._ema = [(p, self.stack.params["encoder." + n[len(prefix) :]])
-                     for n, p in self.stack.params.items() if n.startswith(prefix)]  # fmt: skip
+        ema = [n for n in self.stack.params if n.startswith(prefix)]
+        self._ema = ([self.stack.params[n] for n in ema],  # the EMA lerp's targets, sources
+                     [self.stack.params["encoder." + n[len(prefix) :]] for n in ema])  # fmt: skip
         w = base.num_groups
         self.detector = BoundaryDetector(base.kappa, base.detector_momentum, base.detector_warmup,
                                          self.device, streams=self.seeds * w)  # fmt: skip
         self.buffer = GroupBuffer(self.seeds * w, base.buffer_capacity, base.latent_dim,
                                   self.device, frames=base.entry_frames)  # fmt: skip
-        b = base.batch_size
-        self.groups = torch.arange(self.seeds * b, device=self.device) // base.group_size
-        self.local_groups = self.groups[:b]  # each seed's samples' groups, 0..W-1
-        self.memory_rngs = []
-        for c in cfgs:
-            g = torch.Generator(self.device)
-            g.manual_seed(c.seed)
-            self.memory_rngs.append(g)
-        self.step = 0
-        self._frozen = False
-        self.latents = None  # no stream latent cache (what a captured step needs too)
-        self.captured: CapturedStep | None = None  # the stacked step as CUDA graphs
-        if captured:
-            self.captured = CapturedStep(self)
-
-    # ---------------------------------------------------------------- controls
-    @property
-    def weights_frozen(self) -> bool:
-        return self._frozen
-
-    def freeze_weights(self) -> None:
-        """Stop weight and EMA updates of every seed (memory mode)."""
-        self._frozen = True
-
-    def unfreeze_weights(self) -> None:
-        self._frozen = False
-
-    def knobs(self) -> Knobs:
-        """This step's schedule values and flags (every seed's: one schedule)."""
-        return knobs_at(self.cfg, self.step, self._frozen)
-
-    def memory_draws(self, training: bool) -> torch.Tensor | None:
-        """This step's draws of how much memory each sample sees (``cfg.vary_memory``, while
-        training), (S * B,): each seed's B from its own generator; None otherwise."""
-        if not (training and self.cfg.vary_memory):
-            return None
-        return torch.cat([torch.rand(self.cfg.batch_size, generator=g, device=self.device)
-                          for g in self.memory_rngs])  # fmt: skip
-
-    def memory_view(
-        self, training: bool, batch: Batch, u: torch.Tensor | None = None
-    ) -> MemoryView:
-        """Each sample's view of its world memory (``Learner.memory_view``; ``u``: this step's
-        ``memory_draws``, drawn when None)."""
-        if u is None:
-            u = self.memory_draws(training)
-        episode = episode_key(batch) if self.cfg.memory_read == "peer" else None
-        return MemoryView.of_group(self.buffer, self.groups, episode, u)
+        self.local_groups = self.groups[: base.batch_size]  # each seed's samples' groups, 0..W-1
+        # The stacked step as CUDA graphs (no stream latent cache: what it needs too), or None.
+        self.captured = CapturedStep(self) if captured else None
 
     # ---------------------------------------------------------------- the step
-    def update(self, batches: Sequence[Batch]) -> list[StepMetrics]:
-        """One step of every seed, seed s on ``batches[s]``; each seed's ``StepMetrics``.
-        Replayed from CUDA graphs when ``captured`` (``agent.capture``)."""
+    def update(self, batches: Sequence[Batch]) -> list[StepMetrics]:  # type: ignore[override]
+        """One step of every seed, seed s on ``batches[s]`` (``BaseLearner.update`` of the
+        stacked batch); each seed's ``StepMetrics``."""
         if len(batches) != self.seeds:
             raise ValueError(f"expected {self.seeds} batches (one a seed), got {len(batches)}")
-        batch = stack_batches([b.to(self.device) for b in batches])
-        knobs = self.knobs()
-        if self.captured is not None:
-            columns = self.captured.update(batch, knobs)
-        else:
-            columns = self.step_on(batch.to(self.device), knobs)
-        self.step += 1
-        return [StepMetrics(*(c[i] for c in columns)) for i in range(self.seeds)]
+        columns = super().update(stack_batches([b.to(self.device) for b in batches]))
+        return [columns.seed(s) for s in range(self.seeds)]
 
     def step_on(
         self, batch: Batch, knobs: Knobs, u: torch.Tensor | None = None
@@ -262,78 +173,55 @@ class StackedLearner:
             for group in self.optimizer.param_groups:
                 group["lr"] = knobs.lr
             self.optimizer.zero_grad(set_to_none=True)
-            fwd.loss_total.sum().backward()
+            fwd.loss.total.sum().backward()
             self.optimizer.step()
             if knobs.ema:
-                tgt, src = zip(*self._ema, strict=True)
-                lerp_towards(list(tgt), list(src), knobs.tau)
+                lerp_towards(*self._ema, knobs.tau)
         with torch.no_grad():
             self.buffer.enter(self.groups, world_key(batch))
             if knobs.write:
                 push(m, fwd.entry.flatten(0, 1), batch, w, write, knobs.step, self.groups)
-            return self._metrics(knobs, fwd, err, w, fired)
-
-    def _metrics(
-        self, knobs: Knobs, fwd: SeedForward, err: torch.Tensor, w: torch.Tensor,
-        fired: torch.Tensor,
-    ) -> StepMetrics:  # fmt: skip
-        """Each seed's ``StepMetrics`` as columns (``agent.step.step_metrics`` over each seed's
-        own samples and world memories)."""
-        s = self.seeds
-        ws = w.view(s, -1)
-        n_valid = ws.sum(1)
-        size = self.buffer.size.view(s, -1)
-        shifted = (self.buffer.shifted.eq(1) & self.buffer.mask()).view(s, -1).sum(1)
-        return StepMetrics(
-            loss_total=fwd.loss_total.detach(),
-            loss_pred=fwd.loss_pred.detach(),
-            loss_reg=fwd.loss_reg.detach(),
-            surprisal=(err.view(s, -1) * ws).sum(1) / n_valid.clamp(min=1.0),
-            threshold=self.detector.threshold.float().view(s, -1).mean(1),
-            boundary=fired.float().view(s, -1).mean(1),
-            buffer_size=size.float().mean(1),
-            shift_share=shifted.float() / size.sum(1).clamp(min=1).float(),
-            lr=as_metric(knobs.lr, self.device).expand(s),
-            tau=as_metric(knobs.tau, self.device).expand(s),
-            delta_abs=fwd.delta_abs,
-            attn_entropy=fwd.attn_entropy,
-            valid_frac=n_valid / ws.shape[1],
-            norm_error=fwd.norm_error,
-        )
+            return step_metrics(m, knobs, fwd.loss, err, w, fired, fwd.parts, self.seeds)
 
     # ---------------------------------------------------------------- state
     def state_dicts(self) -> list[dict[str, Any]]:
         """Each seed's ``Learner.state_dict()``: its weights, optimizer state, detector and
-        world memories, step and generator, as its lone learner writes them (a lone learner of
-        its config loads it; the memory's spare row, where non-writing streams scatter and
-        nothing reads, is the stack's)."""
-        nets = self.stack.state_dicts()
-        opt = self.optimizer.state_dict()
+        world memories (``_seed_rows``), and its ``seed_state``, as its lone learner writes them
+        (a lone learner of its config loads it)."""
+        nets, opt = self.stack.state_dicts(), self.optimizer.state_dict()
         det, buf = self.detector.state_dict(), self.buffer.state_dict()
-        w, cap = self.cfg.num_groups, self.cfg.buffer_capacity
-        out = []
-        for s in range(self.seeds):
-            groups, slots = slice(s * w, (s + 1) * w), slice(s * w * cap, (s + 1) * w * cap)
-            memory = {}
-            for name, t in buf.items():
-                if t.shape[0] == self.seeds * w:
-                    memory[name] = t[groups].clone()
-                else:  # flat slots, then the spare row
-                    memory[name] = torch.cat([t[slots], t[-1:]]).clone()
-            out.append({
-                "step": self.step,
-                "manual_freeze": self._frozen,
-                "nets": nets[s],
-                "optimizer": {
-                    "state": {i: {k: (v if k == "step" else v[s]).clone() for k, v in st.items()}
-                              for i, st in opt["state"].items()},
-                    "param_groups": opt["param_groups"],
-                },
-                "detector": {k: v[groups].clone() for k, v in det.items()},
-                "buffer": memory,
-                "memory_rng": self.memory_rngs[s].get_state(),
-                "latents": None,
-            })  # fmt: skip
+        return [{
+            **self.seed_state(s),
+            "nets": nets[s],
+            "optimizer": {
+                "state": {i: {k: (v if k == "step" else v[s]).clone() for k, v in st.items()}
+                          for i, st in opt["state"].items()},
+                "param_groups": opt["param_groups"],
+            },
+            "detector": self._seed_rows(det, s),
+            "buffer": self._seed_rows(buf, s),
+        } for s in range(self.seeds)]  # fmt: skip
+
+    def _seed_rows(self, state: dict[str, torch.Tensor], s: int) -> dict[str, torch.Tensor]:
+        """Seed s's part of the stack's detector or memory state: its W groups' rows; of the
+        memory's flat slots its W * cap, then the spare row (where non-writing streams scatter
+        and nothing reads: the stack's)."""
+        w, out = self.cfg.num_groups, {}
+        for name, t in state.items():
+            flat = t.shape[0] != self.seeds * w
+            n = w * self.cfg.buffer_capacity if flat else w
+            rows = t[s * n : (s + 1) * n]
+            out[name] = torch.cat([rows, t[-1:]]) if flat else rows.clone()
+        return out
+
+    def _stacked_rows(self, parts: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        """The seeds' detector or memory states as the stack's (``_seed_rows`` undone; the spare
+        row the first seed's)."""
+        w, out = self.cfg.num_groups, {}
+        for name, t in parts[0].items():
+            flat = t.shape[0] != w
+            out[name] = torch.cat([p[name][:-1] if flat else p[name] for p in parts]
+                                  + ([t[-1:]] if flat else []))  # fmt: skip
         return out
 
     def load_state_dicts(self, states: Sequence[dict[str, Any]]) -> None:
@@ -352,33 +240,22 @@ class StackedLearner:
                 for i, part in first["state"].items()},
             "param_groups": first["param_groups"],
         })  # fmt: skip
-        self.detector.load_state_dict(
-            {k: torch.cat([st["detector"][k] for st in states]) for k in states[0]["detector"]}
-        )
-        w, cap = self.cfg.num_groups, self.cfg.buffer_capacity
-        memory = {}
-        for name in GroupBuffer._STATE:
-            parts = [st["buffer"][name] for st in states]
-            if parts[0].shape[0] == w:
-                memory[name] = torch.cat(parts)
-            else:  # the seeds' slots, then one spare row
-                memory[name] = torch.cat([p[: w * cap] for p in parts] + [parts[0][-1:]])
-        self.buffer.load_state_dict(memory)
+        self.detector.load_state_dict(self._stacked_rows([st["detector"] for st in states]))
+        self.buffer.load_state_dict(self._stacked_rows([st["buffer"] for st in states]))
         for g, st in zip(self.memory_rngs, states, strict=True):
             g.set_state(st["memory_rng"].cpu())
         self.step = steps.pop()
-        self._frozen = bool(states[0]["manual_freeze"])
+        self._manual_freeze = bool(states[0]["manual_freeze"])
         if self.captured is not None:  # the graphs read the tensors just replaced
             self.captured.reset()
 
 
 def stack_batches(batches: Sequence[Batch]) -> Batch:
-    """The seeds' batches as one, seed-major (each field concatenated; None where any is)."""
+    """The seeds' batches as one, seed-major (each tensor field concatenated; None where any
+    seed's is not a tensor, as the clock, which the seeds' streams do not share)."""
 
     def cat(name: str) -> torch.Tensor | None:
         parts = [getattr(b, name) for b in batches]
-        return None if any(p is None for p in parts) else torch.cat(parts)
+        return torch.cat(parts) if all(isinstance(p, torch.Tensor) for p in parts) else None
 
-    return Batch(frames=cat("frames"), valid=cat("valid"), shifted=cat("shifted"),
-                 physics=cat("physics"), clock=None, episode=cat("episode"),
-                 world_key=cat("world_key"))  # fmt: skip
+    return Batch(**{f.name: cat(f.name) for f in fields(Batch)})

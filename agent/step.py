@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -85,7 +86,8 @@ def jepa_step(
     with torch.no_grad():
         err = base_error(nets, z, mod, targets, spec)  # (B,) mean_k ||zbar_k - P_base(z)||
         fired, write = boundary(m, err, batch.valid, w, memory.group)  # (), (W,) or (B,) bool
-        pairs = memory_pairs(m, batch, z, latents) if knobs.write else None  # (B, E, D)
+        entry = partial(memory_pairs, nets, spec, batch.frames, z, latents, batch.clock)
+        pairs = entry() if knobs.write else None  # (B, E, D)
 
     # 4. Backward and AdamW.
     if knobs.learn:
@@ -107,12 +109,13 @@ def jepa_step(
         if pairs is not None:
             push(m, pairs, batch, w, write, knobs.step, memory.group)
         if keep is not None:
-            entries = pairs if pairs is not None else memory_pairs(m, batch, z, latents)
+            entries = pairs if pairs is not None else entry()
             keep.add(z.detach(), entries, targets, batch.physics, world_key(batch),
                      episode_key(batch), batch.valid)  # fmt: skip
         if latents is not None and batch.clock is not None and spec.push_pair == "input":
             latents.keep_input(batch.clock, input_latent(z).float())  # the next entries' older
-        return step_metrics(m, knobs, loss, err, w, fired, Forward(pred, targets, z, mod, agg))
+        parts = forward_metrics(pred, targets, z, mod, agg, w, spec)
+        return step_metrics(m, knobs, loss, err, w, fired, parts).seed(0)
 
 
 # ---------------------------------------------------------------------------- its pieces
@@ -292,27 +295,27 @@ def boundary(
 
 
 def memory_pairs(
-    m: Model, batch: Batch, z: torch.Tensor, latents: LatentCache | None = None
-) -> torch.Tensor:
+    nets: Networks, spec: StepSpec, frames: torch.Tensor, z: torch.Tensor,
+    latents: LatentCache | None = None, clock: int | None = None,
+) -> torch.Tensor:  # fmt: skip
     """Each sample's memory entry (B, E, D) float32: the paper's pair (z_{newest-1}, z_newest) by
     the online encoder, or with ``push_pair="input"`` the input's own, the latents of the E
     frames ending at the input (z_{input-E+1}, ..., z_input): the context's, and before them
-    earlier frames' (the stream latent cache's where it holds them, else encoded). Call without
-    gradient."""
-    spec = m.spec
+    earlier frames' (the stream latent cache's at ``clock`` where it holds them, else encoded).
+    Call without gradient."""
     if spec.push_pair == "newest":
         with spec.autocast():
-            return newest_pair(m.nets, batch.frames, spec).float()
+            return newest_pair(nets, frames, spec).float()
     ctx = (z if z.dim() == 3 else z.unsqueeze(1)).detach()  # (B, C, D)
     if ctx.shape[1] >= spec.entry:
         return ctx[:, -spec.entry :].float()
     k = spec.entry - ctx.shape[1]
     before = None
-    if latents is not None and batch.clock is not None:
-        before = latents.earlier(batch.clock, spec.context, k)
+    if latents is not None and clock is not None:
+        before = latents.earlier(clock, spec.context, k)
     if before is None:  # (B, E - C, D), online encoder
         with spec.autocast():
-            before = earlier_latents(m.nets, batch.frames, spec, k)
+            before = earlier_latents(nets, frames, spec, k)
     return torch.cat([before.to(ctx.dtype), ctx], 1).float()
 
 
@@ -352,16 +355,6 @@ def push(
     m.buffer.push(valid_mean(pairs, w), majority, step, write)
 
 
-class Forward(NamedTuple):
-    """What the metrics read of the step's forward."""
-
-    pred: torch.Tensor  # (B, [K,] D) float32, the modulated prediction
-    targets: torch.Tensor  # (B, K, D) float32
-    z: torch.Tensor  # (B, C, D) | (B, D), the context latents
-    mod: Modulated
-    agg: Aggregate | None
-
-
 def step_metrics(
     m: Model,
     knobs: Knobs,
@@ -369,37 +362,54 @@ def step_metrics(
     err: torch.Tensor,
     w: torch.Tensor,
     fired: torch.Tensor,
-    fwd: Forward,
+    parts: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    seeds: int = 1,
 ) -> StepMetrics:
-    """The step's ``StepMetrics`` (0-dim float32 tensors, valid-sample means) from its forward and
-    the memory after this step's write. Group memory: threshold and buffer size are means over
-    the worlds, boundary the share of worlds whose detector fired."""
-    n_valid = w.sum()
-    denom = n_valid.clamp(min=1.0)
-    delta_abs = attn_entropy = torch.full((), math.nan, device=w.device)
-    if fwd.mod.scales is not None:
-        delta_abs = (fwd.mod.scales.detach().float().abs().mean(1) * w).sum() / denom
-    if fwd.agg is not None:
-        at = fwd.agg.attn.detach().float()
-        attn_entropy = (-torch.special.xlogy(at, at).sum(1) * w).sum() / denom
-    z = input_latent(fwd.z).detach()
-    d = normalised_error(fwd.pred.detach(), z, fwd.targets, m.spec.norm_eps, w > 0)[0]
+    """The step's ``StepMetrics`` of each of ``seeds`` seeds as columns (each field (seeds,),
+    seed s's at s: ``StepMetrics.seed``; the samples, memories and detectors seed-major), from its
+    ``loss``, its ``forward_metrics`` ``parts`` and the memory after this step's write:
+    valid-sample means. Group memory: threshold and buffer size are means over the worlds,
+    boundary the share of worlds whose detector fired."""
+    ws = w.view(seeds, -1)
+    n_valid = ws.sum(1)
+    size = m.buffer.size.view(seeds, -1)
+    shifted = (m.buffer.shifted.eq(1) & m.buffer.mask()).view(seeds, -1).sum(1)
+    delta_abs, attn_entropy, norm_error = parts
     return StepMetrics(
-        loss_total=loss.total.detach(),
-        loss_pred=loss.pred.detach(),
-        loss_reg=loss.reg.detach(),
-        surprisal=(err * w).sum() / denom,
-        threshold=m.detector.threshold.float().mean(),
-        boundary=fired.float().mean(),
-        buffer_size=m.buffer.size.float().mean(),
-        shift_share=m.buffer.shift_share(),
-        lr=as_metric(knobs.lr, w.device),
-        tau=as_metric(knobs.tau, w.device),
-        delta_abs=delta_abs,
-        attn_entropy=attn_entropy,
-        valid_frac=n_valid / w.shape[0],
-        norm_error=d.float(),
+        loss_total=loss.total.detach().view(seeds),
+        loss_pred=loss.pred.detach().view(seeds),
+        loss_reg=loss.reg.detach().view(seeds),
+        surprisal=(err.view(seeds, -1) * ws).sum(1) / n_valid.clamp(min=1.0),
+        threshold=m.detector.threshold.float().view(seeds, -1).mean(1),
+        boundary=fired.float().view(seeds, -1).mean(1),
+        buffer_size=size.float().mean(1),
+        shift_share=shifted.float() / size.sum(1).clamp(min=1).float(),
+        lr=as_metric(knobs.lr, w.device).expand(seeds),
+        tau=as_metric(knobs.tau, w.device).expand(seeds),
+        delta_abs=delta_abs.view(seeds),
+        attn_entropy=attn_entropy.view(seeds),
+        valid_frac=n_valid / ws.shape[1],
+        norm_error=norm_error.view(seeds),
     )
+
+
+def forward_metrics(
+    pred: torch.Tensor, targets: torch.Tensor, z: torch.Tensor, mod: Modulated,
+    agg: Aggregate | None, w: torch.Tensor, spec: StepSpec,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The metrics that read the forward (the modulated prediction ``pred`` (B, [K,] D) and
+    ``targets`` (B, K, D) float32, the context latents z), 0-dim float32 means over the valid
+    samples (w): the mean |modulation scale| (NaN without scales), the attention's entropy (NaN
+    without attention) and the normalised error of the modulated prediction."""
+    denom = w.sum().clamp(min=1.0)
+    delta_abs = attn_entropy = torch.full((), math.nan, device=w.device)
+    if mod.scales is not None:
+        delta_abs = (mod.scales.detach().float().abs().mean(1) * w).sum() / denom
+    if agg is not None:
+        at = agg.attn.detach().float()
+        attn_entropy = (-torch.special.xlogy(at, at).sum(1) * w).sum() / denom
+    d = normalised_error(pred.detach(), input_latent(z).detach(), targets, spec.norm_eps, w > 0)
+    return delta_abs, attn_entropy, d[0].float()
 
 
 def as_metric(value: float | torch.Tensor, device: torch.device) -> torch.Tensor:

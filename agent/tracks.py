@@ -12,6 +12,7 @@ its defaults (the paper's Table 5). Code asks a track these things; it never com
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -65,9 +66,10 @@ def reads_memory(letter: str) -> bool:
     return track(letter).reads_memory
 
 
-def with_memory(letter: str) -> str:
-    """``letter`` if its track reads memory, else ``MEMORY_DEFAULT`` (the oracle of a floor run)."""
-    return letter if reads_memory(letter) else MEMORY_DEFAULT
+def ceiling_track(letters: Iterable[str]) -> str:
+    """The track whose oracle is the ceiling of ``letters`` (a run's track, a view's tracks):
+    the first that reads memory, else ``MEMORY_DEFAULT`` (the oracle of a floor run)."""
+    return next((t for t in letters if reads_memory(t)), MEMORY_DEFAULT)
 
 
 #: The paper's question: experience added to the predictor's input (B) against experience

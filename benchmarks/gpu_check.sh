@@ -43,7 +43,7 @@ stacked() {  # stacked SECONDS: seeds stacked at the paper preset, captured
 case "$what" in
 study)
     part "worlds study, cpu preset, 3 seeds x 4 arms, stacked and captured, 4 arms at once"
-    ( time timeout 540 python -m runners.worlds_study --device cuda --stack --settle None \
+    ( time timeout 540 python -m runners.study worlds --device cuda --stack --settle None \
         --tracks A C D --oracle-track D --seeds 42 43 44 --out "$out/study" --capture \
         --workers 4 "${@:3}" ) 2>&1 |
         tee "$out/study.log" | grep -E "stacked set|started|skipped|report:|real|error|rror"

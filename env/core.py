@@ -159,7 +159,7 @@ class SceneBatch:
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"unsupported scene state version {state.get('version')!r}")
         shape = (self.num_scenes, self.n_digits)
-        n = state["num_scenes"] if "num_scenes" in state else state["num_worlds"]  # older key
+        n = state["num_scenes"]
         if (n, state["n_digits"]) != shape:
             raise ValueError(
                 f"state is for {n} scenes x {state['n_digits']} digits, "

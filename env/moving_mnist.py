@@ -227,7 +227,7 @@ class MovingMNISTEnv(gym.Env[np.ndarray, np.int64]):
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`get_state` dict."""
-        self._scenes.set_state(state["scenes"] if "scenes" in state else state["world"])  # older: "world"
+        self._scenes.set_state(state["scenes"])
         self.np_random = rng_from_state(state["rng"])
         self._elapsed = int(state["elapsed"])
         self._has_reset = bool(state["has_reset"])

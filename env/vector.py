@@ -326,8 +326,8 @@ class MovingMNISTVectorEnv(VectorEnv):
         """
         if int(state["num_envs"]) != self.num_envs:
             raise ValueError(f"state is for {state['num_envs']} envs, this env has {self.num_envs}")
-        limits = check_episode_limits(state.get("limits", self.max_episode_steps), self.num_envs)
-        self._scenes.set_state(state["scenes"] if "scenes" in state else state["world"])  # older: "world"
+        limits = check_episode_limits(state["limits"], self.num_envs)
+        self._scenes.set_state(state["scenes"])
         self._rngs = [None if s is None else rng_from_state(s) for s in state["rngs"]]
         self._elapsed = np.asarray(state["elapsed"], dtype=np.int64).copy()
         self._limits = limits

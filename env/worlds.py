@@ -419,21 +419,19 @@ class WorldSchedule(VectorWrapper):
                 f"state is for episode_steps {tuple(state['episode_steps'])}, this schedule "
                 f"has {self.episode_steps}"
             )
-        # States written before groups existed: groups of 1, one episode per world.
-        layout = (int(state.get("group_size", 1)), tuple(state.get("residency", (1, 1))))
+        layout = (int(state["group_size"]), tuple(state["residency"]))
         if layout != (self.group_size, self.residency):
             raise ValueError(
                 f"state is for group_size {layout[0]}, residency {layout[1]}; this schedule has "
                 f"group_size {self.group_size}, residency {self.residency}"
             )
         self.env.set_state(state["env"])
-        self._left = np.asarray(state.get("left", np.ones(self.num_groups)), np.int64).copy()
+        self._left = np.asarray(state["left"], np.int64).copy()
         self._rng = rng_from_state(state["rng"])
         self._world_ids = np.asarray(state["world_ids"], dtype=np.int64).copy()
         self._next_id = int(state["next_world_id"])
         self._held = np.asarray(state["held"], dtype=bool).copy()
-        # States written before ``endless`` existed had none.
-        self._endless = np.asarray(state.get("endless", np.zeros_like(self._held)), bool).copy()
+        self._endless = np.asarray(state["endless"], bool).copy()
         self._has_reset = bool(state["has_reset"])
 
     # ------------------------------------------------------------------ helpers

@@ -1,7 +1,7 @@
 """The gravity probe: does what the memory tells the predictor (e_agg) carry the world?
 
 For each sequence of a world, the frozen learner reads a memory of n transitions from other
-sequences of the same world (the peer memory of ``agent.adaptation``: the pairs of ``peers``
+sequences of the same world (the peer memory of ``agent.evaluation``: the pairs of ``peers``
 sequences, as their shared FIFO holds them) and aggregates it into e_agg, as it does before
 predicting that sequence's input frame. A world's sequences are read in two disjoint halves, each
 half's memories from its own sequences; a half row is the mean of a half's rows, a world row the
@@ -35,7 +35,7 @@ from sklearn.linear_model import RidgeCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from agent.adaptation import WorldSet, _encode, _memory, input_index
+from agent.evaluation import WorldSet, encode, input_index, sequence_memory
 from agent.learner import Learner
 from agent.memory.view import MemoryView
 from agent.step import aggregate
@@ -62,8 +62,9 @@ def _peer_view(
     """(z (N, i+1, D) online latents, i the input index, the peer MemoryView (N, cap, E, D))."""
     cfg = learner.cfg
     i = input_index(cfg, n)
-    z, _ = _encode(learner, world.frames, n)
-    view = _memory([z.roll(-p, dims=0) for p in range(1, peers + 1)], i, n, cfg.entry_frames)
+    z = encode(learner, world.frames, i)[0]
+    peer = [z.roll(-p, dims=0) for p in range(1, peers + 1)]
+    view = sequence_memory(peer, i, n, cfg.entry_frames)
     return z, i, view
 
 

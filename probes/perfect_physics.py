@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 import env
-from agent.adaptation import WorldSet, input_index
+from agent.evaluation import WorldSet, input_index
 from agent.learner import Learner
 from agent.metrics import NormErrorSums, norm_error, norm_error_sums
 from env.render import pixel_positions

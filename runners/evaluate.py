@@ -37,18 +37,22 @@ from runners.cli import CliError, ensure_output_dir, parse, run_main
 from runners.online.command import config_from_dict
 from runners.online.config import Device, Paper, RunConfig, Schedule, Worlds, resolve
 from runners.online.evaluation import WorldsEvaluator, world_probe_report
-from runners.online.parts import make_evaluator, resolve_device, set_threads
+from runners.online.parts import resolve_device, set_threads
 from runners.online.rundir import RunFolder
 from runners.online.store import open_store
-from runners.online.summary import curve_report, format_curve, held_out_text, world_probe_text
+from runners.online.summary import (
+    curve_report,
+    format_curve,
+    held_out_tables,
+    tables_text,
+    world_probe_table,
+)
 
 if TYPE_CHECKING:
     import env
     from agent import AgentConfig, Learner
 
 PROG = "evaluate"
-CURVE = (0, 10, 25, 50, 100, 256)
-WORLDS_CURVE = (0, 1, 5, 10, 25, 50)
 
 
 @dataclass
@@ -130,11 +134,11 @@ def run_config(ckpt: Path, folder: RunFolder | None) -> RunConfig:
 
 def check_options(args: Evaluate, cfg: RunConfig) -> None:
     """Refuses (``CliError``) the options that do not fit the run's protocol or agent."""
-    if args.world_probe and not cfg.worlds_protocol:
+    if args.world_probe and not cfg.protocol.many_worlds:
         raise CliError("--world-probe: a worlds-protocol run only")
     if args.probe_worlds < 1 or args.probe_steps < 1:
         raise CliError("--probe-worlds and --probe-steps must be at least 1")
-    if args.target_reference and (cfg.worlds_protocol or cfg.agent.context_frames != 1):
+    if args.target_reference and (cfg.protocol.many_worlds or cfg.agent.context_frames != 1):
         raise CliError("--target-reference: a paper-protocol run (one context frame) only")
 
 
@@ -143,14 +147,13 @@ def open_data(args: Evaluate, cfg: RunConfig, ns: tuple[int, ...]) -> env.PaperD
     splits whole, or (worlds protocol) to generate world sets long enough for ``ns``."""
     store = None
     if args.data:
-        if cfg.worlds_protocol:
+        if cfg.protocol.many_worlds:
             raise CliError("--data: a worlds-protocol run is evaluated on generated worlds only")
         store = open_store(args.data)
-        assert isinstance(cfg.protocol, Paper)  # (the worlds protocol is refused above)
         cfg.protocol = dataclasses.replace(cfg.protocol, data=args.data, eval_shift_train=10**9,
                                            eval_base_test=10**9)  # whole splits
         cfg.schedule.eval_shift_test = 10**9
-    if cfg.worlds_protocol:
+    if cfg.protocol.many_worlds:
         cfg.schedule.final_ns = ns  # the world sets are long enough for the largest n
     return store
 
@@ -163,7 +166,7 @@ def world_probe(
     ns: tuple[int, ...],
 ) -> dict:
     """The --world-probe report of ``learner`` on the evaluator's held-out worlds."""
-    from agent.adaptation import input_index
+    from agent.evaluation import input_index
     from probes.world import ProbeConfig
 
     start = 0 if args.probe_window == "first" else (
@@ -178,12 +181,12 @@ def print_report(args: Evaluate, rep: dict, ckpt: Path, cfg: RunConfig, step: in
     """Prints the report: the curve, then what the protocol and the options added to it."""
     print(f"{ckpt} (track {cfg.agent.track}, step {step}); data: {rep['data']}")
     print(format_curve(rep))
-    if cfg.worlds_protocol:
-        print("\n".join(held_out_text(rep["held_out"], f"at step {step}")))
+    if cfg.protocol.many_worlds:
+        print("\n" + tables_text(held_out_tables(rep["held_out"], f"at step {step}")))
     if args.target_reference:
         print(format_reference(rep["target_reference"]))
     if args.world_probe:
-        print("\n".join(world_probe_text(rep["world_probe"])))
+        print("\n" + tables_text([world_probe_table(rep["world_probe"])]))
 
 
 def write_json(out: Path, rep: dict) -> None:
@@ -210,10 +213,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     cfg = run_config(ckpt, folder)
     agent_cfg = cfg.agent
-    ns = tuple(sorted(set(args.n if args.n is not None else
-                          WORLDS_CURVE if cfg.worlds_protocol else CURVE)))  # fmt: skip
+    ns = tuple(sorted(set(args.n if args.n is not None else cfg.protocol.final_ns)))
     check_options(args, cfg)
-    evaluator = make_evaluator(cfg, open_data(args, cfg, ns))
+    evaluator = cfg.protocol.evaluator(cfg, open_data(args, cfg, ns))
 
     learner = Learner(agent_cfg, device=device)
     try:
@@ -225,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         data=args.data or "generated in memory (env.generate_sequences)",
         horizons=list(agent_cfg.horizons),
     )
-    if cfg.worlds_protocol:
+    if cfg.protocol.many_worlds:
         rep["held_out"] = evaluator.report(learner, ns)
     if args.world_probe:
         rep["world_probe"] = world_probe(args, learner, evaluator, agent_cfg, ns)

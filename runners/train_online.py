@@ -89,7 +89,7 @@ def stacked_configs(cfg: RunConfig, seeds: Sequence[int]) -> list[RunConfig]:
     if len(set(all_seeds)) != len(all_seeds):
         raise CliError(f"--stack-seeds: every seed once, --seed {cfg.agent.seed} included; got "
                        f"{' '.join(map(str, all_seeds))}")  # fmt: skip
-    if not cfg.worlds_protocol:
+    if not cfg.protocol.many_worlds:
         raise CliError("--stack-seeds: stacked seeds run the worlds protocol")
     if cfg.agent.stream_cache:
         raise CliError("--stack-seeds: stacked seeds encode every frame afresh: add "

@@ -20,22 +20,23 @@ boundary detector fires, the buffer fills with the new world's transitions.
         --screenshot out.png
     python -m runners.visualize --resume runs/<session>          # continue a session
 
-A session folder ``<out>/<name>/`` holds ``viz.json`` (the options and the world's state at the
-last checkpoint), ``screenshots/`` and one ``train_online`` run folder per track (``A/``, ``C/``,
-... with config.json, run.zarr and checkpoints). See docs/visualize.md.
+A session folder ``<out>/<name>/`` holds ``screenshots/`` and one ``train_online`` run folder per
+track (``A/``, ``C/``, ``oracle/``: config.json, run.zarr, checkpoints), made, held and continued
+by the run folder's own helpers (``runners.online.rundir``, ``resume_config``); every checkpoint
+also keeps the view's state (``view_state``). See docs/visualize.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import tyro
 
@@ -44,9 +45,6 @@ from agent.config import Track
 from runners.cli import CliError, ensure_output_dir, run_main
 from runners.cli import parse as parse_cli
 from runners.online.config import (
-    DEFAULT_SHIFT_GRAVITY,
-    DEFAULT_WORLD_SWITCH,
-    PROTOCOLS,
     AfterSwitch,
     Device,
     Preset,
@@ -54,11 +52,22 @@ from runners.online.config import (
     RunConfig,
     flat,
 )
-from runners.online.rundir import RunFolder, existing_run_folder
+from runners.online.protocols import PROTOCOLS
+from runners.online.rundir import (
+    RunFolder,
+    StopRequest,
+    default_name,
+    existing_run_folder,
+    new_folder,
+    new_run_folder,
+)
 from runners.online.switch import SWITCH_SYNTAX, SwitchArg
 
+if TYPE_CHECKING:
+    from runners.live.app import App
+    from runners.online.loop import OnlineLoop
+
 PROG = "visualize"
-SESSION_FILE = "viz.json"
 DEFAULT_STEPS = 3000
 DEFAULT_TRACKS = (agent_tracks.FLOOR, agent_tracks.MEMORY_DEFAULT)
 DEFAULT_PROTOCOL = "worlds"
@@ -109,11 +118,11 @@ class Visualize:
     from_runs: Annotated[
         tuple[str, ...], tyro.conf.UseAppendAction, tyro.conf.arg(name="from", metavar="RUN_DIR")
     ] = ()
-    """start a track from this run's best checkpoint (repeatable; its track is used)"""
+    """start a track from this run's best checkpoint (repeatable; its track is used; a session folder: its tracks)"""
     fresh_memory: bool = False
     """with --from: empty buffer, fresh detector"""
     resume: Annotated[str | None, tyro.conf.arg(metavar="SESSION_DIR")] = None
-    """continue a visualizer session"""
+    """continue a visualizer session (with only the changes train_online --resume allows: --steps, --switch, --device, --eval-every, --checkpoint-every)"""
     out: str | None = None
     """parent folder of sessions (default runs/)"""
     name: str | None = None
@@ -157,11 +166,21 @@ def parse(argv: Sequence[str] | None) -> Visualize:
 
 # -- configuration ----------------------------------------------------------------------------
 
+#: The ceiling's name among the view's tracks (and its run folder's): the oracle of the first
+#: memory track.
+ORACLE = "oracle"
 
-def track_config(
-    args: Visualize, track: str, from_dir: Path | None, protocol: str = DEFAULT_PROTOCOL
-) -> RunConfig:
-    """The ``RunConfig`` of one track: train_online's command line, made of the --from run's
+
+def given(args: Visualize, names: Sequence[str]) -> list[str]:
+    """The train_online tokens of those of the view's options ``names`` that were given."""
+    return [token for name in names if getattr(args, name) is not None
+            for token in ("--" + name.replace("_", "-"), str(getattr(args, name)))]  # fmt: skip
+
+
+def track_config(args: Visualize, name: str, from_dir: Path | None, protocol: str,
+                 tracks: Sequence[str]) -> RunConfig:  # fmt: skip
+    """The ``RunConfig`` of one of the view's ``tracks`` (``ORACLE``: the first memory track's,
+    C if none, fed the true physics): train_online's command line, made of the --from run's
     config.json (but its schedule's length and memory pair, which follow the view's own
     stream), the visualizer's options, then train_online's options given to the view."""
     from runners.online.command import build_config
@@ -169,7 +188,7 @@ def track_config(
     saved: dict | None = None
     if from_dir is not None:  # the run's own config, its preset included (unless --preset)
         saved = RunFolder(from_dir).read_config()
-        theirs = flat(saved).get("protocol", "paper")  # before the worlds protocol: paper
+        theirs = flat(saved).get("protocol", protocol)  # (none: refused by its version)
         if theirs != protocol:
             other = f" (--protocol {theirs} shows it)" if theirs in PROTOCOLS else ""
             raise CliError(
@@ -180,77 +199,45 @@ def track_config(
                  if k not in ("total_steps", "push_pair")}
         saved = {**saved, "agent": agent}
     steps = args.steps or DEFAULT_STEPS
+    track = agent_tracks.ceiling_track(t for t in tracks if t != ORACLE) if name == ORACLE else name
     tokens = ["--protocol", protocol, "--track", track, "--seed", str(args.seed or 0),
                "--steps", str(steps), "--record-frames", "0",
                "--eval-every", str(args.eval_every or steps + 1)]
+    tokens += ["--oracle"] if name == ORACLE else []
     # no scripted switch: the G key makes them
     tokens += [t for sw in args.switch for t in ("--switch", str(sw))] or ["--no-switch"]
-    if protocol == "paper":
-        tokens += ["--source", "stream", "--data", "None"]
-    for name in ("after_switch", "preset", "device", "checkpoint_every"):
-        if getattr(args, name) is not None:
-            tokens += ["--" + name.replace("_", "-"), str(getattr(args, name))]
+    if "source" in {f.name for f in dataclasses.fields(PROTOCOLS[protocol])}:
+        tokens += ["--source", "stream", "--data", "None"]  # the view's own stream
+    tokens += given(args, ("after_switch", "preset", "device", "checkpoint_every"))
     tokens += list(args.train_args)
     return build_config(tokens, saved, f"--from {from_dir}")
 
 
-#: The ceiling's name among the view's tracks: the oracle of the first memory track.
-ORACLE = "oracle"
-
-
-def with_bounds(tracks: Sequence[str]) -> list[str]:
-    """The tracks with the floor (track A, first) and the ceiling (``ORACLE``, last) added."""
-    floor = [] if agent_tracks.FLOOR in tracks else [agent_tracks.FLOOR]
-    return floor + list(tracks) + [ORACLE]
-
-
-def bound_config(args: Visualize, name: str, from_dir: Path | None, protocol: str,
-                 tracks: Sequence[str]) -> RunConfig:  # fmt: skip
-    """``track_config`` of a track, or of the ceiling: the first memory track of ``tracks``
-    (C if none) fed the true physics."""
-    if name != ORACLE:
-        return track_config(args, name, from_dir, protocol)
-    base = next((t for t in tracks if t != ORACLE and agent_tracks.reads_memory(t)),
-                agent_tracks.MEMORY_DEFAULT)
-    cfg = track_config(args, base, None, protocol)
-    cfg.agent = cfg.agent.replace(oracle=True)
-    return cfg
-
-
-def read_session(path: Path) -> dict[str, Any]:
-    """A session's ``viz.json``; ``CliError`` naming it when it is damaged."""
-    try:
-        meta = json.loads(path.read_text())
-    except ValueError as err:
-        raise CliError(f"{path}: damaged, not valid JSON ({err})") from None
-    if not (isinstance(meta, dict) and isinstance(meta.get("tracks"), list)):
-        raise CliError(f"{path}: damaged, no list of tracks")
-    return meta
+def session_runs(root: Path) -> list[Path]:
+    """A session folder's run folders, one a track (none where ``root`` is no folder)."""
+    return sorted(p for p in root.iterdir() if RunFolder(p).is_run()) if root.is_dir() else []
 
 
 def from_dirs(args: Visualize) -> dict[str, Path]:
     """--from RUN_DIR -> {track: run folder}; a session folder gives all of its tracks."""
     out: dict[str, Path] = {}
-    for raw in args.from_runs or []:
-        root = Path(raw)
-        session = root / SESSION_FILE
-        runs = (  # a session's tracks, but its ceiling (--bounds adds one again)
-            [root / t for t in read_session(session)["tracks"] if t != ORACLE]
-            if session.exists()
-            else [root]
-        )
+    for raw in args.from_runs:
+        root = Path(raw)  # a session's tracks, but its ceiling (--bounds adds one again)
+        runs = [root] if RunFolder(root).is_run() else [
+            p for p in session_runs(root) if p.name != ORACLE]  # fmt: skip
+        if not runs:
+            raise CliError(f"--from {raw}: neither a run folder (no {RunFolder.CONFIG} in it) "
+                           "nor a session")  # fmt: skip
         for run in runs:
-            folder = RunFolder(run)
-            if not folder.is_run():
-                raise CliError(f"--from {raw}: not a run folder (no {folder.CONFIG} in {run})")
-            track = flat(folder.read_config()).get("track")
+            track = flat(RunFolder(run).read_config()).get("track")
             if track in out:
                 raise CliError(f"--from: two runs of track {track}")
             out[str(track)] = run
     return out
 
 
-def start_from(loop: Any, run_dir: Path, fresh_memory: bool, log: Any) -> None:
+def start_from(loop: OnlineLoop, run_dir: Path, fresh_memory: bool,
+               log: Callable[[str], None]) -> None:  # fmt: skip
     """Load a run's best (else latest) weights and memory into a fresh loop's learner; the new
     run counts its own steps from 0 (its LR schedule starts again)."""
     from agent.checkpoint import CheckpointError, load_checkpoint
@@ -280,102 +267,56 @@ def start_from(loop: Any, run_dir: Path, fresh_memory: bool, log: Any) -> None:
 
 @dataclass
 class Session:
-    """What ``setup`` built: the app (window, drivers) and the session folder."""
+    """A session folder and its tracks (``names``: their run folders' names), each with its
+    config and, once made or continued, its run folder held by this process; ``open`` builds
+    their loops and the app."""
 
-    app: Any
     root: Path
-    loops: list[Any]
+    names: list[str]
+    configs: list[RunConfig]
+    folders: list[RunFolder] = field(default_factory=list)  # a new session's: made by ``open``
+    starts: dict[str, Path] = field(default_factory=dict)  # --from runs by track
+    loops: list[OnlineLoop] = field(default_factory=list)
+    app: App | None = None
 
     def run(self) -> None:
         self.app.run()
 
     def release(self) -> None:
         """Let go of the run folders (their locks)."""
+        for folder in self.folders:
+            folder.release()
+
+    def open(self, args: Visualize, log: Callable[[str], None]) -> None:
+        """A new session's run folders (``new_run_folder``), then each track's loop (a resume:
+        from its checkpoint; ``--from``: its run's weights and memory), then the app; every
+        checkpoint keeps the view's state from then on."""
+        from runners.online.loop import OnlineLoop
+
+        resume = bool(self.folders)
+        if not resume:
+            for name, cfg in zip(self.names, self.configs, strict=True):
+                self.folders.append(new_run_folder(self.root, name, name, cfg.agent.seed))
+        for cfg, folder in zip(self.configs, self.folders, strict=True):
+            loop = OnlineLoop.open(cfg, folder, resume=resume, log=log)
+            if cfg.agent.track in self.starts and not cfg.agent.oracle:  # the ceiling: afresh
+                start_from(loop, self.starts[cfg.agent.track], args.fresh_memory, log)
+            self.loops.append(loop)
+        if resume:
+            self.loops, target, switches = resumed_view(self.root, self.loops)
+        else:
+            target, switches = shift_target(args, self.configs[0]), []
+        self.app = make_app(args, self.loops, self.root, target, switches)
         for loop in self.loops:
-            loop.folder.release()
-
-    def save_state(self, app: Any) -> None:
-        """Write the world's state next to the runs (read back by --resume; the worlds
-        protocol's streams and whether they are held are in the tracks' checkpoints)."""
-        path = self.root / SESSION_FILE
-        data = json.loads(path.read_text()) if path.exists() else {}
-        data["world"] = {
-            "gravity": app.gravity,
-            "direction": app.direction,
-            "shift_gravity": app.shift_gravity,
-            "shift_direction": app.shift_direction,
-            "held": app.held,
-            "switches": [list(s) for s in app.switches],
-            "step": app.step,
-        }
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
-        tmp.replace(path)
+            loop.view_state = partial(view_state, self.app)
 
 
-def new_session_dir(args: Visualize, tracks: Sequence[str]) -> Path:
-    out = Path(args.out or "runs")
-    name = args.name or f"{time.strftime('%Y%m%d-%H%M%S')}-viz-{''.join(tracks)}-s{args.seed or 0}"
-    root = out / name
-    if root.exists():
-        raise CliError(f"session folder {root} already exists: continue it with --resume {root}")
-    ensure_output_dir(out, "--out")
-    try:
-        root.mkdir()
-    except OSError as err:
-        raise CliError(f"cannot create session folder {root}: {err.strerror or err}") from None
-    return root
-
-
-def resume_session(
-    args: Visualize,
-) -> tuple[Path, list[tuple[RunConfig, RunFolder]], tuple[float, float], dict[str, Any]]:
-    """--resume: the session folder, each track's config (changed by the options that may
-    change) and run folder, the (gravity, direction) G switches to and the world's saved state."""
-    from runners.online.command import resume_config
-
-    if args.from_runs or args.tracks:
-        raise CliError("--from and --tracks cannot be used with --resume")
-    root = Path(args.resume)
-    meta_path = root / SESSION_FILE
-    if not meta_path.exists():
-        raise CliError(f"--resume {root}: not a visualizer session (no {SESSION_FILE})")
-    meta = read_session(meta_path)
-    tracks = list(meta["tracks"])
-    world_state = meta.get("world", {})
-    changes = [
-        token
-        for name in ("steps", "device", "eval_every", "checkpoint_every")
-        if getattr(args, name) is not None
-        for token in ("--" + name.replace("_", "-"), str(getattr(args, name)))
-    ]
-    configs = []
-    for t in tracks:
-        folder = existing_run_folder(root / t)
-        configs.append((resume_config(folder.read_config(), changes), folder))
-    protocol = configs[0][0].protocol.kind  # the session's own (each track's config.json)
-    if args.protocol is not None and args.protocol != protocol:
-        raise CliError(
-            f"--resume {root}: a {protocol}-protocol session; it cannot continue under "
-            f"--protocol {args.protocol}"
-        )
-    default_g, default_d = session_target(configs[0][0])
-    shift_gravity = float(
-        world_state.get("shift_gravity", meta.get("shift_gravity", default_g))
-    )
-    shift_direction = float(world_state.get("shift_direction", default_d))
-    return root, configs, (shift_gravity, shift_direction), world_state
-
-
-def new_session(
-    args: Visualize,
-) -> tuple[Path, list[tuple[RunConfig, RunFolder]], tuple[float, float], dict[str, Path]]:
-    """A new session: its folder (made, with its viz.json), each track's config and held run
-    folder, the (gravity, direction) G switches to and the --from runs by track."""
-    from runners.online.parts import resolve_device, set_threads
-
+def new_session(args: Visualize) -> Session:
+    """A new session: each track's config (the --from runs' checked), then its folder, made
+    fresh (``new_folder``; its run folders are made by ``Session.open``)."""
     protocol = args.protocol or DEFAULT_PROTOCOL
-    if args.shift_direction is not None and protocol != "worlds":
+    many_worlds = PROTOCOLS[protocol].many_worlds
+    if args.shift_direction is not None and not many_worlds:
         raise CliError("--shift-direction belongs to the worlds protocol (paper: Left/Right)")
     starts = from_dirs(args)
     tracks = list(args.tracks or (starts.keys() if starts else DEFAULT_TRACKS))
@@ -384,32 +325,80 @@ def new_session(
     missing = set(starts) - set(tracks)
     if missing:
         raise CliError(f"--from gives track {', '.join(sorted(missing))}, not in --tracks")
-    if args.bounds and protocol == "worlds":
-        tracks = with_bounds(tracks)
-    cfgs = [bound_config(args, t, starts.get(t), protocol, tracks) for t in tracks]
-    default_g, default_d = session_target(cfgs[0])
-    shift_gravity = args.shift_gravity if args.shift_gravity is not None else default_g
-    shift_direction = args.shift_direction if args.shift_direction is not None else default_d
-    set_threads(resolve_device(cfgs[0].device))
-    root = new_session_dir(args, tracks)
-    meta = {
-        "tracks": tracks,
-        "seed": cfgs[0].agent.seed,
-        "protocol": protocol,
-        "shift_gravity": shift_gravity,
-        "shift_direction": shift_direction,
-    }
-    (root / SESSION_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-    configs = []
-    for t, cfg in zip(tracks, cfgs, strict=True):
-        folder = RunFolder(root / t).hold()
-        folder.make()
-        configs.append((cfg, folder))
-    return root, configs, (shift_gravity, shift_direction), starts
+    if args.bounds and many_worlds:  # the floor (track A) first, the ceiling (``ORACLE``) last
+        tracks = ([] if agent_tracks.FLOOR in tracks else [agent_tracks.FLOOR]) + tracks + [ORACLE]
+    cfgs = [track_config(args, t, starts.get(t), protocol, tracks) for t in tracks]
+    out = ensure_output_dir(args.out or "runs", "--out")
+    seed = cfgs[0].agent.seed
+    root = new_folder(out, args.name, default_name(f"viz-{''.join(tracks)}", seed), "session folder")
+    return Session(root, tracks, cfgs, starts=starts)
 
 
-def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
-    """Parse, build one OnlineLoop per track, open the window (or the dummy one), build the app."""
+def resume_session(args: Visualize) -> Session:
+    """--resume: the session's run folders, held (``existing_run_folder``), each with its saved
+    config changed by the options given (``resume_config``, which refuses those a run keeps) and
+    saved again."""
+    from runners.online.command import resume_config
+
+    if args.from_runs or args.tracks:
+        raise CliError("--from and --tracks cannot be used with --resume")
+    root = Path(args.resume)
+    if RunFolder(root).is_run():
+        raise CliError(f"--resume {root}: a run folder, not a session (--from {root} starts one)")
+    runs = session_runs(root)
+    if not runs:
+        raise CliError(f"--resume {root}: not a visualizer session (no run folder in it)")
+    changes = given(args, ("protocol", "seed", "preset", "steps", "after_switch", "device",
+                           "eval_every", "checkpoint_every"))  # fmt: skip
+    changes += [t for sw in args.switch for t in ("--switch", str(sw))] + list(args.train_args)
+    folders = [existing_run_folder(run) for run in runs]
+    configs = [resume_config(f.read_config(), changes, f"python -m runners.{PROG}") for f in folders]
+    for folder, cfg in zip(folders, configs, strict=True):  # as train_online --resume does
+        cfg.save(folder.config)
+    return Session(root, [run.name for run in runs], configs, folders)
+
+
+def view_state(app: App) -> dict[str, Any]:
+    """What every track's checkpoint keeps of the view (``OnlineLoop.view_state``) for
+    ``resumed_view``: the tracks in their order, G's target and the switches so far. Where the
+    streams are (held or not), the physics and the frozen weights are the loop's own state."""
+    return {"tracks": [d.name for d in app.drivers],
+            "target": [app.shift_gravity, app.shift_direction],
+            "switches": [[step, gravity] for step, gravity in app.switches]}  # fmt: skip
+
+
+def resumed_view(
+    root: Path, loops: list[OnlineLoop]
+) -> tuple[list[OnlineLoop], tuple[float, float], list[tuple[int, float]]]:
+    """A resumed session's loops in the order of its tracks, G's target and the switches so far,
+    from the view its checkpoints keep (``view_state``); ``CliError`` where they keep none of
+    these tracks (a session of an earlier version, a run that is no session's)."""
+    view, names = loops[0].view, sorted(lp.folder.root.name for lp in loops)
+    try:
+        order = [str(t) for t in view["tracks"]]
+        target = (float(view["target"][0]), float(view["target"][1]))
+        switches = [(int(step), float(gravity)) for step, gravity in view["switches"]]
+    except (KeyError, IndexError, TypeError, ValueError):
+        order = []
+    if sorted(order) != names:
+        raise CliError(f"--resume {root}: {loops[0].folder.latest} keeps no view of a session of "
+                       f"tracks {' '.join(names)} (a session of an earlier version?)")  # fmt: skip
+    return sorted(loops, key=lambda lp: order.index(lp.folder.root.name)), target, switches
+
+
+def shift_target(args: Visualize, cfg: RunConfig) -> tuple[float, float]:
+    """The (gravity, direction) G switches to: --shift-gravity and --shift-direction, else the
+    first scripted switch's world, else the protocol's default switch world (worlds: gravity 0.3
+    towards 45 degrees, held out; paper: its shift gravity, down)."""
+    fs = cfg.first_switch
+    p = cfg.physics_at(fs) if fs is not None else cfg.base_physics.replace(**dict(cfg.protocol.switch))
+    return (p.gravity if args.shift_gravity is None else args.shift_gravity,
+            p.gravity_direction if args.shift_direction is None else args.shift_direction)  # fmt: skip
+
+
+def setup(argv: Sequence[str] | None = None, log: Callable[[str], None] = print) -> Session:
+    """Parse, make or continue the session, build one OnlineLoop per track, open the window (or
+    the dummy one), build the app."""
     args = parse(argv)
     if args.headless:
         os.environ["SDL_VIDEODRIVER"] = "dummy"
@@ -418,44 +407,18 @@ def setup(argv: Sequence[str] | None = None, log: Any = print) -> Session:
         ensure_output_dir(Path(args.screenshot).parent, "the folder of --screenshot")
     if args.video:
         ensure_output_dir(args.video, "--video")
-    from runners.online.loop import OnlineLoop
     from runners.online.parts import resolve_device, set_threads
 
-    world_state: dict[str, Any] = {}
-    starts: dict[str, Path] = {}
-    if args.resume:
-        root, configs, target, world_state = resume_session(args)
-    else:
-        root, configs, target, starts = new_session(args)
-    set_threads(resolve_device(configs[0][0].device))
-    loops = []
+    session = resume_session(args) if args.resume else new_session(args)
     try:
-        for cfg, folder in configs:
-            loop = OnlineLoop.open(cfg, folder, resume=bool(args.resume), log=log)
-            if cfg.agent.track in starts and not cfg.agent.oracle:  # the ceiling starts afresh
-                start_from(loop, starts[cfg.agent.track], args.fresh_memory, log)
-            loops.append(loop)
-        app = make_app(args, loops, root, target, world_state, log)
+        set_threads(resolve_device(session.configs[0].device))
+        session.open(args, log)
     except CliError:
+        session.release()
         if not args.resume:  # a new session that could not start leaves nothing behind
-            for _, folder in configs:
-                folder.release()
-            shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(session.root, ignore_errors=True)
         raise
-    return Session(app, root, loops)
-
-
-def session_target(cfg: RunConfig) -> tuple[float, float]:
-    """The (gravity, direction) G switches to by default: the first scripted switch's world,
-    else the worlds protocol's default switch world (gravity 0.3 towards 45 degrees, held out)
-    or the paper's shift gravity (its direction: down)."""
-    if cfg.first_switch is not None:
-        p = cfg.physics_at(cfg.first_switch)
-        return p.gravity, p.gravity_direction
-    if cfg.worlds_protocol:
-        p = cfg.base_physics.replace(**dict(DEFAULT_WORLD_SWITCH))
-        return p.gravity, p.gravity_direction
-    return DEFAULT_SHIFT_GRAVITY, cfg.base_physics.gravity_direction
+    return session
 
 
 def family_name(gravity: float, direction: float) -> str:
@@ -466,14 +429,9 @@ def family_name(gravity: float, direction: float) -> str:
     return family_of(env.PhysicsParams(gravity=gravity, gravity_direction=direction))
 
 
-def make_app(
-    args: Visualize,
-    loops: list[Any],
-    root: Path,
-    target: tuple[float, float],
-    world_state: dict[str, Any],
-    log: Any,
-) -> Any:
+def make_app(args: Visualize, loops: list[OnlineLoop], root: Path, target: tuple[float, float],
+             switches: list[tuple[int, float]]) -> App:  # fmt: skip
+    """The window (``CliError`` where none opens) and the app on the tracks' loops."""
     import pygame
 
     from runners.live.app import App, AppConfig
@@ -487,20 +445,19 @@ def make_app(
     except pygame.error as err:
         raise CliError(f"cannot open a window ({err}); use --headless") from None
     pygame.display.set_caption("EPM-JEPA live: " + " ".join(lp.cfg.agent.track for lp in loops))
-    headless = os.environ.get("SDL_VIDEODRIVER") == "dummy"
-    drivers = [LoopDriver(lp, records=i == 0) for i, lp in enumerate(loops)]
     cfg0 = loops[0].cfg
     app_cfg = AppConfig(
         fps=args.fps,
         draw_every=args.draw_every,
         draw=not args.no_draw,
         max_steps=cfg0.schedule.steps,
-        hold_at_end=not headless,
-        protocol=cfg0.protocol.kind,
+        hold_at_end=os.environ.get("SDL_VIDEODRIVER") != "dummy",
+        many_worlds=cfg0.protocol.many_worlds,
         mode=cfg0.schedule.after_switch,
         base_gravity=cfg0.base_physics.gravity,
         shift_gravity=target[0],
         shift_direction=target[1],
+        switches=switches,
         family=family_name,
         window=args.window,
         rolling=cfg0.schedule.rolling_window,
@@ -508,22 +465,12 @@ def make_app(
         video_dir=Path(args.video) if args.video else None,
         shots_dir=root / "screenshots",
     )
-    app = App(drivers, app_cfg, surface)
-    if world_state:  # an interactive world outlives the checkpoint: put it back
-        app.restore_world(
-            float(world_state.get("gravity", app.gravity)),
-            float(world_state.get("direction", app.direction)),
-            [(int(s), float(g)) for s, g in world_state.get("switches", [])],
-        )
-    return app
+    return App([LoopDriver(lp, records=i == 0) for i, lp in enumerate(loops)], app_cfg, surface)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     session = setup(argv)
-    session.app.cfg.on_checkpoint = session.save_state
     app = session.app
-    from runners.online.rundir import StopRequest
-
     stop = StopRequest()
     app.cfg.should_stop = lambda: stop.requested
     with stop:

@@ -5,7 +5,9 @@ options parse and resolve as written. Placeholders (``RUN``, ``<...>``, ``[optio
 ``\\`` or an inline code span) is read whole. Each resolves to what it says: every option it writes
 holds the written value in the resolved config, and the options it leaves out (the protocol, the
 preset, the track, the seed, the steps and the switch) their documented defaults
-(docs/train_online.md, "Options")."""
+(docs/train_online.md, "Options"). Likewise every ``python -m runners.study KIND ...``: its kind's
+options parse, each holding the written value, and the rest are train_online options the kind
+leaves to its runs."""
 
 from __future__ import annotations
 
@@ -15,30 +17,35 @@ from pathlib import Path
 
 import pytest
 
+from runners import study
+from runners.cli import parse
 from runners.online.command import build_config
 from runners.online.config import flat
+from runners.studies import launch
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "archive.md")]
 COMMAND = re.compile(r"python -m runners\.train_online\b([^`\n|#]*)")
+STUDY = re.compile(r"python -m runners\.study\b([^`\n|#]*)")
 PLACEHOLDER = re.compile(r"RUN|<|\[|\.\.\.|\$|^[A-Z]$")
 TRACKS = ("A", "B", "C", "D", "E")
 
 
 def placeholder(argv: list[str], i: int) -> bool:
     """Whether ``argv[i]`` stands for a value (``--seed S``, ``--track T``); a track's own letter
-    (``--track E``) is the value it says."""
-    if argv[i] in TRACKS and i > 0 and argv[i - 1] == "--track":
+    (``--track E``, ``--tracks A C``) is the value it says."""
+    option = next((a for a in reversed(argv[:i]) if a.startswith("--")), None)
+    if argv[i] in TRACKS and option in ("--track", "--tracks"):
         return False
     return bool(PLACEHOLDER.search(argv[i]))
 
 
-def commands(path: Path) -> list[str]:
-    """The train_online option strings in ``path``, each command unwrapped."""
+def commands(path: Path, command: re.Pattern[str] = COMMAND) -> list[str]:
+    """The option strings of ``command`` (train_online's) in ``path``, each command unwrapped."""
     text = path.read_text().replace("\\\n", " ")
     text = re.sub(r"(?<!`)`([^`]+)`(?!`)", lambda m: "`" + " ".join(m.group(1).split()) + "`", text)
     out = []
-    for m in COMMAND.finditer(text):
+    for m in command.finditer(text):
         rest = m.group(1).strip().rstrip(")").strip()
         argv = shlex.split(rest)
         if "--resume" not in argv and not any(placeholder(argv, i) for i in range(len(argv))):
@@ -138,3 +145,35 @@ def test_a_documented_command_parses_as_written(doc: str, options: str) -> None:
     elif not switches:
         switches = [{"step": steps * 2 // 3, "physics": DEFAULT_SWITCH[cfg["protocol"]]}]
     assert cfg["switches"] == switches, options
+
+
+STUDY_CASES = [(p.relative_to(ROOT).as_posix(), c) for p in DOCS for c in commands(p, STUDY)
+               if c.split()[:1] not in ([], ["KIND"]) and not c.startswith("-")]
+
+
+def test_the_docs_show_every_kind_of_study() -> None:
+    assert {c.split()[0] for _, c in STUDY_CASES} == set(study.KINDS)
+    assert any(f == "README.md" for f, _ in STUDY_CASES)
+
+
+@pytest.mark.parametrize(("doc", "options"), STUDY_CASES)
+def test_a_documented_study_command_parses_as_written(doc: str, options: str) -> None:
+    argv = shlex.split(options)
+    kind = study.kind_of(argv)
+    opts, extra = parse(kind.Options, argv[1:], "study", unknown=True)
+    launch.check_passthrough(extra, kind.OWNED)  # train_online's options, none the kind sets
+    for name, values in written_options(argv[1:]):
+        where = opts.backend if hasattr(opts.backend, name) or name == "backend" else opts
+        if not hasattr(where, name) and name != "backend":
+            assert f"--{name.replace('_', '-')}" in extra, name  # passed to every run
+            continue
+        value = where.kind if name == "backend" else getattr(where, name)
+        if not values:  # a flag: --stack, --report-only
+            assert value is True, (name, value)
+            continue
+        if isinstance(value, tuple):
+            value = [v for item in value for v in (item if isinstance(item, tuple) else (item,))]
+            assert len(value) == len(values), (name, values, value)
+            assert all(same(v, t) for v, t in zip(value, values, strict=True)), (name, value)
+        else:
+            assert len(values) == 1 and same(value, values[0]), (name, values, value)

@@ -117,8 +117,8 @@ class ExperienceBuffer:
         shape = (self.capacity, self.frames, self.latent_dim)
         if tuple(state["pairs"].shape) != shape:
             raise ValueError(f"buffer shape {tuple(state['pairs'].shape)} != {shape}")
-        for name, value in state.items():  # "world": the shift tag's older name
-            setattr(self, "shifted" if name == "world" else name, value.to(self.device).clone())
+        for name, value in state.items():
+            setattr(self, name, value.to(self.device).clone())
 
     def to(self, device: torch.device | str) -> ExperienceBuffer:
         self.device = torch.device(device)

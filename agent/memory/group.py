@@ -157,9 +157,8 @@ class GroupBuffer:
         shape = (self.groups * self.capacity + 1, self.frames, self.latent_dim)
         if tuple(state["_pairs"].shape) != shape:
             raise ValueError(f"group memory shape {tuple(state['_pairs'].shape)} != {shape}")
-        for name in self._STATE:  # "_world": the shift tag's older name
-            value = state[name] if name in state or name != "_shifted" else state["_world"]
-            setattr(self, name, value.to(self.device).clone())
+        for name in self._STATE:
+            setattr(self, name, state[name].to(self.device).clone())
 
     def to(self, device: torch.device | str) -> GroupBuffer:
         self.device = torch.device(device)

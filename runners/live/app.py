@@ -6,7 +6,7 @@ next redraw is due, then pumps pygame's events and draws one frame. Redraws happ
 wall clock (or every ``draw_every`` steps, which makes ``--video`` frames reproducible), so a slow
 learner is never starved by drawing and a fast one is never stalled by it.
 
-Two protocols (``AppConfig.protocol``, the tracks' ``RunConfig.protocol``):
+Two protocols (the tracks' ``RunConfig.protocol``; ``AppConfig.many_worlds``):
 
 - ``worlds``: each stream lives in its own world drawn from the training family (the drivers'
   ``stream_physics``); G holds every stream of every track in one *target* world (each stream
@@ -15,18 +15,9 @@ Two protocols (``AppConfig.protocol``, the tracks' ``RunConfig.protocol``):
 - ``paper``: one physics for every stream; G toggles its gravity between the base value and the
   shift value.
 
-Keys (also posted through pygame's event queue in the tests):
-
-    G            worlds: hold every stream in the target world / back to the training worlds;
-                 paper: gravity on/off (toggles between the base gravity and the shift value)
-    Up / Down    target (paper: shift) gravity +/- 0.05, applied at once while held (shifted)
-    Left / Right worlds: target direction -/+ 15 degrees, applied at once while held;
-                 paper: rotate gravity's direction by -/+ 15 degrees
-    F            freeze / unfreeze the weights of every track (memory vs continual)
-    Space        pause / resume learning (the window keeps redrawing)
-    S            save a screenshot
-    R            start / stop recording frames to the run's zarr
-    Q, window x  quit: every track is checkpointed and can be resumed
+The keys (``App.key``; the tests post them through pygame's event queue) are listed in
+``runners.visualize.KEYS``, the command's ``--help``; Q or the window's close button quits, every
+track checkpointed.
 """
 
 from __future__ import annotations
@@ -63,7 +54,7 @@ class TrackDriver(Protocol):
 
     name: str
     capacity: int
-    lora: bool  # the track has LoRA deltas to chart (track C)
+    generates: str  # what the track's e_agg generates, charted ("": none)
     buffer_title: str  # what ``buffer_worlds`` shows: "buffer", or one stream's own memory
 
     @property
@@ -100,7 +91,7 @@ class TrackDriver(Protocol):
 
     def set_recording(self, on: bool) -> bool: ...  # returns whether recording is now on
 
-    def checkpoint(self) -> Path | None: ...
+    def checkpoint(self) -> None: ...
 
     def close(self) -> None: ...
 
@@ -115,7 +106,7 @@ class AppConfig:
     draw: bool = True  # False: no redraws while running (benchmarks); the final frame still is
     max_steps: int | None = None  # stop after this learner step (absolute), None: until Q
     hold_at_end: bool = False  # at max_steps keep the window open (until Q) instead of returning
-    protocol: str = "worlds"  # worlds (each stream its own world) | paper (one physics)
+    many_worlds: bool = True  # each stream its own world (``Worlds.many_worlds``), else one physics
     mode: str = "memory"  # after the first switch: memory (freeze weights) | continual
     base_gravity: float = 0.0
     shift_gravity: float = 0.5  # what G switches to
@@ -131,7 +122,8 @@ class AppConfig:
     video_dir: Path | None = None  # write every redraw as NNNNNN.png here
     shots_dir: Path = Path(".")  # where S puts screenshots
     should_stop: Callable[[], bool] | None = None  # e.g. Ctrl-C / SIGTERM seen by a StopRequest
-    on_checkpoint: Callable[[App], None] | None = None  # after every track is checkpointed
+    #: a resumed session's switches so far, (step, gravity) as ``App.switches``
+    switches: list[tuple[int, float]] = field(default_factory=list)
 
 
 class App:
@@ -154,7 +146,7 @@ class App:
         if self.worlds:
             self.shift_gravity = float(np.clip(cfg.shift_gravity, GRAVITY_STEP, MAX_GRAVITY))
         self.shift_direction = float(cfg.shift_direction % 360.0)
-        self.switches: list[tuple[int, float]] = []
+        self.switches = list(cfg.switches)
         self.paused = False
         self.recording = False
         self.quit = False
@@ -178,7 +170,7 @@ class App:
 
     @property
     def worlds(self) -> bool:
-        return self.cfg.protocol == "worlds"
+        return self.cfg.many_worlds
 
     def family(self, gravity: float, direction: float) -> str:
         return self.cfg.family(gravity, direction) if self.cfg.family is not None else ""
@@ -200,11 +192,8 @@ class App:
         self.gravity, self.direction = gravity, direction
         if changed_g:
             self.switches.append((self.step, gravity))
-            # memory mode: weights frozen from the first switch away from the base world on
-            if self.cfg.mode == "memory" and abs(gravity - self.cfg.base_gravity) > 1e-12:
-                for d in self.drivers:
-                    if not d.frozen:
-                        d.set_frozen(True)
+            if abs(gravity - self.cfg.base_gravity) > 1e-12:  # a switch away from the base world
+                self._freeze()
         self.message = why or f"g {gravity:.2f} @ {direction:.0f} deg"
 
     # worlds protocol: hold every stream in one world, or give them back to the training worlds
@@ -221,10 +210,7 @@ class App:
         self.gravity, self.direction = gravity, direction
         self.held = bool(self.drivers[0].held)
         self._switched(self.step, gravity)
-        if self.cfg.mode == "memory":  # weights frozen from the first switch on
-            for d in self.drivers:
-                if not d.frozen:
-                    d.set_frozen(True)
+        self._freeze()
         self.message = why or "every stream in " + self._world_label(gravity, direction)
 
     def release_world(self, why: str = "") -> None:
@@ -238,6 +224,12 @@ class App:
         self.held = bool(self.drivers[0].held)
         self._switched(self.step, self.cfg.base_gravity)
         self.message = why or "back to the training worlds (each stream its own)"
+
+    def _freeze(self) -> None:
+        """Memory mode: every track's weights freeze at a switch (from the first on)."""
+        for d in self.drivers if self.cfg.mode == "memory" else ():
+            if not d.frozen:
+                d.set_frozen(True)
 
     def _switched(self, step: int, gravity: float) -> None:
         """Record a worlds-protocol switch before ``step`` (``gravity``: the held world's, the
@@ -263,21 +255,6 @@ class App:
             self.switches.append((step, g))
         self.gravity, self.direction = g, direction
 
-    def restore_world(
-        self, gravity: float, direction: float, switches: list[tuple[int, float]]
-    ) -> None:
-        """Put back the world of a resumed session (interactive switches are not in a config).
-        Worlds protocol: the tracks' checkpoints hold each stream's world and whether the streams
-        are held (``OnlineLoop.restore``); only the switch marks come from the session."""
-        if self.worlds:
-            self.gravity, self.direction = self.drivers[0].physics()
-            self.held = bool(self.drivers[0].held)
-        else:
-            for d in self.drivers:
-                d.set_physics(gravity, direction)
-            self.gravity, self.direction = gravity, direction
-        self.switches = list(switches)
-
     # ----------------------------------------------------------------- keys
     def handle(self, event: pygame.event.Event) -> None:
         if event.type == pygame.QUIT:
@@ -298,10 +275,7 @@ class App:
         elif key == pygame.K_g:
             self.set_physics(base if shifted else self.shift_gravity, self.direction)
         elif key in (pygame.K_UP, pygame.K_DOWN):
-            delta = GRAVITY_STEP if key == pygame.K_UP else -GRAVITY_STEP
-            self.shift_gravity = float(
-                np.clip(self.shift_gravity + delta, GRAVITY_STEP, MAX_GRAVITY)
-            )
+            self._nudge_gravity(key)
             if shifted:
                 self.set_physics(self.shift_gravity, self.direction)
             else:
@@ -343,10 +317,7 @@ class App:
                 self.hold_world(self.shift_gravity, self.shift_direction)
             return
         if key in (pygame.K_UP, pygame.K_DOWN):
-            delta = GRAVITY_STEP if key == pygame.K_UP else -GRAVITY_STEP
-            self.shift_gravity = float(
-                np.clip(self.shift_gravity + delta, GRAVITY_STEP, MAX_GRAVITY)
-            )
+            self._nudge_gravity(key)
         else:
             delta = -DIRECTION_STEP if key == pygame.K_LEFT else DIRECTION_STEP
             self.shift_direction = float((self.shift_direction + delta) % 360.0)
@@ -355,6 +326,11 @@ class App:
         else:
             label = self._world_label(self.shift_gravity, self.shift_direction)
             self.message = f"target {label} (G applies it)"
+
+    def _nudge_gravity(self, key: int) -> None:
+        """Up / Down: the shift (worlds: target) gravity +/- ``GRAVITY_STEP``."""
+        delta = GRAVITY_STEP if key == pygame.K_UP else -GRAVITY_STEP
+        self.shift_gravity = float(np.clip(self.shift_gravity + delta, GRAVITY_STEP, MAX_GRAVITY))
 
     # ----------------------------------------------------------------- stepping
     def advance(self) -> None:
@@ -412,7 +388,7 @@ class App:
                 attention=d.attention(),
                 wrong_world=d.wrong_world(),
                 frozen=d.frozen,
-                lora=d.lora,
+                generates=d.generates,
                 buffer_title=d.buffer_title,
             )
             for d in self.drivers
@@ -498,7 +474,5 @@ class App:
         for d in self.drivers:
             d.checkpoint()
             d.close()
-        if self.cfg.on_checkpoint is not None:
-            self.cfg.on_checkpoint(self)
         if self.cfg.screenshot is not None:
             self.save_screenshot(self.cfg.screenshot)

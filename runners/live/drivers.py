@@ -25,12 +25,11 @@ beyond the step metrics is read from public attributes, at redraw time only:
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from agent import StepMetrics
+from agent import StepMetrics, tracks
 from agent.learner import Learner
 from agent.memory.view import MemoryView
 from agent.metrics import normalised_error
@@ -64,8 +63,9 @@ class LoopDriver:
         self.cfg = loop.cfg
         self.name = "oracle" if self.cfg.agent.oracle else str(self.cfg.agent.track)
         self.capacity = int(self.learner.buffer.capacity)
-        self.lora = self.name == "C"
-        self.worlds = bool(self.cfg.worlds_protocol)
+        # What its e_agg generates, charted by the view (``agent.tracks``; the oracle reads none).
+        self.generates = "" if self.cfg.agent.oracle else tracks.track(self.cfg.agent.track).generates
+        self.worlds = self.cfg.protocol.many_worlds
         # A memory per group: the view shows the first stream's group's, which it shares with the
         # other streams of its group.
         self.per_group = self.cfg.agent.memory_scope == "group"
@@ -80,7 +80,6 @@ class LoopDriver:
         cfg = self.cfg.agent
         self.reads_worlds = (self.worlds and self.per_group and not cfg.oracle
                              and self.learner.nets.modulator.uses_memory)
-        self._record_every = 1
         # The shown streams: the first of each group memory's group where streams share one (so
         # the tiles show different worlds), else the first ones.
         n = int(self.cfg.agent.batch_size)
@@ -97,10 +96,6 @@ class LoopDriver:
     @property
     def frozen(self) -> bool:
         return bool(self.learner.weights_frozen)
-
-    @property
-    def done(self) -> bool:
-        return bool(self.loop.done)
 
     # ----------------------------------------------------------------- stepping
     def step(self) -> None:
@@ -242,15 +237,14 @@ class LoopDriver:
             self.learner.unfreeze_weights()
 
     def set_recording(self, on: bool) -> bool:
-        """Keep every ``record_every``-th frame batch in this run's zarr (the loop's recorder)."""
+        """Keep every frame batch in this run's zarr while on (the loop's recorder)."""
         if self.loop.vec_env is None or not self.records:
             return False
-        self.cfg.output.record_frames = self._record_every if on else 0
+        self.cfg.output.record_frames = int(on)
         return on
 
-    def checkpoint(self) -> Path | None:
+    def checkpoint(self) -> None:
         self.loop.checkpoint()
-        return self.loop.folder.latest
 
     def close(self) -> None:
         self.loop.close()

@@ -21,20 +21,9 @@ BUFFER_SIZE = "memory/buffer_size"
 SHIFT_SHARE = "memory/shift_share"
 DELTA_ABS = "mod/delta_abs"
 NORM_ERROR = "stream/norm_error"
-VALID_FRAC = "stream/valid_frac"
-LOSS = "loss/total"
 
 #: Columns the charts read; other metrics passed to ``History.append`` are ignored.
-CHART_KEYS: tuple[str, ...] = (
-    SURPRISAL,
-    THRESHOLD,
-    BOUNDARY,
-    BUFFER_SIZE,
-    SHIFT_SHARE,
-    DELTA_ABS,
-    NORM_ERROR,
-    LOSS,
-)
+CHART_KEYS = (SURPRISAL, THRESHOLD, BOUNDARY, BUFFER_SIZE, SHIFT_SHARE, DELTA_ABS, NORM_ERROR)
 #: Derived column: rolling mean of ``stream/norm_error`` over ``History.rolling`` steps.
 ROLLING_ERROR = "stream/norm_error_rolling"
 
@@ -119,9 +108,8 @@ class TrackView:
     #: (peer D, wrong-world D) on the training stream, or None (no group memory read, or the
     #: streams held in one world): does memory carry the world?
     wrong_world: tuple[float, float] | None = None
-    #: the track has LoRA deltas (track C): its ``mod/delta_abs`` chart is drawn.
-    lora: bool = False
-    note: str = ""
+    #: what the track's e_agg generates (the title of its ``mod/delta_abs`` chart; "": none)
+    generates: str = ""
     #: what ``buffer_worlds`` is: the one buffer (paper), or one stream's own memory (worlds)
     buffer_title: str = "buffer"
 

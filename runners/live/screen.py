@@ -10,7 +10,7 @@
 | gravity arrow        |  surprisal + thr.  |  surprisal + thr.  |                             |
 | switch marker        |  rolling error     |  rolling error     |                             |
 | error, all tracks    |  buffer fill/shift |  buffer fill/shift |                             |
-|                      |  LoRA |delta|      |  LoRA |delta|      |                             |
+|                      |  generated |scale| |  generated |scale| |                             |
 |                      |  buffer cells      |  buffer cells      |                             |
 +----------------------+---------------------------------------------------------------------+
 | keys                                                                                       |
@@ -108,9 +108,7 @@ class Screen:
             (f"{snap.steps_per_s:6.1f} steps/s", draw.TEXT),
             (f"phase: {wv.phase}", phase_color),
         ]
-        if not wv.worlds:
-            items.append((f"g = {wv.gravity:.2f} @ {wv.direction:.0f}deg", phase_color))
-        elif wv.held:
+        if not wv.worlds or wv.held:
             items.append((f"g = {wv.gravity:.2f} @ {wv.direction:.0f}deg", phase_color))
         elif wv.target is not None:
             fam = f" ({wv.target_family})" if wv.target_family else ""
@@ -165,39 +163,8 @@ class Screen:
                 pygame.draw.rect(s, draw.SWITCH, tr, 3)
         # gravity arrow (worlds: the held or target world) and the switch marker
         gr = pygame.Rect(rect.left + 6, top + 2 * (tile + 4) + 4, rect.width - 12, 92)
-        if wv.worlds:
-            self._world_target(gr, snap, last_switch, just)
-        else:
-            self._gravity(gr, snap, last_switch, just)
+        self._world_panel(gr, snap, last_switch, just)
         self._error_chart(rect, gr, snap)
-
-    def _gravity(
-        self,
-        gr: pygame.Rect,
-        snap: Snapshot,
-        last_switch: tuple[int, float] | None,
-        just: bool,
-    ) -> None:
-        """Paper protocol: the one gravity of every stream, the last switch, the marker."""
-        s, f = self.surface, self.fonts
-        wv = snap.world
-        pygame.draw.rect(s, draw.BG, gr)
-        center = (gr.left + 46, gr.centery)
-        pygame.draw.circle(s, draw.GRID, center, 40, 1)
-        color = draw.SHIFT if wv.shifted else draw.BASE
-        if wv.gravity > 1e-9:
-            length = BIG_ARROW_MIN + BIG_ARROW_PER_G * min(wv.gravity, 1.0)
-            draw.draw_arrow(s, center, length, wv.direction, color, 4)
-        else:
-            pygame.draw.circle(s, color, center, 5)
-        tx = gr.left + 98
-        f.blit(s, f"gravity {wv.gravity:.2f} px/frame^2", (tx, gr.top + 6), 20, color)
-        f.blit(s, f"direction {wv.direction:.0f} deg", (tx, gr.top + 28), 16, draw.DIM)
-        if last_switch is not None:
-            label = f"switch @ {last_switch[0]:,} -> g {last_switch[1]:.2f}"
-            f.blit(s, label, (tx, gr.top + 48), 16, draw.SWITCH if just else draw.DIM)
-        if just:
-            f.blit(s, "PHYSICS JUST SWITCHED", (tx, gr.top + 68), 20, draw.SWITCH)
 
     def _error_chart(self, rect: pygame.Rect, above: pygame.Rect, snap: Snapshot) -> None:
         """All tracks' rolling error on one chart: the comparison the experiment is about (worlds
@@ -247,22 +214,24 @@ class Screen:
         pygame.draw.rect(s, draw.BG, box)
         s.blit(label, label.get_rect(center=box.center))
 
-    def _world_target(
-        self,
-        gr: pygame.Rect,
-        snap: Snapshot,
-        last_switch: tuple[int, float] | None,
-        just: bool,
+    def _world_panel(
+        self, gr: pygame.Rect, snap: Snapshot, last_switch: tuple[int, float] | None, just: bool
     ) -> None:
-        """Worlds protocol: the held world (or the target G holds the streams in), the last
-        switch and the switch marker."""
+        """The world below the tiles (paper protocol: the one gravity of every stream; worlds
+        protocol: the held world, or the target G holds the streams in), the last switch and the
+        switch marker."""
         s, f = self.surface, self.fonts
         wv = snap.world
         pygame.draw.rect(s, draw.BG, gr)
         center = (gr.left + 46, gr.centery)
         pygame.draw.circle(s, draw.GRID, center, 40, 1)
         tx = gr.left + 98
-        if wv.held:
+        if not wv.worlds:
+            g, d, width = wv.gravity, wv.direction, 4
+            color = draw.SHIFT if wv.shifted else draw.BASE
+            f.blit(s, f"gravity {g:.2f} px/frame^2", (tx, gr.top + 6), 20, color)
+            f.blit(s, f"direction {d:.0f} deg", (tx, gr.top + 28), 16, draw.DIM)
+        elif wv.held:
             g, d, color, width = wv.gravity, wv.direction, draw.SHIFT, 4
             f.blit(s, f"held: g {g:.2f} @ {d:.0f} deg", (tx, gr.top + 6), 20, color)
             f.blit(s, f"family {wv.family or '?'}; G: back", (tx, gr.top + 28), 16, draw.DIM)
@@ -272,14 +241,14 @@ class Screen:
             f.blit(s, "training worlds", (tx, gr.top + 6), 20, draw.BASE)
             fam = f" ({wv.target_family})" if wv.target_family else ""
             f.blit(s, f"G -> {g:.2f} @ {d:.0f} deg{fam}", (tx, gr.top + 28), 16, draw.SHIFT)
-        if g > 1e-9:  # the paper protocol's arrow scale
+        if g > 1e-9:
             length = BIG_ARROW_MIN + BIG_ARROW_PER_G * min(g, 1.0)
             draw.draw_arrow(s, center, length, d, color, width)
         else:
             pygame.draw.circle(s, color, center, 5)
         if last_switch is not None:
             step, to = last_switch
-            back = abs(to - wv.base_gravity) <= 1e-9
+            back = wv.worlds and abs(to - wv.base_gravity) <= 1e-9
             label = f"switch @ {step:,} -> " + ("training" if back else f"g {to:.2f}")
             f.blit(s, label, (tx, gr.top + 48), 16, draw.SWITCH if just else draw.DIM)
         if just:
@@ -299,7 +268,7 @@ class Screen:
     def _tracks(self, rect: pygame.Rect, snap: Snapshot) -> None:
         n = max(len(snap.tracks), 1)
         col_w = (rect.width - (n - 1) * GAP) // n
-        any_lora = any(t.lora for t in snap.tracks)
+        any_lora = any(t.generates for t in snap.tracks)
         charts_top = rect.top + 24
         buffer_h = 176
         n_charts = 4 if any_lora else 3
@@ -337,14 +306,8 @@ class Screen:
         pygame.draw.rect(s, draw.PANEL, title)
         pygame.draw.rect(s, draw.track_color(t.name), (title.left, title.top, 6, title.height))
         state = "frozen (memory only)" if t.frozen else "learning"
-        f.blit(
-            s,
-            f"track {t.name}",
-            (title.left + 12, title.centery),
-            20,
-            draw.track_color(t.name),
-            "midleft",
-        )
+        color = draw.track_color(t.name)
+        f.blit(s, f"track {t.name}", (title.left + 12, title.centery), 20, color, "midleft")
         f.blit(s, state, (title.right - 6, title.centery), 16, draw.DIM, "midright")
 
     @staticmethod
@@ -442,17 +405,17 @@ def _delta_chart(
     x_range: tuple[float, float],
     events: list[tuple[float, tuple[int, int, int]]],
 ) -> Chart:
-    """The LoRA |delta| chart of a track column (empty, and saying so, for a track without
-    LoRA)."""
+    """The chart of the scales a track's e_agg generates (the LoRA delta's, FiLM's, the
+    hypernetwork code's: ``agent.tracks``), empty and saying so for a track that generates none."""
     h = t.history
     _, delta = h.view(DELTA_ABS)
     return Chart(
-        "LoRA |delta| (track C)" if t.lora else "LoRA |delta|: n/a for this track",
-        [Series(st, delta, draw.track_color(t.name), "|d|")] if t.lora else [],
+        f"|{t.generates}|" if t.generates else "generated |scale|: n/a for this track",
+        [Series(st, delta, draw.track_color(t.name), "|d|")] if t.generates else [],
         x_range,
         y_floor=0.0,
         events=events,
-        value_text=f"{h.last(DELTA_ABS):.4f}" if t.lora else "",
+        value_text=f"{h.last(DELTA_ABS):.4f}" if t.generates else "",
     )
 
 

@@ -28,7 +28,7 @@ from runners.online.config import RunConfig
 
 #: The bound runs, in the order they are trained: (name, folder, what it is).
 BOUNDS = (("floor", "floor", "track A: no memory"), ("ceiling", "ceiling", "the oracle"))
-#: The memory source of the headline (agent.adaptation: ``same``, the peer memory).
+#: The memory source of the headline (agent.evaluation: ``same``, the peer memory).
 HEADLINE_MEMORY = "same"
 
 
@@ -43,7 +43,7 @@ def folder_of(name: str) -> tuple[str, str]:
 def wanted(cfg: RunConfig) -> bool:
     """Whether this run trains its bounds: ``--bounds`` under the worlds protocol, and not for
     a run that is itself a bound (the oracle)."""
-    return bool(cfg.bounds) and cfg.worlds_protocol and not cfg.agent.oracle
+    return bool(cfg.bounds) and cfg.protocol.many_worlds and not cfg.agent.oracle
 
 
 def bound_config(cfg: RunConfig, name: str) -> RunConfig:
@@ -53,7 +53,7 @@ def bound_config(cfg: RunConfig, name: str) -> RunConfig:
     if name == "floor":
         agent = agent.replace(track=tracks.FLOOR)
     elif name == "ceiling":
-        agent = agent.replace(track=tracks.with_memory(agent.track), oracle=True)
+        agent = agent.replace(track=tracks.ceiling_track([agent.track]), oracle=True)
     else:
         raise ValueError(f"unknown bound {name!r}")
     return dataclasses.replace(cfg, agent=agent, bounds=False)
@@ -144,7 +144,7 @@ def perfect_physics_bound(held: dict[str, Any], held_a: dict[str, Any],
     as two frames show it; ``ceiling_ratio_told_per_h``: the oracle's over the world's own
     physics from that state, in the oracle's latent; ``floor_ratio_seen_mean_per_h`` and
     ``ceiling_ratio_told_mean_per_h``: the same over the hedged branches; each where the reports
-    have it). None for reports written before it."""
+    have it). None where the reports have none."""
     pp, pp_a = held.get("perfect_physics"), held_a.get("perfect_physics")
     if not pp or not pp_a:
         return None

@@ -22,24 +22,22 @@ from typing import Annotated, Any, get_args
 import typeguard
 import tyro
 
-from agent.config import AgentConfig, Track, preferred_precision, without_removed
+from agent.config import AgentConfig, Track, check_version, preferred_precision
 from runners.cli import CliError, parse
 from runners.online.config import (
-    PRESET_SCHEDULE,
-    PROTOCOLS,
     Device,
     Output,
-    Paper,
     Preset,
     ProtocolName,
     RunConfig,
     Schedule,
-    Source,
     device_name,
     flat,
     preset_agent,
     resolve,
 )
+from runners.online.presets import PRESETS
+from runners.online.protocols import PROTOCOLS, Source
 from runners.online.switch import Switch, SwitchArg
 
 TRAIN_PROG = "python -m runners.train_online"
@@ -107,10 +105,9 @@ def _hints(cls: type) -> dict[str, Any]:
 
 def _fields() -> dict[str, tuple[str, Any]]:
     """Every option of a run, by field name: (the part of ``RunConfig`` holding it, its type)."""
-    parts: dict[str, type] = {"protocol": Paper, "schedule": Schedule, "output": Output,
-                              "agent": AgentConfig}  # fmt: skip
-    out = {n: ("protocol", h) for n, h in _hints(PROTOCOLS["worlds"]).items()}
-    for part, cls in parts.items():
+    parts = [("protocol", cls) for cls in PROTOCOLS.values()]
+    out: dict[str, tuple[str, Any]] = {}
+    for part, cls in [*parts, ("schedule", Schedule), ("output", Output), ("agent", AgentConfig)]:
         out.update((n, (part, h)) for n, h in _hints(cls).items())
     top = _hints(RunConfig)
     out.update((n, ("", top[n])) for n in ("preset", "device", "capture", "bounds", "workers"))
@@ -143,18 +140,16 @@ def load_json(path: str, what: str = "--config") -> dict[str, Any]:
 
 
 def file_values(data: Mapping[str, Any], where: str, saved: bool = False) -> dict[str, Any]:
-    """A config (nested as ``config.json``, or flat by field name; older versions too) as one
-    dict by field name, each value checked against its field's type. A ``saved`` run's config
-    without a protocol is the paper's (written before the worlds protocol)."""
+    """A config (nested as ``config.json``, or flat by field name) as one dict by field name,
+    each value checked against its field's type. A ``saved`` run's config, and any file that
+    says its version, must be of this version (``agent.config.check_version``)."""
     values = flat(data)
-    if saved:
-        values.setdefault("protocol", "paper")
-    if values.get("precision") == "auto":  # an older config: the device's own
-        del values["precision"]
-    try:
-        values = without_removed(values)
-    except ValueError as err:
-        raise CliError(f"{err} (in {where})") from None
+    version = values.pop("version", None)
+    if saved or version is not None:
+        try:
+            check_version(version, where)
+        except ValueError as err:
+            raise CliError(str(err)) from None
     for name, value in values.items():
         if name == "switches":
             continue
@@ -193,8 +188,7 @@ def with_values(cfg: RunConfig, values: Mapping[str, Any], where: str) -> RunCon
             continue
         part = FIELDS[name][0]
         if part == "protocol" and name not in own:
-            other = "paper" if cfg.worlds_protocol else "worlds"
-            raise CliError(f"{name} belongs to --protocol {other} (in {where})")
+            raise CliError(f"{name} belongs to --protocol {_protocol_of(name)} (in {where})")
         if part == "agent":
             agent[name] = value
         else:
@@ -215,13 +209,11 @@ def _defaults(argv: Sequence[str], values: Mapping[str, Any] | None = None) -> D
 
 def default_config(d: Defaults) -> RunConfig:
     """The config the other options apply to, chosen by the ``Defaults``."""
-    protocol = PROTOCOLS[d.protocol]()
-    if isinstance(protocol, Paper):  # (under worlds, --source is refused by the parser)
-        protocol.source = d.source
+    cls = PROTOCOLS[d.protocol]  # (--source where the protocol has none: refused by the parser)
+    protocol = cls(**({"source": d.source} if "source" in _hints(cls) else {}))
     device = device_name(d.device)
-    agent = preset_agent(d.preset, d.track, protocol, protocol.source if isinstance(
-        protocol, Paper) else "stream", preferred_precision(device), device)
-    schedule = Schedule(**PRESET_SCHEDULE.get(d.preset, {}))
+    agent = preset_agent(d.preset, d.track, protocol, preferred_precision(device), device)
+    schedule = Schedule(**PRESETS[d.preset].schedule)
     return RunConfig(protocol=protocol, preset=d.preset, device=d.device, agent=agent,
                      schedule=schedule)
 
@@ -254,12 +246,16 @@ def parse_command(
     return cmd
 
 
+def _protocol_of(name: str) -> str | None:
+    """The protocol whose option ``name`` is (None: none's)."""
+    return next((k for k, cls in PROTOCOLS.items() if name in _hints(cls)), None)
+
+
 def _other_protocol(message: str, protocol: str) -> str:
-    """An unknown option that belongs to the other protocol says so."""
-    other = "paper" if protocol == "worlds" else "worlds"
-    names = {f.name for f in dataclasses.fields(PROTOCOLS[other])}
+    """An unknown option that belongs to another protocol says so."""
     for token in message.replace(",", " ").split():
-        if token.startswith("--") and token[2:].replace("-", "_") in names:
+        other = _protocol_of(token[2:].replace("-", "_")) if token.startswith("--") else None
+        if other not in (None, protocol):
             return f"{token} belongs to --protocol {other}"
     return message
 
@@ -271,7 +267,7 @@ def build_config(argv: Sequence[str] = (), data: Mapping[str, Any] | None = None
 
 
 def config_from_dict(data: Mapping[str, Any], where: str = "config.json") -> RunConfig:
-    """A saved ``config.json`` (any version) as a resolved config."""
+    """A saved ``config.json`` (of this version) as a resolved config."""
     return build_config((), data, where)
 
 
@@ -279,10 +275,11 @@ def config_from_dict(data: Mapping[str, Any], where: str = "config.json") -> Run
 def resume_config(saved: Mapping[str, Any], argv: Sequence[str], prog: str = TRAIN_PROG) -> RunConfig:
     """The saved config with a ``--resume`` command line's changes, which may only touch
     ``RESUMABLE``; the agent (its schedule included) stays as resolved when the run began."""
-    first = _defaults(argv, {"protocol": flat(saved).get("protocol", "paper")})
+    protocol = flat(saved).get("protocol", "worlds")  # (a config without one: refused by version)
+    first = _defaults(argv, {"protocol": protocol})
     if first.config:
         raise CliError("--config cannot be used with --resume (the run keeps its config)")
-    if first.protocol != flat(saved).get("protocol", "paper"):
+    if first.protocol != protocol:
         raise CliError("cannot change --protocol on --resume")
     cfg = resolve(parse_command(argv, prog, saved).run)
     before, after = flat(config_from_dict(saved).to_dict()), flat(cfg.to_dict())

@@ -5,8 +5,8 @@ and the worlds protocol's ``WorldsEvaluator``.
 An evaluation is ``agent.adaptation_curve`` on the run's evaluation splits (paper; on a copy of
 the memory, weights untouched): D_shift^n for each n of ``eval_ns``, D_base, sigma_embed (and
 sigma_z, sigma_target: the spread of the same samples' input latents, online and EMA target);
-on the worlds protocol (``agent.adaptation``) D_shift^n is the switch world's own-memory D^n and
-D_base^n the training worlds'. The recorder writes one row per evaluation into
+on the worlds protocol (``agent.evaluation.world_curves``) D_shift^n is the switch world's
+own-memory D^n and D_base^n the training worlds'. The recorder writes one row per evaluation into
 ``run.zarr/eval``; ``EvalRecord.rows`` reads those rows back (the one reader of that group:
 resume, summary, plots and reports go through it). Beside them, for the worlds protocol's
 report: ``gravity_probe_report`` (gravity and the world read from the aggregated memory) and
@@ -27,11 +27,11 @@ import torch
 
 import env
 from agent import EvalData, EvalResult, Learner, adaptation_curve, tracks
-from agent.adaptation import (
-    WorldCurve,
+from agent.evaluation import (
     WorldSet,
     family_means,
     reference_check,
+    results,
     sequence_length,
     world_curves,
 )
@@ -88,9 +88,6 @@ class EvalRecord:
             return []
         ns = [int(n) for n in ev["ns"]]
         horizons = [int(h) for h in ev["horizons"]]
-        rows = len(ev["step"])
-        absent = np.full(rows, np.nan)  # sigma_z, sigma_target: not in a run recorded before them
-        sigma_z, sigma_target = ev.get("sigma_z", absent), ev.get("sigma_target", absent)
         return [
             cls(
                 step=int(ev["step"][i]),
@@ -100,12 +97,12 @@ class EvalRecord:
                 d_base=float(ev["d_base"][i]),
                 d_base_per_h=np.asarray(ev["d_base_per_h"][i], np.float64).tolist(),
                 sigma_embed=float(ev["sigma_embed"][i]),
-                sigma_z=float(sigma_z[i]),
-                sigma_target=float(sigma_target[i]),
+                sigma_z=float(ev["sigma_z"][i]),
+                sigma_target=float(ev["sigma_target"][i]),
                 excluded=int(ev["excluded"][i]),
                 horizons=horizons,
             )
-            for i in range(rows)
+            for i in range(len(ev["step"]))
         ]
 
     def as_recorded(self) -> EvalRecord:
@@ -171,10 +168,6 @@ class Evaluator(CurveEvaluator):
         return list(adaptation_curve(learner, self.data, ns=ns))
 
 
-def _mean_rows(curves: list[WorldCurve], attr: str) -> np.ndarray:
-    return np.mean(np.asarray([getattr(c, attr) for c in curves], np.float64), axis=0)
-
-
 class WorldsEvaluator(CurveEvaluator):
     """The worlds protocol's evaluations of one learner.
 
@@ -188,22 +181,7 @@ class WorldsEvaluator(CurveEvaluator):
 
     def results(self, learner: Learner, ns: tuple[int, ...]) -> list[EvalResult]:
         (shift,) = world_curves(learner, [self.sets.shift], ns, ("own",))
-        base = world_curves(learner, self.sets.base, ns, ("own",))
-        d_base, d_base_h = _mean_rows(base, "d"), _mean_rows(base, "d_per_h")
-        return [
-            EvalResult(
-                n=int(n),
-                d_shift=shift.d[j],
-                d_shift_per_h=list(shift.d_per_h[j]),
-                d_base=float(d_base[j]),
-                d_base_per_h=d_base_h[j].tolist(),
-                sigma_embed=shift.sigma_embed[j],
-                sigma_z=shift.sigma_z,
-                sigma_target=shift.sigma_target,
-                excluded=shift.excluded[j] + sum(c.excluded[j] for c in base),
-            )
-            for j, n in enumerate(ns)
-        ]
+        return results(shift, world_curves(learner, self.sets.base, ns, ("own",)))
 
     def report(self, learner: Learner, ns: Sequence[int]) -> dict[str, Any]:
         """The held-out worlds' D^n for every memory source (``own``, ``same``, ``wrong``; only
@@ -213,7 +191,7 @@ class WorldsEvaluator(CurveEvaluator):
         and ``probes``: held-out R^2 of linear probes of the digits' state from the latents
         (``probes.digits``), fit on the training-family worlds' sequences; ``reference``:
         D against the EMA target's own "no change" beside the paper's, and the online-target
-        gap (``agent.adaptation.reference_check``); and ``perfect_physics``: D of the env's
+        gap (``agent.evaluation.reference_check``); and ``perfect_physics``: D of the env's
         exact simulator in this learner's latent, world-blind and of another world
         (``probes.perfect_physics``: the physics ceiling)."""
         cfg = learner.cfg

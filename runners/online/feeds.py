@@ -3,7 +3,7 @@
 A feed is an ``agent.StreamSource`` or ``agent.DatasetSource`` (``next() -> Batch``, its
 ``state_dict`` in the checkpoint) that also has ``enter(physics, shifted)`` (a switch: the
 physics from the next step on, the samples tagged ``shifted``) and ``vec_env`` (the live env,
-None for stored sequences). ``make_feed(cfg, device, store)`` builds the run's:
+None for stored sequences). The protocol's ``feed(cfg, device, store)`` builds the run's:
 
 - ``ScheduledStreams`` (worlds protocol): every stream's episodes in worlds drawn from a family
   (``env.WorldSchedule``); ``enter`` holds every stream in one world;
@@ -22,9 +22,8 @@ import torch
 
 import env
 from agent import DatasetSource, StreamSource
-from runners.cli import CliError
-from runners.online.config import Paper, RunConfig, Worlds, world_families
-from runners.online.store import check_store, split_frames
+from agent.config import AgentConfig
+from runners.online.store import split_frames
 
 
 class PaperStreams(StreamSource):
@@ -47,17 +46,18 @@ class DatasetSplits(DatasetSource):
 
     vec_env = None
 
-    def __init__(self, cfg: RunConfig, paper: Paper, store: env.PaperDataset, device: torch.device) -> None:
-        self.cfg, self.data, self.store = cfg, str(paper.data), store
+    def __init__(self, agent: AgentConfig, data: str, store: env.PaperDataset,
+                 device: torch.device) -> None:
+        self.agent, self.data, self.store = agent, data, store
         self._open(0, device)
 
     def _open(self, shifted: int, device: torch.device) -> None:
-        a = self.cfg.agent
+        a = self.agent
         frames = split_frames(self.store, "shift" if shifted else "base", "train", self.data)
         super().__init__(frames, a, device, shifted=shifted, seed=a.seed + shifted)
 
     def enter(self, physics: env.PhysicsParams, shifted: int) -> None:
-        """The split of ``shifted`` (the store holds two gravities; checked by ``check_store``)."""
+        """The split of ``shifted`` (the store holds two gravities; ``paper.check_store``)."""
         if shifted != self.shifted:
             self._open(shifted, self.device)
 
@@ -128,14 +128,6 @@ def world_device(device: Any) -> torch.device | None:
     return device if device.type == "cuda" else None
 
 
-def make_vec_env(cfg: RunConfig, paper: Paper, device: torch.device) -> env.MovingMNISTVectorEnv:
-    """The B parallel streams of the base world (long episodes, staggered phases)."""
-    return env.MovingMNISTVectorEnv(
-        cfg.agent.batch_size, gravity=cfg.physics_at(0).gravity,
-        max_episode_steps=paper.episode_length, device=world_device(device),
-    )
-
-
 def stagger(vec_env: env.MovingMNISTVectorEnv, episode_length: int) -> None:
     """Spread the streams' episode phases evenly over ``episode_length`` so their resets (and
     the windows a reset masks) do not all fall on the same steps. Stream i's first episode is
@@ -146,32 +138,3 @@ def stagger(vec_env: env.MovingMNISTVectorEnv, episode_length: int) -> None:
     elapsed = np.asarray(state["elapsed"], np.int64)
     state["elapsed"] = np.minimum(elapsed + offset, episode_length - 1)
     vec_env.set_state(state)
-
-
-def make_feed(
-    cfg: RunConfig, device: torch.device, store: env.PaperDataset | None = None,
-    vec_env: Any = None,
-) -> Feed:  # fmt: skip
-    """The run's feed before any switch: streams in the training worlds (worlds protocol), or
-    live streams in the base physics, or the store's base split (paper protocol). ``vec_env``:
-    the worlds protocol's env, given (a block of a shared env: ``make_scheduled_feed``)."""
-    p, a = cfg.protocol, cfg.agent
-    if isinstance(p, Worlds):
-        group = a.group_size if a.memory_scope == "group" else 1
-        return make_scheduled_feed(
-            a.batch_size, world_families(p)["train"], p.episode_steps, a, device, a.seed,
-            group_size=group, residency=p.residency, vec_env=vec_env,
-        )  # fmt: skip
-    if vec_env is not None:
-        raise ValueError("a given env is for the worlds protocol's feed")
-    if p.source == "dataset":
-        if store is None:
-            raise CliError("--source dataset needs --data PATH.zarr (written by runners.make_dataset)")
-        check_store(cfg, store)
-        return DatasetSplits(cfg, p, store, device)
-    vec_env = make_vec_env(cfg, p, device)
-    source = PaperStreams(vec_env, a, device, seed=a.seed)
-    source.start()
-    if p.stagger and p.episode_length:
-        stagger(vec_env, p.episode_length)
-    return source

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from runners.cli import CliError, os_error_message
 from runners.online import beside, bounds
-from runners.online.config import Paper, RunConfig, describe, precision_note
+from runners.online.config import RunConfig, describe, precision_note
 from runners.online.evaluation import WorldsEvaluator
 from runners.online.loop import OnlineLoop, StepResult
 from runners.online.plots import make_figures
@@ -240,8 +240,7 @@ def finish(loop: OnlineLoop) -> dict[str, Any]:
     rep = curve_report(
         loop.evaluator.curve(loop.learner, cfg.schedule.final_ns), step=loop.step_count,
         checkpoint=str(folder.latest),
-        data=(p.data if isinstance(p := cfg.protocol, Paper) and p.data
-              else "generated in memory (env.generate_sequences)"),
+        data=cfg.protocol.data or "generated in memory (env.generate_sequences)",
         horizons=list(cfg.agent.horizons),
     )  # fmt: skip
     if isinstance(loop.evaluator, WorldsEvaluator):  # the held-out worlds' D^n per memory

@@ -213,6 +213,11 @@ class OnlineLoop:
         # Called before the loop reads its learner's state (evaluation, checkpoint): a stacked
         # run (``runners.online.stacked``) loads the seed's state from the stack there.
         self.sync_learner: Callable[[], None] = lambda: None
+        # The live view's state (its tracks, G's target, its switches), kept in every checkpoint
+        # beside the loop's as ``extra["view"]``: ``view_state`` gives it, a resume reads it back
+        # into ``view`` (``runners.visualize``).
+        self.view_state: Callable[[], dict[str, Any]] = dict
+        self.view: dict[str, Any] = {}
 
     @classmethod
     def open(
@@ -333,7 +338,7 @@ class OnlineLoop:
         steps = np.arange(first, first + n, dtype=np.int64)
         # Before the worlds protocol's switch each stream has its own world: NaN (no one world).
         fs = self.cfg.first_switch
-        many = self.cfg.worlds_protocol & (steps < (fs if fs is not None else np.iinfo(np.int64).max))
+        many = self.cfg.protocol.many_worlds & (steps < (fs if fs is not None else np.iinfo(np.int64).max))
         for name in env.PhysicsParams().as_dict():
             values = np.asarray([getattr(p, name) for p in self.pending_physics], np.float32)
             block[f"physics/{name}"] = np.where(many, np.float32(np.nan), values)
@@ -396,6 +401,7 @@ class OnlineLoop:
             "gravity": self.gravity,
             "physics": self.physics.as_dict(),
             "frozen": self.frozen,
+            "view": self.view_state(),
         }
         save_checkpoint(path, self.learner, source=self.feed, extra=extra)
 
@@ -422,10 +428,11 @@ class OnlineLoop:
         self.best = float(extra.get("best", math.inf))
         self.best_step = int(extra.get("best_step", -1))
         self.elapsed = float(extra.get("elapsed", 0.0))
+        self.view = extra["view"] if isinstance(extra.get("view"), dict) else {}
         self.saved_step = s
-        if self.vec_env is not None and not self.cfg.worlds_protocol:  # the env's restored state holds
+        if self.vec_env is not None and not self.cfg.protocol.many_worlds:  # the env's state holds
             self.physics = self.vec_env.physics(0)  # its physics (a visualizer may change them)
-        elif self.cfg.worlds_protocol and isinstance(extra.get("physics"), dict):
+        elif self.cfg.protocol.many_worlds and isinstance(extra.get("physics"), dict):
             # The world the streams were held in (the schedule's restored state holds them
             # there), or the base physics while they live in the training worlds: the switches'
             # own after a scheduled switch, a visualizer's after an interactive one.

@@ -7,10 +7,8 @@ own factory so a caller (the visualizer, a test, a benchmark) can build or repla
 - ``resolve_device``: auto -> cuda when available, else cpu; ``set_threads``: one torch
   thread on a CPU unless TORCH_NUM_THREADS says otherwise;
 - ``make_learner``: ``agent.Learner`` of the run's ``AgentConfig``;
-- ``make_feed``: the streams the learner lives in and their batches (``runners.online.feeds``);
-- ``make_evaluator``: the worlds protocol's ``WorldsEvaluator`` (``runners.online.evaluation``
-  on generated world sets, ``runners.online.world_sets``), or the paper's ``Evaluator`` on its
-  splits (``make_eval_data``, from the store (``runners.online.store``) or generated);
+- the protocol's ``feed``: the streams the learner lives in and their batches
+  (``runners.online.feeds``), and its ``evaluator`` (``runners.online.protocols``);
 - ``Recorder``: the run's ``run.zarr`` (``runners.online.recorder``).
 """
 
@@ -20,19 +18,15 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
-import env
-from agent import EvalData, Learner
+from agent import Learner
 from runners.cli import CliError
-from runners.online.config import Paper, RunConfig, Worlds, device_name, world_families
-from runners.online.evaluation import CurveEvaluator, Evaluator, WorldsEvaluator
-from runners.online.feeds import Feed, make_feed
+from runners.online.config import RunConfig, device_name
+from runners.online.evaluation import CurveEvaluator
+from runners.online.feeds import Feed
 from runners.online.recorder import Recorder
 from runners.online.rundir import RunFolder
-from runners.online.store import open_store, split_frames
-from runners.online.world_sets import make_world_sets
 
 
 def set_threads(device: torch.device) -> None:
@@ -56,51 +50,6 @@ def make_learner(cfg: RunConfig, device: torch.device) -> Learner:
     return Learner(cfg.agent, device=device, captured=cfg.capture)
 
 
-# -- evaluation --------------------------------------------------------------------------------
-def make_eval_data(cfg: RunConfig, paper: Paper, store: env.PaperDataset | None = None) -> EvalData:
-    """Evaluation splits: from ``--data`` when given, else generated in memory, deterministically
-    with ``env.generate_sequences`` (the generator of ``make_dataset``): shift train/test in the
-    first switch's physics, base test in the base physics; test splits show unseen digits."""
-    s = cfg.schedule
-    if store is not None:
-        path = str(paper.data)
-        return EvalData(
-            shift_train=split_frames(store, "shift", "train", path, paper.eval_shift_train),
-            shift_test=split_frames(store, "shift", "test", path, s.eval_shift_test),
-            base_test=split_frames(store, "base", "test", path, paper.eval_base_test),
-        )
-    seed = cfg.agent.seed + s.eval_seed_offset
-    shift, base = cfg.shift_physics, cfg.base_physics
-    a = cfg.agent  # an evaluation window: the context frames, then the horizons (21 in the paper)
-    seq_len = a.context_frames + a.horizons[-1]
-
-    def gen(n: int, s: int, physics: env.PhysicsParams, split: str) -> np.ndarray:
-        return env.generate_sequences(
-            n, seed=s, split=split, seq_len=seq_len, **physics.as_dict()
-        )["frames"]
-
-    return EvalData(
-        shift_train=gen(paper.eval_shift_train, seed, shift, "train"),
-        shift_test=gen(s.eval_shift_test, seed + 1, shift, "test"),
-        base_test=gen(paper.eval_base_test, seed + 2, base, "test"),
-    )
-
-
-def make_evaluator(
-    cfg: RunConfig, store: env.PaperDataset | None = None
-) -> CurveEvaluator:
-    s = cfg.schedule
-    if isinstance(w := cfg.protocol, Worlds):
-        sets = make_world_sets(
-            cfg.agent, cfg.shift_physics, train_family=w.train_family,
-            n_max=max(s.eval_ns + tuple(s.final_ns or ())), shift_seqs=s.eval_shift_test,
-            world_seqs=w.eval_world_seqs, worlds_per_family=w.eval_worlds,
-            seed=cfg.agent.seed + s.eval_seed_offset, families=world_families(w),
-        )  # fmt: skip
-        return WorldsEvaluator(sets, s.eval_ns, list(cfg.agent.horizons))
-    return Evaluator(make_eval_data(cfg, w, store), s.eval_ns, list(cfg.agent.horizons))
-
-
 # -- all of them ---------------------------------------------------------------------------------
 @dataclass
 class RunParts:
@@ -115,14 +64,13 @@ class RunParts:
 
 def build_run_parts(cfg: RunConfig, folder: RunFolder, vec_env: Any = None) -> RunParts:
     """Every part of the run in ``folder``, in its initial state (a resume loads into them);
-    ``vec_env``: the worlds protocol's env, given (``feeds.make_feed``)."""
+    ``vec_env``: the worlds protocol's env, given (``Worlds.feed``)."""
     device = resolve_device(cfg.device)
-    p = cfg.protocol
-    store = open_store(p.data) if isinstance(p, Paper) and p.data else None
+    store = cfg.protocol.open_store()
     return RunParts(
         device=device,
         learner=make_learner(cfg, device),
-        feed=make_feed(cfg, device, store, vec_env),
+        feed=cfg.protocol.feed(cfg, device, store, vec_env),
         recorder=Recorder(folder),
-        evaluator=make_evaluator(cfg, store),
+        evaluator=cfg.protocol.evaluator(cfg, store),
     )

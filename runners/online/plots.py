@@ -21,7 +21,7 @@ from matplotlib.axes import Axes  # noqa: E402
 
 from agent import tracks  # noqa: E402
 from runners.cli import writing  # noqa: E402
-from runners.online.config import Paper, RunConfig, Schedule, Worlds, flat  # noqa: E402
+from runners.online.config import RunConfig, flat  # noqa: E402
 from runners.online.recorder import Recorder  # noqa: E402
 from runners.online.rundir import RunFolder  # noqa: E402
 from runners.online.switch import Switch, switches_from_json  # noqa: E402
@@ -77,9 +77,12 @@ def _finish(fig: plt.Figure, path: Path) -> Path:
 
 
 def _load(run_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    from runners.online.command import config_from_dict
+
     folder = RunFolder(run_dir)
-    cfg = flat(folder.read_config())  # by field name, any config.json version
-    cfg["switches"] = switches_from_json(cfg.get("switches"))  # any config.json format
+    cfg = flat(folder.read_config())  # by field name
+    cfg["switches"] = switches_from_json(cfg.get("switches"))
+    cfg["run"] = config_from_dict(folder.read_config())  # the run's RunConfig, its protocol asked
     rec = Recorder(folder, read_only=True)
     return cfg, rec.read_metrics(), rec.read_eval()
 
@@ -126,9 +129,7 @@ def plot_stream_error(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -
     roll = rolling_by_phase(e, w, starts)
     ax.plot(step, e, lw=0.4, color="0.75", label="per step")
     bounds = [0, *[s for s in starts if 0 < s < len(step)], len(step)]
-    world = (Worlds(train_family=cfg.get("train_family", "train"))
-             if cfg.get("protocol", "paper") == "worlds" else Paper(cfg.get("base_gravity", 0.0)))
-    run = RunConfig(protocol=world, schedule=Schedule(switches=tuple(cfg.get("switches") or ())))
+    run: RunConfig = cfg["run"]
     for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
         ax.plot(step[a:b], roll[a:b], lw=1.6, color=PHASE_COLORS[i % len(PHASE_COLORS)],
                 label=f"rolling mean ({w} steps), {run.phase_label(a)}")
@@ -195,17 +196,15 @@ def plot_d_curves(ax: Axes, ev: dict[str, np.ndarray], cfg: dict[str, Any]) -> N
     if not ev:
         ax.text(0.5, 0.5, "no evaluation yet", ha="center", transform=ax.transAxes)
         return
-    step = ev["step"]
+    step, (shift, mem, base) = ev["step"], cfg["run"].protocol.names
     head = int(cfg.get("headline_n", 50))
     for j, n in enumerate(ev["ns"]):
         lw, alpha = (2.0, 1.0) if int(n) == head else (1.0, 0.6)
-        what = (f"switch world, {int(n)} own memories" if cfg.get("protocol") == "worlds"
-                else f"shift test, n={int(n)} memories")
+        what = f"{shift}, {int(n)} {mem}"
         ax.plot(step, ev["d_shift"][:, j], "o-", ms=3, lw=lw, alpha=alpha,
                 label=f"D_shift^{int(n)} ({what})")
-    worlds = cfg.get("protocol") == "worlds"
     ax.plot(step, ev["d_base"], "s-", ms=3, color="k", lw=1.5,
-            label="D_base (training worlds, no memory)" if worlds else "D_base (base test)")
+            label=f"D_base ({base})")
     ax.axhline(1.0, color="k", lw=0.8, ls=":", label='1.0 = "no change"')
     ax.set_xlabel("step")
     ax.set_ylabel("normalised prediction error D")
@@ -324,7 +323,8 @@ def make_figures(run_dir: str | Path) -> list[Path]:
         return []
     curve_file = RunFolder.curve_path(RunFolder(run_dir).latest)
     rep = RunFolder(run_dir).read_json(curve_file) if curve_file.exists() else None
-    worlds_rep = rep if rep and cfg.get("protocol") == "worlds" else None
+    protocol = cfg["run"].protocol
+    worlds_rep = rep if rep and protocol.many_worlds else None
     panels: list[tuple[Any, dict[str, Any]]] = [(plot_stream_error, m)]
     if cfg.get("switches"):
         panels.append((plot_after_switch, m))
@@ -339,8 +339,7 @@ def make_figures(run_dir: str | Path) -> list[Path]:
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
     sw = ", ".join(f"{s.label()} at step {s.step}" for s in cfg.get("switches") or []) or "no switch"
-    where = (f"{cfg.get('train_family', 'train')} worlds, then " if cfg.get("protocol") == "worlds"
-             else f"{cfg.get('source')} source: ")
+    where = f"{protocol.where()}, then " if protocol.many_worlds else f"{protocol.where()}: "
     fig.suptitle(
         f"Track {cfg.get('track')} ({cfg.get('preset')} preset, {where}"
         f"{sw}, {cfg.get('after_switch')} mode after the switch",

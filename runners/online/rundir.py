@@ -178,8 +178,10 @@ def default_name(track: str, seed: int) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{track}-s{seed}"
 
 
-def new_run_folder(out: str | Path, name: str | None, track: str, seed: int) -> RunFolder:
-    """Create and hold a fresh run folder; an existing one is never reused (``CliError``)."""
+def new_folder(out: str | Path, name: str | None, default: str, what: str = "run folder") -> Path:
+    """Create a fresh folder ``out/name`` (``name`` None: ``default``, else ``default-1``, ... the
+    first that is free) and return it; an existing folder is never reused (``CliError``). A run
+    folder's, and a live view's session folder (``runners.visualize``)."""
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -191,25 +193,27 @@ def new_run_folder(out: str | Path, name: str | None, track: str, seed: int) -> 
             root.mkdir()
         except FileExistsError:
             raise CliError(
-                f"run folder {root} already exists: continue it with --resume {root}, "
+                f"{what} {root} already exists: continue it with --resume {root}, "
                 f"or choose another --name"
             ) from None
         except OSError as err:
-            raise CliError(f"cannot create run folder {root}: {err.strerror or err}") from None
-    else:
-        base = default_name(track, seed)
-        for i in range(1000):
-            root = out / (base if i == 0 else f"{base}-{i}")
-            try:
-                root.mkdir()
-                break
-            except FileExistsError:
-                continue
-            except OSError as err:
-                raise CliError(f"cannot create a run folder under {out}: {err.strerror or err}") from None
-        else:  # pragma: no cover
-            raise CliError(f"cannot find a free run folder name under {out}")
-    folder = RunFolder(root).hold()
+            raise CliError(f"cannot create {what} {root}: {err.strerror or err}") from None
+        return root
+    for i in range(1000):
+        root = out / (default if i == 0 else f"{default}-{i}")
+        try:
+            root.mkdir()
+            return root
+        except FileExistsError:
+            continue
+        except OSError as err:
+            raise CliError(f"cannot create a {what} under {out}: {err.strerror or err}") from None
+    raise CliError(f"cannot find a free {what} name under {out}")  # pragma: no cover
+
+
+def new_run_folder(out: str | Path, name: str | None, track: str, seed: int) -> RunFolder:
+    """Create and hold a fresh run folder; an existing one is never reused (``CliError``)."""
+    folder = RunFolder(new_folder(out, name, default_name(track, seed))).hold()
     folder.make()
     return folder
 

@@ -1,5 +1,5 @@
-"""The paper protocol's dataset store (``runners.make_dataset``): opened and checked with every
-failure as one line."""
+"""The paper protocol's dataset store (``runners.make_dataset``): opened and read with every
+failure as one line (``Paper.check_store`` checks it against a run)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import numpy as np
 
 import env
 from runners.cli import CliError
-from runners.online.config import Paper, RunConfig
 
 
 def open_store(path: str) -> env.PaperDataset:
@@ -39,30 +38,3 @@ def split_frames(
     if limit is not None:
         return np.asarray(frames[: min(limit, frames.shape[0])])
     return frames
-
-
-def check_store(cfg: RunConfig, store: env.PaperDataset) -> None:
-    """The dataset source can only switch between the store's two gravities."""
-    paper = cfg.protocol
-    assert isinstance(paper, Paper)
-    path = str(paper.data)
-    g_shift = split_view(store, "shift", "train", path).gravity
-    g_base = split_view(store, "base", "train", path).gravity
-    seq_len = int(split_frames(store, "base", "train", path).shape[1])
-    if seq_len < cfg.agent.window:
-        raise CliError(
-            f"--data {path}: sequences of {seq_len} frames are shorter than a sample's window of "
-            f"{cfg.agent.window} (context_frames {cfg.agent.context_frames}, push_pair "
-            f"{cfg.agent.push_pair}); use the stream source"
-        )
-    if g_base != paper.base_gravity:
-        raise CliError(
-            f"--source dataset: the store's base world has gravity {g_base:g}, "
-            f"the run's base gravity is {paper.base_gravity:g}"
-        )
-    for g in (cfg.physics_at(sw.step).gravity for sw in cfg.schedule.switches or ()):
-        if g not in (g_base, g_shift):
-            raise CliError(
-                f"--source dataset: the store holds gravity {g_base:g} and {g_shift:g}; "
-                f"a switch to {g:g} needs the stream source"
-            )

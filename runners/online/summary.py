@@ -1,20 +1,26 @@
-"""The run's summary: a few numbers that tell the story, as JSON, Markdown and a printed table."""
+"""The run's summary: a few numbers that tell the story, as JSON, Markdown and a printed table.
+``sections`` reads the summary into its tables, each built once (``Table``), which
+``format_table`` prints at the end of a run and ``format_markdown`` writes to summary.md."""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from runners.cli import writing
 from runners.online import bounds
-from runners.online.config import Paper, RunConfig
+from runners.online.config import RunConfig
 from runners.online.evaluation import EvalRecord
+from runners.online.protocols import PROTOCOLS
 from runners.online.rundir import RunFolder
 from runners.online.switch import switches_from_json
+from runners.online.world_sets import family_of
 
 if TYPE_CHECKING:
     from runners.online.loop import RunRecords
@@ -29,113 +35,61 @@ def _f(x: Any) -> float | None:
 
 
 def _eval_at(evals: list[EvalRecord], step: int | None, n: int) -> dict[str, Any] | None:
-    """The evaluation at ``step`` (the last one at or before it); sigma_z and sigma_target only
-    where recorded (not in a run recorded before them)."""
-    if step is None:
+    """The evaluation at ``step`` (the last one at or before it)."""
+    e = next((e for e in reversed(evals) if step is not None and e.step <= step), None)
+    if e is None:
         return None
-    before = [e for e in evals if e.step <= step]
-    if not before:
-        return None
-    e = before[-1]
-    return {
-        "step": int(e.step),
-        "d_base": _f(e.d_base),
-        f"d_shift_{n}": _f(e.d(n)),
-        "d_shift_0": _f(e.d(0)) if 0 in e.ns else None,
-        "sigma_embed": _f(e.sigma_embed),
-        **{k: _f(v) for k, v in (("sigma_z", e.sigma_z), ("sigma_target", e.sigma_target))
-           if not math.isnan(v)},
-    }
+    return {"step": int(e.step), "d_base": _f(e.d_base), f"d_shift_{n}": _f(e.d(n)),
+            "d_shift_0": _f(e.d(0)) if 0 in e.ns else None, "sigma_embed": _f(e.sigma_embed),
+            "sigma_z": _f(e.sigma_z), "sigma_target": _f(e.sigma_target)}
 
 
-def _tail_mean(a: np.ndarray | None, end: int | None, win: int) -> float | None:
-    """The mean of the finite values among the ``win`` before ``end`` (None: none)."""
-    if a is None or end is None or end <= 0:
+def _window_mean(a: np.ndarray | None, at: int | None, win: int) -> float | None:
+    """The mean of the finite values among the ``win`` steps from ``at`` on (``win`` < 0: the
+    ``-win`` steps before it); None: none."""
+    if a is None or at is None:
         return None
-    seg = a[max(0, end - win) : end]
+    seg = a[max(0, at + win) : at] if win < 0 else a[at : at + win]
     seg = seg[np.isfinite(seg)]
     return _f(seg.mean()) if len(seg) else None
-
-
-def _head_mean(a: np.ndarray | None, start: int | None, win: int) -> float | None:
-    """The mean of the finite values among the ``win`` from ``start`` on (None: none)."""
-    if a is None or start is None or start >= len(a):
-        return None
-    seg = a[start : start + win]
-    seg = seg[np.isfinite(seg)]
-    return _f(seg.mean()) if len(seg) else None
-
-
-def _buffer_summary(cfg: RunConfig, records: RunRecords) -> dict[str, Any]:
-    """The summary's ``buffer``: the memory's last size, capacity, scope and entries by world."""
-    steps_done = records.steps
-    buf_size = int(records.last.get("memory/buffer_size", 0)) if steps_done else 0
-    buf_share = float(records.last.get("memory/shift_share", 0.0)) if steps_done else 0.0
-    n_shift = int(round(buf_size * buf_share))
-    return {
-        "size": buf_size,
-        "capacity": cfg.agent.buffer_capacity,
-        "scope": cfg.agent.memory_scope,
-        "shift_world": n_shift,
-        "base_world": buf_size - n_shift,
-    }
-
-
-def _stream_error_summary(
-    err: np.ndarray | None, fs: int | None, steps_done: int, win: int
-) -> dict[str, Any]:
-    """The summary's ``stream_error``: its rolling means before and after the first switch
-    (``fs``) and at the end, and its bins since the switch."""
-    return {
-        "end_of_base": _tail_mean(err, fs, win),
-        "just_after_switch": _head_mean(err, fs, win),
-        "end": _tail_mean(err, steps_done, win),
-        "window": win,
-        "since_switch": since_switch(err, fs),
-    }
 
 
 def build_summary(
-    run_dir: Path,
-    cfg: RunConfig,
-    records: RunRecords,
-    evals: list[EvalRecord],
-    *,
-    wall_time: float,
-    final_curve: list[dict[str, Any]] | None,
-    best: tuple[float, int],
-    stopped: str | None,
-    held_out: dict[str, Any] | None = None,
+    run_dir: Path, cfg: RunConfig, records: RunRecords, evals: list[EvalRecord], *,
+    wall_time: float, final_curve: list[dict[str, Any]] | None, best: tuple[float, int],
+    stopped: str | None, held_out: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The summary of a run from what its loop recorded (``RunRecords``, the evaluations)."""
-    steps_done = records.steps
-    n = cfg.schedule.headline_n
-    fs = cfg.first_switch
-    err = records.column("stream/norm_error")
-    valid = records.column("stream/valid_frac")
+    """The summary of a run from what its loop recorded (``RunRecords``, the evaluations). Its
+    ``buffer``: the memory's last size, capacity, scope and entries by world; ``stream_error``:
+    the rolling means before and after the first switch (``fs``) and at the end, and the bins
+    since the switch."""
+    steps_done, n, fs = records.steps, cfg.schedule.headline_n, cfg.first_switch
+    err, valid = records.column("stream/norm_error"), records.column("stream/valid_frac")
     win = cfg.schedule.rolling_window
+    size = int(records.last.get("memory/buffer_size", 0)) if steps_done else 0
+    n_shift = int(round(size * float(records.last.get("memory/shift_share", 0.0)))) if size else 0
     return {
-        "run_dir": str(run_dir),
-        "protocol": cfg.protocol.kind,
-        "track": cfg.agent.track,
+        "run_dir": str(run_dir), "protocol": cfg.protocol.kind, "track": cfg.agent.track,
         "preset": cfg.preset,
-        "source": cfg.protocol.source if isinstance(cfg.protocol, Paper) else "stream",
-        "seed": cfg.agent.seed,
-        "after_switch": cfg.schedule.after_switch,
+        "source": cfg.protocol.source,
+        "seed": cfg.agent.seed, "after_switch": cfg.schedule.after_switch,
         "switches": [sw.to_json() for sw in switches_from_json(cfg.schedule.switches)],
-        "switch_world_family": _family_of(cfg) if cfg.worlds_protocol and fs is not None else None,
-        "steps": cfg.schedule.steps,
-        "steps_done": steps_done,
-        "stopped": stopped,
+        "switch_world_family": family_of(cfg.shift_physics, cfg.protocol.families())
+        if cfg.protocol.many_worlds and fs is not None else None,
+        "steps": cfg.schedule.steps, "steps_done": steps_done, "stopped": stopped,
         "wall_time_s": round(wall_time, 1),
         "steps_per_s": round(steps_done / wall_time, 2) if wall_time > 0 else None,
-        "headline_n": n,
-        "end_of_base": _eval_at(evals, fs, n) if fs is not None else None,
+        "headline_n": n, "end_of_base": _eval_at(evals, fs, n),
         "end": _eval_at(evals, steps_done, n),
         "boundary_events_before_switch": records.boundaries_before,
         "boundary_events_after_switch": records.boundaries_after,
-        "buffer": _buffer_summary(cfg, records),
-        "stream_error": _stream_error_summary(err, fs, steps_done, win),
+        "buffer": {"size": size, "capacity": cfg.agent.buffer_capacity,
+                   "scope": cfg.agent.memory_scope, "shift_world": n_shift,
+                   "base_world": size - n_shift},
+        "stream_error": {"end_of_base": _window_mean(err, fs, -win),
+                         "just_after_switch": _window_mean(err, fs, win),
+                         "end": _window_mean(err, steps_done, -win), "window": win,
+                         "since_switch": since_switch(err, fs)},
         "stream_valid_frac": _f(np.nanmean(valid)) if valid is not None and steps_done else None,
         "best": {"d_shift": _f(best[0]) if math.isfinite(best[0]) else None,
                  "step": best[1] if math.isfinite(best[0]) else None,
@@ -158,155 +112,217 @@ def since_switch(err: np.ndarray | None, fs: int | None) -> list[dict[str, Any]]
         return []
     after = np.asarray(err[fs:], dtype=np.float64)
     edges = [e for e in SINCE_SWITCH_EDGES if e < len(after)] + [len(after)]
-    rows = []
-    for a, b in zip(edges[:-1], edges[1:], strict=True):
-        seg = after[a:b]
-        ok = np.isfinite(seg)
-        rows.append({"from": a, "to": b, "mean": _f(seg[ok].mean()) if ok.any() else None,
-                     "valid_steps": round(float(ok.mean()), 3)})
-    return rows
-
-
-def _family_of(cfg: RunConfig) -> str:
-    from runners.online.config import Worlds, world_families
-    from runners.online.world_sets import family_of
-
-    fams = world_families(cfg.protocol) if isinstance(cfg.protocol, Worlds) else None
-    return family_of(cfg.shift_physics, fams)
+    return [{"from": a, "to": b, "mean": _window_mean(after, a, b - a),
+             "valid_steps": round(float(np.isfinite(after[a:b]).mean()), 3)}
+            for a, b in zip(edges[:-1], edges[1:], strict=True)]
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}f}" if isinstance(x, float) else str(x)
 
 
-def table_rows(s: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(quantity, end of base training, end of run) rows."""
-    n = s["headline_n"]
-    a = s.get("end_of_base") or {}
-    e = s.get("end") or {}
-    se = s["stream_error"]
-    buf = s["buffer"]
-    sw = s["switches"]
-    worlds = s.get("protocol") == "worlds"
-    shift = "switch world" if worlds else "shift test"
-    base = "training worlds, no memory" if worlds else "base test"
-    mem = "own memories" if worlds else "memories"
-    end_step = _fmt(e.get("step"))
-    if e.get("step") is not None and e["step"] < s["steps_done"]:  # nothing could change since
-        end_step += " (weights frozen since)"
-    scope = buf.get("scope", "global")
-    where = {"group": "memory per group", "world": "memory per group"}.get(scope)
-    rows = [
-        ("evaluated at step", _fmt(a.get("step")), end_step),
-        (f"D_base ({base}, 1 = no change)", _fmt(a.get("d_base")), _fmt(e.get("d_base"))),
-        (f"D_shift^{n} ({shift}, {n} {mem})", _fmt(a.get(f"d_shift_{n}")),
-         _fmt(e.get(f"d_shift_{n}"))),
-        (f"D_shift^0 ({shift}, no memory)", _fmt(a.get("d_shift_0")), _fmt(e.get("d_shift_0"))),
-        (f"rolling stream error ({se['window']} steps)", _fmt(se.get("end_of_base")),
-         _fmt(se.get("end"))),
-        ("boundary events (before / after switch)", str(s["boundary_events_before_switch"]),
-         str(s["boundary_events_after_switch"]) if sw else "-"),
-        ((f"{where} at the end (switch world / older / capacity)" if where else
-          "buffer at the end (shift / base / capacity)"), "",
-         f"{buf['shift_world']} / {buf['base_world']} / {buf['capacity']}"),
-    ]
-    return rows
+# -- the summary's tables: each built once, printed as text and written as Markdown -------------
+@dataclass(frozen=True)
+class Table:
+    """A section of the summary, built once: a caption, then rows of label cells (under
+    ``labels``, in Markdown only) and value cells (under ``heads``), as aligned text (``text``:
+    each label column ``widths`` wide, None: its longest label; each value column ``cell``,
+    None: its longest cell or head and two spaces) or as a Markdown table (``markdown``).
+    ``style``: "ruled", the top table (no caption, no indent, a rule under the heads);
+    "headless", no heads in text; "inline", a one-row table as one line of head-value pairs.
+    ``md_caption``: Markdown's, where it says more; ``note`` follows the table; ``printed``:
+    False for a table that summary.md alone shows."""
+
+    caption: str
+    labels: tuple[str, ...]
+    heads: list[str]
+    rows: list[list[str]]
+    widths: tuple[int, ...] | None = None
+    cell: int | None = None
+    style: Literal["", "ruled", "headless", "inline"] = ""
+    md_caption: str = ""
+    note: str = ""
+    printed: bool = True
+
+    def text(self) -> list[str]:
+        """The table as aligned text lines."""
+        k, ruled = len(self.labels), self.style == "ruled"
+        if self.style == "inline":
+            return [f"{self.caption}: " + ", ".join(
+                f"{h} {v}" for h, v in zip(self.heads, self.rows[0][k:], strict=True))]
+        widths = self.widths or [max(len(r[i]) for r in self.rows) for i in range(k)]
+        cells = [self.cell or 2 + max(len(c) for c in [h, *(r[k + j] for r in self.rows)])
+                 for j, h in enumerate(self.heads)]
+
+        def line(row: list[str]) -> str:
+            left = " ".join(c.ljust(w) for c, w in zip(row[:k], widths, strict=True))
+            right = "".join(c.rjust(w) for c, w in zip(row[k:], cells, strict=True))
+            return ("" if ruled else "  ") + left + right
+
+        out = [] if ruled else [f"{self.caption}:"]
+        out += [] if self.style == "headless" else [line([""] * k + self.heads)]
+        out += [line(["-" * w for w in widths] + ["-" * (w - 2) for w in cells])] if ruled else []
+        return [*out, *map(line, self.rows), *([f"  {self.note}"] if self.note else [])]
+
+    def markdown(self) -> list[str]:
+        """The table as Markdown lines: its caption, the table, its note."""
+        caption = self.md_caption or self.caption[:1].upper() + self.caption[1:]
+        return [*([f"{caption}:", ""] if caption else []),
+                "| " + " | ".join([*self.labels, *self.heads]) + " |",
+                "|" + "---|" * len(self.labels) + "---:|" * len(self.heads),
+                *("| " + " | ".join(r) + " |" for r in self.rows),
+                *(["", self.note[:1].upper() + self.note[1:]] if self.note else [])]
+
+
+def tables_text(tables: Iterable[Table | None]) -> str:
+    """Tables as printed (None: one the summary or report lacks), a blank line between them."""
+    return "\n\n".join("\n".join(t.text()) for t in tables if t is not None and t.printed)
+
+
+def sections(s: dict[str, Any]) -> list[Table]:
+    """The summary's tables in order: the top table, the stream error since the switch, the
+    adaptation curve at the end, then the held-out worlds' (``held_out_tables``)."""
+    found = [top_table(s), since_switch_table(s), curve_table(s),
+             *held_out_tables(s["held_out"], "at the end")]
+    return [t for t in found if t is not None]
 
 
 def format_table(s: dict[str, Any]) -> str:
-    rows = table_rows(s)
-    head = ("", "end of base training", "end of run")
-    w0 = max(len(r[0]) for r in [*rows, head])
-    w1 = max(len(r[1]) for r in [*rows, head])
-    w2 = max(len(r[2]) for r in [*rows, head])
-    line = f"{'-' * w0}  {'-' * w1}  {'-' * w2}"
-    out = [f"{head[0]:<{w0}}  {head[1]:>{w1}}  {head[2]:>{w2}}", line]
-    if s.get("bounds"):
-        out = [bounds.story(s["bounds"]) + ".", "", *out]
-    out += [f"{a:<{w0}}  {b:>{w1}}  {c:>{w2}}" for a, b, c in rows]
-    since = since_switch_line(s)
-    if since:
-        out += ["", since]
-    curve = s.get("adaptation_curve")
-    if curve and s.get("protocol") == "worlds":
-        out += ["", "D_shift^n at the end (switch world, n own memories): " + ", ".join(
-            f"n={r['n']} {_fmt(r['d_shift'])}" for r in curve)]
-    out += held_out_text(s.get("held_out"), "at the end")
-    if s.get("bounds"):
-        out += bounds.bounds_text(s["bounds"])
-    return "\n".join(out)
+    """The summary as printed at the end of a run: the story, the tables, the bounds."""
+    b = s.get("bounds")
+    return "\n".join([*([bounds.story(b) + ".", ""] if b else []), tables_text(sections(s)),
+                      *(bounds.bounds_text(b) if b else [])])
 
 
-def held_out_text(held: dict[str, Any] | None, when: str) -> list[str]:
-    """The held-out worlds' D^n per family and memory, then the probes, as text lines."""
+def format_markdown(s: dict[str, Any]) -> str:
+    """summary.md: the run in a title and a line, the story, the tables, the bounds, the best
+    checkpoint and the figures."""
+    b, best = s.get("bounds"), s["best"]
+    sw = ", ".join(f"{x.label()} at step {x.step}" for x in switches_from_json(s["switches"]))
+    lines = [f"# Run summary: track {s['track']} ({s['protocol']} protocol, {s['preset']} preset, "
+             f"{s['source']} source, seed {s['seed']})", "",
+             f"{s['steps_done']} of {s['steps']} steps in {s['wall_time_s']} s "
+             f"({s['steps_per_s']} steps/s); {sw or 'no switch'}; after the switch: "
+             f"{s['after_switch']} mode." + (f" Stopped early ({s['stopped']})." if s["stopped"]
+                                             else ""), ""]
+    lines += [f"**{bounds.story(b)}.**", ""] if b else []
+    lines += [x for t in sections(s) for x in [*t.markdown(), ""]]
+    lines += ["```", *bounds.bounds_text(b)[1:], "```", ""] if b else []
+    if best["d_shift"] is not None:
+        guard = best["min_sigma"]
+        lines += [f"Best D_shift^{s['headline_n']}: {best['d_shift']:.3f} at step {best['step']} "
+                  "(checkpoints/best.pt" + (f"; evaluations with sigma_embed < {guard} not "
+                                            "counted)." if guard else ")."), ""]
+    return "\n".join([*lines, "Figures: `figures/overview.png` (the story), "
+                      "`figures/sigma_embed.png`, `figures/losses.png`"
+                      + (", `figures/bounds.png`" if b else "") + ".", ""])
+
+
+def top_table(s: dict[str, Any]) -> Table:
+    """Each quantity at the end of base training and at the end of the run."""
+    n, se, buf = s["headline_n"], s["stream_error"], s["buffer"]
+    a, e = s["end_of_base"] or {}, s["end"] or {}
+    shift, mem, base = PROTOCOLS[s["protocol"]].names
+    end_step = _fmt(e.get("step"))
+    if e.get("step") is not None and e["step"] < s["steps_done"]:  # nothing could change since
+        end_step += " (weights frozen since)"
+
+    def both(label: str, key: str) -> list[str]:
+        return [label, _fmt(a.get(key)), _fmt(e.get(key))]
+
+    rows = [["evaluated at step", _fmt(a.get("step")), end_step],
+            both(f"D_base ({base}, 1 = no change)", "d_base"),
+            both(f"D_shift^{n} ({shift}, {n} {mem})", f"d_shift_{n}"),
+            both(f"D_shift^0 ({shift}, no memory)", "d_shift_0"),
+            [f"rolling stream error ({se['window']} steps)", _fmt(se["end_of_base"]),
+             _fmt(se["end"])],
+            ["boundary events (before / after switch)", str(s["boundary_events_before_switch"]),
+             str(s["boundary_events_after_switch"]) if s["switches"] else "-"],
+            ["memory per group at the end (switch world / older / capacity)"
+             if buf["scope"] == "group" else "buffer at the end (shift / base / capacity)", "",
+             f"{buf['shift_world']} / {buf['base_world']} / {buf['capacity']}"]]
+    return Table("", ("quantity",), ["end of base training", "end of run"], rows, style="ruled")
+
+
+def since_switch_table(s: dict[str, Any]) -> Table | None:
+    """The stream error by steps since the first switch (``since_switch``), against its rolling
+    mean before it (None without a switch)."""
+    se, frozen = s["stream_error"], " (weights frozen)" if s["after_switch"] == "memory" else ""
+    return Table(f"stream error by steps since the switch{frozen}, against "
+                 f"{_fmt(se['end_of_base'])} before it", ("steps since the switch",),
+                 [f"{r['from']}-{r['to']}" for r in se["since_switch"]],
+                 [["stream error", *(_fmt(r["mean"]) for r in se["since_switch"])]],
+                 style="inline") if se["since_switch"] else None
+
+
+def curve_table(s: dict[str, Any]) -> Table | None:
+    """The adaptation curve at the end, D_shift^n by n (None without it); printed for the worlds
+    protocol (the paper's: in summary.md alone)."""
+    curve, protocol = s["adaptation_curve"], PROTOCOLS[s["protocol"]]
+    shift, mem, _ = protocol.names
+    return Table(f"D_shift^n at the end ({shift}, n {mem})",
+                 ("",), [f"n={r['n']}" for r in curve],
+                 [["D_shift^n", *(_fmt(r["d_shift"]) for r in curve)]], style="inline",
+                 printed=protocol.many_worlds) if curve else None
+
+
+def held_out_tables(held: dict[str, Any] | None, when: str) -> list[Table]:
+    """The held-out worlds' D^n per family and memory, then the probes, the gravity probe, the
+    reference check and perfect physics (those ``held`` holds; none without it)."""
     if not held:
         return []
-    out = ["", f"held-out worlds {when}, D^n (n = " + " ".join(map(str, held["ns"])) + "):"]
-    for fam, mems in held["families"].items():
-        for m, d in mems.items():
-            out.append(f"  {fam:<7} {m:<6} " + " ".join(f"{_fmt(x):>6}" for x in d))
-    return (out + probes_text(held.get("probes")) + gravity_probe_text(held.get("gravity_probe"))
-            + reference_text(held.get("reference"), held.get("horizons", []))
-            + perfect_physics_text(held.get("perfect_physics")))
+    ns, probes = held["ns"], held.get("probes")
+    ref, pp = held.get("reference"), held.get("perfect_physics")
+    targets = list(next(iter(probes.values()))) if probes else []
+    found = [
+        Table(f"held-out worlds {when}, D^n (n = " + " ".join(map(str, ns)) + ")",
+              ("family", "memory"), [f"n={n}" for n in ns],
+              [[fam, m, *map(_fmt, d)] for fam, mems in held["families"].items()
+               for m, d in mems.items()], widths=(7, 6), cell=7, style="headless",
+              md_caption=f"Held-out worlds {when} (D^n, mean over each family's worlds; memory: "
+                         "own = the sequence's own n transitions, same = another sequence of "
+                         "the same world, wrong = a sequence of another held-out world)"),
+        Table("linear probes of the digits' state, R^2 on held-out worlds (fit on training "
+              "worlds; docs/definitions.md#probes)", ("latent",), targets,
+              [[latent, *(_fmt(row[t]) for t in targets)] for latent, row in probes.items()],
+              widths=(8,), cell=10) if probes else None,
+        gravity_probe_table(held.get("gravity_probe")),
+        _by_horizon(REFERENCE_CAPTION, "", held["horizons"], REFERENCE_ROWS, ref) if ref else None,
+        _by_horizon(PERFECT_PHYSICS_CAPTION, "physics", pp["horizons"], PERFECT_PHYSICS_ROWS,
+                    pp["families"]) if pp else None,
+    ]
+    return [t for t in found if t is not None]
 
 
-GRAVITY_PROBE_CAPTION = ("the gravity probe, within each family: gravity by leave-one-world-out "
-                         "ridge maps of world means, the world by its nearest half "
-                         "(docs/definitions.md#the-gravity-probe)")
+#: The gravity probe's columns: (header, format of a family's readout).
+GRAVITY_PROBE_COLUMNS = (("direction error", "{direction_deg:.1f} deg"),
+                         ("direction cos", "{direction_cos:.3f}"),
+                         ("strength R^2", "{strength_r2:.3f}"),
+                         ("identified (chance)", "{identified:.3f} ({chance:.3f})"))
 
 
-ENTRIES_CAPTION = ("entries: the same entries summarised by hand (mean latent, mean change, "
-                   "median change of velocity)")
-
-#: The gravity probe's columns: (header, key, format) of each family's readout.
-GRAVITY_PROBE_COLUMNS = (("direction error", "direction_deg", "{:.1f} deg"),
-                         ("direction cos", "direction_cos", "{:.3f}"),
-                         ("strength R^2", "strength_r2", "{:.3f}"),
-                         ("identified (chance)", "identified", "{:.3f}"))
-
-
-def gravity_probe_text(probe: dict[str, Any] | None) -> list[str]:
-    """The gravity probe: a caption, then one aligned line per feature (e_agg, the entries) and
-    family (none without it)."""
+def gravity_probe_table(probe: dict[str, Any] | None) -> Table | None:
+    """The gravity probe: a row per feature (e_agg, the entries) and family (None without it)."""
     if not probe:
-        return []
-    widths = [len(h) + 2 for h, _, _ in GRAVITY_PROBE_COLUMNS]
-    lines = ["", f"{GRAVITY_PROBE_CAPTION}, n = {probe['n']} peer transitions, "
-             f"{probe['worlds']} worlds a family:", " " * 18 + "".join(
-                 f"{h:>{w}}" for (h, _, _), w in zip(GRAVITY_PROBE_COLUMNS, widths, strict=True))]
-    for feature in ("e_agg", "entries"):
-        for fam, r in probe.get(feature, {}).items():
-            if fam == "held_out":  # the mean of the held-out families' lines
-                continue
-            cells = [fmt.format(r[k]) for _, k, fmt in GRAVITY_PROBE_COLUMNS]
-            cells[-1] += f" ({r['chance']:.3f})"
-            lines.append(f"  {feature:<8} {fam:<7}" + "".join(
-                f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
-    return [*lines, f"  {ENTRIES_CAPTION}"]
+        return None
+    rows = [[feature, fam, *(fmt.format(**r) for _, fmt in GRAVITY_PROBE_COLUMNS)]
+            for feature in ("e_agg", "entries") for fam, r in probe.get(feature, {}).items()
+            if fam != "held_out"]  # the mean of the held-out families' rows
+    return Table("the gravity probe, within each family: gravity by leave-one-world-out ridge "
+                 "maps of world means, the world by its nearest half "
+                 f"(docs/definitions.md#the-gravity-probe), n = {probe['n']} peer transitions, "
+                 f"{probe['worlds']} worlds a family", ("feature", "family"),
+                 [h for h, _ in GRAVITY_PROBE_COLUMNS], rows, widths=(8, 7),
+                 note="entries: the same entries summarised by hand (mean latent, mean change, "
+                 "median change of velocity)")
 
 
-#: What each row of the reference check is (agent.adaptation.reference_check).
-REFERENCE_ROWS = {
-    "d": "D (the paper's: against the online z_t)",
-    "d_target_ref": "D against the EMA target's zbar_t",
-    "d_future_online": "D of the online latent of the true future",
-}
+#: What each row of the reference check is (agent.evaluation.reference_check).
+REFERENCE_ROWS = {"d": "D (the paper's: against the online z_t)",
+                  "d_target_ref": "D against the EMA target's zbar_t",
+                  "d_future_online": "D of the online latent of the true future"}
 REFERENCE_CAPTION = ("how much of D is predicted motion (held-out worlds, empty memory; "
                      "docs/definitions.md#the-reference-check)")
-
-
-def reference_text(ref: dict[str, dict[str, list[float]]] | None, horizons: list[int]) -> list[str]:
-    """The reference check as aligned text lines, per family: per horizon, then the mean."""
-    if not ref:
-        return []
-    head = "".join(f"{f'h={h}':>7}" for h in horizons) + f"{'mean':>7}"
-    w = max(len(v) for v in REFERENCE_ROWS.values())
-    out = ["", REFERENCE_CAPTION + ":", f"  {'':<7} {'':<{w}}" + head]
-    for fam, rows in ref.items():
-        for key, label in REFERENCE_ROWS.items():
-            out.append(f"  {fam:<7} {label:<{w}}" + "".join(f"{_fmt(x):>7}" for x in rows[key]))
-    return out
-
 
 #: The rows of perfect physics in the latent (probes.perfect_physics), by branch.
 PERFECT_PHYSICS_ROWS = {"exact": "the world's own physics", "blind": "world-blind (no gravity)",
@@ -319,160 +335,32 @@ PERFECT_PHYSICS_CAPTION = ("perfect physics in this latent: the simulator branch
                            "frame, rendered, encoded by the EMA target, scored by D "
                            "(docs/definitions.md#perfect-physics-the-physics-ceiling)")
 
-
-def perfect_physics_text(pp: dict[str, Any] | None) -> list[str]:
-    """Perfect physics in the latent as aligned text lines, per family and branch: per
-    horizon, then the mean (none in reports written before it)."""
-    if not pp:
-        return []
-    head = "".join(f"{f'h={h}':>7}" for h in pp["horizons"]) + f"{'mean':>7}"
-    w = max(len(v) for v in PERFECT_PHYSICS_ROWS.values())
-    out = ["", PERFECT_PHYSICS_CAPTION + ":", f"  {'':<7} {'':<{w}}" + head]
-    for fam, rows in pp["families"].items():
-        for key, d in rows.items():
-            out.append(f"  {fam:<7} {PERFECT_PHYSICS_ROWS[key]:<{w}}"
-                       + "".join(f"{_fmt(x):>7}" for x in d))
-    return out
-
-
 #: The world probe's rows (probes.world).
-WORLD_PROBE_ROWS = {
-    "latent": "D, the latents only",
-    "latent_world": "D, the latents and the world",
-    "gain": "the world's worth (1 - ratio)",
-}
+WORLD_PROBE_ROWS = {"latent": "D, the latents only", "latent_world": "D, the latents and the world",
+                    "gain": "the world's worth (1 - ratio)"}
 
 
-def world_probe_text(probe: dict[str, Any] | None) -> list[str]:
-    """The world probe as aligned text lines, per family and pooled: per horizon, then the
-    mean (none without it)."""
+def _by_horizon(caption: str, label: str, horizons: list[int], names: dict[str, str],
+                families: dict[str, dict[str, list[float]]]) -> Table:
+    """Per family, a row per key of ``names`` (its label) the family holds: D per horizon, then
+    the mean (the reference check, perfect physics, the world probe)."""
+    rows = [[fam, name, *map(_fmt, got[key])] for fam, got in families.items()
+            for key, name in names.items() if key in got]
+    return Table(caption, ("family", label), [*(f"h={h}" for h in horizons), "mean"], rows,
+                 widths=(7, max(map(len, names.values()))), cell=7)
+
+
+def world_probe_table(probe: dict[str, Any] | None) -> Table | None:
+    """The world probe per family and pooled (``evaluate --world-probe``; None without it)."""
     if not probe:
-        return []
+        return None
     fit = probe["fit"]
-    head = "".join(f"{f'h={h}':>7}" for h in probe["horizons"]) + f"{'mean':>7}"
-    w = max(len(v) for v in WORLD_PROBE_ROWS.values())
-    start = f", windows from frame {fit['start']}" if fit.get("start") else ""
-    out = ["", "the world probe: predictors fit offline on the frozen EMA-target latents of "
-           f"{fit['sequences']} sequences of {fit['worlds']} training worlds ({fit['predictor']}"
-           f"{start}), on held-out worlds (docs/definitions.md#the-world-probe):",
-           f"  {'':<7} {'':<{w}}" + head]
-    for fam, rows in probe["families"].items():
-        for key, label in WORLD_PROBE_ROWS.items():
-            out.append(f"  {fam:<7} {label:<{w}}" + "".join(f"{_fmt(x):>7}" for x in rows[key]))
-    return out
-
-
-PROBES_CAPTION = ("linear probes of the digits' state, R^2 on held-out worlds (fit on "
-                  "training worlds; docs/definitions.md#probes)")
-
-
-def probes_text(probes: dict[str, dict[str, float]] | None) -> list[str]:
-    """The probe table as aligned text lines (none without probes)."""
-    if not probes:
-        return []
-    targets = list(next(iter(probes.values())))
-    out = ["", PROBES_CAPTION + ":", "  " + " " * 8 + "".join(f"{t:>10}" for t in targets)]
-    for latent, row in probes.items():
-        out.append(f"  {latent:<8}" + "".join(f"{_fmt(row[t]):>10}" for t in targets))
-    return out
-
-
-def since_switch_line(s: dict[str, Any]) -> str:
-    """``stream error by steps since the switch (...): 0-25 0.642, 25-50 0.593, ...`` or ""."""
-    rows = s["stream_error"].get("since_switch") or []
-    if not rows:
-        return ""
-    base = s["stream_error"].get("end_of_base")
-    frozen = " (weights frozen)" if s.get("after_switch") == "memory" else ""
-    return (f"stream error by steps since the switch{frozen}, against "
-            f"{_fmt(base)} before it: " + ", ".join(
-                f"{r['from']}-{r['to']} {_fmt(r['mean'])}" for r in rows))
-
-
-def format_markdown(s: dict[str, Any]) -> str:
-    sw = ", ".join(
-        f"{x.label()} at step {x.step}" for x in switches_from_json(s["switches"])
-    ) or "no switch"
-    lines = [
-        f"# Run summary: track {s['track']} ({s.get('protocol', 'paper')} protocol, "
-        f"{s['preset']} preset, {s['source']} source, seed {s['seed']})",
-        "",
-        f"{s['steps_done']} of {s['steps']} steps in {s['wall_time_s']} s "
-        f"({s['steps_per_s']} steps/s); {sw}; after the switch: {s['after_switch']} mode."
-        + (f" Stopped early ({s['stopped']})." if s.get("stopped") else ""),
-        "",
-        *([f"**{bounds.story(s['bounds'])}.**", ""] if s.get("bounds") else []),
-        "| quantity | end of base training | end of run |",
-        "|---|---:|---:|",
-    ]
-    lines += [f"| {a} | {b} | {c} |" for a, b, c in table_rows(s)]
-    since = s["stream_error"].get("since_switch") or []
-    if since:
-        lines += ["", "Stream error after the switch by steps since it (the end of base "
-                  f"training: {_fmt(s['stream_error'].get('end_of_base'))}):", "",
-                  "| steps since the switch | " + " | ".join(
-                      f"{r['from']}-{r['to']}" for r in since) + " |",
-                  "|---|" + "---:|" * len(since),
-                  "| stream error | " + " | ".join(_fmt(r["mean"]) for r in since) + " |"]
-    curve = s.get("adaptation_curve")
-    if curve:
-        where = ("the switch world, n own transitions" if s.get("protocol") == "worlds"
-                 else "the shift test split")
-        lines += ["", f"Adaptation curve at the end (D_shift^n on {where}):", "",
-                  "| n | " + " | ".join(str(r["n"]) for r in curve) + " |",
-                  "|---|" + "---:|" * len(curve),
-                  "| D_shift^n | " + " | ".join(_fmt(r["d_shift"]) for r in curve) + " |"]
-    lines += held_out_markdown(s.get("held_out"))
-    if s.get("bounds"):
-        lines += ["", "```", *bounds.bounds_text(s["bounds"])[1:], "```"]
-    best = s.get("best") or {}
-    if best.get("d_shift") is not None:
-        guard = best.get("min_sigma") or 0.0
-        lines += ["", f"Best D_shift^{s['headline_n']}: {best['d_shift']:.3f} at step "
-                  f"{best['step']} (checkpoints/best.pt"
-                  + (f"; evaluations with sigma_embed < {guard} not counted)." if guard else ").")]
-    lines += ["", "Figures: `figures/overview.png` (the story), `figures/sigma_embed.png`, "
-              "`figures/losses.png`" + (", `figures/bounds.png`" if s.get("bounds") else "") + ".", ""]
-    return "\n".join(lines)
-
-
-def held_out_markdown(held: dict[str, Any] | None) -> list[str]:
-    """The held-out worlds' D^n per family and memory source, as Markdown lines."""
-    if not held:
-        return []
-    ns = held["ns"]
-    lines = ["", "Held-out worlds at the end (D^n, mean over each family's worlds; memory: "
-             "own = the sequence's own n transitions, same = another sequence of the same "
-             "world, wrong = a sequence of another held-out world):", "",
-             "| family | memory | " + " | ".join(f"n={n}" for n in ns) + " |",
-             "|---|---|" + "---:|" * len(ns)]
-    for fam, mems in held["families"].items():
-        for mem, d in mems.items():
-            lines.append(f"| {fam} | {mem} | " + " | ".join(_fmt(x) for x in d) + " |")
-    probes = held.get("probes")
-    if probes:
-        targets = list(next(iter(probes.values())))
-        lines += ["", PROBES_CAPTION[0].upper() + PROBES_CAPTION[1:] + ":", "",
-                  "| latent | " + " | ".join(targets) + " |", "|---|" + "---:|" * len(targets)]
-        lines += [f"| {latent} | " + " | ".join(_fmt(row[t]) for t in targets) + " |"
-                  for latent, row in probes.items()]
-    ref = held.get("reference")
-    if ref:
-        hs = held.get("horizons", [])
-        lines += ["", REFERENCE_CAPTION[0].upper() + REFERENCE_CAPTION[1:] + ":", "",
-                  "| family | | " + " | ".join(f"h={h}" for h in hs) + " | mean |",
-                  "|---|---|" + "---:|" * (len(hs) + 1)]
-        lines += [f"| {fam} | {label} | " + " | ".join(_fmt(x) for x in rows[key]) + " |"
-                  for fam, rows in ref.items() for key, label in REFERENCE_ROWS.items()]
-    pp = held.get("perfect_physics")
-    if pp:
-        hs = pp["horizons"]
-        lines += ["", PERFECT_PHYSICS_CAPTION[0].upper() + PERFECT_PHYSICS_CAPTION[1:] + ":", "",
-                  "| family | physics | " + " | ".join(f"h={h}" for h in hs) + " | mean |",
-                  "|---|---|" + "---:|" * (len(hs) + 1)]
-        lines += [f"| {fam} | {PERFECT_PHYSICS_ROWS[key]} | " + " | ".join(_fmt(x) for x in d)
-                  + " |" for fam, rows in pp["families"].items() for key, d in rows.items()]
-    return lines
+    start = f", windows from frame {fit['start']}" if fit["start"] else ""
+    return _by_horizon("the world probe: predictors fit offline on the frozen EMA-target latents "
+                       f"of {fit['sequences']} sequences of {fit['worlds']} training worlds "
+                       f"({fit['predictor']}{start}), on held-out worlds "
+                       "(docs/definitions.md#the-world-probe)", "", probe["horizons"],
+                       WORLD_PROBE_ROWS, probe["families"])
 
 
 def write_summary(run_dir: Path, s: dict[str, Any]) -> None:
@@ -489,29 +377,21 @@ def curve_report(
     results: list[Any], *, step: int, checkpoint: str, data: str, horizons: list[int]
 ) -> dict[str, Any]:
     """JSON-able adaptation curve from ``agent.adaptation_curve`` results."""
-    rows = []
-    for r in results:
-        rows.append({
-            "n": int(r.n),
-            "d_shift": _f(r.d_shift),
-            "d_shift_per_h": [_f(x) for x in r.d_shift_per_h],
-            "d_base": _f(r.d_base),
-            "d_base_per_h": [_f(x) for x in r.d_base_per_h],
-            "sigma_embed": _f(r.sigma_embed),
-            "excluded": int(r.excluded),
-        })
+    rows = [{"n": int(r.n), "d_shift": _f(r.d_shift), "d_shift_per_h": [*map(_f, r.d_shift_per_h)],
+             "d_base": _f(r.d_base), "d_base_per_h": [*map(_f, r.d_base_per_h)],
+             "sigma_embed": _f(r.sigma_embed), "excluded": int(r.excluded)} for r in results]
     return {"checkpoint": checkpoint, "step": step, "data": data, "horizons": horizons,
             "curve": rows}
 
 
 def format_curve(rep: dict[str, Any]) -> str:
-    hs = rep["horizons"]
-    head = ["n", "D_shift", *[f"h={h}" for h in hs], "D_base", "sigma_embed", "excluded"]
-    body = []
-    for r in rep["curve"]:
-        body.append([str(r["n"]), _fmt(r["d_shift"]), *[_fmt(x) for x in r["d_shift_per_h"]],
-                     _fmt(r["d_base"]), _fmt(r["sigma_embed"]), str(r["excluded"])])
+    """The adaptation curve as an aligned table: D_shift^n overall and per horizon, D_base,
+    sigma_embed and the excluded pairs by n."""
+    head = ["n", "D_shift", *[f"h={h}" for h in rep["horizons"]], "D_base", "sigma_embed",
+            "excluded"]
+    body = [[str(r["n"]), _fmt(r["d_shift"]), *map(_fmt, r["d_shift_per_h"]), _fmt(r["d_base"]),
+             _fmt(r["sigma_embed"]), str(r["excluded"])] for r in rep["curve"]]
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in [head, *body]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    rule = ["-" * w for w in widths]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True))
+                     for row in [head, rule, *body])

@@ -3,7 +3,7 @@
 Before ``step`` the physics parameters a switch names change: ``--switch 3000:0.5`` sets the
 gravity, ``--switch 3000:gravity=0.5,direction=45,restitution=0.9,friction=0.01`` several at
 once. Values are validated by the env's own ``PhysicsParams``; a switch is written to
-``config.json`` as ``{"step": S, "physics": {...}}`` and older formats are read too.
+``config.json`` as ``{"step": S, "physics": {...}}``.
 """
 
 from __future__ import annotations
@@ -92,32 +92,17 @@ class Switch:
 
     @classmethod
     def from_json(cls, obj: Any) -> Switch:
-        """Read a switch as written in a config: ``{"step": S, "physics": {...}}``, the old
-        ``[S, GRAVITY]`` pair, ``[S, {...}]`` or the command-line text ``"S:..."``."""
+        """A switch as config.json writes it, ``{"step": S, "physics": {...}}``, or as the
+        command line does, ``"S:..."``."""
         if isinstance(obj, Switch):
             return obj
         if isinstance(obj, str):
             return cls.parse(obj)
-        if isinstance(obj, Mapping) and "step" in obj:
-            extra = set(obj) - {"step", "physics"}
-            physics = obj.get("physics")
-            if physics is None:  # flat form {"step": S, "gravity": G, ...}
-                physics = {k: obj[k] for k in extra}
-            elif extra:
-                raise ValueError(f"switch {dict(obj)!r}: unknown key(s) {', '.join(sorted(extra))}")
-            step = obj["step"]
-        elif isinstance(obj, (list, tuple)) and len(obj) == 2:
-            step, physics = obj
-        else:
-            raise ValueError(
-                f"cannot read switch {obj!r}: expected {{\"step\": S, \"physics\": {{...}}}}, "
-                f"[S, GRAVITY] or \"{SWITCH_SYNTAX.split(' or ')[0]}\""
-            )
-        if isinstance(physics, (list, tuple)):
-            physics = dict(physics)
-        elif not isinstance(physics, Mapping):
-            physics = {"gravity": physics}
-        return cls.make(step, physics)
+        if isinstance(obj, Mapping) and set(obj) == {"step", "physics"} and isinstance(
+                obj["physics"], Mapping):
+            return cls.make(obj["step"], obj["physics"])
+        raise ValueError(f"cannot read switch {obj!r}: expected {{\"step\": S, \"physics\": "
+                         f"{{...}}}} or \"{SWITCH_SYNTAX.split(' or ')[0]}\"")
 
     @property
     def params(self) -> dict[str, float]:
@@ -158,8 +143,8 @@ def physics_label(p: PhysicsParams) -> str:
 
 
 def switches_from_json(items: Iterable[Any] | None) -> tuple[Switch, ...]:
-    """Switches as written in a config.json / summary.json (any format ``Switch.from_json``
-    reads), sorted by step. ``ValueError`` on a bad one."""
+    """Switches as written in a config.json / summary.json (``Switch.from_json``), sorted by
+    step. ``ValueError`` on a bad one."""
     return tuple(sorted(Switch.from_json(s) for s in items or ()))
 
 

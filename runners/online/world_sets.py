@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 import env
-from agent.adaptation import WorldSet, sequence_length
+from agent.evaluation import WorldSet, sequence_length
 
 
 @dataclass

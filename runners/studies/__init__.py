@@ -1,3 +1,4 @@
-"""Many-run studies: the grid, where runs execute (local or Ray), reading finished runs and their
-aggregates, statistics, the paper's reference numbers, analyses, figures and the report
-(``python -m runners.sweep``, ``python -m runners.reproduce``)."""
+"""Many-run studies (``python -m runners.study KIND``): the kinds, each a plug-in module
+(``worlds``, ``gravity``, ``paper``, ``sweep``: its options, plan and report), and what they share:
+the grid, the launch (options, plans, checks), where runs execute (local or Ray), reading finished
+runs and their aggregates, statistics, analyses, figures and the reports."""

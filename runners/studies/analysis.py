@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 
 from runners.online.rundir import RunFolder
+from runners.studies.figures import save
+from runners.studies.stats import finite_mean
 from runners.style import TRACK_COLORS, pyplot
 
 AGE_BINS = ((0, 10), (10, 50), (50, 100), (100, 256))  # [lo, hi) in entries, 0 = newest
@@ -123,13 +125,14 @@ def analyse_checkpoint(checkpoint: str | Path,
     import torch
 
     from agent.checkpoint import learner_from_checkpoint
-    from agent.evaluation import memory_with_shift
+    from agent.evaluation import shift_transitions, with_transitions
 
     learner = learner_from_checkpoint(checkpoint)
     test = frames["shift_test"]  # (N, 21, 1, 64, 64)
     with torch.no_grad():
         z = _encode(learner, test.reshape(-1, *test.shape[2:]))  # (N * 21, latent)
-        buffer = memory_with_shift(learner, frames["shift_train"], n)
+        pairs = shift_transitions(learner, frames["shift_train"], n)
+        buffer = with_transitions(learner.buffer, pairs, n)
         with learner.autocast():
             mod, agg = learner.predict(z, buffer)
     s_lat = singular_values(z.numpy())
@@ -225,11 +228,6 @@ def _by_track(analyses: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return dict(sorted(groups.items()))
 
 
-def _mean(values: Sequence[float]) -> float:
-    vals = [v for v in values if v is not None and np.isfinite(v)]
-    return float(np.mean(vals)) if vals else math.nan
-
-
 def _f(x: float, digits: int = 2) -> str:
     return "-" if x is None or not np.isfinite(x) else f"{x:.{digits}f}"
 
@@ -247,7 +245,7 @@ def _svd_lines(tracks: Mapping[str, list[dict[str, Any]]], figs: Path) -> list[s
              "|---|---|---|---|---|---|---|---|"]
     for track, rs in tracks.items():
         def m(phase: str, key: str, rs: list[dict[str, Any]] = rs) -> float:
-            return _mean([r[phase][key] for r in rs if phase in r])
+            return finite_mean([r[phase][key] for r in rs if phase in r])
 
         lines.append(
             f"| {track} | {len(rs)} | {_f(m('peak', 'erank_latent'))} | "
@@ -265,13 +263,13 @@ def _attention_row(track: str, phase: str, a: Sequence[Mapping[str, Any]]) -> st
     for lo, hi in AGE_BINS:
         v = [b["per_entry_vs_uniform"] for x in a for b in x["by_age"]
              if b["ages"] == [lo, hi]]
-        ages.append(_f(_mean(v)))
+        ages.append(_f(finite_mean(v)))
     return (
-        f"| {track} | {phase} | {_mean([x['entries'] for x in a]):.0f} "
-        f"({_mean([x['shift_entries'] for x in a]):.0f}) | "
-        f"{_f(_mean([x['shift_share'] for x in a]), 3)} | "
-        f"{_f(_mean([x['shift_mass'] for x in a]), 3)} | " + " | ".join(ages)
-        + f" | {_f(_mean([x['entropy_norm'] for x in a]), 3)} |"
+        f"| {track} | {phase} | {finite_mean([x['entries'] for x in a]):.0f} "
+        f"({finite_mean([x['shift_entries'] for x in a]):.0f}) | "
+        f"{_f(finite_mean([x['shift_share'] for x in a]), 3)} | "
+        f"{_f(finite_mean([x['shift_mass'] for x in a]), 3)} | " + " | ".join(ages)
+        + f" | {_f(finite_mean([x['entropy_norm'] for x in a]), 3)} |"
     )
 
 
@@ -314,7 +312,7 @@ def _curve_lines(tracks: Mapping[str, list[dict[str, Any]]], figs: Path) -> list
             vals = []
             for n in ADAPT_NS:
                 v = [p["d_shift"] for r in rs for p in (get(r) or []) if int(p["n"]) == n]
-                vals.append(_f(_mean(v), 4))
+                vals.append(_f(finite_mean(v), 4))
             if any(v != "-" for v in vals):
                 lines.append(f"| {track} | {label} | " + " | ".join(vals) + " |")
     _fig_curves(curves, figs / "adaptation_curve.png")
@@ -330,13 +328,8 @@ def report_section(analyses: Mapping[str, Any], figs: Path) -> list[str]:
     return lines
 
 
-def _color(track: str) -> str | None:
-    return TRACK_COLORS.get(track)
-
-
 def _fig_spectra(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None:
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = pyplot().subplots(1, 2, figsize=(11, 4))
     for ax, key, title in ((axes[0], "spectrum_latent", "encoder latents"),
                            (axes[1], "spectrum_pred", "predictor outputs (n = 50)")):
         for track, rs in tracks.items():
@@ -344,21 +337,18 @@ def _fig_spectra(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None
                 specs = [r[phase][key] for r in rs if phase in r]
                 if specs:
                     k = min(len(s) for s in specs)
-                    ax.semilogy(np.mean([s[:k] for s in specs], axis=0), ls=ls, color=_color(track),
+                    ax.semilogy(np.mean([s[:k] for s in specs], axis=0), ls=ls, color=TRACK_COLORS.get(track),
                                 label=f"{track} {phase}")
         ax.set_title(title)
         ax.set_xlabel("singular value index")
         ax.set_ylabel("s_i / s_1")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save(fig, path)
 
 
 def _fig_attention(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None:
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = pyplot().subplots(figsize=(7, 4))
     for track, rs in tracks.items():
         for phase, ls in (("peak", "-"), ("final", "--")):
             rows = [r[phase]["attention"]["by_age_rank"] for r in rs
@@ -366,7 +356,7 @@ def _fig_attention(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> No
             if rows:
                 k = min(len(x) for x in rows)
                 mean = np.mean([x[:k] for x in rows], axis=0) * k  # relative to uniform
-                ax.plot(mean, ls=ls, color=_color(track), label=f"{track} {phase}")
+                ax.plot(mean, ls=ls, color=TRACK_COLORS.get(track), label=f"{track} {phase}")
     ax.axhline(1.0, color="grey", ls=":", lw=1)
     ax.axvline(N_MEMORY - 0.5, color="red", ls=":", lw=1, label="pushed shift entries | older")
     ax.set_xlabel("entry age (0 = newest)")
@@ -374,14 +364,11 @@ def _fig_attention(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> No
     ax.set_yscale("log")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save(fig, path)
 
 
 def _fig_curves(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None:
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = pyplot().subplots(figsize=(7, 4))
     for track, rs in tracks.items():
         for label, ls, get in (("peak", "-", lambda r: r["peak"].get("adaptation_curve")),
                                ("final", "--", lambda r: r.get("final_curve"))):
@@ -389,14 +376,12 @@ def _fig_curves(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None:
             if not pts:
                 continue
             ns = sorted({int(p["n"]) for p in pts})
-            ys = [_mean([p["d_shift"] for p in pts if int(p["n"]) == n]) for n in ns]
-            ax.plot([max(n, 0.5) for n in ns], ys, ls=ls, marker="o", color=_color(track),
+            ys = [finite_mean([p["d_shift"] for p in pts if int(p["n"]) == n]) for n in ns]
+            ax.plot([max(n, 0.5) for n in ns], ys, ls=ls, marker="o", color=TRACK_COLORS.get(track),
                     label=f"{track} {label}")
     ax.set_xscale("log")
     ax.set_xlabel("shift-world memories n (0 plotted at 0.5)")
     ax.set_ylabel("D_shift^n")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save(fig, path)

@@ -251,14 +251,9 @@ def _run_in_process(module: str, argv: list[str], threads: int) -> int:
         return 2
 
 
-def default_workers() -> int:
-    """As many workers as this process may use cores."""
-    return usable_cores()
-
-
 def threads_per_worker(workers: int, cores: int | None = None) -> int:
     """Torch threads for each of ``workers`` concurrent runs: cores // workers, at least 1."""
-    cores = cores or default_workers()
+    cores = cores or usable_cores()
     return max(1, cores // max(1, workers))
 
 
@@ -293,7 +288,7 @@ class LocalBackend:
         threads: int | None = None,
         in_process: bool = False,
     ) -> None:
-        self.workers = max(1, workers or default_workers())
+        self.workers = max(1, workers or usable_cores())
         self.threads = threads or threads_per_worker(self.workers)
         self.in_process = in_process
         self.live: set[subprocess.Popen[bytes]] = set()  # the subprocesses running now
@@ -394,7 +389,7 @@ class RayBackend:
             if self.address:
                 ray.init(address=self.address, **kwargs)
             else:
-                ray.init(num_cpus=self.num_cpus or default_workers(), **kwargs)
+                ray.init(num_cpus=self.num_cpus or usable_cores(), **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise CliError(f"cannot start or reach Ray at {self.address or 'local'}: {exc}") from None
         self._owns = True

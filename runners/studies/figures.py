@@ -5,13 +5,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from runners.cli import writing
-from runners.studies.aggregate import TrackStats
-from runners.studies.runs import RunRecord
+from runners.studies.runs import RunRecord, TrackStats
 from runners.style import TRACK_COLORS, pyplot
+
+
+def save(fig: Any, path: Path, dpi: int = 90) -> Path:
+    """Lay ``fig`` out, write it to ``path`` (its folder made; a failure naming the file) and
+    close it."""
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with writing(path):
+        fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+    return path
 
 
 def _band(records: Sequence[RunRecord], attr: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -33,8 +44,7 @@ def _band(records: Sequence[RunRecord], attr: str) -> tuple[np.ndarray, np.ndarr
 def fig_trajectories(tracks: Mapping[str, TrackStats], path: Path, attr: str = "d_shift",
                      ylabel: str = "D_shift^50 (shift test)") -> Path:
     """Paper Fig. 3: mean +- std band per track over training, full range and zoomed."""
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = pyplot().subplots(1, 2, figsize=(11, 4))
     lows = []
     for track, ts in tracks.items():
         steps, mean, std = _band(ts.records, attr)
@@ -62,17 +72,12 @@ def fig_trajectories(tracks: Mapping[str, TrackStats], path: Path, attr: str = "
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    with writing(path):
-        fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def fig_seed_bars(tracks: Mapping[str, TrackStats], path: Path) -> Path:
     """Paper Fig. 2: one bar per run at its peak; mean +- std as line and whisker per track."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = pyplot().subplots(figsize=(7, 4))
     x = 0
     ticks, labels = [], []
     for track, ts in tracks.items():
@@ -95,17 +100,12 @@ def fig_seed_bars(tracks: Mapping[str, TrackStats], path: Path) -> Path:
     ax.set_ylabel("peak D_shift^50 (lower is better)")
     ax.set_title("per-seed peak D_shift^50 (line, whisker: mean +- std)")
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    with writing(path):
-        fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def fig_runs(records: Sequence[tuple[str, RunRecord]], path: Path, title: str) -> Path:
     """Trajectories of named single runs (ablations, sweeps), each with its peak marked."""
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = pyplot().subplots(1, 2, figsize=(11, 4))
     for label, r in records:
         if not r.has_evals:
             continue
@@ -120,8 +120,4 @@ def fig_runs(records: Sequence[tuple[str, RunRecord]], path: Path, title: str) -
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.suptitle(title)
-    fig.tight_layout()
-    with writing(path):
-        fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return save(fig, path)

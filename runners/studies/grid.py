@@ -16,7 +16,7 @@ import itertools
 import re
 import typing
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from runners.cli import CliError
 
@@ -30,7 +30,6 @@ class Point:
 
     items: tuple[tuple[str, str], ...]
     prefix: str = ""
-    extra: tuple[str, ...] = field(default=())
 
     @property
     def params(self) -> dict[str, str]:
@@ -45,10 +44,7 @@ class Point:
 
     def train_args(self) -> list[str]:
         """The ``train_online`` arguments for this point (before any sweep-wide arguments)."""
-        args: list[str] = []
-        for key, value in self.items:
-            args += option_tokens(key, value)
-        return args + list(self.extra)
+        return [token for key, value in self.items for token in option_tokens(key, value)]
 
 
 def option_tokens(name: str, value: str, where: str = "--grid") -> list[str]:
@@ -113,22 +109,15 @@ def parse_grid(specs: Iterable[str]) -> dict[str, list[str]]:
     return grid
 
 
-def expand(
-    grid: Mapping[str, Sequence[str]],
-    *,
-    prefix: str = "",
-    extra: Sequence[str] = (),
-) -> list[Point]:
+def expand(grid: Mapping[str, Sequence[str]], *, prefix: str = "") -> list[Point]:
     """Cartesian product of the grid, first field varying slowest (``itertools.product`` order).
 
-    ``prefix`` is prepended to every run name (e.g. ``"lambda_"``); ``extra`` are per-point
-    ``train_online`` arguments that do not enter the name (e.g. ``("--steps", "20000")``).
-    An empty grid gives one point with the name ``prefix + "default"``.
+    ``prefix`` is prepended to every run name (e.g. ``"lambda_"``). An empty grid gives one
+    point with the name ``prefix + "default"``.
     """
     keys = list(grid)
-    points = []
-    for combo in itertools.product(*(grid[k] for k in keys)):
-        points.append(Point(tuple(zip(keys, combo, strict=True)), prefix=prefix, extra=tuple(extra)))
+    points = [Point(tuple(zip(keys, combo, strict=True)), prefix=prefix)
+              for combo in itertools.product(*(grid[k] for k in keys))]
     names = [p.name for p in points]
     if len(set(names)) != len(names):
         raise CliError("two grid points map to the same run name; use distinct values")

@@ -1,39 +1,34 @@
-"""Launching the runs of a sweep or a study: backend options, the runs' validated arguments,
-execution.
-
-Shared by ``python -m runners.sweep`` and the studies (a command never imports another command):
-``Backend`` (the backend options, nested into each command's options: local processes or Ray),
-``check_passthrough`` (options meant for ``train_online``), ``check_specs`` (every run's typed
-config built and resolved before anything starts), ``make_specs`` (one ``RunSpec`` per grid
-point) or ``stacked_specs`` (a ``StackedSet`` per point but its seed), ``run_specs`` (run or
-skip them, on either backend), ``run_study`` and ``report_failures``.
+"""What every kind of study shares (``python -m runners.study KIND``): ``Options`` and
+``Seeded`` (the options each kind's extend, ``Backend`` among them), ``Plan`` (a kind's runs, each
+labelled for its report, and the backend's jobs), the options passed to ``train_online``
+(``check_passthrough``), every run's typed config built and resolved before anything starts
+(``check_specs``), the runs of grid points (``make_specs``, ``plan_points``), running them
+(``run_specs``), and the report: the runs it reads (``collect``), its head and files
+(``study_header``, ``write_files``) and the failed runs (``report_failures``).
 """
 
 from __future__ import annotations
 
-import shlex
-import sys
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Any, Literal
 
+import numpy as np
 import tyro
 
-from runners.cli import CliError, ensure_output_dir, writing
+from runners.cli import CliError, usable_cores, writing
+from runners.online.config import Preset
 from runners.studies import backends, grid
 
-if TYPE_CHECKING:
-    from runners.online.config import RunConfig
-
-#: train_online options a sweep sets itself (per run), so a user may not pass them through.
+#: train_online options a study sets itself (per run), so a user may not pass them through.
 RESERVED = ("out", "name", "resume")
 
 
 @dataclass
 class Backend:
-    """Options shared by ``sweep``, ``reproduce`` and ``worlds_study``: where the runs run."""
+    """Where a study's runs run: its backend options."""
 
     kind: Annotated[Literal["local", "ray"], tyro.conf.arg(name="backend")] = "local"
     """local worker processes or Ray tasks"""
@@ -58,11 +53,11 @@ class Backend:
             if self.address:
                 raise CliError("--address is for --backend ray")
             return backends.LocalBackend(self.workers, self.threads, in_process=self.in_process)
-        workers = self.workers or backends.default_workers()
+        workers = self.workers or usable_cores()
         threads = self.threads or (1 if self.address else backends.threads_per_worker(workers))
         return backends.RayBackend(
             address=self.address, threads=threads,
-            num_cpus=None if self.address else backends.default_workers(),
+            num_cpus=None if self.address else usable_cores(),
             working_dir=self.ray_working_dir,
         )
 
@@ -71,48 +66,97 @@ class Backend:
 BackendOptions = Annotated[Backend, tyro.conf.arg(name="")]
 
 
-def check_passthrough(extra: Sequence[str]) -> list[str]:
+@dataclass
+class Options:
+    """What every kind of study takes."""
+
+    out: str = "study"
+    """output folder"""
+    report_only: bool = False
+    """run nothing: rebuild the report from the existing run folders"""
+    dry_run: bool = False
+    """run nothing: list the runs, their state and their train_online arguments"""
+    backend: BackendOptions = field(default_factory=Backend)
+
+
+@dataclass
+class Seeded(Options):
+    """A study's options with the seeds, the steps and the preset of every run."""
+
+    seeds: tuple[int, ...] = (42, 43, 44)
+    """seeds of every configuration"""
+    steps: int | None = None
+    """training steps per run (default: train_online's; the switch is at 2/3)"""
+    preset: Preset = "cpu"
+    """agent preset (the main job's)"""
+
+    def seed_list(self) -> list[str]:
+        """The seeds as text, each once, in order."""
+        return [str(s) for s in dict.fromkeys(self.seeds)]
+
+    def steps_args(self) -> list[str]:
+        """``--steps N`` where the steps are given."""
+        return [] if self.steps is None else ["--steps", str(self.steps)]
+
+    def group(self) -> Path:
+        """The runs' folder: ``OUT/runs/<preset>-<steps>``."""
+        return Path(self.out) / "runs" / f"{self.preset}-{self.steps or 'default'}"
+
+    def meta(self) -> dict[str, Any]:
+        """The preset, the steps and the seeds, as a report's protocol lists them."""
+        return {"preset": self.preset, "steps": self.steps or "train_online's default",
+                "seeds": " ".join(self.seed_list())}
+
+
+@dataclass
+class Plan:
+    """A study's runs, each with the label its report reads it by, in the report's order (two
+    labels may share a run); ``jobs``: what the backend runs (default: each distinct run);
+    ``notes``: what the report needs of the planning; ``prepare``: called once the output
+    folder exists, before the runs start (the paper's datasets)."""
+
+    runs: list[tuple[Any, backends.RunSpec]]
+    jobs: Sequence[backends.Job] | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+    prepare: Callable[[], None] | None = None
+
+    @property
+    def specs(self) -> list[backends.RunSpec]:
+        """Every distinct run, in the plan's order."""
+        return list(dict.fromkeys(spec for _, spec in self.runs))
+
+
+def check_passthrough(extra: Sequence[str], owned: Mapping[str, str] | None = None) -> list[str]:
     """Validate the options meant for ``train_online`` with its own (generated) parser; return
-    them. ``CliError`` (one line) on a bad option or one the sweep sets itself."""
+    them. ``CliError`` (one line) on a bad option or one the study sets itself (``RESERVED``,
+    or ``owned``: each with the study's option to use instead, "" for its own options)."""
     from runners.online import command
 
     extra = list(extra)
     for token in extra:
         opt = token.split("=", 1)[0]
         if opt in {f"--{o}" for o in RESERVED}:
-            raise CliError(f"{opt} is set by the sweep for each run; use the sweep's --out")
+            raise CliError(f"{opt} is set by the study for each run; use the study's --out")
+        if opt in (owned or {}):
+            raise CliError(f"{opt} is set by the study; use {(owned or {})[opt] or 'its own options'}")
     command.parse_command(extra, prog="runners.train_online (passed through)")
     return extra
 
 
-def check_specs(specs: Sequence[backends.RunSpec]) -> list[RunConfig]:
+def check_specs(specs: Sequence[backends.RunSpec]) -> None:
     """Build and resolve the typed ``RunConfig`` of every run from the exact command line it
     will get (the grid point's fields, the pass-through options, its --out/--name), touching
     no folder: a bad value anywhere fails here, as one line naming the run, before any run
     starts."""
     from runners.online import command
 
-    configs = []
     for spec in specs:
         try:
             cfg = command.build_config(backends.command_for(spec, "new"))
         except CliError as err:
             raise CliError(f"run {spec.name}: {err}") from None
         if cfg.output.name is None or Path(cfg.output.out) / cfg.output.name != Path(spec.run_dir):
-            raise CliError(
-                f"run {spec.name}: --out and --name are set by the sweep"
-            )
-        configs.append(cfg)
-    return configs
-
-
-def check_fields(fields: Sequence[str]) -> None:
-    """Every grid field must be an option of ``train_online`` (a run or agent field)."""
-    from runners.online.command import option_type
-
-    bad = [f for f in fields if f != "switches" and option_type(f.replace("-", "_")) is None]
-    if bad:
-        raise CliError(f"unknown --grid field(s): {', '.join(bad)} (not a run or agent field)")
+            raise CliError(f"run {spec.name}: --out and --name are set by the study")
 
 
 def make_specs(
@@ -151,30 +195,41 @@ def run_specs(
             backend.shutdown()
 
 
-def stacked_specs(
-    points: Sequence[grid.Point], out: str | Path, common: Sequence[str] = ()
-) -> list[backends.StackedSet]:
-    """The points as stacked sets (``train_online --stack-seeds``): points equal but for their
-    seed form one set, whose runs live in ``out/<name without the seed>-s<seed>``; each
-    run's arguments those of its run alone (its seed included), so ``check_specs`` checks
-    each run."""
-    out = Path(out).resolve()
+def plan_points(points: Sequence[grid.Point], out: str | Path, common: Sequence[str],
+                stack: bool = False) -> tuple[list[backends.RunSpec], list[backends.Job]]:
+    """(a ``RunSpec`` per point, in order; the jobs the backend runs): ``make_specs``' runs, or
+    with ``stack`` the points equal but for their seed as stacked sets (``train_online
+    --stack-seeds``; every point names its seed), whose runs live in ``out/<name without the
+    seed>-s<seed>`` and recompute every latent (no stream cache). A stacked run's arguments are
+    those of its run alone (its seed included), so ``check_specs`` checks each run."""
+    if not stack:
+        specs = make_specs(points, out, common)
+        return specs, list(specs)
+    if any("seed" not in p.params for p in points):
+        raise CliError("--stack stacks the seeds of each point: add seed=... to --grid")
+    specs: list[backends.RunSpec] = []
     sets: dict[grid.Point, list[backends.RunSpec]] = {}
     for p in points:
-        base, name = _unseeded(p), stacked_name(p)
-        sets.setdefault(base, []).append(backends.RunSpec(
-            name=name, run_dir=str(out / name), args=tuple([*p.train_args(), *common])))  # fmt: skip
-    return [backends.StackedSet(tuple(runs)) for runs in sets.values()]
+        unseeded = grid.Point(tuple((k, v) for k, v in p.items if k != "seed"), p.prefix)
+        name = f"{unseeded.name}-s{p.params['seed']}"  # train_online --stack-seeds --name's
+        specs.append(backends.RunSpec(name, str(Path(out).resolve() / name),
+                                      (*p.train_args(), *common, "--no-stream-cache")))
+        sets.setdefault(unseeded, []).append(specs[-1])
+    return specs, [backends.StackedSet(tuple(runs)) for runs in sets.values()]
 
 
-def _unseeded(p: grid.Point) -> grid.Point:
-    return grid.Point(tuple((k, v) for k, v in p.items if k != "seed"), p.prefix, p.extra)
-
-
-def stacked_name(p: grid.Point) -> str:
-    """A stacked run's folder name: the point's without its seed, then ``-s<seed>`` (what
-    ``train_online --stack-seeds --name`` gives)."""
-    return f"{_unseeded(p).name}-s{p.params['seed']}"
+def collect(plan: Plan, out: str | Path,
+            load: Callable[[Any, str], Any]) -> tuple[list[Any], list[str]]:
+    """(``load(label, run_dir)`` of each finished run, the folders of the others relative to
+    ``out``): a run not finished, or one ``load`` reads as None, is missing."""
+    found, missing = [], []
+    for label, spec in plan.runs:
+        run = load(label, spec.run_dir) if backends.is_finished(spec.run_dir) else None
+        if run is None:
+            missing.append(Path(spec.run_dir).relative_to(Path(out).resolve()).as_posix())
+        else:
+            found.append(run)
+    return found, missing
 
 
 def study_commands(out: str | Path, command: str) -> list[str]:
@@ -189,34 +244,40 @@ def study_commands(out: str | Path, command: str) -> list[str]:
     return list(dict.fromkeys([*(str(c) for c in before), command]))
 
 
-def run_study(
-    prog: str,
-    argv: Sequence[str] | None,
-    out: str,
-    specs: Sequence[backends.RunSpec],
-    backend: BackendOptions,
-    report_only: bool,
-    build_report: Callable[[str], Path],
-    jobs: Sequence[backends.Job] | None = None,
-) -> int:
-    """A study's command after its options are checked: every run's config validated before
-    anything is written, the output folder made, the runs run on the backend (or skipped:
-    finished, or ``report_only``), then ``build_report(command)`` (the command line as typed)
-    inside the study's write guard; the exit code (``report_failures``). ``jobs``: what the
-    backend runs, when not one job per spec (stacked sets)."""
-    if not report_only:
-        check_specs(specs)
-    command = prog + " " + shlex.join(list(argv) if argv is not None else sys.argv[1:])
-    t0 = time.perf_counter()
-    ensure_output_dir(out, "--out")
-    failed: list[backends.RunResult] = []
-    if not report_only:
-        results = run_specs(backend.make(), specs if jobs is None else jobs, Path(out) / "logs")
-        failed = [r for r in results if not r.ok]
-    with writing(out):
-        path = build_report(command.strip())
-    print(f"report: {path} ({time.perf_counter() - t0:.0f} s)")
-    return report_failures(failed)
+def study_header(title: str, meta: Mapping[str, Any], missing: Sequence[str]) -> list[str]:
+    """A study's report.md head: the title, its protocol (``meta``'s items, then each of
+    ``meta["commands"]`` in a code block; none without ``meta``) and the runs still missing."""
+    lines = [f"# {title}", ""]
+    if meta:
+        lines += ["## Protocol", ""]
+        lines += [f"- {k}: {v}" for k, v in meta.items() if k != "commands"]
+        for cmd in meta.get("commands", []):
+            lines += ["", "```", cmd, "```"]
+        lines.append("")
+    if missing:
+        lines += [f"**Unfinished or missing runs ({len(missing)}):** "
+                  + ", ".join(f"`{m}`" for m in missing) + ". Rerun the same command to finish "
+                  "them; numbers below use what exists.", ""]
+    return lines
+
+
+def write_files(out_dir: Path, lines: Sequence[str], payload: Mapping[str, Any]) -> Path:
+    """``out_dir/report.md`` (``lines``) and ``out_dir/report.json`` (``payload``), each write
+    naming its file when it fails; the first's path."""
+    for name, text in (("report.md", "\n".join(lines).rstrip() + "\n"),
+                       ("report.json", json.dumps(payload, indent=2, default=jsonable) + "\n")):
+        with writing(out_dir / name):
+            (out_dir / name).write_text(text)
+    return out_dir / "report.md"
+
+
+def jsonable(o: Any) -> Any:
+    """``json.dumps`` default for numpy values (anything else as text)."""
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, np.generic):
+        return o.item()
+    return str(o)
 
 
 def report_failures(failed: Sequence[backends.RunResult]) -> int:

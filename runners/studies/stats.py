@@ -46,12 +46,32 @@ class Summary:
     ci_high: float
     n: int
 
+    def ms(self, digits: int = 4) -> str:
+        """``0.7848 +- 0.0078`` ("-" for no value)."""
+        return f"{self.mean:.{digits}f} +- {self.std:.{digits}f}" if self.n else "-"
+
     def fmt(self, digits: int = 4) -> str:
         """``0.7848 +- 0.0078 [0.7776, 0.7931]`` (NaN-safe)."""
         return (
             f"{self.mean:.{digits}f} +- {self.std:.{digits}f} "
             f"[{self.ci_low:.{digits}f}, {self.ci_high:.{digits}f}]"
         )
+
+
+def num(x: float | None, digits: int = 4, sign: str = "") -> str:
+    """``x`` with ``digits`` decimals (``sign="+"``: signed); "-" for None or a non-finite ``x``."""
+    return "-" if x is None or not np.isfinite(x) else f"{x:{sign}.{digits}f}"
+
+
+def pct(x: float, sign: str = "") -> str:
+    """``x`` as a percentage with two decimals (``sign="+"``: signed); "-" when not finite."""
+    return "-" if not np.isfinite(x) else f"{100 * x:{sign}.2f}%"
+
+
+def finite_mean(values: Sequence[float | None]) -> float:
+    """The mean of the finite values (NaN without one)."""
+    x = np.asarray([v for v in values if v is not None], dtype=np.float64)
+    return float(x[np.isfinite(x)].mean()) if np.isfinite(x).any() else float("nan")
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:

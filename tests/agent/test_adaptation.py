@@ -1,4 +1,5 @@
-"""agent.adaptation: D^n per held-out world, own / same-world / wrong-world memories."""
+"""agent.evaluation.world_curves: D^n per held-out world, own / same-world / wrong-world
+memories; the reference check."""
 
 from __future__ import annotations
 
@@ -6,13 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from agent import AgentConfig, Learner, adaptation
-from agent.adaptation import (
+from agent import AgentConfig, Learner, evaluation
+from agent.evaluation import (
     WorldSet,
     family_means,
     input_index,
     reference_check,
     sequence_length,
+    sequence_memory,
     world_curves,
 )
 
@@ -92,7 +94,7 @@ def test_a_learner_without_memory_is_scored_once_from_its_context_frames(
     short = world_curves(learner, ws, NS, ("own",))
     # the context frames, the horizons' targets and the input frame by the EMA target (sigma_target)
     assert sum(calls) == len(ws) * 5 * (cfg.context_frames + cfg.n_horizons + 1)
-    monkeypatch.setattr("agent.adaptation.encodes_memory", lambda nets: True)  # the long way
+    monkeypatch.setattr("agent.evaluation.encodes_memory", lambda nets: True)  # the long way
     full = world_curves(learner, ws, NS, ("own",))
     for a, b in zip(short, full, strict=True):
         assert len(set(a.d)) == 1 and a.excluded == b.excluded
@@ -126,13 +128,13 @@ def test_sigma_z_and_sigma_target_are_the_spread_of_each_worlds_input_latents(
         assert c.sigma_z != pytest.approx(c.sigma_target, rel=1e-3)
     # D against the horizons' targets alone: the same when the input frame is not encoded by
     # the EMA target at all (a zero latent in its place)
-    real = adaptation._encode
+    real = evaluation.encode
 
     def without(*args, input_target: bool = False, **kw):  # type: ignore[no-untyped-def]
-        z, t = real(*args, **kw)
-        return z, torch.cat([torch.zeros_like(t[:, :1]), t], 1) if input_target else t
+        z, targets, _ = real(*args, **kw)
+        return z, targets, torch.zeros_like(z[:, -1]) if input_target else None
 
-    monkeypatch.setattr(adaptation, "_encode", without)
+    monkeypatch.setattr(evaluation, "encode", without)
     again = world_curves(learner, ws, NS, memories)
     assert [(c.d, c.d_per_h, c.sigma_embed) for c in again] == [
         (c.d, c.d_per_h, c.sigma_embed) for c in curves]
@@ -168,19 +170,17 @@ def test_reference_check_is_exact_where_the_encoders_agree() -> None:
 
 
 def test_a_peer_memory_holds_the_newest_pairs_of_its_peers_as_their_shared_fifo_would() -> None:
-    from agent.adaptation import _memory
-
     # z[b, t] = 100 * b + t (a 1-d latent), so every pair names its sequence and frame
     z = (100 * torch.arange(3).view(3, 1) + torch.arange(8).view(1, 8)).float().unsqueeze(-1)
     peers = [z.roll(-1, 0), z.roll(-2, 0)]
-    view = _memory(peers, i=6, n=3)  # steps 4 and 5 written by both peers; the newest 3
+    view = sequence_memory(peers, i=6, n=3)  # steps 4 and 5 written by both peers; the newest 3
     newest = view.pairs[0, :, 1, 0].tolist()  # sample 0: its peers are sequences 1 and 2
     assert newest == [204.0, 105.0, 205.0]
     assert view.pairs[0, :, 0, 0].tolist() == [203.0, 104.0, 204.0]
     assert view.mask.all() and view.pairs.shape == (3, 3, 2, 1)
-    one = _memory(z.roll(-1, 0), i=6, n=3)  # one source: its pairs j = 3, 4, 5
+    one = sequence_memory(z.roll(-1, 0), i=6, n=3)  # one source: its pairs j = 3, 4, 5
     assert one.pairs[0, :, 1, 0].tolist() == [103.0, 104.0, 105.0]
-    empty = _memory(peers, i=6, n=0)
+    empty = sequence_memory(peers, i=6, n=0)
     assert not empty.mask.any()
 
 

@@ -90,10 +90,12 @@ def test_errors_are_clear(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="corrupt"):
         load_checkpoint(bad, learner)
     payload = torch.load(path, weights_only=False)
-    payload["format_version"] = 99
-    torch.save(payload, tmp_path / "new.pt")
-    with pytest.raises(CheckpointError, match="format 99 is newer"):
-        load_checkpoint(tmp_path / "new.pt", learner)
+    for version in (1, 99):  # an earlier version's checkpoint, and a later one's
+        payload["format_version"] = version
+        torch.save(payload, tmp_path / "other.pt")
+        with pytest.raises(CheckpointError, match=f"written by version {version} of this project, "
+                           "this is version 2"):
+            load_checkpoint(tmp_path / "other.pt", learner)
     with pytest.raises(CheckpointError, match="no such"):
         load_checkpoint(tmp_path / "missing.pt", learner)
 

@@ -112,12 +112,16 @@ def test_preferred_precision_is_bf16_exactly_where_bf16_kernels_run(monkeypatch)
     assert preferred_precision("cpu") == "fp32"
 
 
-def test_a_config_saved_before_an_option_was_removed_still_loads() -> None:
-    """config.json / checkpoint configs written with the removed options at their "off" value
-    load as before; one that used a removed option is one ValueError naming it."""
-    from agent.config import REMOVED
+def test_a_removed_option_is_an_unknown_field() -> None:
+    """A config naming an option that no longer exists is one ValueError naming it (a run of an
+    earlier version is refused by its version first: ``check_version``)."""
+    from agent.config import check_version
 
     cfg = AgentConfig.from_preset("tiny")
-    assert AgentConfig.from_dict({**cfg.to_dict(), **REMOVED}) == cfg
-    with pytest.raises(ValueError, match="^code_cache: this option was removed"):
-        AgentConfig.from_dict({**cfg.to_dict(), "code_cache": True})
+    with pytest.raises(ValueError, match="^code_cache: unknown config field"):
+        AgentConfig.from_dict({**cfg.to_dict(), "code_cache": False})
+    check_version(2, "x")
+    for found, said in ((None, "a version before 2"), (1, "version 1"), (3, "version 3")):
+        with pytest.raises(ValueError, match=f"^the run was written by {said} of this project, "
+                           "this is version 2: use it with the code of its version$"):
+            check_version(found, "the run")

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from agent import AgentConfig, Learner, StreamSource, columns
-from agent.latent_cache import LatentCache
 
 LONG = 400  # episode length of the fake streams: no reset inside the tests' windows
 
@@ -127,14 +126,6 @@ def test_the_cache_survives_a_state_round_trip(stream_tiny: AgentConfig, fake_en
     b = columns([other.update(b) for b in batches])
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-
-
-def test_old_checkpoints_start_with_an_empty_cache(stream_tiny: AgentConfig) -> None:
-    cache = LatentCache(stream_tiny)
-    cache.begin(30)
-    cache.keep_input(30, torch.zeros(2, 4))
-    cache.load_state_dict(None)
-    assert cache.t is None and not cache.target and not cache.online
 
 
 def test_dataset_batches_never_touch_the_cache(tiny: AgentConfig, frames: np.ndarray) -> None:

@@ -120,3 +120,7 @@ def test_sigma_embed_and_stack() -> None:
     assert set(out) == set(StepMetrics.NAMES)
     np.testing.assert_array_equal(out["loss/total"], [0.0, 1.0, 2.0])
     assert recs[0].as_dict()["stream/norm_error"].item() == 13.0
+    stacked = StepMetrics(*(torch.stack(list(c)) for c in zip(*recs, strict=True)))  # (3,) each
+    for s, rec in enumerate(recs):  # each seed's column as its own 0-dim metrics
+        got = stacked.seed(s)
+        assert all(g.dim() == 0 and torch.equal(g, r) for g, r in zip(got, rec, strict=True))

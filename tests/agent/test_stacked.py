@@ -162,6 +162,7 @@ def test_each_seed_state_is_a_lone_learner_state_and_back() -> None:
     run(stacked, [d[:8] for d in data], 8)
     lone = [Learner(c) for c in cfgs]
     for one, state in zip(lone, stacked.state_dicts(), strict=True):
+        assert state.keys() == one.state_dict().keys()  # a lone learner's state, key for key
         one.load_state_dict(state)
     again = StackedLearner(cfgs)
     again.load_state_dicts([one.state_dict() for one in lone])

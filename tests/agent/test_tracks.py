@@ -23,8 +23,9 @@ def test_the_preset_takes_the_tracks_lr_and_kappa(letter: str) -> None:
 
 def test_the_floor_reads_no_memory_and_its_ceiling_takes_the_default_memory_track() -> None:
     assert not tracks.reads_memory(tracks.FLOOR)
-    assert tracks.with_memory(tracks.FLOOR) == tracks.MEMORY_DEFAULT == "C"
-    assert [tracks.with_memory(t) for t in "BCDE"] == list("BCDE")
+    assert tracks.ceiling_track([tracks.FLOOR]) == tracks.MEMORY_DEFAULT == "C"
+    assert [tracks.ceiling_track(t) for t in "BCDE"] == list("BCDE")
+    assert tracks.ceiling_track("ADB") == "D" and tracks.ceiling_track("") == "C"
     assert (tracks.INPUT, tracks.WEIGHTS) == ("B", "C")  # the paper's comparison
 
 

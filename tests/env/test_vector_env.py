@@ -267,7 +267,7 @@ def test_bad_episode_limits_change_nothing(limits, mask):
     np.testing.assert_array_equal(v.episode_limits, [2, 3, 4])
 
 
-def test_state_round_trip_with_limits_and_old_states():
+def test_state_round_trip_with_limits():
     v = MovingMNISTVectorEnv(4, max_episode_steps=6)
     v.reset(seed=2)
     v.set_episode_limits(np.array([2, 3, 5, 7]))
@@ -282,20 +282,13 @@ def test_state_round_trip_with_limits_and_old_states():
         np.testing.assert_array_equal(r[0], g[0])
         np.testing.assert_array_equal(r[3], g[3])
         np.testing.assert_array_equal(r[4]["physics"], g[4]["physics"])
-    # a state saved before per-env limits existed: every sub-env gets max_episode_steps
-    old = {k: val for k, val in state.items() if k != "limits"}
-    other.set_state(old)
-    np.testing.assert_array_equal(other.episode_limits, [6] * 4)
-    endless = MovingMNISTVectorEnv(4, max_episode_steps=None)
-    endless.set_state(old)
-    np.testing.assert_array_equal(endless.episode_limits, [NO_EPISODE_LIMIT] * 4)
     bad = {**state, "limits": np.array([2, 0, 5, 7])}
     before = other.get_state()
     with pytest.raises(ValueError, match="limits"):
         other.set_state(bad)
     positions = other.get_state()["scenes"]["positions"]
     np.testing.assert_array_equal(positions, before["scenes"]["positions"])
-    np.testing.assert_array_equal(other.episode_limits, [6] * 4)
+    np.testing.assert_array_equal(other.episode_limits, [2, 3, 5, 7])
 
 
 def test_physics_infos_are_the_features_of_each_world():

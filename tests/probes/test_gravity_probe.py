@@ -10,7 +10,7 @@ from torch import nn
 
 import env
 from agent import AgentConfig, Learner
-from agent.adaptation import WorldSet, sequence_length
+from agent.evaluation import WorldSet, sequence_length
 from probes.gravity import entry_statistics, gravity_probe, peer_features, readout
 
 N = 3  # memory size

@@ -8,7 +8,7 @@ import pytest
 
 import env
 from agent import AgentConfig, Learner
-from agent.adaptation import input_index, sequence_length
+from agent.evaluation import input_index, sequence_length
 from probes.perfect_physics import (
     WORLD_BLIND,
     as_seen,

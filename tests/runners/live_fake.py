@@ -12,10 +12,10 @@ plausible shapes so that every panel has something to draw.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 
+from agent import tracks
 from runners.live.model import (
     BOUNDARY,
     BUFFER_SIZE,
@@ -111,7 +111,7 @@ class FakeDriver:
         self.name = track
         self.world = world
         self.capacity = capacity
-        self.lora = track == "C"
+        self.generates = tracks.track(track).generates if track in tracks.TRACKS else ""
         self.buffer_title = "buffer"
         self.frozen = False
         self.step_count = 0
@@ -165,7 +165,7 @@ class FakeDriver:
             BOUNDARY: float(boundary),
             BUFFER_SIZE: float(len(self._buffer)),
             SHIFT_SHARE: shift_n / max(len(self._buffer), 1),
-            DELTA_ABS: 0.01 * shift_n / self.capacity + 0.001 if self.lora else float("nan"),
+            DELTA_ABS: 0.01 * shift_n / self.capacity + 0.001 if self.generates else float("nan"),
             NORM_ERROR: self._err + 0.03 * self._rng.standard_normal(),
         }
 
@@ -218,9 +218,8 @@ class FakeDriver:
         self.recording = on
         return on
 
-    def checkpoint(self) -> Path | None:
+    def checkpoint(self) -> None:
         self.checkpoints.append(self.step_count)
-        return None
 
     def close(self) -> None:
         pass

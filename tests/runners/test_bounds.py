@@ -136,12 +136,11 @@ def _perfect_physics(run: Path, branches: tuple[str, ...]) -> dict:
     held-out worlds its config draws, at the held-out evaluation's input frame."""
     from probes.perfect_physics import perfect_physics
     from runners.online.command import config_from_dict
-    from runners.online.parts import make_evaluator
 
     cfg = config_from_dict(json.loads((run / "config.json").read_text()))
     learner = checkpoint_learner(run / "checkpoints" / "latest.pt")
     assert learner.step == cfg.schedule.steps
-    sets = make_evaluator(cfg).sets
+    sets = cfg.protocol.evaluator(cfg).sets
     return perfect_physics(learner, sets.held_out, max(cfg.schedule.final_ns), branches)
 
 

@@ -28,14 +28,16 @@ from runners.cli import CliError, parse, run_main
         ("visualize", ["--protocol", "foo"], "--protocol: expected one of"),
         ("visualize", ["--switch", "10:x"], "--switch '10:x': gravity must be a number"),
         ("visualize", ["--no-such-option"], "unknown option(s): --no-such-option"),
-        ("sweep", ["--backend", "foo"], "--backend: expected one of 'local', 'ray', got 'foo'"),
-        ("sweep", ["--workers", "x"], "--workers expects INT: no type matching INT"),
-        ("sweep", ["--grid"], "--grid needs at least one value"),
-        ("reproduce", ["--seeds"], "--seeds needs at least one value"),
-        ("reproduce", ["--freeze-steps", "1"], "--freeze-steps"),
-        ("worlds_study", ["--oracle-track", "A"], "--oracle-track: expected one of"),
-        ("worlds_study", ["--tracks", "F"], "--tracks: expected one of 'A', 'B', 'C', 'D', 'E'"),
-        ("gravity_study", ["--scales", "x"], "--scales"),
+        ("study", [], "KIND: expected one of 'worlds', 'gravity', 'paper', 'sweep'"),
+        ("study", ["repro"], "KIND: expected one of 'worlds', 'gravity', 'paper', 'sweep', got 'repro'"),
+        ("study", ["sweep", "--backend", "foo"], "--backend: expected one of 'local', 'ray', got 'foo'"),
+        ("study", ["sweep", "--workers", "x"], "--workers expects INT: no type matching INT"),
+        ("study", ["sweep", "--grid"], "--grid needs at least one value"),
+        ("study", ["paper", "--seeds"], "--seeds needs at least one value"),
+        ("study", ["paper", "--freeze-steps", "1"], "--freeze-steps"),
+        ("study", ["worlds", "--oracle-track", "A"], "--oracle-track: expected one of"),
+        ("study", ["worlds", "--tracks", "F"], "--tracks: expected one of 'A', 'B', 'C', 'D', 'E'"),
+        ("study", ["gravity", "--scales", "x"], "--scales"),
         ("train_online", ["--capture"], "--capture: the step cannot run the stream latent cache"),
     ],
 )
@@ -54,13 +56,20 @@ def test_bad_command_line_is_one_line_exit_2(monkeypatch, capsys, module, argv, 
 @pytest.mark.parametrize(
     ("module", "option"),
     [("make_dataset", "--shift-gravity"), ("evaluate", "--target-reference"),
-     ("visualize", "--from RUN_DIR"), ("sweep", "--in-process"), ("reproduce", "--ablations"),
-     ("worlds_study", "--oracle-track"), ("gravity_study", "--scales")],
+     ("visualize", "--from RUN_DIR"), ("study sweep", "--in-process"),
+     ("study paper", "--ablations"), ("study worlds", "--oracle-track"),
+     ("study gravity", "--scales")],
 )
 def test_help_lists_the_options_and_exits_0(module, option):
-    res = cli(module, "--help")
+    res = cli(*module.split(), "--help")
     assert res.returncode == 0, res.stderr
     assert option in res.stdout and "--out" in res.stdout
+
+
+def test_the_studys_help_lists_its_kinds_and_exits_0():
+    res = cli("study", "--help")
+    assert res.returncode == 0, res.stderr
+    assert all(f"\n  {kind} " in res.stdout for kind in ("worlds", "gravity", "paper", "sweep"))
 
 
 def test_help_read_in_part_is_no_error():
@@ -75,10 +84,10 @@ def test_help_read_in_part_is_no_error():
 
 
 def test_bad_option_in_a_subprocess_is_one_line():
-    res = cli("reproduce", "--steps", "many")
+    res = cli("study", "paper", "--steps", "many")
     assert res.returncode == 2
     assert res.stderr.splitlines() == [
-        "python -m runners.reproduce: error: --steps expects INT: invalid literal for int() "
+        "python -m runners.study paper: error: --steps expects INT: invalid literal for int() "
         "with base 10: 'many'"]
 
 

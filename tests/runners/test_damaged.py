@@ -2,8 +2,9 @@
 
 One small real run is made once; each test damages a copy of it (a truncated, random, empty or
 other-track checkpoint; garbage ``zarr.json``; a deleted chunk; a garbage ``config.json``) and
-runs one of the four readers on it: ``train_online --resume``, ``evaluate``, ``visualize --from``
-and the report (``reproduce --report-only``).
+runs one of the five readers on it: ``train_online --resume``, ``evaluate``, ``visualize --from``,
+``visualize --resume`` (the run as a session's track) and the report (``study paper
+--report-only``).
 """
 
 from __future__ import annotations
@@ -105,6 +106,26 @@ def test_visualize_from(run: Path, tmp_path: Path, kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", [
+    "latest:half", "latest:other_track", "step_chunk:deleted", "config:garbage", "latest:no_view",
+])
+def test_visualize_resume(run: Path, tmp_path: Path, kind: str) -> None:
+    """A session (the run as its track C) with a damaged run folder, or whose checkpoints keep
+    no view of it (a session of an earlier version, here a train_online run's): one line."""
+    session = tmp_path / "session"
+    session.mkdir()
+    track = Path(shutil.move(run, session / "C"))
+    latest = track / "checkpoints" / "latest.pt"
+    bad = latest if kind == "latest:no_view" else damage(track, kind)
+    res = cli("visualize", "--headless", "--resume", str(session), "--steps", "60")
+    assert_one_line(res, bad)
+    if kind == "latest:no_view":
+        assert "keeps no view of a session" in res.stderr
+        res = cli("visualize", "--headless", "--resume", str(track), "--steps", "60")
+        assert_one_line(res, track)  # a run folder itself is no session
+        assert "a run folder, not a session" in res.stderr
+
+
+@pytest.mark.parametrize("kind", [
     "eval_meta:garbage", "root_meta:garbage", "eval_chunk:deleted", "config:garbage",
 ])
 def test_report(made_run: Path, tmp_path: Path, kind: str) -> None:
@@ -114,10 +135,10 @@ def test_report(made_run: Path, tmp_path: Path, kind: str) -> None:
     report_only = ["--report-only", "--data", str(tmp_path / "data.zarr"), "--out", str(out),
                    "--steps", "40", "--preset", "tiny", "--tracks", "C", "--seeds", "0",
                    "--no-analysis"]
-    ok = cli("reproduce", *report_only)
+    ok = cli("study", "paper", *report_only)
     assert ok.returncode == 0, ok.stderr
     bad = damage(run, kind)
-    res = cli("reproduce", *report_only)
+    res = cli("study", "paper", *report_only)
     assert_one_line(res, bad)
 
 

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 from cli_helpers import TINY_WORLDS, assert_one_line_error, cli
 
-from runners import gravity_study as gs
 from runners.online.config import Worlds
-from runners.studies import gravity_report as gr
+from runners.studies import gravity as gs
 
 
 def test_a_scale_multiplies_every_familys_range_and_the_switch() -> None:
@@ -47,19 +46,19 @@ def test_report_numbers_are_seed_means_of_the_runs_summaries(tmp_path: Path) -> 
         run_dir = tmp_path / f"s{seed}"
         run_dir.mkdir()
         (run_dir / "summary.json").write_text(json.dumps(_summary(floor, oracle, 0.7, 0.75, 0.3)))
-        runs.append(gr.load_gravity_run(run_dir, 2.0, str(seed)))
-    assert gr.load_gravity_run(tmp_path / "none", 2.0, "0") is None
+        runs.append(gs.load_gravity_run(run_dir, 2.0, str(seed)))
+    assert gs.load_gravity_run(tmp_path / "none", 2.0, "0") is None
     (tmp_path / "nobounds").mkdir()
     (tmp_path / "nobounds" / "summary.json").write_text(json.dumps({"held_out": {}}))
-    assert gr.load_gravity_run(tmp_path / "nobounds", 2.0, "0") is None
-    res = gr.analyse([r for r in runs if r is not None])
+    assert gs.load_gravity_run(tmp_path / "nobounds", 2.0, "0") is None
+    res = gs.analyse([r for r in runs if r is not None])
     row = res["2"]
     assert row["floor"]["mean"] == pytest.approx(0.7) and row["floor"]["n"] == 2
     assert row["margin"]["mean"] == pytest.approx(0.25 / 2)  # (0.2 / 0.8 + 0 / 0.6) / 2
     assert row["margin"]["seeds"] == {"0": pytest.approx(0.25), "1": pytest.approx(0.0)}
     assert row["blind"]["std"] == 0.0 and row["probe_strength"]["mean"] == pytest.approx(0.5)
     assert row["probe_direction"]["mean"] == 30.0 and row["probe_identified"]["mean"] == 0.75
-    text = "\n".join(gr.table_lines(res, {"2": gs.families(2.0)}))
+    text = "\n".join(gs.table_lines(res, {"2": gs.families(2.0)}))
     assert row["worth"]["mean"] == pytest.approx(0.2)  # (0.5 - 0.4) / 0.5
     assert row["worth_mean"]["mean"] == pytest.approx(0.4)  # hedged: (0.5 - 0.3) / 0.5
     assert ("| 2 | 0.2-1 / 0.3-0.9 / 1.2-1.6 | 0.300 +- 0.000 | 0.500 +- 0.000 | 0.400 +- 0.000 | "
@@ -73,7 +72,7 @@ def test_study_runs_every_scale_writes_the_report_and_skips_finished_runs(tmp_pa
     args = ["--scales", "1", "2", "--seeds", "3", "--preset", "tiny", "--steps", "30",
             "--out", str(out), "--workers", "2", "--threads", "1",
             *[a for a in TINY_WORLDS[2:] if a != "--no-bounds"]]
-    res = cli("gravity_study", *args)
+    res = cli("study", "gravity", *args)
     assert res.returncode == 0, res.stderr
     assert "2 run(s): 0 finished" in res.stdout
     runs = out / "runs" / "tiny-30"
@@ -93,7 +92,7 @@ def test_study_runs_every_scale_writes_the_report_and_skips_finished_runs(tmp_pa
         / bounds["perfect_physics"]["d"]["seen_mean"]["pooled"], abs=1e-12)
     assert (out / "figures" / "dose_response.png").read_bytes()[:4] == b"\x89PNG"
     assert "| 2 | 0.2-1 / 0.3-0.9 / 1.2-1.6 |" in (out / "report.md").read_text()
-    again = cli("gravity_study", *args)
+    again = cli("study", "gravity", *args)
     assert again.returncode == 0, again.stderr
     assert "2 run(s): 2 finished" in again.stdout
     assert json.loads((out / "report.json").read_text())["scales"] == report["scales"]
@@ -103,6 +102,7 @@ def test_study_runs_every_scale_writes_the_report_and_skips_finished_runs(tmp_pa
     (["--interp-gravity", "0.1", "0.2"],
      "--interp-gravity is set by the study; use its own options"),
     (["--no-bounds"], "--no-bounds is set by the study; use its own options"),
+    (["--seed=1"], "--seed is set by the study; use --seeds"),
     (["--scales", "0"], "--scales must be positive numbers"),
     (["--steps", "2"], "--steps must be at least 3 (the switch is at 2/3)"),
 ])
@@ -110,7 +110,7 @@ def test_bad_study_options_fail_in_one_line_before_anything_runs(
     tmp_path: Path, extra: list[str], message: str
 ) -> None:
     """Exit status 2 and exactly the one line ``<prog>: error: MESSAGE`` on stderr."""
-    res = cli("gravity_study", "--preset", "tiny", "--out", str(tmp_path / "s"), *extra)
-    line = assert_one_line_error(res, module="gravity_study")
-    assert line == f"python -m runners.gravity_study: error: {message}"
+    res = cli("study", "gravity", "--preset", "tiny", "--out", str(tmp_path / "s"), *extra)
+    line = assert_one_line_error(res, module="study gravity")
+    assert line == f"python -m runners.study gravity: error: {message}"
     assert not (tmp_path / "s").exists()

@@ -10,9 +10,9 @@ import pytest
 
 import env
 from agent.checkpoint import learner_from_checkpoint as checkpoint_learner
-from runners import reproduce
+from runners import study
 from runners.online.recorder import Recorder
-from runners.studies import aggregate, analysis, report, runs, stats
+from runners.studies import analysis, runs, stats, sweep
 
 # Peak D_shift^50 per (track, seed): the paper's per-seed numbers where it gives them.
 PEAKS = {
@@ -57,13 +57,13 @@ def test_load_run_finds_peak_final_and_sigma(tmp_path):
 def test_by_track_reproduces_the_papers_table_from_its_own_seeds(tmp_path):
     recs = [runs.load_run(make_run(tmp_path / f"{t}{s}", t, s, p))
             for t, seeds in PEAKS.items() for s, p in seeds.items()]
-    tracks = aggregate.by_track(recs)
+    tracks = runs.by_track(recs)
     assert list(tracks) == ["A", "B", "C"]
     c = tracks["C"].peak
     assert (round(c.mean, 4), round(c.std, 4)) == (0.7848, 0.0078)
     assert (c.ci_low, c.ci_high) == pytest.approx((0.7776, 0.7931), abs=1e-6)
     assert round(tracks["A"].peak.mean, 4) == 0.8089
-    d, oc = aggregate.pre_registered(tracks)
+    d, oc = runs.pre_registered(tracks)
     assert d == pytest.approx(stats.delta(tracks["B"].peak.mean, c.mean))
     assert oc == "C"
 
@@ -74,11 +74,11 @@ def test_group_table_pools_seeds(tmp_path):
         for s in (1, 2):
             run = make_run(tmp_path / f"l{lam}s{s}", "C", s, base + 0.002 * s)
             recs.append(runs.load_run(run, {"track": "C", "seed": str(s), "lambda_reg": lam}))
-    rows = aggregate.group_table(recs, ["lambda_reg"])
+    rows = runs.group_table(recs, ["lambda_reg"])
     assert [r["lambda_reg"] for r in rows] == ["0.05", "0.1"]
     assert rows[0]["runs"] == 2 and rows[0]["peak"].n == 2
     assert rows[0]["peak"].mean == pytest.approx(0.783, abs=1e-6)
-    md = report.group_table_markdown(rows, ["lambda_reg"])
+    md = sweep.group_table_markdown(rows, ["lambda_reg"])
     assert "| 0.1 | 2 (2) | 0.8130 +- 0.0014" in md
 
 
@@ -90,14 +90,14 @@ def _reproduction_tree(out: Path, steps: int = 40, unfinished: str | None = None
             make_run(group / name, t, s, p, finished=name != unfinished)
 
 
-def test_reproduce_report_only_rebuilds_the_report_from_run_folders(tmp_path, capsys):
+def test_the_paper_studys_report_only_rebuilds_the_report_from_run_folders(tmp_path, capsys):
     out = tmp_path / "repro"
     _reproduction_tree(out, unfinished="track-B_seed-44")
     data = tmp_path / "data.zarr"
     data.mkdir()
     argv = ["--report-only", "--data", str(data), "--out", str(out), "--steps", "40",
             "--preset", "tiny", "--no-analysis"]
-    assert reproduce.main(argv) == 0
+    assert study.main(["paper", *argv]) == 0
     md = (out / "report.md").read_text()
     # Per-seed rows, per-track rows beside the paper, delta and outcome.
     assert "| C | 42 | 0.7776 | 30 | 0.7876 | 40 | 0.4200 | 0.0100 |" in md
@@ -114,7 +114,7 @@ def test_reproduce_report_only_rebuilds_the_report_from_run_folders(tmp_path, ca
     payload = json.loads((out / "report.json").read_text())
     assert payload["outcome"] == "C" and len(payload["runs"]) == 9
     # Regeneration is deterministic (fixed bootstrap seed).
-    assert reproduce.main(argv) == 0
+    assert study.main(["paper", *argv]) == 0
     assert (out / "report.md").read_text() == md
 
 
@@ -129,10 +129,10 @@ def test_report_only_with_ablations_fills_tables_3_and_4(tmp_path):
     make_run(group / "track-C_seed-42_lambda_reg-0.1", "C", 42, 0.8139)
     data = tmp_path / "d.zarr"
     data.mkdir()
-    assert reproduce.main(["--report-only", "--data", str(data), "--out", str(out),
-                           "--steps", "40", "--preset", "tiny", "--no-analysis", "--ablations",
-                           "--ablation-steps", "60", "--freeze-steps", "8", "10",
-                           "--lambdas", "0.05", "0.1", "0.15"]) == 0
+    assert study.main(["paper", "--report-only", "--data", str(data), "--out", str(out),
+                       "--steps", "40", "--preset", "tiny", "--no-analysis", "--ablations",
+                       "--ablation-steps", "60", "--freeze-steps", "8", "10",
+                       "--lambdas", "0.05", "0.1", "0.15"]) == 0
     md = (out / "report.md").read_text()
     assert "Table 3" in md and "Table 4" in md
     assert "| baseline (seed 42) | - | 0.7776 (20) | 0.7976 | +0.0200 |" in md
@@ -174,12 +174,12 @@ def _latents(checkpoint: Path, frames: np.ndarray) -> np.ndarray:
     return z.double().numpy()
 
 
-def test_reproduce_end_to_end_on_a_tiny_run_then_regenerates_without_rerunning(tmp_path, capsys):
+def test_the_paper_study_end_to_end_on_a_tiny_run_then_regenerates_without_rerunning(tmp_path, capsys):
     out = tmp_path / "repro"
     argv = ["--out", str(out), "--preset", "tiny", "--steps", "20", "--seeds", "1",
             "--tracks", "C", "--dataset-sizes", "40", "40", "--eval-every", "10",
             "--workers", "1", "--final-ns", "0", "10", "50"]
-    assert reproduce.main(argv) == 0
+    assert study.main(["paper", *argv]) == 0
     run = out / "runs" / "tiny-20" / "track-C_seed-1"
     assert (out / "data" / "paper.zarr").is_dir()  # generated because --data was not given
     cfg = json.loads((run / "config.json").read_text())
@@ -217,7 +217,7 @@ def test_reproduce_end_to_end_on_a_tiny_run_then_regenerates_without_rerunning(t
     capsys.readouterr()
     # Again: the finished run is skipped, the analyses come from the cache, same report.
     stamp = (run / "summary.json").stat().st_mtime_ns
-    assert reproduce.main(argv) == 0
+    assert study.main(["paper", *argv]) == 0
     assert "skipped track-C_seed-1: already finished" in capsys.readouterr().out
     assert (run / "summary.json").stat().st_mtime_ns == stamp
     assert (out / "report.md").read_text() == md

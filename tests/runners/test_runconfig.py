@@ -25,7 +25,7 @@ from runners.online.command import (
     parse_command,
     resume_config,
 )
-from runners.online.config import Output, Paper, RunConfig, Schedule, Worlds, flat, resolve
+from runners.online.config import Output, Paper, RunConfig, Schedule, Worlds, resolve
 from runners.online.switch import PHYSICS_NAMES, Switch
 from runners.studies.grid import option_tokens
 
@@ -45,7 +45,7 @@ def g(step: int, gravity: float) -> Switch:
 # -- the concerns and the layers -------------------------------------------------------------
 def test_defaults_tell_the_story() -> None:
     cfg = build_config([])
-    assert isinstance(cfg.protocol, Worlds) and cfg.worlds_protocol
+    assert isinstance(cfg.protocol, Worlds) and cfg.protocol.many_worlds
     assert cfg.agent.track == "C" and cfg.protocol.episode_steps == Worlds().episode_steps
     s = cfg.schedule
     assert s.after_switch == "memory" and s.steps == 4500
@@ -112,13 +112,11 @@ def test_the_retired_study_preset_is_refused_in_one_line() -> None:
     saved = build_config(["--preset", "tiny"]).to_dict()
     study = {**saved, "preset": "study",
              "agent": {**saved["agent"], "encoder": "map", "predictor": "conv"}}  # fmt: skip
-    with pytest.raises(CliError, match=r"^encoder: this option was removed \(docs/archive.md\); "
-                       r"the config uses encoder='map' \(in config.json\)$"):  # fmt: skip
+    with pytest.raises(CliError, match=r"^unknown field 'encoder' in config.json$"):
         config_from_dict(study)
     with pytest.raises(CliError, match=r"^--preset expects Literal\[.*\], got 'study' \(in config"):
         config_from_dict({**saved, "preset": "study"})
-    with pytest.raises(CliError, match=r"^predictor: this option was removed \(docs/archive.md\); "
-                       r"the config uses predictor='conv' \(in config.json\)$"):  # fmt: skip
+    with pytest.raises(CliError, match=r"^unknown field 'predictor' in config.json$"):
         config_from_dict({**saved, "agent": {**saved["agent"], "predictor": "conv"}})
 
 
@@ -179,18 +177,27 @@ def test_saved_config_round_trips(tmp_path: Path) -> None:
     assert again.agent.total_steps == cfg.agent.total_steps == 100
 
 
-def test_older_config_json_still_loads(tmp_path: Path) -> None:
-    """Flat config.json files of earlier versions: [[step, gravity]] switches, the agent
-    beside its overrides, no protocol (the paper's)."""
+def test_a_config_json_of_another_version_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A run's config.json carries the project's version; one of another version (or none: an
+    earlier one) is refused naming it, as --config too; a hand-written flat file without one
+    is read as this version's."""
+    from agent.config import VERSION
+
     new = build("--steps", "300", "--switch", "100:0.5", "--lambda-reg", "0.2")
-    old = {k: v for k, v in flat(new.to_dict()).items() if k not in {
-        "protocol", "train_family", "episode_steps", "eval_worlds", "eval_world_seqs"}}
-    old.update(switches=[[100, 0.5]], precision="auto", agent_overrides={"lambda_reg": "0.2"},
-               agent=new.to_dict()["agent"])
-    cfg = config_from_dict(old)
-    assert cfg == new
-    (tmp_path / "config.json").write_text(json.dumps(old))
-    assert build("--config", str(tmp_path / "config.json")).agent.lambda_reg == 0.2
+    saved = new.to_dict()
+    assert next(iter(saved)) == "version" and saved["version"] == VERSION
+    assert config_from_dict(saved) == new
+    for found, said in ((1, "version 1"), (None, "a version before 2")):
+        old = {k: v for k, v in saved.items() if k != "version"}
+        old.update({} if found is None else {"version": found})
+        with pytest.raises(CliError, match=f"^config.json was written by {said} of this project"):
+            config_from_dict(old)
+        (tmp_path / "config.json").write_text(json.dumps({**old, "version": found or 1}))
+        with pytest.raises(CliError, match=f"^--config {tmp_path}/config.json was written by "
+                           "version 1 of"):
+            build("--config", str(tmp_path / "config.json"))
+    (tmp_path / "flat.json").write_text(json.dumps({"lambda_reg": 0.3, "steps": 300}))
+    assert build("--config", str(tmp_path / "flat.json")).agent.lambda_reg == 0.3
 
 
 def test_resolve_is_idempotent_and_builds_from_objects() -> None:
@@ -249,7 +256,8 @@ def test_bad_config_file_values_name_the_field(tmp_path: Path) -> None:
         ({"schedule": {"steps": "abc"}}, "--steps expects int, got 'abc'"),
         ({"nosuch": 1}, "unknown field 'nosuch' in --config"),
         ({"agent": {"horizons": [2, "x"]}}, r"--horizons expects tuple\[int, ...\], got \(2, 'x'\)"),
-        ({"schedule": {"switches": [[10, "x"]]}}, "switches: gravity must be a number"),
+        ({"schedule": {"switches": ["10:x"]}}, "switches: switch '10:x': gravity must be a number"),
+        ({"schedule": {"switches": [[10, 0.5]]}}, r"switches: cannot read switch \[10, 0.5\]"),
         ({"agent": {"lr": "x"}}, "--lr expects float"),
         ({"protocol": {"kind": "paper"}, "train_family": "train"}, "belongs to --protocol worlds"),
     ):
@@ -322,9 +330,11 @@ def test_switch_parse_and_json() -> None:
         ("gravity", 0.5), ("gravity_direction", 45.0), ("friction", 0.01))  # env order
     assert Switch.parse("3000:gravity_direction=45") == Switch.parse("3000:direction=45")
     assert sw.label() == "g -> 0.5, direction -> 45, friction -> 0.01"
-    for form in (sw.to_json(), str(sw), [3000, sw.params]):
+    for form in (sw.to_json(), str(sw)):
         assert Switch.from_json(form) == sw
-    assert Switch.from_json([3000, 0.5]) == Switch.from_json({"step": 3000, "gravity": 0.5})
+    for form in ([3000, 0.5], {"step": 3000, "gravity": 0.5}, {"step": 3000, "physics": 0.5}):
+        with pytest.raises(ValueError, match="^cannot read switch"):  # not config.json's form
+            Switch.from_json(form)
     with pytest.raises(ValueError, match="friction must be in"):
         Switch.parse("3000:friction=1")
     with pytest.raises(ValueError, match="expected STEP:GRAVITY"):
@@ -423,14 +433,10 @@ def test_bf16_on_a_cpu_without_it_is_one_line(monkeypatch: pytest.MonkeyPatch) -
         Learner(AgentConfig.from_preset("tiny", precision="bf16"))
 
 
-def test_a_run_config_saved_before_an_option_was_removed_still_loads() -> None:
-    from agent.config import REMOVED
+def test_a_removed_option_in_a_config_is_refused_naming_it() -> None:
     from runners.online.command import config_from_dict
 
-    cfg = build_config(["--preset", "tiny"])
-    saved = cfg.to_dict()
-    old = {**saved, "agent": {**saved["agent"], **REMOVED}}
-    assert config_from_dict(old).to_dict() == saved
-    used = {**saved, "agent": {**saved["agent"], "freeze_weights_at": 10}}
-    with pytest.raises(CliError, match="^freeze_weights_at: this option was removed .*in config.json"):
+    saved = build_config(["--preset", "tiny"]).to_dict()
+    used = {**saved, "agent": {**saved["agent"], "freeze_weights_at": None}}
+    with pytest.raises(CliError, match="^unknown field 'freeze_weights_at' in config.json$"):
         config_from_dict(used)

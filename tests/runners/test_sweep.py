@@ -1,4 +1,5 @@
-"""runners.sweep: grid expansion, run states, skip and resume, aggregation on both backends."""
+"""The study ``sweep`` (``python -m runners.study sweep``): grid expansion, run states, skip and
+resume, aggregation on both backends."""
 
 from __future__ import annotations
 
@@ -14,13 +15,19 @@ import pytest
 import zarr
 from cli_helpers import assert_one_line_error, main_error
 
-from runners import sweep
+from runners import study
 from runners.cli import CliError
 from runners.online.rundir import RunFolder
-from runners.studies import aggregate, backends, grid, launch, runs
+from runners.studies import backends, grid, launch, runs
 
 REPO = Path(__file__).resolve().parents[2]
-PROG = "python -m runners.sweep"
+PROG = "python -m runners.study sweep"
+
+
+def sweep(argv: list[str]) -> int:
+    """``python -m runners.study sweep ARGV`` in this process."""
+    return study.main(["sweep", *argv])
+
 # Small evaluation sets keep each tiny run to a few seconds (most of it is imports and figures).
 FAST_EVAL = ["--protocol", "paper", "--eval-shift-train", "32", "--eval-shift-test", "16", "--eval-base-test", "16", "--final-ns", "0", "50"]
 TINY = ["--preset", "tiny", "--steps", "20", "--no-switch", "--eval-every", "10",
@@ -70,18 +77,18 @@ def test_bad_grid_items_are_one_line_errors(tmp_path, specs, message):
     assert str(err.value) == message
     out = tmp_path / "sweep"
     for extra in ([], ["--dry-run"]):
-        res = main_error(sweep.main, ["--grid", *specs, "--out", str(out), *extra], PROG)
-        assert assert_one_line_error(res, module="sweep") == f"{PROG}: error: {message}"
+        res = main_error(sweep, ["--grid", *specs, "--out", str(out), *extra], PROG)
+        assert assert_one_line_error(res, module="study sweep") == f"{PROG}: error: {message}"
         assert not out.exists()
 
 
 def test_sweep_refuses_unknown_fields_and_reserved_options(capsys):
     with pytest.raises(CliError, match="unknown --grid field"):
-        sweep.main(["--grid", "no_such_field=1", "--dry-run"])
-    with pytest.raises(CliError, match="set by the sweep"):
-        sweep.main(["--grid", "seed=1", "--name", "x", "--dry-run"])
+        sweep(["--grid", "no_such_field=1", "--dry-run"])
+    with pytest.raises(CliError, match="set by the study"):
+        sweep(["--grid", "seed=1", "--name", "x", "--dry-run"])
     with pytest.raises(CliError, match="unknown option"):
-        sweep.main(["--grid", "seed=1", "--no-such-option", "--dry-run"])
+        sweep(["--grid", "seed=1", "--no-such-option", "--dry-run"])
 
 
 @pytest.mark.parametrize(
@@ -101,7 +108,7 @@ def test_bad_sweep_grids_never_start(tmp_path, argv, message):
     out = tmp_path / "sweep"
     for extra in ([], ["--dry-run"]):
         with pytest.raises(CliError, match=message) as err:
-            sweep.main([*argv, "--out", str(out), *extra])
+            sweep([*argv, "--out", str(out), *extra])
         assert "\n" not in str(err.value)
         assert not out.exists()
 
@@ -109,31 +116,31 @@ def test_bad_sweep_grids_never_start(tmp_path, argv, message):
 def test_bad_sweep_grid_cli_exits_2_with_one_line_and_no_folder(tmp_path):
     out = tmp_path / "sweep"
     res = subprocess.run(
-        [sys.executable, "-m", "runners.sweep", "--grid", "track=Q", "--out", str(out)],
+        [sys.executable, "-m", "runners.study", "sweep", "--grid", "track=Q", "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )
     assert res.returncode == 2, res
     assert res.stderr.strip().splitlines() == [
-        "python -m runners.sweep: error: run track-Q: --track: expected one of "
+        "python -m runners.study sweep: error: run track-Q: --track: expected one of "
         "'A', 'B', 'C', 'D', 'E', got 'Q'"]
     assert not out.exists() and not list(tmp_path.iterdir())
 
 
-def test_reproduce_checks_its_runs_before_writing_anything(tmp_path):
-    from runners import reproduce
-
+def test_the_paper_study_checks_its_runs_before_writing_anything(tmp_path):
     out = tmp_path / "repro"
     with pytest.raises(CliError, match="kappa: must be > 0"):
-        reproduce.main(["--out", str(out), "--preset", "tiny", "--steps", "20",
-                        "--kappa", "-1"])
+        study.main(["paper", "--out", str(out), "--preset", "tiny", "--steps", "20",
+                    "--kappa", "-1"])
     with pytest.raises(CliError, match="--lambda-reg expects FLOAT"):
-        reproduce.main(["--out", str(out), "--preset", "tiny", "--lambda-reg", "x"])
+        study.main(["paper", "--out", str(out), "--preset", "tiny", "--lambda-reg", "x"])
+    with pytest.raises(CliError, match=f"--data {tmp_path / 'no.zarr'} does not exist"):
+        study.main(["paper", "--out", str(out), "--data", str(tmp_path / "no.zarr")])
     assert not out.exists()
 
 
 def test_dry_run_lists_points_and_their_arguments(tmp_path, capsys):
-    assert sweep.main(["--grid", "track=A,C", "seed=1", "--out", str(tmp_path), "--dry-run",
-                       *TINY]) == 0
+    assert sweep(["--grid", "track=A,C", "seed=1", "--out", str(tmp_path), "--dry-run",
+                  *TINY]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2
     assert out[0].startswith("new") and "track-A_seed-1:" in out[0]
@@ -195,7 +202,7 @@ def _metrics_steps(run_dir: str | Path) -> np.ndarray:
 def test_local_sweep_runs_skips_finished_runs_and_aggregates(tmp_path, capsys):
     out = tmp_path / "sweep"
     argv = ["--grid", "track=A,C", "seed=1", "--out", str(out), "--workers", "2", *TINY]
-    assert sweep.main(argv) == 0
+    assert sweep(argv) == 0
     for name in ("track-A_seed-1", "track-C_seed-1"):
         run = out / name
         assert backends.is_finished(run)
@@ -211,7 +218,7 @@ def test_local_sweep_runs_skips_finished_runs_and_aggregates(tmp_path, capsys):
     assert all(np.isfinite(r["peak"]) for r in payload["runs"])
     # The same command again: nothing runs, the same table comes back.
     stamp = (out / "track-A_seed-1" / "summary.json").stat().st_mtime_ns
-    assert sweep.main(argv) == 0
+    assert sweep(argv) == 0
     again = capsys.readouterr().out
     assert again.count("already finished") == 2 and "started" not in again
     assert (out / "track-A_seed-1" / "summary.json").stat().st_mtime_ns == stamp
@@ -284,7 +291,7 @@ def test_ray_backend_runs_the_same_runs_and_aggregates(tmp_path):
         backend.shutdown()
     assert not ray.is_initialized()
     recs = [runs.load_run(s.run_dir, p.params) for p, s in zip(points, specs, strict=True)]
-    rows = aggregate.group_table(recs, ["track"])
+    rows = runs.group_table(recs, ["track"])
     assert [(r["track"], r["runs"], r["finished"]) for r in rows] == [("A", 1, 1), ("C", 1, 1)]
     assert all(np.isfinite(r["peak"].mean) for r in rows)
 
@@ -294,8 +301,8 @@ def test_a_stacked_sweep_trains_each_points_seeds_as_one(tmp_path, capsys):
     <name without the seed>-s<seed>); the table aggregates them as any sweep's."""
     worlds = ["--protocol", "worlds", "--preset", "tiny", "--steps", "20", "--eval-every", "10",
               "--checkpoint-every", "10", "--device", "cpu", "--precision", "fp32", "--eval-shift-test", "8", "--eval-world-seqs", "4", "--eval-worlds", "2", "--episode-steps", "21", "40", "--final-ns", "0", "5"]  # fmt: skip
-    assert sweep.main(["--grid", "track=A,C", "seed=1,2", "--out", str(tmp_path), "--stack",
-                       *worlds]) == 0  # fmt: skip
+    assert sweep(["--grid", "track=A,C", "seed=1,2", "--out", str(tmp_path), "--stack",
+                  *worlds]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "2 stacked set(s) of 4 run(s)" in out
     names = sorted(p.name for p in tmp_path.iterdir() if p.is_dir() and p.name != "logs")
@@ -304,11 +311,11 @@ def test_a_stacked_sweep_trains_each_points_seeds_as_one(tmp_path, capsys):
     table = json.loads((tmp_path / "sweep.json").read_text())
     assert len(table["runs"]) == 4 and len(table["groups"]) == 2
     with pytest.raises(CliError, match="add seed=... to --grid"):
-        sweep.main(["--grid", "track=A,C", "--out", str(tmp_path / "x"), "--stack", *worlds])
+        sweep(["--grid", "track=A,C", "--out", str(tmp_path / "x"), "--stack", *worlds])
     # --workers 2: the two sets at once, each a job of the backend: the same runs, bit for bit
     two = tmp_path / "two"
-    assert sweep.main(["--grid", "track=A,C", "seed=1,2", "--out", str(two), "--stack",
-                       "--workers", "2", *worlds]) == 0  # fmt: skip
+    assert sweep(["--grid", "track=A,C", "seed=1,2", "--out", str(two), "--stack",
+                  "--workers", "2", *worlds]) == 0  # fmt: skip
     assert "2 stacked set(s) of 4 run(s): 0 finished, 0 to resume, 4 to start; local: 2 worker(s)" \
         in capsys.readouterr().out
     for name in names:

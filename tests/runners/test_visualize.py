@@ -7,7 +7,6 @@ worlds protocol's, the default, with the tiny preset).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -38,7 +37,7 @@ def fake_app(
 ) -> App:
     world = FakeWorld(worlds=protocol == "worlds")
     drivers = [FakeDriver(t, world) for t in tracks]
-    return App(drivers, AppConfig(protocol=protocol, **kw), surface)  # type: ignore[arg-type]
+    return App(drivers, AppConfig(many_worlds=protocol == "worlds", **kw), surface)  # type: ignore[arg-type]
 
 
 def test_history_rolls_and_keeps_window() -> None:
@@ -192,7 +191,6 @@ def test_cli_keys_quit_and_resume(tmp_path: Path) -> None:
         *SMALL_EVAL,
     ]
     session = visualize.setup(argv, log=lambda _: None)
-    session.app.cfg.on_checkpoint = session.save_state
     app = session.app
     for _ in range(6):
         app.advance()
@@ -305,8 +303,15 @@ def test_cli_worlds_scripted_switch_holds_every_stream(tmp_path: Path) -> None:
     assert a.feed.stream_physics() == c.feed.stream_physics() == o.feed.stream_physics()
     assert (o.cfg.agent.track, o.cfg.agent.oracle) == ("C", True)  # the ceiling
     assert [d.name for d in app.drivers] == ["A", "C", "oracle"]
-    assert json.loads((tmp_path / "w" / "viz.json").read_text())["tracks"] == ["A", "C", "oracle"]
+    # The session folder: a run folder a track (the ceiling's too), nothing else.
+    assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["A", "C", "oracle"]
+    assert all(lp.folder.root.parent == tmp_path / "w" and lp.folder.is_run() for lp in session.loops)
     session.run()
+    from agent.checkpoint import read_checkpoint
+
+    for loop in session.loops:  # each checkpoint keeps the view: its tracks, G's target, switches
+        view = read_checkpoint(loop.folder.latest)["extra"]["view"]
+        assert view == {"tracks": ["A", "C", "oracle"], "target": [0.3, 45.0], "switches": [[20, 0.3]]}
     assert app.step == 40 and app.switches == [(20, 0.3)] and app.held
     assert app.snapshot().tracks[1].wrong_world is None  # held: one world, no other memory
     assert np.allclose(app.snapshot().world.streams, SWITCH_WORLD)
@@ -333,10 +338,9 @@ def test_cli_worlds_key_g_and_resume_in_the_held_world(tmp_path: Path) -> None:
 
     from runners import visualize
 
-    argv = ["--headless", "--tracks", "A", "C", "--steps", "200", "--out", str(tmp_path),
+    argv = ["--headless", "--tracks", "C", "A", "--steps", "200", "--out", str(tmp_path),
             "--name", "k", *TINY_WORLDS]  # fmt: skip
     session = visualize.setup(argv, log=lambda _: None)
-    session.app.cfg.on_checkpoint = session.save_state
     app = session.app
     loops = session.loops
 
@@ -370,12 +374,13 @@ def test_cli_worlds_key_g_and_resume_in_the_held_world(tmp_path: Path) -> None:
     pygame.display.quit()
 
     root = tmp_path / "k"
-    assert json.loads((root / "viz.json").read_text())["protocol"] == "worlds"
+    assert sorted(p.name for p in root.iterdir()) == ["A", "C", "oracle"]
     again = visualize.setup(
         ["--headless", "--resume", str(root), "--steps", "16", "--draw-every", "2"],
         log=lambda _: None,
     )
     app = again.app
+    assert [d.name for d in app.drivers] == ["C", "A", "oracle"]  # the session's order
     assert app.worlds and app.step == 12 and app.held
     assert app.switches == [(6, 0.3), (8, 0.0), (10, 0.3)]
     assert app.snapshot().world.target == SWITCH_WORLD

@@ -17,7 +17,7 @@ from agent import AgentConfig
 from agent.checkpoint import learner_from_checkpoint as checkpoint_learner
 from runners.cli import CliError
 from runners.online.command import build_config, config_from_dict
-from runners.online.config import WORLDS_AGENT, flat
+from runners.online.config import Worlds
 from runners.online.feeds import make_scheduled_feed
 from runners.online.plots import DPI
 from runners.online.summary import since_switch
@@ -31,7 +31,7 @@ def test_worlds_is_the_default_and_paper_one_flag_away() -> None:
     w = build_config([])
     assert w.protocol.kind == "worlds" and w.schedule.final_ns == WORLDS_FINAL_NS
     assert w.schedule.best_min_sigma == 0.2  # the collapse guard of best.pt
-    for k, v in WORLDS_AGENT.items():
+    for k, v in Worlds.learner.items():
         assert getattr(w.agent, k) == v, k
     assert family_of(w.shift_physics) == "interp"  # the default switch is held out
     p = build_config(["--protocol", "paper"])
@@ -64,15 +64,8 @@ def test_worlds_bad_options(argv: list[str], message: str) -> None:
         build_config(argv)
 
 
-def test_old_config_json_reads_as_the_paper_protocol() -> None:
-    saved = flat(build_config(["--protocol", "paper", "--steps", "90"]).to_dict())
-    del saved["protocol"]  # flat, written before the worlds protocol existed
-    again = config_from_dict(json.loads(json.dumps(saved)))
-    assert again.protocol.kind == "paper" and again.schedule.steps == 90
-
-
 def test_switch_starts_every_stream_anew_in_the_held_world_for_good() -> None:
-    cfg = AgentConfig.from_preset("tiny", track="C", **{**WORLDS_AGENT, "push_pair": "input"})
+    cfg = AgentConfig.from_preset("tiny", track="C", **{**Worlds.learner, "push_pair": "input"})
     world = make_scheduled_feed(6, "train", (21, 40), cfg, "cpu", seed=3)
     for _ in range(5):
         world.next()
@@ -100,7 +93,7 @@ def test_switch_starts_every_stream_anew_in_the_held_world_for_good() -> None:
 
 
 def test_world_sets_are_deterministic_and_held_out() -> None:
-    cfg = AgentConfig.from_preset("tiny", track="C", **{**WORLDS_AGENT, "push_pair": "input"})
+    cfg = AgentConfig.from_preset("tiny", track="C", **{**Worlds.learner, "push_pair": "input"})
     shift = env.PhysicsParams(gravity=0.3, gravity_direction=45.0)
 
     def sets(seed: int):
@@ -143,10 +136,8 @@ def _final_probes(run: Path) -> dict[str, dict[str, float]]:
     """probes.digits.probe_report of the run's latest checkpoint on the evaluation worlds its
     config draws: fit on the training-family worlds' sequences, scored on the held-out ones'."""
     from probes.digits import ProbeSet, probe_report
-    from runners.online.parts import make_evaluator
-
     cfg = config_from_dict(json.loads((run / "config.json").read_text()))
-    sets = make_evaluator(cfg).sets
+    sets = cfg.protocol.evaluator(cfg).sets
     learner = checkpoint_learner(run / "checkpoints" / "latest.pt")
     assert learner.step == cfg.schedule.steps
 
@@ -188,7 +179,7 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
     for latent, row in final.items():
         assert probes[latent] == pytest.approx(row, rel=1e-6, abs=1e-9), latent
     assert "linear probes of the digits' state" in res.stdout
-    ref = held["reference"]  # agent.adaptation.reference_check, per family
+    ref = held["reference"]  # agent.evaluation.reference_check, per family
     assert set(ref) == {"interp", "extrap"}
     k = len(held["horizons"]) + 1  # per horizon, then the mean
     assert all(set(r) == {"d", "d_target_ref", "d_future_online"} for r in ref.values())
@@ -239,29 +230,26 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
     assert alone.returncode == 0, alone.stderr
     assert "held-out worlds at step" in alone.stdout
     assert held["gravity_probe"]["peers"] == 1  # the tiny preset's worlds of 2 streams
-    # A run of the retired study preset (the map encoder, the conv predictor: docs/archive.md)
-    # is refused in one line, never a traceback: its folder and its checkpoint on their own
-    # (the checkpoint's config), and its --resume (config.json).
+    # A run of an earlier version is refused in one line naming its version, never a
+    # traceback: its folder and its checkpoint on their own, and its --resume (config.json).
     old = tmp_path / "old"
     shutil.copytree(tmp_path / "w", old)
     saved = json.loads((old / "config.json").read_text())
-    saved["preset"] = "study"
-    saved["agent"].update(encoder="map", predictor="conv")
-    (old / "config.json").write_text(json.dumps(saved))
+    (old / "config.json").write_text(json.dumps({**saved, "version": 1}))
     ckpt = old / "checkpoints" / "latest.pt"
     payload = torch.load(ckpt, weights_only=False)
-    payload["config"].update(encoder="map", predictor="conv")
-    torch.save(payload, ckpt)
-    removed = "encoder: this option was removed (docs/archive.md); the config uses encoder='map'"
+    torch.save({**payload, "format_version": 1}, ckpt)
+    said = ("was written by version 1 of this project, this is version 2: use it with the code of "
+            "its version")
     for args in ([str(old)], [str(ckpt)]):
         refused = cli("evaluate", *args, "--n", "0")
         assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
         lines = refused.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].endswith(f"error: {ckpt}: {removed}"), lines
+        assert len(lines) == 1 and lines[0].endswith(f"error: {ckpt}: the checkpoint {said}"), lines
     resumed = cli("train_online", "--resume", str(old))
     assert resumed.returncode == 2 and "Traceback" not in resumed.stderr, resumed.stderr
     lines = resumed.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].endswith(f"error: {removed} (in config.json)"), lines
+    assert len(lines) == 1 and lines[0].endswith(f"error: config.json {said}"), lines
 
 
 def test_stream_error_since_the_switch_is_binned_exactly() -> None:
@@ -276,20 +264,16 @@ def test_stream_error_since_the_switch_is_binned_exactly() -> None:
 
 
 def test_families_from_the_command_line_reach_the_streams_and_the_evaluation() -> None:
-    from runners.online.config import world_families
-    from runners.online.feeds import make_feed
-    from runners.online.parts import make_evaluator
-
     cfg = build_config([*TINY_WORLDS, "--extrap-gravity", "0.85", "0.95", "--train-arcs",
                         "80", "100", "--interp-restitution", "0.8", "0.9"])  # fmt: skip
-    fams = world_families(cfg.protocol)
+    fams = cfg.protocol.families()
     assert fams["extrap"].gravity == (0.85, 0.95) and fams["train"].arcs == ((80.0, 100.0),)
-    sets = make_evaluator(cfg).sets
+    sets = cfg.protocol.evaluator(cfg).sets
     assert [w.family for w in sets.held_out] == ["interp"] * 2 + ["extrap"] * 2
     for w in sets.held_out[2:]:
         assert 0.85 <= float(np.hypot(*w.physics[:2])) <= 0.95
     for w in sets.held_out[:2]:
         assert 0.8 <= float(w.physics[2]) <= 0.9  # restitution
-    world = make_feed(cfg, torch.device("cpu"))
+    world = cfg.protocol.feed(cfg, torch.device("cpu"))
     for p in world.stream_physics():  # the training worlds point within 10 degrees of down
         assert fams["train"].contains(p) and 80 <= p.gravity_direction <= 100

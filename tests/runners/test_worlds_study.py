@@ -13,7 +13,7 @@ from cli_helpers import TINY_WORLDS, assert_one_line_error, cli
 
 from runners.cli import CliError
 from runners.studies import stats
-from runners.studies import worlds_report as ws
+from runners.studies import worlds as ws
 
 NS = (0, 1, 5, 10, 25, 50)
 
@@ -107,7 +107,7 @@ def test_study_runs_every_arm_writes_the_report_and_skips_finished_runs(tmp_path
     out = tmp_path / "study"
     args = ["--tracks", "A", "B", "C", "--seeds", "3", "--preset", "tiny", "--steps", "30",
             "--out", str(out), "--workers", "2", "--threads", "1", *TINY_WORLDS[2:]]
-    res = cli("worlds_study", *args)
+    res = cli("study", "worlds", *args)
     assert res.returncode == 0, res.stderr
     assert "4 run(s): 0 finished" in res.stdout
     runs = out / "runs" / "tiny-30"
@@ -141,19 +141,20 @@ def test_study_runs_every_arm_writes_the_report_and_skips_finished_runs(tmp_path
               and line.count("x |") == len(blind)]  # the arm's D^50 over perfect physics
     assert row.endswith(" | ".join(f"{d / b:.2f}x" for d, b in zip(d_a, blind, strict=True)) + " |")
     assert (out / "figures" / "held_out_curves.png").read_bytes()[:4] == b"\x89PNG"
-    again = cli("worlds_study", *args)
+    again = cli("study", "worlds", *args)
     assert again.returncode == 0, again.stderr
     assert "4 run(s): 4 finished" in again.stdout
     assert json.loads((out / "report.json").read_text())["metrics"] == report["metrics"]
-    rebuilt = cli("worlds_study", *args, "--report-only")
+    rebuilt = cli("study", "worlds", *args, "--report-only")
     assert rebuilt.returncode == 0, rebuilt.stderr
     meta = json.loads((out / "report.json").read_text())["meta"]
     assert len(meta["commands"]) == 2 and meta["commands"][1].endswith("--report-only")
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--protocol", "paper"], "--protocol is fixed by the study; use worlds_study's options"),
-    (["--oracle"], "the oracle is an arm of the study; use --oracle-track"),
+    (["--protocol", "paper"], "--protocol is set by the study; use its own options"),
+    (["--track", "B"], "--track is set by the study; use --tracks"),
+    (["--oracle"], "--oracle is set by the study; use --oracle-track"),
     (["--steps", "0"], "--steps must be at least 1"),
     (["--episode-steps", "5", "10"],
      "run track-A_seed-42: episode_steps must be LOW HIGH with 21 <= LOW <= HIGH, got 5 10"),
@@ -162,9 +163,9 @@ def test_bad_study_options_fail_in_one_line_before_anything_runs(
     tmp_path: Path, extra: list[str], message: str
 ) -> None:
     """Exit status 2 and exactly the one line ``<prog>: error: MESSAGE`` on stderr."""
-    res = cli("worlds_study", "--preset", "tiny", "--out", str(tmp_path / "s"), *extra)
-    line = assert_one_line_error(res, module="worlds_study")
-    assert line == f"python -m runners.worlds_study: error: {message}"
+    res = cli("study", "worlds", "--preset", "tiny", "--out", str(tmp_path / "s"), *extra)
+    line = assert_one_line_error(res, module="study worlds")
+    assert line == f"python -m runners.study worlds: error: {message}"
     assert not (tmp_path / "s").exists()
 
 
@@ -175,7 +176,7 @@ def test_a_stacked_study_trains_each_arms_seeds_as_one_and_skips_them_after(tmp_
     args = ["--tracks", "A", "C", "--oracle-track", "none", "--seeds", "3", "4", "--preset",
             "tiny", "--steps", "30", "--out", str(out), "--stack", "--precision", "fp32",
             *TINY_WORLDS[2:]]  # fmt: skip
-    res = cli("worlds_study", *args)
+    res = cli("study", "worlds", *args)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "2 stacked set(s) of 4 run(s)" in res.stdout
     runs = out / "runs" / "tiny-30"
@@ -187,7 +188,7 @@ def test_a_stacked_study_trains_each_arms_seeds_as_one_and_skips_them_after(tmp_
         assert json.loads((runs / name / "stack.json").read_text())["runs"][0].endswith("-s3")
     report = json.loads((out / "report.json").read_text())
     assert report["missing"] == []
-    again = cli("worlds_study", *args)
+    again = cli("study", "worlds", *args)
     assert again.returncode == 0, again.stderr
     assert again.stdout.count("started") == 0 and "report:" in again.stdout
     assert "4 finished, 0 to resume, 0 to start" in again.stdout

@@ -1,9 +1,22 @@
-"""The worlds-protocol study's numbers, figure and report (``python -m runners.worlds_study``).
+"""The study ``worlds``: the comparison the paper could not make, tracks A-E and the oracle on
+the worlds protocol.
 
-Each finished ``train_online`` run of the worlds protocol leaves, in ``summary.json``, its
-held-out adaptation curves: D^n on worlds of the ``interp`` and ``extrap`` families, from an
-empty memory plus n entries of the world's own stream (``own``), of other sequences in the same
-world (``same``) or of another held-out world (``wrong``). From one run per arm and seed:
+    python -m runners.study worlds                        # tracks A-E + oracle x seeds 42 43 44
+    python -m runners.study worlds --tracks A B C --seeds 0 1 2 --workers 2
+    python -m runners.study worlds --device cuda --stack  # on a GPU: each arm's seeds stacked
+
+Every arm is one ``python -m runners.train_online`` run of its default worlds protocol (training
+across drawn worlds of the ``train`` family, every stream switched to a held-out world, the
+weights frozen) with one track, and the oracle is track C's pathway fed the true physics
+(``--oracle``); track A and the oracle are arms of their own, so no run trains its own bounds.
+The runs live in ``OUT/runs/<preset>-<steps>/``; with ``--stack`` each arm's seeds train as one
+stacked run (``train_online --stack-seeds``) in folders ``<arm>-s<seed>``, a job of the backend
+as a single run is.
+
+``OUT/report.md`` reads each finished run's held-out adaptation curves from its
+``summary.json``: D^n on worlds of the ``interp`` and ``extrap`` families, from an empty memory
+plus n entries of the world's own stream (``own``), of other sequences in the same world
+(``same``) or of another held-out world (``wrong``). From one run per arm and seed:
 
 - ``D_arm^n(family)``: mean over seeds of the own-memory curve; ``all`` is the mean of the two
   families (each has the same number of worlds).
@@ -26,21 +39,76 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from agent import tracks
-from runners.cli import CliError, writing
-from runners.studies import stats
-from runners.studies.report import jsonable, study_header
+from agent.config import TRACKS, Track
+from runners.cli import CliError
+from runners.studies import grid, launch, stats
+from runners.studies.figures import save
 from runners.studies.runs import HEADLINE_N
+from runners.studies.stats import num, pct
 from runners.style import TRACK_COLORS, pyplot
+
+#: The train_online options the study sets itself, with its own option to use instead.
+OWNED = {"--protocol": "", "--track": "--tracks", "--seed": "--seeds",
+         "--oracle": "--oracle-track", "--no-oracle": "--oracle-track"}
+
+
+@dataclass
+class Options(launch.Seeded):
+    """Tracks A-E and the oracle on the worlds protocol (held-out worlds, own / same / wrong
+    memory), then OUT/report.md. Any other option (e.g. --device cuda, --context-frames 3) is
+    passed to every run of runners.train_online."""
+
+    out: str = "worlds-study"
+    """output folder"""
+    tracks: tuple[Track, ...] = TRACKS
+    """tracks to run (default: all five)"""
+    oracle_track: Literal["B", "C", "D", "E", "none"] = "C"
+    """the pathway the oracle feeds the true physics into (none = no oracle arm)"""
+    stack: bool = False
+    """each arm's seeds as one stacked run (train_online --stack-seeds), each arm a job of the backend (--workers N arms at once, each a process of its own); for one GPU (with --device cuda); its runs live under names of their own (<arm>-s<seed>)"""
+
+
+def plan(opts: Options, passthrough: Sequence[str]) -> launch.Plan:
+    """Every arm's runs, arms in order, seeds inside, each labelled (arm, seed)."""
+    if opts.steps is not None and opts.steps < 1:
+        raise CliError("--steps must be at least 1")
+    arms = [(t, (("track", t),), ()) for t in dict.fromkeys(opts.tracks)]
+    if opts.oracle_track != "none":
+        arms.append((ORACLE, (("track", opts.oracle_track),), (("oracle", "true"),)))
+    labels = [(arm, seed) for arm, _, _ in arms for seed in opts.seed_list()]
+    points = [grid.Point((*head, ("seed", seed), *tail))
+              for _, head, tail in arms for seed in opts.seed_list()]
+    common = ["--protocol", "worlds", "--preset", opts.preset, "--no-bounds",
+              *opts.steps_args(), *passthrough]
+    specs, jobs = launch.plan_points(points, opts.group(), common, opts.stack)
+    return launch.Plan(list(zip(labels, specs, strict=True)), jobs)
+
+
+def report(opts: Options, plan: launch.Plan, commands: list[str]) -> Path:
+    """``OUT/report.md`` of the finished runs, the others named as missing."""
+    runs, missing = launch.collect(
+        plan, opts.out, lambda label, run_dir: load_worlds_run(run_dir, *label))
+    oracle = [f"oracle (track {opts.oracle_track})"] if opts.oracle_track != "none" else []
+    meta = {
+        "protocol": "worlds (train_online's default): training across worlds of the train "
+                    "family, every stream switched to a held-out world, weights frozen",
+        **opts.meta(),
+        "arms": " ".join([*dict.fromkeys(opts.tracks), *oracle]),
+        "evaluation": "held-out interp / extrap worlds at the end of the run: D^n from an empty "
+                      "memory plus n own / same-world / wrong-world entries",
+        "commands": commands,
+    }
+    return write_report(opts.out, runs, meta, missing, title="EPM-JEPA worlds-protocol study")
+
 
 #: The families a worlds run reports, and their pooled mean.
 FAMILIES = ("interp", "extrap")
 POOLED = "all"
-#: The memory size of the headline numbers.
 #: The issue's targets (reported as met or not, never tuned to).
 TARGETS = {"oracle_gain": 0.25, "memory_drop": 0.20, "oracle_share": 0.5}
 #: Below this oracle gain the oracle share is not reported (a ratio of two noises).
@@ -133,12 +201,6 @@ def _blind(pp: dict[str, Any] | None) -> dict[str, Any]:
     return {"blind": blind, "blind_per_h": np.asarray(fams["pooled"]["blind"][:-1], np.float64)}
 
 
-def _mean(values: Sequence[float]) -> float:
-    x = np.asarray(values, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    return float(x.mean()) if x.size else math.nan
-
-
 def _ratio(num: float, den: float) -> float:
     if not (np.isfinite(num) and np.isfinite(den)) or den == 0.0:
         return math.nan
@@ -176,7 +238,7 @@ def _arm_d(arms: Mapping[str, list[WorldsRun]], arm: str, fam: str, mem: str = "
            n: int = HEADLINE_N) -> float:  # fmt: skip
     """D^n of one arm, family and memory: the mean over the arm's seeds (NaN: none)."""
     rs = arms.get(arm, [])
-    return _mean([r.at(fam, mem, n) for r in rs])
+    return stats.finite_mean([r.at(fam, mem, n) for r in rs])
 
 
 def _family_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[str],
@@ -279,7 +341,7 @@ def peer_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[str]
                     "wrong_gap": _ratio(wrong - peer, peer),
                     **_gravity_numbers(r, fam),
                 }
-            mean = {k: _mean([v[k] for v in per_seed.values()]) for k in next(iter(
+            mean = {k: stats.finite_mean([v[k] for v in per_seed.values()]) for k in next(iter(
                 per_seed.values()))} if per_seed else {}
             if mean:  # shares of seed means, as the own-memory table
                 mean["share"] = (_ratio(mean["d_A"] - mean["peer"], mean["d_A"] - mean["d_oracle"])
@@ -313,14 +375,6 @@ def _target(value: float, goal: float) -> dict[str, Any]:
     return {"value": value, "goal": goal, "met": bool(np.isfinite(value) and value >= goal)}
 
 
-def _pct(x: float) -> str:
-    return "-" if not np.isfinite(x) else f"{100 * x:+.2f}%"
-
-
-def _f(x: float) -> str:
-    return "-" if not np.isfinite(x) else f"{x:.4f}"
-
-
 def _ms(block: Mapping[str, Any] | None) -> str:
     if not block:
         return "-"
@@ -340,9 +394,8 @@ def fig_curves(runs: Sequence[WorldsRun], path: Path, memory: str = "same") -> P
     """D^n over n per arm (mean +- std over seeds): the switch world, then each held-out family
     with ``memory`` (default the peer memory, ``same``; the floor and the ceiling read none);
     the memory tracks' wrong-world control dashed."""
-    plt = pyplot()
     panels = [("switch world (own memory)", None), *((f"held-out {f}", f) for f in FAMILIES)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), sharey=False)
+    fig, axes = pyplot().subplots(1, len(panels), figsize=(5 * len(panels), 4), sharey=False)
     arms: dict[str, list[WorldsRun]] = {}
     for r in runs:
         arms.setdefault(r.arm, []).append(r)
@@ -382,12 +435,7 @@ def fig_curves(runs: Sequence[WorldsRun], path: Path, memory: str = "same") -> P
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("D^n (1 = no change)")
     axes[-1].legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with writing(path):
-        fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=110)
 
 
 def perfect_physics_lines(arms: Mapping[str, Any], order: Sequence[str],
@@ -465,14 +513,14 @@ def memory_lines(result: Mapping[str, Any]) -> list[str]:
              "sequence's own history).", ""]
     for fam in result["families"]:
         m = result["metrics"][fam]
-        lines += [f"**{fam}**: D_A {_f(m['d_A'])}, D_oracle {_f(m['d_oracle'])}, "
-                  f"oracle gain {_pct(m['oracle_gain'])}", "",
+        lines += [f"**{fam}**: D_A {num(m['d_A'])}, D_oracle {num(m['d_oracle'])}, "
+                  f"oracle gain {pct(m['oracle_gain'], '+')}", "",
                   "| track | D^0 | D^50 | memory drop | oracle share | wrong-world gap | "
                   "same-world gap |", "|---|---|---|---|---|---|---|"]
         for arm, t in sorted(m["tracks"].items()):
             share = "-" if not np.isfinite(t["oracle_share"]) else f"{t['oracle_share']:.2f}"
-            lines.append(f"| {arm} | {_f(t['d0'])} | {_f(t['d50'])} | {_pct(t['memory_drop'])} | "
-                         f"{share} | {_pct(t['wrong_gap'])} | {_pct(t['same_gap'])} |")
+            lines.append(f"| {arm} | {num(t['d0'])} | {num(t['d50'])} | {pct(t['memory_drop'], '+')} | "
+                         f"{share} | {pct(t['wrong_gap'], '+')} | {pct(t['same_gap'], '+')} |")
         lines.append("")
     return lines
 
@@ -485,8 +533,8 @@ def delta_lines(result: Mapping[str, Any]) -> list[str]:
         m = result["metrics"][fam]
         tb, tc = m["tracks"].get(tracks.INPUT, {}), m["tracks"].get(tracks.WEIGHTS, {})
         oc = m["outcome"]
-        lines.append(f"| {fam} | {_f(tb.get('d50', math.nan))} | {_f(tc.get('d50', math.nan))} | "
-                     f"{_pct(m['delta'])} | {oc}: "
+        lines.append(f"| {fam} | {num(tb.get('d50', math.nan))} | {num(tc.get('d50', math.nan))} | "
+                     f"{pct(m['delta'], '+')} | {oc}: "
                      f"{stats.OUTCOME_TEXT.get(oc, 'needs B and C')} |")
     return lines
 
@@ -498,13 +546,13 @@ def targets_lines(result: Mapping[str, Any]) -> list[str]:
     return ["", "## The issue's targets (held-out worlds pooled)", "",
             "| target | goal | measured | met |", "|---|---|---|---|",
             f"| knowing the world matters: oracle gain | >= 25% | "
-            f"{_pct(tg['oracle_gain']['value'])} | {_yes(tg['oracle_gain']['met'])} |",
+            f"{pct(tg['oracle_gain']['value'], '+')} | {_yes(tg['oracle_gain']['met'])} |",
             f"| memory adapts: best memory track ({best}) D^50 below D^0 | >= 20% | "
-            f"{_pct(tg['memory_drop']['value'])} | {_yes(tg['memory_drop']['met'])} |",
+            f"{pct(tg['memory_drop']['value'], '+')} | {_yes(tg['memory_drop']['met'])} |",
             f"| ... recovering the oracle's gain (share) | >= 0.50 | "
-            f"{_f(tg['oracle_share']['value'])} | {_yes(tg['oracle_share']['met'])} |",
+            f"{num(tg['oracle_share']['value'])} | {_yes(tg['oracle_share']['met'])} |",
             f"| wrong-world memory worse than own | > 0, every seed | "
-            f"{_pct(tg['wrong_worse']['value'])} | "
+            f"{pct(tg['wrong_worse']['value'], '+')} | "
             f"{_yes(tg['wrong_worse']['met'])} |", ""]
 
 
@@ -540,15 +588,15 @@ def peer_lines(peer: Mapping[str, Any]) -> list[str]:
         for arm, row in sorted(block["tracks"].items()):
             m = row["mean"]
             share = "-" if not np.isfinite(m["share"]) else f"{m['share']:.2f}"
-            lines.append(f"| {arm} | {_f(m['d_A'])} | {_f(m['d_oracle'])} | {_f(m['peer'])} | "
-                         f"{_f(m['own'])} | {_f(m['wrong'])} | {share} | "
-                         f"{_pct(m['wrong_gap'])} | {_probe(m, 'gravity')} | "
+            lines.append(f"| {arm} | {num(m['d_A'])} | {num(m['d_oracle'])} | {num(m['peer'])} | "
+                         f"{num(m['own'])} | {num(m['wrong'])} | {share} | "
+                         f"{pct(m['wrong_gap'], '+')} | {_probe(m, 'gravity')} | "
                          f"{_probe(m, 'entries')} |")
         oc = block["outcome"]
         lines.append("")
         if np.isfinite(block["delta"]):  # tracks B and C both ran
             lines += [f"Pre-registered delta (D_B - D_C) / D_B on peer memory: "
-                      f"{_pct(block['delta'])}, {oc}: {stats.OUTCOME_TEXT.get(oc, '')}.", ""]
+                      f"{pct(block['delta'], '+')}, {oc}: {stats.OUTCOME_TEXT.get(oc, '')}.", ""]
     best = peer["best"]
     seeds = peer["families"][POOLED]["tracks"][best]["per_seed"]
     lines += [f"Per seed, pooled, the best memory track by peer D^50 ({best}):", "",
@@ -556,8 +604,8 @@ def peer_lines(peer: Mapping[str, Any]) -> list[str]:
               "gravity probe, entries |", "|---|---|---|---|---|---|---|---|"]
     for seed, v in seeds.items():
         share = "-" if not np.isfinite(v["share"]) else f"{v['share']:.2f}"
-        lines.append(f"| {seed} | {_f(v['d_A'])} | {_f(v['d_oracle'])} | {_f(v['peer'])} | "
-                     f"{_f(v['wrong'])} | {share} | {_probe(v, 'gravity')} | "
+        lines.append(f"| {seed} | {num(v['d_A'])} | {num(v['d_oracle'])} | {num(v['peer'])} | "
+                     f"{num(v['wrong'])} | {share} | {_probe(v, 'gravity')} | "
                      f"{_probe(v, 'entries')} |")
     t = peer["targets"]
     lines += ["", "## The group-memory targets (pooled held-out worlds, every seed)", "",
@@ -575,9 +623,9 @@ def peer_lines(peer: Mapping[str, Any]) -> list[str]:
 def _probe(row: Mapping[str, float], prefix: str) -> str:
     """A gravity probe cell: direction cosine (mean error) / strength R^2 / worlds identified."""
     deg = row[f"{prefix}_direction_deg"]
-    return (f"{_f(row[f'{prefix}_direction_cos'])} ("
+    return (f"{num(row[f'{prefix}_direction_cos'])} ("
             + ("-" if not np.isfinite(deg) else f"{deg:.0f} deg")
-            + f") / {_f(row[f'{prefix}_strength_r2'])} / {_f(row[f'{prefix}_identified'])}")
+            + f") / {num(row[f'{prefix}_strength_r2'])} / {num(row[f'{prefix}_identified'])}")
 
 
 def _yes(met: bool) -> str:
@@ -588,7 +636,7 @@ def write_report(out_dir: str | Path, runs: Sequence[WorldsRun], meta: Mapping[s
                  missing: Sequence[str], title: str) -> Path:
     """``out_dir/report.md``, ``report.json`` and ``figures/held_out_curves.png``."""
     out_dir = Path(out_dir)
-    lines = study_header(title, meta, missing)
+    lines = launch.study_header(title, meta, missing)
     result: dict[str, Any] = {}
     if not runs:
         lines += ["No run has finished yet.", ""]
@@ -597,9 +645,4 @@ def write_report(out_dir: str | Path, runs: Sequence[WorldsRun], meta: Mapping[s
         fig_curves(runs, out_dir / "figures" / "held_out_curves.png")
         lines += ["![D^n over n per arm](figures/held_out_curves.png)", ""]
         lines += report_lines(result)
-    with writing(out_dir / "report.md"):
-        (out_dir / "report.md").write_text("\n".join(lines).rstrip() + "\n")
-    payload = {"meta": dict(meta), "missing": list(missing), **result}
-    with writing(out_dir / "report.json"):
-        (out_dir / "report.json").write_text(json.dumps(payload, indent=2, default=jsonable) + "\n")
-    return out_dir / "report.md"
+    return launch.write_files(out_dir, lines, {"meta": dict(meta), "missing": list(missing), **result})

@@ -1,14 +1,21 @@
-"""The gravity study's report: what the world is worth as a function of gravity's strength.
+"""The study ``gravity``: where the world matters, the worlds protocol with every family's
+gravity scaled, and its report: what the world is worth against gravity's strength.
 
-Each run is one ``train_online`` run of the worlds protocol with its bounds, its families'
-gravity ranges scaled by one factor. From its ``summary.json`` it takes, pooled over the
-held-out families at n = 50 (docs/definitions.md): perfect physics in the run's own latent
-(world-blind; world-blind and the world's own from the state two frames show, sharp and hedged,
-and what the world is worth between each pair), the floor (track A), the oracle, the chosen
-track's peer / wrong-world / own memory and the gravity probe on e_agg (the held-out families'
-mean direction error, strength R^2 and share of worlds identified). Per scale: the mean and
-standard deviation over seeds, the oracle's margin below the floor, and
-``OUT/figures/dose_response.png``.
+    python -m runners.study gravity                       # gravity x 0.5 1 1.5 2 2.5, seed 0
+    python -m runners.study gravity --scales 1 2 --seeds 0 1 2 --workers 2
+
+One ``python -m runners.train_online`` run (the worlds protocol with its bounds: the floor, the
+chosen track and the oracle on the same stream) per scale and seed, in
+``OUT/runs/<preset>-<steps>/gravity-<scale>_seed-<seed>``, with the training, interp and extrap
+families' gravity ranges and the mid-stream switch's gravity multiplied by the scale (directions,
+restitution and friction as they are). From each run's ``summary.json`` the report takes, pooled
+over the held-out families at n = 50 (docs/definitions.md): perfect physics in the run's own
+latent (world-blind; world-blind and the world's own from the state two frames show, sharp and
+hedged, and what the world is worth between each pair), the floor (track A), the oracle, the
+chosen track's peer / wrong-world / own memory and the gravity probe on e_agg (the held-out
+families' mean direction error, strength R^2 and share of worlds identified). Per scale: the
+mean and standard deviation over seeds, the oracle's margin below the floor, in
+``OUT/report.md`` and ``OUT/figures/dose_response.png``.
 """
 
 from __future__ import annotations
@@ -22,10 +29,86 @@ from typing import Any
 
 import numpy as np
 
-from runners.cli import writing
-from runners.studies import stats
-from runners.studies.report import jsonable, study_header
+from runners.cli import CliError
+from runners.online.config import Schedule
+from runners.online.presets import PRESETS
+from runners.online.protocols import Worlds
+from runners.studies import backends, launch, stats
+from runners.studies.figures import save
 from runners.style import pyplot
+
+#: The families whose gravity range the scale multiplies, by their train_online option.
+FAMILIES = {"train": "--train-gravity", "interp": "--interp-gravity", "extrap": "--extrap-gravity"}
+#: The train_online options the study sets itself, with its own option to use instead.
+OWNED = {"--protocol": "", "--seed": "--seeds", "--switch": "", "--no-switch": "",
+         "--bounds": "", "--no-bounds": "", **dict.fromkeys(FAMILIES.values(), "")}
+
+
+@dataclass
+class Options(launch.Seeded):
+    """The worlds protocol (floor, chosen track, oracle) with every family's gravity scaled, per
+    scale and seed, then OUT/report.md and OUT/figures/dose_response.png. Any other option (e.g.
+    --track D, --settle None) is passed to every run of runners.train_online."""
+
+    out: str = "gravity-study"
+    """output folder"""
+    seeds: tuple[int, ...] = (0,)
+    """seeds, one run per scale each"""
+    scales: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0, 2.5)
+    """factors on the train, interp and extrap families' gravity (and the switch's)"""
+
+
+def families(scale: float) -> dict[str, tuple[float, float]]:
+    """The families' gravity ranges (px/frame^2) at ``scale``: the worlds protocol's, scaled."""
+    base = Worlds()
+    return {name: (round(lo * scale, 6), round(hi * scale, 6)) for name, (lo, hi) in (
+        ("train", base.train_gravity), ("interp", base.interp_gravity),
+        ("extrap", base.extrap_gravity))}
+
+
+def scale_args(scale: float, steps: int) -> list[str]:
+    """train_online's options for ``scale``: the families' ranges and the scaled switch."""
+    args: list[str] = []
+    for name, (lo, hi) in families(scale).items():
+        args += [FAMILIES[name], f"{lo:g}", f"{hi:g}"]
+    physics = dict(Worlds.switch)
+    args += ["--switch", f"{steps * 2 // 3}:gravity={physics['gravity'] * scale:g},"
+                         f"direction={physics['gravity_direction']:g}"]
+    return args
+
+
+def plan(opts: Options, passthrough: Sequence[str]) -> launch.Plan:
+    """Every scale's runs, scales in order, seeds inside, each labelled (scale, seed)."""
+    if opts.steps is not None and opts.steps < 3:
+        raise CliError("--steps must be at least 3 (the switch is at 2/3)")
+    if not opts.scales or any(s <= 0 for s in opts.scales):
+        raise CliError("--scales must be positive numbers")
+    steps = opts.steps or PRESETS[opts.preset].schedule.get("steps", Schedule.steps)
+    group = opts.group().resolve()
+    common = ["--protocol", "worlds", "--preset", opts.preset, "--bounds", "--workers", "1",
+              *opts.steps_args(), *passthrough]
+    runs = []
+    for scale in dict.fromkeys(opts.scales):
+        for seed in opts.seed_list():
+            name = f"gravity-{scale:g}_seed-{seed}"
+            runs.append(((scale, seed), backends.RunSpec(name=name, run_dir=str(group / name),
+                args=("--seed", seed, *scale_args(scale, steps), *common))))  # fmt: skip
+    return launch.Plan(runs)
+
+
+def report(opts: Options, plan: launch.Plan, commands: list[str]) -> Path:
+    """``OUT/report.md`` of the finished runs, the others named as missing."""
+    runs, missing = launch.collect(
+        plan, opts.out, lambda label, run_dir: load_gravity_run(run_dir, *label))
+    meta = {
+        "protocol": "worlds (train_online's default) with its bounds, every family's gravity "
+                    "range and the switch's gravity times the scale",
+        **opts.meta(),
+        "commands": commands,
+    }
+    fams = {f"{s:g}": families(s) for s in sorted(dict.fromkeys(opts.scales))}
+    return write_report(opts.out, runs, meta, fams, missing)
+
 
 #: What a row holds, in the report's column order: key -> column header.
 COLUMNS = {
@@ -148,9 +231,8 @@ def fig_dose_response(result: Mapping[str, Any], path: Path) -> Path:
     right: what the world is worth to perfect physics of two frames (told below seen), the
     oracle's margin below the floor and peer memory's below wrong-world memory (seed means, bars
     one standard deviation)."""
-    plt = pyplot()
     xs = np.array([float(s) for s in result])
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 5))
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(10, 5))
 
     def line(ax: Any, key: str, label: str, style: str, color: str, scale: float = 1.0) -> None:
         mean = np.array([result[s][key]["mean"] for s in result]) * scale
@@ -174,12 +256,7 @@ def fig_dose_response(result: Mapping[str, Any], path: Path) -> Path:
     right.set(xlabel="gravity x (all families)", ylabel="% of D^50",
               title="What the world is worth")
     right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with writing(path):
-        fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=110)
 
 
 def write_report(out_dir: str | Path, runs: Sequence[GravityRun], meta: Mapping[str, Any],
@@ -187,7 +264,7 @@ def write_report(out_dir: str | Path, runs: Sequence[GravityRun], meta: Mapping[
                  missing: Sequence[str]) -> Path:
     """``out_dir/report.md``, ``report.json`` and ``figures/dose_response.png``."""
     out_dir = Path(out_dir)
-    lines = study_header("EPM-JEPA gravity study: what the world is worth against gravity's "
+    lines = launch.study_header("EPM-JEPA gravity study: what the world is worth against gravity's "
                          "strength", meta, missing)
     result: dict[str, Any] = {}
     if not runs:
@@ -200,10 +277,5 @@ def write_report(out_dir: str | Path, runs: Sequence[GravityRun], meta: Mapping[
                   "memory; the floor and the oracle have none), mean +- standard deviation "
                   "over seeds:", ""]
         lines += table_lines(result, families)
-    with writing(out_dir / "report.md"):
-        (out_dir / "report.md").write_text("\n".join(lines).rstrip() + "\n")
-    payload = {"meta": dict(meta), "families": families, "missing": list(missing),
-               "scales": result}
-    with writing(out_dir / "report.json"):
-        (out_dir / "report.json").write_text(json.dumps(payload, indent=2, default=jsonable) + "\n")
-    return out_dir / "report.md"
+    return launch.write_files(out_dir, lines, {"meta": dict(meta), "families": families,
+                                        "missing": list(missing), "scales": result})

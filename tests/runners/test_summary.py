@@ -1,0 +1,116 @@
+"""The run's summary as printed and as summary.md (runners.online.summary): one model of its
+sections, rendered twice. The printed table is the one README.md and docs/train_online.md quote,
+and summary.md shows the same sections with the same numbers."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+from runners.online.summary import format_markdown, format_table, sections
+
+ROOT = Path(__file__).resolve().parents[2]
+NUMBER = re.compile(r"-?\d+\.\d+")
+
+
+def default_run() -> dict[str, Any]:
+    """A summary holding the numbers of the measured default run (docs/train_online.md)."""
+    end = {"step": 3000, "d_base": 0.677, "d_shift_50": 0.685, "d_shift_0": 0.683}
+    since = [(0, 25, 0.669), (25, 50, 0.663), (50, 100, 0.668), (100, 200, 0.673),
+             (200, 500, 0.671), (500, 1000, 0.667), (1000, 1500, 0.686)]
+    curve = [(0, 0.683), (1, 0.757), (5, 0.746), (10, 0.732), (25, 0.680), (50, 0.685)]
+    held = {
+        "ns": [0, 1, 5, 10, 25, 50], "horizons": [2, 4, 8],
+        "families": {
+            "interp": {"own": [0.641, 0.685, 0.677, 0.670, 0.638, 0.631],
+                       "same": [0.641, 0.690, 0.653, 0.644, 0.642, 0.641],
+                       "wrong": [0.641, 0.667, 0.658, 0.652, 0.653, 0.651]},
+            "extrap": {"own": [0.901, 0.830, 0.820, 0.811, 0.805, 0.796],
+                       "same": [0.901, 0.878, 0.844, 0.829, 0.823, 0.813],
+                       "wrong": [0.901, 0.928, 0.884, 0.883, 0.881, 0.884]}},
+        "probes": {"online": {"position": 0.802, "centroid": 0.894, "velocity": 0.009},
+                   "target": {"position": 0.803, "centroid": 0.894, "velocity": 0.009},
+                   "context": {"position": 0.803, "centroid": 0.894, "velocity": 0.539}},
+    }
+    return {
+        "protocol": "worlds", "track": "C", "preset": "cpu", "source": "stream", "seed": 0,
+        "after_switch": "memory", "switches": [{"step": 3000, "physics": {"gravity": 0.3}}],
+        "steps": 4500, "steps_done": 4500, "stopped": None, "wall_time_s": 198.0,
+        "steps_per_s": 22.7, "headline_n": 50, "end_of_base": end, "end": dict(end),
+        "boundary_events_before_switch": 0, "boundary_events_after_switch": 0,
+        "buffer": {"size": 64, "capacity": 64, "scope": "group", "shift_world": 64,
+                   "base_world": 0},
+        "stream_error": {"end_of_base": 0.699, "end": 0.699, "window": 100,
+                         "since_switch": [{"from": a, "to": b, "mean": m} for a, b, m in since]},
+        "best": {"d_shift": None, "step": None, "min_sigma": 0.2},
+        "adaptation_curve": [{"n": n, "d_shift": d} for n, d in curve],
+        "held_out": held,
+    }
+
+
+def with_every_section() -> dict[str, Any]:
+    """The default run's summary with the gravity probe, the reference check and perfect
+    physics added (numbers made up, negative ones among them)."""
+    s = default_run()
+    row = {"direction_deg": 93.7, "direction_cos": -0.086, "strength_r2": 0.135,
+           "identified": 0.25, "chance": 0.125}
+    s["held_out"]["gravity_probe"] = {"n": 50, "worlds": 8, "e_agg": {"train": row, "held_out": row},
+                                      "entries": {"interp": {**row, "strength_r2": -0.62}}}
+    s["held_out"]["reference"] = {f: {"d": [0.559, 0.587, 0.683, 0.61],
+                                      "d_target_ref": [16.034, 0.597, 0.675, 0.615],
+                                      "d_future_online": [0.198, 0.107, 0.064, 0.123]}
+                                  for f in ("interp", "extrap")}
+    s["held_out"]["perfect_physics"] = {"horizons": [2, 4, 8], "families": {
+        "pooled": {"blind": [0.316, 0.514, 0.868, 0.566], "told_mean": [0.362, 0.36, 0.392, 0.371]}}}
+    return s
+
+
+def test_the_printed_table_is_the_one_the_docs_quote() -> None:
+    """The top table, the stream error since the switch, the adaptation curve, the held-out
+    worlds and the probes of the default run print as docs/train_online.md shows them, and the
+    held-out block as README.md does."""
+    text = format_table(default_run())
+    assert text.endswith("context      0.803     0.894     0.539")
+    assert text in (ROOT / "docs" / "train_online.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index("held-out worlds at the end, D^n"):]
+    held = "\n".join(block.splitlines()[:7])
+    assert held.startswith("held-out worlds at the end, D^n (n = 0 1 5 10 25 50):") and held in text
+
+
+def test_text_and_markdown_render_the_same_sections_with_the_same_numbers() -> None:
+    s = with_every_section()
+    text, md = format_table(s), format_markdown(s)
+    tables = sections(s)
+    assert len(tables) == 8  # top, since the switch, curve, D^n, probes, gravity, reference, physics
+    at_text, at_md = -1, -1
+    for t in tables:
+        lines, md_lines = "\n".join(t.text()), "\n".join(t.markdown())
+        assert NUMBER.findall(lines) == NUMBER.findall(md_lines), t.caption
+        assert t.printed
+        # each where the other renderer has it, in the same order
+        assert text.index(lines) > at_text and md.index(md_lines) > at_md, t.caption
+        at_text, at_md = text.index(lines), md.index(md_lines)
+    assert "16.034" in text and "| interp | D against the EMA target's zbar_t | 16.034 |" in md
+    assert "  entries: the same entries" in text and "\nEntries: the same entries" in md
+    assert "held_out" not in text and "| e_agg | train | 93.7 deg | -0.086 |" in md
+
+
+def test_the_paper_protocol_prints_no_curve_and_writes_it() -> None:
+    """Under the paper protocol the adaptation curve is in summary.md alone (as before the one
+    model); without a switch there is no since-the-switch section in either."""
+    s = copy.deepcopy(default_run())
+    s.update(protocol="paper", held_out=None)
+    s["buffer"]["scope"] = "global"
+    text, md = format_table(s), format_markdown(s)
+    assert "D_shift^n at the end" not in text
+    assert "D_shift^n at the end (shift test, n memories):" in md
+    assert "| D_shift^n | 0.683 | 0.757 |" in md
+    assert "buffer at the end (shift / base / capacity)" in text
+    s.update(switches=[], end_of_base=None)
+    s["stream_error"]["since_switch"] = []
+    text, md = format_table(s), format_markdown(s)
+    assert "since the switch" not in text and "since the switch" not in md
+    assert "; no switch; after the switch" in md
