@@ -23,11 +23,10 @@ from agent.evaluation import (
     target_reference,
 )
 from agent.learner import Learner
-from agent.memory.view import MemoryView
-from agent.metrics import StepMetrics, columns
+from agent.memory.read import MemoryView
+from agent.objective import StepMetrics, columns
 from agent.sources import Batch, DatasetSource, StreamSource
-from agent.spec import StepSpec
-from agent.step import Knobs, Model, jepa_step, modulated_prediction
+from agent.step import Knobs, Model, StepSpec, jepa_step, modulated_prediction
 
 __all__ = [
     "AgentConfig",

@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from agent.metrics import StepMetrics
+from agent.objective import StepMetrics
 from agent.sources import Batch
 from agent.step import Knobs
 

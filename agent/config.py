@@ -216,7 +216,7 @@ class AgentConfig:
     # A world model that uses what it is told (docs/agent.md, "Beyond the paper: a predictor
     # with room to use the world"). 0: the listing's one hidden layer; N:
     # N residual blocks of hidden_dim, the track's modulation acting in every block
-    # (agent.blocks, agent.modulators.blocks)
+    # (agent.networks, agent.modulators.blocks)
     predictor_blocks: int = 0
     # Speed: a stream frame's EMA-target latent is computed once, when it arrives, and reused at
     # its later horizons; the previous input's latent is the memory pair's older frame

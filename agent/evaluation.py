@@ -40,8 +40,8 @@ import torch
 
 from agent.learner import Learner
 from agent.memory import ExperienceBuffer
-from agent.memory.view import MemoryView
-from agent.metrics import (
+from agent.memory.read import MemoryView
+from agent.objective import (
     NormErrorSums,
     norm_error,
     norm_error_sums,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from agent.metrics import per_horizon
+from agent.objective import per_horizon
 from agent.reservoir import Draw
 from agent.step import Model, memory_codes, modulated_prediction
 

@@ -21,10 +21,9 @@ from agent.config import PHYSICS_DIM, AgentConfig, bf16_unsupported
 from agent.fit import fit_update
 from agent.latent_cache import LatentCache
 from agent.memory import Aggregate, ExperienceBuffer, GroupBuffer
-from agent.metrics import StepMetrics
 from agent.modulators import Modulated
+from agent.objective import StepMetrics
 from agent.reservoir import Reservoir
-from agent.schedules import fit_lr_at, knobs_at
 from agent.sources import Batch
 from agent.step import (
     Knobs,
@@ -34,7 +33,9 @@ from agent.step import (
     aggregate,
     encode,
     episode_key,
+    fit_lr_at,
     jepa_step,
+    knobs_at,
     modulated_prediction,
 )
 
@@ -72,7 +73,8 @@ class BaseLearner:
         # Latents of stream frames shared between consecutive batches (cfg.stream_cache).
         self.latents = LatentCache(cfg) if cfg.stream_cache else None
         # Settle, then fit: the windows kept from the settle on (agent.reservoir), or None.
-        self.reservoir = None if cfg.settle_at is None else Reservoir(
+        self.settle_at = cfg.settle_at
+        self.reservoir = None if self.settle_at is None else Reservoir(
             cfg.reservoir_size, cfg.context_frames, cfg.entry_frames, len(cfg.horizons),
             cfg.latent_dim, PHYSICS_DIM, self.device, seed=cfg.seed,
         )  # fmt: skip
@@ -99,7 +101,7 @@ class BaseLearner:
     def settled(self) -> bool:
         """True from ``cfg.settle_at`` (``settle`` of the steps) on: the encoder and EMA target
         are fixed and the step fits the reservoir (``Learner.fit``)."""
-        return self.reservoir is not None and self.step >= self.cfg.settle_at
+        return self.settle_at is not None and self.step >= self.settle_at
 
     # ---------------------------------------------------------------- the memory read
     def memory_draws(self, training: bool) -> torch.Tensor | None:

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from agent.memory.view import MemoryView
+from agent.memory.read import MemoryView
 
 
 class Draw(NamedTuple):

@@ -33,15 +33,14 @@ from agent.config import AgentConfig
 from agent.ema import lerp_towards
 from agent.learner import BaseLearner
 from agent.memory import BoundaryDetector, GroupBuffer
-from agent.metrics import StepMetrics
-from agent.objective import Loss
+from agent.objective import Loss, StepMetrics
 from agent.seeds import SeedStack
 from agent.sources import Batch
-from agent.spec import StepSpec
 from agent.step import (
     Knobs,
     MemoryView,
     Model,
+    StepSpec,
     base_error,
     boundary,
     context_latents,

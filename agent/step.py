@@ -1,4 +1,5 @@
-"""One JEPA update, written once and plainly: ``jepa_step(model, batch, memory, knobs, latents)``.
+"""One JEPA update, written once and plainly: ``jepa_step(model, batch, memory, knobs, latents)``,
+with its settings fixed for a run (``StepSpec``) and its schedule values a step (``knobs_at``).
 
 encode -> predict (modulated by the memory) -> loss -> boundary -> backward + AdamW -> EMA ->
 memory write, in that order, in one function (``Learner.update`` calls it; docs/agent.md shows
@@ -11,6 +12,7 @@ None: every latent computed.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from functools import partial
@@ -19,16 +21,73 @@ from typing import NamedTuple
 import torch
 
 from agent.build import Networks
+from agent.config import AgentConfig
 from agent.latent_cache import LatentCache
 from agent.memory import Aggregate, BoundaryDetector, ExperienceBuffer, GroupBuffer
-from agent.memory.view import MemoryView
-from agent.metrics import StepMetrics, normalised_error, per_horizon
+from agent.memory.read import MemoryView
 from agent.modulators import Modulated
 from agent.networks import Encoder
-from agent.objective import Loss
+from agent.objective import Loss, Objective, StepMetrics, normalised_error, per_horizon
 from agent.reservoir import Reservoir
 from agent.sources import Batch
-from agent.spec import StepSpec
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """The step's settings that are not tensors (from ``AgentConfig``, fixed for a run)."""
+
+    n_horizons: int  # K
+    exp_dim: int
+    norm_eps: float
+    bf16: bool  # forward under bf16 autocast (``cfg.precision == "bf16"``)
+    device_type: str  # "cpu" / "cuda": the autocast device
+    past: int = 1  # P: frames at or before the input in a batch (``cfg.past_frames``)
+    context: int = 1  # C: latents the predictor reads (``cfg.context_frames``)
+    push_pair: str = "newest"  # ``cfg.push_pair``
+    input_scale: float = 1.0  # uint8 frames -> encoder input (``cfg.input_scale``)
+    objective: Objective = Objective()  # the loss (gamma, lambda_reg, regularise, ...)
+    write_every: bool = False  # write the memory at every valid step (``cfg.memory_write``)
+    group_memory: bool = False  # one memory and detector per world (``cfg.memory_scope``)
+    entry: int = 2  # E, latents a memory entry holds (``cfg.entry_frames``)
+    encoder_stride: int = 1  # every s-th stream's context gives the encoder its gradient
+
+    @classmethod
+    def from_config(cls, cfg: AgentConfig, device: torch.device | str) -> StepSpec:
+        return cls(
+            n_horizons=cfg.n_horizons,
+            exp_dim=cfg.exp_dim,
+            norm_eps=cfg.norm_eps,
+            bf16=cfg.precision == "bf16",
+            device_type=torch.device(device).type,
+            past=cfg.past_frames,
+            context=cfg.context_frames,
+            push_pair=cfg.push_pair,
+            input_scale=cfg.input_scale,
+            objective=Objective(
+                gamma=cfg.gamma,
+                lambda_reg=cfg.lambda_reg,
+                on_latents=cfg.regularise == "latents",
+                relative=cfg.pred_error == "relative",
+            ),
+            write_every=cfg.memory_write == "every",
+            group_memory=cfg.memory_scope == "group",
+            entry=cfg.entry_frames,
+            encoder_stride=cfg.encoder_stride,
+        )
+
+    def frames(self, x: torch.Tensor) -> torch.Tensor:
+        """Encoder input from frames: uint8 -> float32 times ``input_scale`` (converted where a
+        slice is used, so frames a step does not encode are never converted); float as is."""
+        if x.dtype != torch.uint8:
+            return x
+        x = x.to(torch.float32)
+        return x if self.input_scale == 1.0 else x.mul_(self.input_scale)
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """bf16 autocast when ``bf16``, else nothing (fp32 stays exact)."""
+        if self.bf16:
+            return torch.autocast(self.device_type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
 
 @dataclass
@@ -53,6 +112,56 @@ class Knobs(NamedTuple):
     learn: bool  # weights and optimiser update (False: frozen weights, memory mode)
     ema: bool  # the EMA target follows the encoder (``freeze_ema_at``)
     write: bool  # the memory is written (``freeze_buffer_at``)
+
+
+# ---------------------------------------------------------------------------- the schedules
+# LR linear warmup then cosine decay, EMA tau cosine ramp: pure functions of the step, so a
+# resumed run needs only the step to continue; past ``total_steps`` the LR stays at 0 and tau at
+# ``tau_end``.
+def warmup_steps(total_steps: int, warmup_frac: float) -> int:
+    """Number of linear warmup steps (0 when warmup_frac is 0)."""
+    return int(round(warmup_frac * total_steps))
+
+
+def lr_at(step: int, base_lr: float, total_steps: int, warmup_frac: float) -> float:
+    """LR for update number ``step`` (0-based): linear warmup to base_lr, then cosine to 0."""
+    w = warmup_steps(total_steps, warmup_frac)
+    if step < w:
+        return base_lr * (step + 1) / w
+    progress = min(1.0, (step - w) / max(1, total_steps - w))
+    return base_lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def tau_at(step: int, tau_base: float, tau_end: float, total_steps: int) -> float:
+    """EMA decay for update ``step``: cosine from tau_base (step 0) to tau_end (total_steps)."""
+    progress = min(1.0, step / total_steps)
+    return tau_end - (tau_end - tau_base) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def fit_lr_at(cfg: AgentConfig, step: int) -> float:
+    """The fit's rate at update ``step`` after the settle (``cfg.settle_at``, ``settle`` of the steps): ``cfg.fit_lr`` at
+    the settle, cosine to 0 at ``total_steps``; the run's own ``lr_at`` where ``fit_lr`` is None."""
+    at = cfg.settle_at
+    if cfg.fit_lr is None or at is None:
+        return lr_at(step, cfg.lr, cfg.total_steps, cfg.warmup_frac)
+    progress = min(1.0, max(0.0, (step - at) / max(1, cfg.total_steps - at)))
+    return cfg.fit_lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def knobs_at(cfg: AgentConfig, step: int, frozen: bool) -> Knobs:
+    """Step ``step``'s schedule values and flags (``frozen``: the weights are held, memory
+    mode): lr, tau, and whether the weights, the EMA target and the memory change."""
+    def reached(at: int | None) -> bool:
+        return at is not None and step >= at
+
+    return Knobs(
+        step=step,
+        lr=lr_at(step, cfg.lr, cfg.total_steps, cfg.warmup_frac),
+        tau=tau_at(step, cfg.tau_base, cfg.tau_end, cfg.total_steps),
+        learn=not frozen,
+        ema=not reached(cfg.freeze_ema_at),
+        write=not reached(cfg.freeze_buffer_at),
+    )
 
 
 # ---------------------------------------------------------------------------- the step

@@ -10,7 +10,7 @@ See ``docs/env.md`` for the full API.
 
 import gymnasium as _gym
 
-from env.core import SceneBatch
+from env.core import SceneBatch, render_frames
 from env.dataset import (
     DatasetError,
     PaperDataset,
@@ -27,7 +27,6 @@ from env.dataset import (
 from env.digits import Digits, DigitsError, load_digits
 from env.moving_mnist import MovingMNISTEnv
 from env.physics import PHYSICS_FEATURES, PHYSICS_FIELDS, PhysicsParams, physics_features
-from env.render import render_frames
 from env.vector import NO_EPISODE_LIMIT, MovingMNISTVectorEnv
 from env.worlds import (
     FAMILIES,

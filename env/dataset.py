@@ -36,10 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from env.core import SceneBatch, check_scene_config
+from env.core import SceneBatch, check_scene_config, render_frames
 from env.digits import SPLITS, Digits, load_digits
 from env.physics import PhysicsArrays, PhysicsParams, physics_step
-from env.render import render_frames
 
 FORMAT_NAME = "epm-jepa/moving-mnist"
 GENERATOR_VERSION = 1

@@ -4,7 +4,7 @@ A :class:`DeviceScenes` mirrors a :class:`~env.core.SceneBatch`'s per-frame stat
 velocities, sprites, each scene's physics) as tensors on a device and advances and renders it
 there, with the numpy world's arithmetic in the numpy world's order: float64 state, the same
 semi-implicit Euler step and wall mirroring (:func:`env.physics.physics_step`), corners rounded
-half to even and clipped, sprites composited by pixel max (:func:`env.render.render_frames`).
+half to even and clipped, sprites composited by pixel max (:func:`env.core.render_frames`).
 On the CPU its frames equal the numpy world's bit for bit and its state equals it exactly.
 
 The numpy ``SceneBatch`` stays the control plane: it draws new episodes from the sub-envs'
@@ -118,7 +118,7 @@ class DeviceScenes:
 
     def render(self, out: torch.Tensor | None = None) -> torch.Tensor:
         """(N, 1, canvas, canvas) uint8 frames of the current state, on the device
-        (:func:`env.render.render_frames`); ``out`` a buffer of that shape to render into."""
+        (:func:`env.core.render_frames`); ``out`` a buffer of that shape to render into."""
         s = self.scenes
         n, size = s.num_scenes, s.canvas_size
         if out is None:

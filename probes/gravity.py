@@ -37,7 +37,7 @@ from sklearn.preprocessing import StandardScaler
 
 from agent.evaluation import WorldSet, encode, input_index, sequence_memory
 from agent.learner import Learner
-from agent.memory.view import MemoryView
+from agent.memory.read import MemoryView
 from agent.step import aggregate
 
 

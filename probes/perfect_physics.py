@@ -50,8 +50,8 @@ import torch
 import env
 from agent.evaluation import WorldSet, input_index
 from agent.learner import Learner
-from agent.metrics import NormErrorSums, norm_error, norm_error_sums
-from env.render import pixel_positions
+from agent.objective import NormErrorSums, norm_error, norm_error_sums
+from env.core import pixel_positions
 
 BRANCHES = ("exact", "blind", "other", "seen", "told", "seen_mean", "told_mean")
 #: The hedged branches: the mean latent over draws of what two frames leave open.

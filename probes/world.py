@@ -11,7 +11,7 @@ Everything is in the EMA target's space (context, targets and "no change" alike)
 target gap enters. Each predictor is fit by AdamW (a one-cycle rate to ``lr``) on the squared
 error for ``steps`` minibatches of ``batch`` windows drawn from the fitting worlds; both start
 from the same initial weights (seeded) and see the same minibatches. Each has the learner's own
-predictor shape (``agent.blocks.BlockPredictor``: ``blocks`` residual blocks of ``hidden``
+predictor shape (``agent.networks.BlockPredictor``: ``blocks`` residual blocks of ``hidden``
 units, one head per horizon giving the change of the newest context latent, without the
 learner's output norm so that any encoder's latents can be read); the told one reads the world's
 features (``PHYSICS_DIM``: gravity x and y, restitution, friction) as the oracle does, through
@@ -30,10 +30,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from agent.blocks import BlockPredictor
 from agent.memory.oracle import OracleContext
-from agent.metrics import normalised_error
 from agent.modulators.blocks import BlockFiLM
+from agent.networks import BlockPredictor
+from agent.objective import normalised_error
 
 #: The two predictors: context latents only, and context latents with the world's physics.
 PROBES = ("latent", "latent_world")
@@ -134,7 +134,7 @@ def fit_predictor(
 def d_per_horizon(pred: torch.Tensor, still: torch.Tensor, tgt: torch.Tensor,
                   eps: float = 1e-3) -> np.ndarray:
     """D per horizon (K,) of pred (B, K, D) against the targets (B, K, D) with "no change"
-    ``still`` (B, D): ``agent.metrics.normalised_error`` (docs/definitions.md)."""
+    ``still`` (B, D): ``agent.objective.normalised_error`` (docs/definitions.md)."""
     return normalised_error(pred, still, tgt, eps)[1].numpy()
 
 

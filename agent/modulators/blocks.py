@@ -18,8 +18,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from agent.blocks import Block, BlockPredictor
 from agent.modulators.base import Modulated, Modulator
+from agent.networks import Block, BlockPredictor
 
 
 def _low_rank(x: torch.Tensor, v: torch.Tensor, delta: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

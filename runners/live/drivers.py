@@ -31,8 +31,8 @@ import torch
 
 from agent import StepMetrics, tracks
 from agent.learner import Learner
-from agent.memory.view import MemoryView
-from agent.metrics import normalised_error
+from agent.memory.read import MemoryView
+from agent.objective import normalised_error
 from agent.sources import Batch
 from agent.step import (
     aggregate,
@@ -106,7 +106,7 @@ class LoopDriver:
 
     def drain(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The metrics of the steps since the last drain: one host sync for the block."""
-        from agent.metrics import columns
+        from agent.objective import columns
 
         n = len(self._pending)
         block = columns(self._pending)

@@ -32,7 +32,7 @@ class History:
     """The last ``window`` steps of the chart metrics, a ring buffer per column.
 
     ``append(step, metrics)`` takes one step (scalars) and ``extend(steps, block)`` a block
-    (1-D arrays, e.g. ``agent.metrics.columns`` output); ``view(key)`` returns the visible
+    (1-D arrays, e.g. ``agent.objective.columns`` output); ``view(key)`` returns the visible
     ``(steps, values)`` oldest first. Missing metrics are stored as NaN, which the charts skip.
     """
 

@@ -43,7 +43,7 @@ from agent.checkpoint import (
     read_checkpoint,
     save_checkpoint,
 )
-from agent.metrics import columns
+from agent.objective import columns
 from runners.cli import CliError
 from runners.online.config import RunConfig
 from runners.online.evaluation import CurveEvaluator, EvalRecord

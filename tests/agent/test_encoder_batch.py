@@ -9,8 +9,7 @@ import torch
 
 from agent import AgentConfig, Learner
 from agent.build import build_networks
-from agent.spec import StepSpec
-from agent.step import context_latents
+from agent.step import StepSpec, context_latents
 
 
 def cfg_with(**kw) -> AgentConfig:

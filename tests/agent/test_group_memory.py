@@ -11,8 +11,8 @@ import torch
 import env
 from agent import AgentConfig, Learner, StreamSource
 from agent.memory import AttentionAggregator, GroupBuffer
-from agent.memory.view import MemoryView
-from agent.metrics import columns
+from agent.memory.read import MemoryView
+from agent.objective import columns
 from agent.step import memory_codes
 
 

@@ -7,8 +7,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from agent.metrics import StepMetrics, columns, normalised_error, sigma_embed
-from agent.objective import Objective, compute_loss, pred_loss, reg_loss
+from agent.objective import (
+    Objective,
+    StepMetrics,
+    columns,
+    compute_loss,
+    normalised_error,
+    pred_loss,
+    reg_loss,
+    sigma_embed,
+)
 
 
 def listing_loss(pred: torch.Tensor, targets: list[torch.Tensor], gamma: float, lam: float):

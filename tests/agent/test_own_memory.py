@@ -9,7 +9,7 @@ import torch
 
 from agent import AgentConfig, Learner
 from agent.memory import BoundaryDetector, ExperienceBuffer
-from agent.memory.view import MemoryView
+from agent.memory.read import MemoryView
 from agent.sources import Batch
 from agent.step import modulated_prediction
 

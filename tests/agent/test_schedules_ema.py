@@ -8,7 +8,7 @@ import torch
 
 from agent.ema import EMATarget
 from agent.networks import Predictor
-from agent.schedules import lr_at, tau_at
+from agent.step import lr_at, tau_at
 
 
 def test_lr_warmup_then_cosine() -> None:

@@ -9,10 +9,9 @@ import torch
 
 from agent import AgentConfig
 from agent.build import build_networks, build_optimizer
-from agent.memory.view import MemoryView
+from agent.memory.read import MemoryView
 from agent.seeds import SeedStack
-from agent.spec import StepSpec
-from agent.step import context_latents, memory_codes, modulated_prediction, target_latents
+from agent.step import StepSpec, context_latents, memory_codes, modulated_prediction, target_latents
 
 SEEDS = (3, 11)
 B, CAP = 6, 5

@@ -149,7 +149,7 @@ def test_settle_is_refused_where_it_cannot_work() -> None:
 
 
 def test_the_fits_rate_restarts_at_the_settle_and_decays_to_zero() -> None:
-    from agent.schedules import fit_lr_at, lr_at
+    from agent.step import fit_lr_at, lr_at
 
     cfg = world_cfg(settle=1 / 3, total_steps=300, fit_lr=2e-3)
     assert fit_lr_at(cfg, 100) == 2e-3

@@ -1,5 +1,5 @@
 """A world model that uses what it is told: the predictor of residual blocks with the track's
-modulation in every block (agent.blocks)."""
+modulation in every block (agent.networks)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from test_group_memory import grouped_source
 from test_group_memory import world_cfg as group_cfg
 
 from agent import AgentConfig, Learner
-from agent.blocks import BlockPredictor
 from agent.build import build_networks
-from agent.metrics import columns
+from agent.networks import BlockPredictor
+from agent.objective import columns
 
 
 def world_cfg(track: str = "C", **kw) -> AgentConfig:
