@@ -220,7 +220,7 @@ class AgentConfig:
     predictor_blocks: int = 0
     # Speed: a stream frame's EMA-target latent is computed once, when it arrives, and reused at
     # its later horizons; the previous input's latent is the memory pair's older frame
-    # (agent.latent_cache; stream batches only). False: every latent recomputed at every step.
+    # (agent.sources; stream batches only). False: every latent recomputed at every step.
     stream_cache: bool = True
     # Settle, then fit (docs/agent.md, "Settle, then fit"; agent.reservoir, agent.fit): after
     # this fraction of total_steps the encoder and its EMA target are fixed, each step keeps its

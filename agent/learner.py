@@ -19,12 +19,11 @@ from agent.build import LearnerParts, build_learner_parts, build_optimizer
 from agent.capture import CapturedStep
 from agent.config import PHYSICS_DIM, AgentConfig, bf16_unsupported
 from agent.fit import fit_update
-from agent.latent_cache import LatentCache
 from agent.memory import Aggregate, ExperienceBuffer, GroupBuffer
 from agent.modulators import Modulated
 from agent.objective import StepMetrics
 from agent.reservoir import Reservoir
-from agent.sources import Batch
+from agent.sources import Batch, LatentCache
 from agent.step import (
     Knobs,
     MemoryView,

@@ -5,7 +5,7 @@ encode -> predict (modulated by the memory) -> loss -> boundary -> backward + Ad
 memory write, in that order, in one function (``Learner.update`` calls it; docs/agent.md shows
 it). The pieces it calls (``encode``, ``modulated_prediction``, ...) are shared with evaluation.
 
-``latents``: the stream latent cache (``cfg.stream_cache``, ``agent.latent_cache``), from which
+``latents``: the stream latent cache (``cfg.stream_cache``, ``agent.sources``), from which
 a stream batch's EMA targets and its memory entry's older latents are read where it holds them;
 None: every latent computed.
 """
@@ -22,14 +22,13 @@ import torch
 
 from agent.build import Networks
 from agent.config import AgentConfig
-from agent.latent_cache import LatentCache
 from agent.memory import Aggregate, BoundaryDetector, ExperienceBuffer, GroupBuffer
 from agent.memory.read import MemoryView
 from agent.modulators import Modulated
 from agent.networks import Encoder
 from agent.objective import Loss, Objective, StepMetrics, normalised_error, per_horizon
 from agent.reservoir import Reservoir
-from agent.sources import Batch
+from agent.sources import Batch, LatentCache
 
 
 @dataclass(frozen=True)

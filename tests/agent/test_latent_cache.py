@@ -1,4 +1,4 @@
-"""The stream latent cache (``cfg.stream_cache``, ``agent.latent_cache.LatentCache``): each stream
+"""The stream latent cache (``cfg.stream_cache``, ``agent.sources.LatentCache``): each stream
 frame encoded once per encoder, exact where the weights do not move, kept across a resume."""
 
 from __future__ import annotations
