@@ -1,12 +1,12 @@
 """The EPM-JEPA learner: config, networks, memory, modulators, step, evaluation, checkpoint.
 
 from agent import AgentConfig, Learner, DatasetSource
-cfg = AgentConfig.from_preset("tiny", track="C")
+cfg = AgentConfig.of_size("tiny", track="C")
 learner = Learner(cfg)
 metrics = learner.update(DatasetSource(frames, cfg).next())
 """
 
-from agent.build import LearnerParts, build_learner_parts, count_parameters
+from agent.build import count_parameters
 from agent.checkpoint import (
     CheckpointError,
     load_checkpoint,
@@ -29,32 +29,9 @@ from agent.sources import Batch, DatasetSource, StreamSource
 from agent.step import Knobs, Model, StepSpec, jepa_step, modulated_prediction
 
 __all__ = [
-    "AgentConfig",
-    "Batch",
-    "CheckpointError",
-    "DatasetSource",
-    "EvalData",
-    "EvalResult",
-    "Learner",
-    "Knobs",
-    "MemoryView",
-    "Model",
-    "LearnerParts",
-    "StepMetrics",
-    "StepSpec",
-    "StreamSource",
-    "adaptation_curve",
-    "TargetReference",
-    "target_reference",
-    "build_learner_parts",
-    "count_parameters",
-    "evaluate",
-    "jepa_step",
-    "load_checkpoint",
-    "modulated_prediction",
-    "bf16_unsupported",
-    "preferred_precision",
-    "read_checkpoint_config",
-    "save_checkpoint",
-    "columns",
+    "AgentConfig", "Batch", "CheckpointError", "DatasetSource", "EvalData", "EvalResult",
+    "Learner", "Knobs", "MemoryView", "Model", "StepMetrics", "StepSpec", "StreamSource",
+    "adaptation_curve", "TargetReference", "target_reference", "count_parameters", "evaluate",
+    "jepa_step", "load_checkpoint", "modulated_prediction", "bf16_unsupported",
+    "preferred_precision", "read_checkpoint_config", "save_checkpoint", "columns",
 ]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
@@ -27,15 +25,10 @@ class Networks(nn.Module):
     (None otherwise) feeds the true physics in place of e_agg."""
 
     def __init__(
-        self,
-        encoder: Encoder,
-        target: EMATarget,
-        predictor: AnyPredictor,
-        modulator: Modulator,
-        experience: ExperienceEncoder | None,
-        aggregator: AttentionAggregator | None,
+        self, encoder: Encoder, target: EMATarget, predictor: AnyPredictor, modulator: Modulator,
+        experience: ExperienceEncoder | None, aggregator: AttentionAggregator | None,
         oracle: OracleContext | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         super().__init__()
         self.encoder = encoder
         self.target = target
@@ -50,15 +43,6 @@ class Networks(nn.Module):
         return [
             p for n, p in self.named_parameters() if p.requires_grad and not n.startswith("target.")
         ]
-
-
-@dataclass
-class LearnerParts:
-    """Everything a Learner is assembled from."""
-
-    nets: Networks
-    detector: BoundaryDetector
-    buffer: ExperienceBuffer | GroupBuffer
 
 
 def build_networks(cfg: AgentConfig) -> Networks:
@@ -82,23 +66,20 @@ def build_networks(cfg: AgentConfig) -> Networks:
     return Networks(encoder, target, predictor, modulator, experience, aggregator, oracle)
 
 
-def build_learner_parts(cfg: AgentConfig, device: torch.device | str = "cpu") -> LearnerParts:
-    """Networks, detector and buffer on ``device`` (one detector statistic and one FIFO per
-    group of ``group_size`` streams with ``memory_scope="group"``)."""
-    grouped = cfg.memory_scope == "group"
-    detector = BoundaryDetector(
-        cfg.kappa, cfg.detector_momentum, cfg.detector_warmup, device,
-        streams=cfg.num_groups if grouped else None,
-    )  # fmt: skip
-    if grouped:
-        buffer: ExperienceBuffer | GroupBuffer = GroupBuffer(
-            cfg.num_groups, cfg.buffer_capacity, cfg.latent_dim, device, frames=cfg.entry_frames
-        )
-    else:
-        buffer = ExperienceBuffer(
-            cfg.buffer_capacity, cfg.latent_dim, device, frames=cfg.entry_frames
-        )
-    return LearnerParts(nets=build_networks(cfg).to(device), detector=detector, buffer=buffer)
+def build_memory(
+    cfg: AgentConfig, device: torch.device | str, seeds: int = 1
+) -> tuple[BoundaryDetector, ExperienceBuffer | GroupBuffer]:
+    """The detector and the buffer on ``device``: with ``memory_scope="group"`` one detector
+    statistic and one FIFO per group of ``group_size`` streams (of each of ``seeds`` stacked
+    seeds, seed-major)."""
+    groups = seeds * cfg.num_groups if cfg.memory_scope == "group" else None
+    detector = BoundaryDetector(cfg.kappa, cfg.detector_momentum, cfg.detector_warmup, device,
+                                streams=groups)  # fmt: skip
+    if groups is None:
+        return detector, ExperienceBuffer(cfg.buffer_capacity, cfg.latent_dim, device,
+                                          frames=cfg.entry_frames)  # fmt: skip
+    return detector, GroupBuffer(groups, cfg.buffer_capacity, cfg.latent_dim, device,
+                                 frames=cfg.entry_frames)  # fmt: skip
 
 
 def build_optimizer(cfg: AgentConfig, nets: Networks) -> torch.optim.Optimizer:

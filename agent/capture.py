@@ -4,8 +4,8 @@ A step of the small networks here is a few hundred kernel launches and their Pyt
 from a CUDA graph it is one launch. The captured region is everything ``Learner.update`` does on
 the device: ``learner.step_on`` (the memory view, ``agent.step.jepa_step``: forward, loss,
 backward, AdamW, EMA update, memory write, and the metrics; a ``StackedLearner``'s stacked step
-likewise). What changes from step to step enters through tensors
-the graph reads in place, written before each replay without waiting for the device:
+likewise). What changes from step to step enters through tensors the graph reads in place,
+written before each replay without waiting for the device:
 
 - the batch, copied into static buffers (device to device when the world is on the device);
 - the knobs: the learning rate and tau (0-dim tensors: the fused AdamW's tensor learning rate
@@ -18,26 +18,25 @@ the graph reads in place, written before each replay without waiting for the dev
 Every state the step changes is changed in place (the optimizer's, the memory's, the detector's,
 the weights), so the graph's writes are the learner's state. The first ``warmup`` steps run
 eagerly for each combination of the flags (the optimizer's state is created, the libraries
-initialise) on a side stream; the step at which a graph is captured
-is then replayed once, so every update runs exactly once.
-The metrics come back as graph-owned tensors and are copied out (one kernel) before the next
-replay. Loading a state dict replaces the learner's tensors: the graphs are dropped then.
+initialise) on a side stream; the step at which a graph is captured is then replayed once, so
+every update runs exactly once. The metrics come back as graph-owned tensors and are copied out
+(one kernel) before the next replay. Loading a state dict replaces the learner's tensors: the
+graphs are dropped then.
 
-Where capture is off (a CPU, or ``capture=False``) the same path runs eagerly: tensor knobs,
-drawn memory, the same kernels; on a CPU its numbers are the plain step's bit for bit
+Where capture is off (a CPU, or ``capture=False``) the same path runs eagerly (tensor knobs,
+drawn memory, the same kernels): on a CPU the plain step's numbers bit for bit
 (``tests/agent/test_capture.py``). ``graph=CallGraph`` puts a stand-in in a CUDA graph's place,
-on any device: its capture records the step (nothing runs), its replay calls it on the inputs
-recorded and writes its outputs into the tensors capture handed out. With it the whole machinery
-(static inputs, warmup, graphs per flag combination, replay, copy-out, reset) runs on a CPU, and
-the tests check it there against the plain step bit for bit; what only a GPU can check is the
-CUDA graph itself (its recording, the side stream, the capturable AdamW's kernels). The stream
-latent cache (``cfg.stream_cache``) keeps Python dictionaries of latents by stream time, which a
-graph cannot replay: a captured learner needs ``stream_cache=False``.
+so the whole machinery (static inputs, warmup, graphs per flag combination, replay, copy-out,
+reset) runs, and is tested, on a CPU; only the CUDA graph itself (its recording, the side
+stream, the capturable AdamW's kernels) needs a GPU. The stream latent cache
+(``cfg.stream_cache``), Python dictionaries by stream time, cannot be replayed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
+from functools import partial
 from typing import Any
 
 import torch
@@ -50,11 +49,9 @@ Key = tuple[bool, bool, bool]  # (learn, ema, write)
 
 
 class CallGraph:
-    """A CUDA graph's stand-in (``CapturedStep(graph=CallGraph)``, on any device; the tests' on a
-    CPU). ``capture(run)`` records ``run``, whose inputs are bound when it is made (the static
-    tensors a graph records), runs nothing, and hands out the metrics' static tensors; each
-    ``replay()`` calls ``run`` and writes its metrics into them in place, as a graph's replay
-    overwrites the outputs it owns."""
+    """A CUDA graph's stand-in (``CapturedStep(graph=CallGraph)``): ``capture(run)`` records
+    ``run`` and hands out the metrics' static tensors; each ``replay()`` calls ``run`` and writes
+    its metrics into them in place, as a graph's replay overwrites the outputs it owns."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -77,20 +74,15 @@ class CapturedStep:
     GPU (``capture``), eagerly with the same tensor inputs elsewhere."""
 
     def __init__(
-        self,
-        learner: Any,
-        capture: bool | None = None,
-        warmup: int = 3,
+        self, learner: Any, capture: bool | None = None, warmup: int = 3,
         graph: Callable[[torch.device], CallGraph] | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """``learner``: the ``agent.Learner`` whose update this is (its networks, optimizer,
         memory and generator); ``capture``: None for a GPU's default (on); ``graph``: what
         captures in a CUDA graph's place (``CallGraph``, on any device), None for CUDA graphs."""
         if learner.latents is not None:
-            raise ValueError(
-                "a captured step cannot replay the stream latent cache (Python dictionaries "
-                "by stream time): set stream_cache=false"
-            )
+            raise ValueError("a captured step cannot replay the stream latent cache (Python "
+                             "dictionaries by stream time): set stream_cache=false")  # fmt: skip
         self.learner = learner
         device = learner.device
         self.capture = device.type == "cuda" if capture is None else capture
@@ -131,13 +123,12 @@ class CapturedStep:
         self.step.fill_(knobs.step)
         draws = learner.memory_draws(knobs.learn)
         if draws is not None:
-            if self.draws is None:
-                self.draws = draws.clone()
-            else:
-                self.draws.copy_(draws)
+            self.draws = draws.clone() if self.draws is None else self.draws.copy_(draws)
         self._fill(batch.to(learner.device))
         key = (knobs.learn, knobs.ema, knobs.write)
-        run = self._body(key, draws is not None)
+        # The static inputs, bound now: a graph reads the tensors it recorded, every replay.
+        run = partial(self.body, self.batch, Knobs(self.step, self.lr, self.tau, *key),
+                      None if draws is None else self.draws)  # fmt: skip
         eager = self.eager_steps.get(key, 0)
         if not self.capture or eager < self.warmup:
             self.eager_steps[key] = eager + 1
@@ -148,17 +139,6 @@ class CapturedStep:
         graph.replay()
         values = torch.stack(list(out))  # copied out: the next replay overwrites ``out``
         return StepMetrics(*values.unbind())
-
-    def _body(self, key: Key, drawn: bool) -> Callable[[], StepMetrics]:
-        learn, ema, write = key
-        # The static inputs, bound now: a graph reads the tensors it recorded, every replay.
-        batch, draws = self.batch, self.draws if drawn else None
-        knobs = Knobs(self.step, self.lr, self.tau, learn, ema, write)
-
-        def run() -> StepMetrics:
-            return self.body(batch, knobs, draws)
-
-        return run
 
     def _eager(self, run: Callable[[], StepMetrics]) -> StepMetrics:
         if not self.capture or self.learner.device.type != "cuda":
@@ -188,25 +168,15 @@ class CapturedStep:
         return graph, out
 
     def _fill(self, batch: Batch) -> None:
-        """Copy ``batch`` into the static inputs (allocated, and fixed, by the first batch)."""
+        """Copy ``batch``'s tensors into the static inputs (allocated, and fixed, by the first
+        batch; no clock)."""
+        tensors = {f.name: getattr(batch, f.name) for f in fields(Batch) if f.name != "clock"}
         if self.batch is None:
-            self.batch = Batch(
-                *(None if t is None else t.clone() for t in (
-                    batch.frames, batch.valid, batch.shifted, batch.physics)),
-                clock=None,
-                episode=None if batch.episode is None else batch.episode.clone(),
-                world_key=None if batch.world_key is None else batch.world_key.clone(),
-            )  # fmt: skip
+            self.batch = Batch(**{n: None if t is None else t.clone() for n, t in tensors.items()})
             return
-        pairs = (
-            (self.batch.frames, batch.frames), (self.batch.valid, batch.valid),
-            (self.batch.shifted, batch.shifted), (self.batch.physics, batch.physics),
-            (self.batch.episode, batch.episode), (self.batch.world_key, batch.world_key),
-        )  # fmt: skip
-        for static, new in pairs:
-            if (static is None) != (new is None) or (
-                static is not None and static.shape != new.shape
-            ):
+        for name, new in tensors.items():
+            static = getattr(self.batch, name)
+            if (static is None) != (new is None) or (static is not None and static.shape != new.shape):
                 raise ValueError("a captured step's batches must all have the first's layout")
             if static is not None:
                 static.copy_(new, non_blocking=True)

@@ -1,8 +1,8 @@
 """Checkpoints: everything a run needs to continue bit-exactly, written atomically.
 
-Contents: the project's version (``agent.config.VERSION``), config, learner state (weights, EMA target, optimizer, detector,
-buffer, step, freeze flag), the source's state (stream windows and env state, or the dataset
-RNG), the global RNGs (torch, numpy, python) and the caller's ``extra``.
+Contents: the project's version (``agent.config.VERSION``), config, learner state (weights, EMA
+target, optimizer, detector, buffer, step, freeze flag), the source's state (stream windows and
+env state, or the dataset RNG), the global RNGs (torch, numpy, python) and the caller's ``extra``.
 """
 
 from __future__ import annotations
@@ -26,11 +26,20 @@ class CheckpointError(Exception):
     """A checkpoint that cannot be loaded here (wrong track, newer format, corrupt file)."""
 
 
+# The global generators a checkpoint keeps: name -> (get its state, set it).
+_RNGS = {
+    "torch": (torch.get_rng_state, torch.set_rng_state),
+    "numpy": (np.random.get_state, np.random.set_state),
+    "python": (random.getstate, random.setstate),
+}
+# What a damaged file or a state of other shapes raises as it is read or loaded.
+_UNREADABLE = (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, OSError,
+               ValueError, AttributeError, ModuleNotFoundError)  # fmt: skip
+_MISFIT = (RuntimeError, ValueError, KeyError, TypeError, IndexError)
+
+
 def save_checkpoint(
-    path: str | os.PathLike,
-    learner: Learner,
-    source: Any = None,
-    extra: dict[str, Any] | None = None,
+    path: str | os.PathLike, learner: Learner, source: Any = None, extra: dict[str, Any] | None = None
 ) -> Path:
     """Write the checkpoint to ``path`` atomically (temp file in the same folder, fsync,
     ``os.replace``): a crash mid-write leaves the previous file intact. A failed write (a full
@@ -41,11 +50,7 @@ def save_checkpoint(
         "config": learner.cfg.to_dict(),
         "learner": learner.state_dict(),
         "source": source.state_dict() if source is not None else None,
-        "rng": {
-            "torch": torch.get_rng_state(),
-            "numpy": np.random.get_state(),
-            "python": random.getstate(),
-        },
+        "rng": {name: get() for name, (get, _) in _RNGS.items()},
         "extra": extra or {},
     }
     tmp: str | None = None
@@ -78,7 +83,9 @@ def _os_error(err: BaseException | None) -> OSError | None:
     return None
 
 
-def _read(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
+def read_checkpoint(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
+    """The checkpoint at ``path`` as read and checked, not yet applied (``apply_checkpoint``);
+    ``CheckpointError`` naming the file when it is missing, damaged or of another format."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
@@ -86,16 +93,7 @@ def _read(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
     try:
         # Our own files hold numpy RNG states and env state: not weights-only loadable.
         payload = torch.load(path, map_location=map_location, weights_only=False)
-    except (
-        RuntimeError,
-        EOFError,
-        pickle.UnpicklingError,
-        zipfile.BadZipFile,
-        OSError,
-        ValueError,
-        AttributeError,
-        ModuleNotFoundError,
-    ) as err:
+    except _UNREADABLE as err:
         raise CheckpointError(
             f"{path}: corrupt or not a checkpoint ({type(err).__name__}: {err})"
         ) from None
@@ -130,7 +128,7 @@ def _check_archive(path: Path) -> None:
 
 def read_checkpoint_config(path: str | os.PathLike) -> AgentConfig:
     """The config a checkpoint was written with (to build a matching Learner first)."""
-    config = _read(path, map_location="cpu")["config"]
+    config = read_checkpoint(path, map_location="cpu")["config"]
     try:
         return AgentConfig.from_dict(config)
     except (TypeError, ValueError, KeyError) as err:
@@ -138,11 +136,9 @@ def read_checkpoint_config(path: str | os.PathLike) -> AgentConfig:
 
 
 def load_checkpoint(
-    path: str | os.PathLike,
-    learner: Learner | None = None,
-    source: Any = None,
+    path: str | os.PathLike, learner: Learner | None = None, source: Any = None,
     map_location: Any = None,
-) -> dict[str, Any]:
+) -> dict[str, Any]:  # fmt: skip
     """Restore ``learner``, ``source`` and the global RNGs from ``path``; return the ``extra``.
 
     The learner keeps its own config (so freeze fields may be changed on resume) but must be of
@@ -155,26 +151,19 @@ def learner_from_checkpoint(path: str | os.PathLike) -> Learner:
     """A CPU learner built with the checkpoint's own config and loaded from it, this process's
     global RNGs left as they were (``load_checkpoint`` restores the training process's)."""
     learner = Learner(read_checkpoint_config(path), device="cpu")
-    np_state, py_state = np.random.get_state(), random.getstate()
-    with torch.random.fork_rng(devices=[]):
+    states = {name: get() for name, (get, _) in _RNGS.items()}
+    try:
         load_checkpoint(path, learner, map_location="cpu")
-    np.random.set_state(np_state)
-    random.setstate(py_state)
+    finally:
+        for name, (_, put) in _RNGS.items():
+            put(states[name])
     return learner
 
 
-def read_checkpoint(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
-    """The checkpoint at ``path`` as read and checked, not yet applied (``apply_checkpoint``);
-    ``CheckpointError`` naming the file when it is missing, damaged or of another format."""
-    return _read(path, map_location)
-
-
 def apply_checkpoint(
-    payload: dict[str, Any],
-    path: str | os.PathLike,
-    learner: Learner | None = None,
+    payload: dict[str, Any], path: str | os.PathLike, learner: Learner | None = None,
     source: Any = None,
-) -> dict[str, Any]:
+) -> dict[str, Any]:  # fmt: skip
     """``load_checkpoint`` on a payload already read from ``path`` (named in the errors)."""
     saved = payload["config"]
     if learner is not None:
@@ -185,7 +174,7 @@ def apply_checkpoint(
             )
         try:
             learner.load_state_dict(payload["learner"])
-        except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as err:
+        except _MISFIT as err:
             diff = [k for k, v in learner.cfg.to_dict().items() if saved.get(k) != v]
             raise CheckpointError(
                 f"{path}: does not fit this learner (config fields that "
@@ -196,16 +185,14 @@ def apply_checkpoint(
             raise CheckpointError(f"{path}: holds no source state")
         try:
             source.load_state_dict(payload["source"])
-        except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as err:
+        except _MISFIT as err:
             raise CheckpointError(
                 f"{path}: its source state does not fit this source "
                 f"({type(err).__name__}: {err})"
             ) from None
-    rng = payload["rng"]
     try:
-        torch.set_rng_state(rng["torch"])
-        np.random.set_state(rng["numpy"])
-        random.setstate(rng["python"])
+        for name, (_, put) in _RNGS.items():
+            put(payload["rng"][name])
     except (RuntimeError, ValueError, KeyError, TypeError) as err:
         raise CheckpointError(f"{path}: damaged checkpoint (its RNG states: {err})") from None
     extra = payload.get("extra") or {}

@@ -1,6 +1,6 @@
 """The learner's configuration: one frozen dataclass, defaults = the paper's Tables 4-5.
 
-``AgentConfig.from_preset("paper", track="C")`` is the paper's Track C; ``preset="tiny"`` shrinks
+``AgentConfig.of_size("paper", track="C")`` is the paper's Track C; ``of_size("tiny")`` shrinks
 every size so the whole pipeline runs in seconds on a CPU. Invalid values raise ``ValueError``
 naming the field, at construction.
 
@@ -39,7 +39,7 @@ Regularised = Literal["predictions", "latents"]
 PredError = Literal["mse", "relative"]
 TRACKS: tuple[str, ...] = get_args(Track)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
-PRESETS = ("paper", "tiny")
+SIZES = ("paper", "tiny")
 # The oracle's input: the true physics of a sample's world, (gravity_x, gravity_y, restitution,
 # friction) as ``env.PHYSICS_FEATURES`` (a test keeps the two in step; agent never imports env).
 PHYSICS_DIM = 4
@@ -89,47 +89,36 @@ def check_version(found: Any, what: str) -> None:
                          f"{VERSION}: use it with the code of its version")
 
 
-# The tiny preset: every size shrunk, the same structure (a few seconds on a CPU).
-TINY: dict[str, Any] = {
-    "latent_dim": 16,
-    "hidden_dim": 64,
-    "batch_size": 8,
-    "total_steps": 200,
-    "buffer_capacity": 16,
-    "detector_warmup": 3,
-    "exp_dim": 16,
-    "exp_layers": 1,
-    "exp_heads": 2,
-    "exp_ff_dim": 32,
-    "lora_rank": 2,
-    "hyper_dim": 2,
-    "encoder_channels": (4, 8, 8, 8),
-    "eval_batch_size": 64,
-}
+# The tiny size: every size shrunk, the same structure (a few seconds on a CPU).
+TINY: dict[str, Any] = dict(
+    latent_dim=16, hidden_dim=64, batch_size=8, total_steps=200, buffer_capacity=16,
+    detector_warmup=3, exp_dim=16, exp_layers=1, exp_heads=2, exp_ff_dim=32, lora_rank=2,
+    hyper_dim=2, encoder_channels=(4, 8, 8, 8), eval_batch_size=64,
+)  # fmt: skip
 
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-_POSITIVE_INTS = (
-    "fit_updates",
-    "fit_batch",
-    "fit_worlds",
-    "reservoir_size",
-    "latent_dim",
-    "hidden_dim",
-    "buffer_capacity",
-    "exp_dim",
-    "exp_layers",
-    "exp_heads",
-    "exp_ff_dim",
-    "lora_rank",
-    "hyper_dim",
-    "eval_batch_size",
-    "context_frames",
-)
-# Number fields: (check, the rule a bad value breaks).
+_POSITIVE = (1, "a positive integer")
+# Integer fields: (the least value, the rule a bad value breaks); those in ``_OPTIONAL`` may be
+# None.
+_INTS: dict[str, tuple[int, str]] = {
+    **dict.fromkeys(("fit_updates", "fit_batch", "fit_worlds", "reservoir_size", "latent_dim",
+                     "hidden_dim", "buffer_capacity", "exp_dim", "exp_layers", "exp_heads",
+                     "exp_ff_dim", "lora_rank", "hyper_dim", "eval_batch_size", "context_frames",
+                     "group_size"), _POSITIVE),  # fmt: skip
+    "entry_frames": (2, "an integer >= 2"),
+    "predictor_blocks": (0, "an integer >= 0"),
+    "batch_size": (2, "an integer >= 2 (the variance hinge needs two samples)"),
+    "detector_warmup": (0, "an integer >= 0"),
+    "total_steps": (1, "a positive integer (or None: a runner sets it)"),
+    "freeze_buffer_at": (0, "None or an integer step >= 0"),
+    "freeze_ema_at": (0, "None or an integer step >= 0"),
+}
+# Number fields: (check, the rule a bad value breaks); a bad value of one in ``_OPTIONAL`` is
+# "None or a number" of the rule.
 _NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {
     "lr": (lambda v: v > 0, "> 0"),
     "encoder_lr_scale": (lambda v: 0 < v <= 1, "in (0, 1]"),
@@ -143,7 +132,10 @@ _NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {
     "detector_momentum": (lambda v: 0 < v < 1, "in (0, 1)"),
     "input_scale": (lambda v: v > 0, "> 0"),
     "norm_eps": (lambda v: v > 0, "> 0"),
+    "settle": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "fit_lr": (lambda v: v > 0, "> 0"),
 }
+_OPTIONAL = ("total_steps", "freeze_buffer_at", "freeze_ema_at", "settle", "fit_lr")
 
 
 @dataclass(frozen=True)
@@ -156,7 +148,7 @@ class AgentConfig:
     hidden_dim: int = 1024  # predictor hidden width
     batch_size: int = 64  # samples per update
     horizons: tuple[int, ...] = (5, 10, 20)  # prediction horizons k (frames ahead)
-    lr: float = 3e-3  # AdamW peak learning rate (per-track default via from_preset)
+    lr: float = 3e-3  # AdamW peak learning rate (per-track default via of_size)
     # the encoder's rate as a fraction of lr (1: the paper's one rate; TD-MPC2 slows its encoder
     # to 0.3); not with the captured step or stacked seeds
     encoder_lr_scale: float = 1.0
@@ -254,24 +246,32 @@ class AgentConfig:
         for name in ("per_horizon", "vary_memory", "oracle", "stream_cache"):
             if not isinstance(getattr(self, name), bool):
                 self._bad(name, "must be true or false")
-        for name in _POSITIVE_INTS:
-            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
-                self._bad(name, "must be a positive integer")
+        if not _is_int(self.seed):
+            self._bad("seed", "must be an integer")
+        for name, (least, rule) in _INTS.items():
+            v = getattr(self, name)
+            if (v is not None or name not in _OPTIONAL) and (not _is_int(v) or v < least):
+                self._bad(name, f"must be {rule}")
         for name, (ok, rule) in _NUMBERS.items():
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            number = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+            if name in _OPTIONAL:
+                if v is not None and not (number and ok(v)):
+                    self._bad(name, f"must be None or a number {rule}")
+            elif not number:
                 self._bad(name, "must be a finite number")
-            if not ok(float(v)):
+            elif not ok(float(v)):
                 self._bad(name, f"must be {rule}")
         if not self.tau_base <= self.tau_end <= 1:
             self._bad("tau_end", "must be in [tau_base, 1]")
-        if self.total_steps is not None and (not _is_int(self.total_steps) or self.total_steps < 1):
-            self._bad("total_steps", "must be a positive integer (or None: a runner sets it)")
-        for name in ("freeze_buffer_at", "freeze_ema_at"):
-            v = getattr(self, name)
-            if v is not None and (not _is_int(v) or v < 0):
-                self._bad(name, "must be None or an integer step >= 0")
-        self._validate_shapes()
+        h, ch = self.horizons, self.encoder_channels
+        if not h or not all(_is_int(k) and k >= 1 for k in h) or list(h) != sorted(set(h)):
+            self._bad("horizons", "must be strictly increasing positive integers")
+        if h[-1] < 2:
+            self._bad("horizons", "the largest horizon must be >= 2 (the newest pair needs 2 frames)")
+        if len(ch) != 4 or not all(_is_int(c) and c >= 1 for c in ch):
+            self._bad("encoder_channels", "must be four positive integers")
+        self._validate_together()
 
     @staticmethod
     @functools.cache
@@ -280,70 +280,34 @@ class AgentConfig:
         hints = typing.get_type_hints(AgentConfig)
         return {n: get_args(h) for n, h in hints.items() if typing.get_origin(h) is Literal}
 
-    def _validate_shapes(self) -> None:
-        """The integer fields beyond positivity, and the fields that constrain each other."""
+    def _validate_together(self) -> None:
+        """The fields that constrain each other (each valid alone)."""
+        group = self.memory_scope == "group"
         if self.oracle and not reads_memory(self.track):
             self._bad("oracle", f"track {self.track} has no memory pathway to feed the physics to")
-        if self.memory_scope == "group" and self.push_pair != "input":
+        if group and self.push_pair != "input":
             self._bad("memory_scope", "group memory keeps the streams' own pairs: push_pair 'input'")
-        if not _is_int(self.entry_frames) or self.entry_frames < 2:
-            self._bad("entry_frames", "must be an integer >= 2")
-        if self.entry_frames > 2 and self.memory_scope == "global":
+        if self.entry_frames > 2 and not group:
             self._bad("entry_frames", "longer entries are for group memories")
-        if not _is_int(self.predictor_blocks) or self.predictor_blocks < 0:
-            self._bad("predictor_blocks", "must be an integer >= 0")
-        if not _is_int(self.group_size) or self.group_size < 1:
-            self._bad("group_size", "must be a positive integer")
-        if self.memory_scope == "group":
-            if _is_int(self.batch_size) and self.batch_size % self.group_size:
-                self._bad("group_size", f"must divide batch_size={self.batch_size}")
-            if self.buffer_capacity < self.group_size:
-                self._bad(
-                    "group_size",
-                    f"larger than buffer_capacity={self.buffer_capacity} (a step writes up to "
-                    f"group_size entries into a world's memory)",
-                )
-        for name, ok, rule in (("settle", lambda v: 0 < v <= 1, "in (0, 1]"),
-                               ("fit_lr", lambda v: v > 0, "> 0")):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
-                                  or not math.isfinite(v) or not ok(v)):  # fmt: skip
-                self._bad(name, f"must be None or a number {rule}")
-        if self.settle is not None:
-            if self.memory_scope != "group":
-                self._bad("settle", "the reservoir keeps windows of worlds: memory_scope 'group'")
-            if _is_int(self.fit_batch) and _is_int(self.fit_worlds) and self.fit_batch % self.fit_worlds:
-                self._bad("fit_batch", f"must be a multiple of fit_worlds={self.fit_worlds}")
+        if group and self.batch_size % self.group_size:
+            self._bad("group_size", f"must divide batch_size={self.batch_size}")
+        if group and self.buffer_capacity < self.group_size:
+            self._bad("group_size", f"larger than buffer_capacity={self.buffer_capacity} (a step "
+                      "writes up to group_size entries into a world's memory)")  # fmt: skip
+        if self.settle is not None and not group:
+            self._bad("settle", "the reservoir keeps windows of worlds: memory_scope 'group'")
+        if self.settle is not None and self.fit_batch % self.fit_worlds:
+            self._bad("fit_batch", f"must be a multiple of fit_worlds={self.fit_worlds}")
         if self.encoder_batch is not None and (
             not _is_int(self.encoder_batch) or self.encoder_batch < 1
-            or (_is_int(self.batch_size) and self.batch_size % self.encoder_batch)
+            or self.batch_size % self.encoder_batch
         ):  # fmt: skip
             self._bad("encoder_batch", f"must be None or a positive divisor of batch_size={self.batch_size}")
-        if not _is_int(self.seed):
-            self._bad("seed", "must be an integer")
-        if not _is_int(self.batch_size) or self.batch_size < 2:
-            self._bad(
-                "batch_size", "must be an integer >= 2 (the variance hinge needs two samples)"
-            )
-        if not _is_int(self.detector_warmup) or self.detector_warmup < 0:
-            self._bad("detector_warmup", "must be an integer >= 0")
-        h = self.horizons
-        if not h or not all(_is_int(k) and k >= 1 for k in h) or list(h) != sorted(set(h)):
-            self._bad("horizons", "must be strictly increasing positive integers")
-        if h[-1] < 2:
-            self._bad(
-                "horizons", "the largest horizon must be >= 2 (the newest pair needs 2 frames)"
-            )
-        ch = self.encoder_channels
-        if len(ch) != 4 or not all(_is_int(c) and c >= 1 for c in ch):
-            self._bad("encoder_channels", "must be four positive integers")
         if self.exp_dim % self.exp_heads:
             self._bad("exp_heads", f"must divide exp_dim={self.exp_dim}")
         width = min(self.latent_dim, self.hidden_dim)
         if self.lora_rank > width:
-            self._bad(
-                "lora_rank", f"larger than the layer width min(latent_dim, hidden_dim)={width}"
-            )
+            self._bad("lora_rank", f"larger than the layer width min(latent_dim, hidden_dim)={width}")
         if self.hyper_dim > self.exp_dim:
             self._bad("hyper_dim", f"larger than exp_dim={self.exp_dim}")
 
@@ -429,18 +393,14 @@ class AgentConfig:
         return tuple(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
 
     @classmethod
-    def from_preset(cls, preset: str = "paper", track: str = "C", **overrides: Any) -> AgentConfig:
-        """A preset ("paper" or "tiny") with the track's defaults (lr, kappa), then overrides."""
-        if preset not in PRESETS:
-            raise ValueError(
-                f"preset: unknown preset {preset!r}, expected one of {', '.join(PRESETS)}"
-            )
-        values: dict[str, Any] = dict(TINY) if preset == "tiny" else {}
-        values.update(track_named(track).defaults)
-        values["track"] = track
+    def of_size(cls, size: str = "paper", track: str = "C", **overrides: Any) -> AgentConfig:
+        """A size ("paper": Tables 4-5, or "tiny": every size shrunk) with the track's defaults
+        (lr, kappa), then overrides."""
+        if size not in SIZES:
+            raise ValueError(f"size: unknown size {size!r}, expected one of {', '.join(SIZES)}")
+        defaults = track_named(track).defaults
         _check_names(overrides)
-        values.update(overrides)
-        return cls(**values)
+        return cls(**{**(TINY if size == "tiny" else {}), **defaults, "track": track, **overrides})
 
     def replace(self, **changes: Any) -> AgentConfig:
         """A copy with some fields changed (validated again)."""
@@ -449,11 +409,8 @@ class AgentConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict of the public fields (tuples become lists)."""
-        out: dict[str, Any] = {}
-        for name in self.field_names():
-            v = getattr(self, name)
-            out[name] = list(v) if isinstance(v, tuple) else v
-        return out
+        values = {name: getattr(self, name) for name in self.field_names()}
+        return {name: list(v) if isinstance(v, tuple) else v for name, v in values.items()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AgentConfig:

@@ -9,11 +9,8 @@ from torch import nn
 
 
 class EMATarget(nn.Module):
-    """Holds ``target`` (deep copy of the online module, no gradients) and updates it.
-
-    ``update(online, tau)``: target <- tau * target + (1 - tau) * online, as one fused
-    ``torch._foreach_lerp_`` over all parameters (no per-parameter Python loop).
-    """
+    """Holds ``target`` (deep copy of the online module, no gradients) and updates it
+    (``update``: ``lerp_towards``)."""
 
     def __init__(self, online: nn.Module) -> None:
         super().__init__()
@@ -23,8 +20,7 @@ class EMATarget(nn.Module):
 
     @torch.no_grad()
     def update(self, online: nn.Module, tau: float | torch.Tensor) -> None:
-        """Move the target towards ``online`` with decay ``tau``: a number, or a 0-dim float64
-        tensor on the device (a captured step's; the same bits, no host read)."""
+        """Move the target towards ``online`` with decay ``tau`` (``lerp_towards``)."""
         lerp_towards(list(self.target.parameters()), list(online.parameters()), tau)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -46,9 +46,10 @@ from agent.objective import (
     norm_error,
     norm_error_sums,
     per_horizon,
-    score_predictions,
     spread,
+    total,
 )
+from agent.sources import read_frames
 from agent.step import encodes_memory, modulated_prediction
 
 CURVE_NS = (0, 10, 25, 50, 100, 256)
@@ -130,16 +131,6 @@ def _chunks(n: int, size: int) -> list[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
-def _take(frames: Any, rows: slice | np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """frames[rows][:, cols] for numpy or zarr (orthogonal read) -> (n, len(cols), 1, 64, 64)."""
-    if isinstance(frames, np.ndarray):
-        return np.ascontiguousarray(frames[rows][:, cols])
-    if isinstance(rows, np.ndarray):
-        uniq, inverse = np.unique(rows, return_inverse=True)
-        return np.asarray(frames.oindex[uniq, cols])[inverse]
-    return np.asarray(frames.oindex[rows, cols])
-
-
 Encoded = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
 
 
@@ -157,7 +148,7 @@ def encode(
     cols = np.asarray((*range(first, i + 1), *(i + h for h in cfg.horizons)))
     zs, ts, zbar = [], [], []
     for sl in _chunks(frames.shape[0], max(1, cfg.eval_batch_size // (past + k + input_target))):
-        x = torch.from_numpy(_take(frames, sl, cols))
+        x = torch.from_numpy(read_frames(frames, sl, cols))
         zs.append(learner.encode(x[:, :past].flatten(0, 1)).view(x.shape[0], past, -1))
         ts.append(learner.encode(x[:, past:].flatten(0, 1), target=True).view(x.shape[0], k, -1))
         if input_target:
@@ -165,24 +156,27 @@ def encode(
     return torch.cat(zs), torch.cat(ts), torch.cat(zbar) if input_target else None
 
 
-def _predictor(
+@torch.no_grad()
+def _predictions(
     learner: Learner, z: torch.Tensor, memory: MemoryView, physics: torch.Tensor | None
-) -> tuple[Callable[[slice], torch.Tensor], int]:
-    """(predict, chunk): predict(sl) the predictions of samples sl for the context latents z (N,
-    >= C, D) through ``memory``, one for every sample (the paper's FIFO: mask (cap,)) or one a
-    sample (mask (N, n)); physics (N, PHYSICS_DIM) the oracle's. chunk: samples a call."""
+) -> list[tuple[slice, torch.Tensor]]:
+    """The float predictions for the context latents z (N, >= C, D) through ``memory``, a chunk
+    of samples at a time: (sl, the predictions of samples sl). One memory for every sample (the
+    paper's FIFO: mask (cap,)) or one a sample (mask (N, n)); physics (N, PHYSICS_DIM) the
+    oracle's."""
     c, own = learner.cfg.context_frames, memory.mask.dim() == 2
-
-    def predict(sl: slice) -> torch.Tensor:
-        view = MemoryView(memory.pairs[sl], memory.mask[sl]) if own else memory
-        with learner.autocast():
-            return modulated_prediction(learner.nets, z[sl, -c:], view, learner.spec,
-                                        None if physics is None else physics[sl])[0].pred  # fmt: skip
-
     # eval_batch_size bounds the frames encoded at once; the entries of a sample's own memory are
     # latents already, far cheaper: up to 64 per frame of that bound.
     ebs = learner.cfg.eval_batch_size
-    return predict, max(1, 64 * ebs // max(1, memory.pairs.shape[1])) if own else ebs
+    chunk = max(1, 64 * ebs // max(1, memory.pairs.shape[1])) if own else ebs
+    out = []
+    for sl in _chunks(z.shape[0], chunk):
+        view = MemoryView(memory.pairs[sl], memory.mask[sl]) if own else memory
+        phys = None if physics is None else physics[sl]
+        with learner.autocast():
+            pred = modulated_prediction(learner.nets, z[sl, -c:], view, learner.spec, phys)[0].pred
+        out.append((sl, pred.float()))
+    return out
 
 
 def curve(
@@ -199,8 +193,10 @@ def curve(
     for n in ns:
         view = views(n)
         if view is not last:
-            last, (predict, chunk) = view, _predictor(learner, z, view, physics)
-            sums, sigma = score_predictions(predict, z[:, -1], targets, chunk, learner.cfg.norm_eps)
+            last, parts = view, _predictions(learner, z, view, physics)
+            eps = learner.cfg.norm_eps
+            sums = total([norm_error_sums(p, z[sl, -1], targets[sl], eps) for sl, p in parts])
+            sigma = spread(*(p for _, p in parts))
         d, d_h = norm_error(sums)
         out.d.append(float(d))
         out.d_per_h.append(d_h.tolist())
@@ -217,8 +213,7 @@ def references(
     """The reference check: the predictions for z (N, >= C, D) through ``memory`` and D's sums
     over all N against the online encoder's "no change" z[:, -1] (D as defined) and against the
     EMA target's, zbar (N, D)."""
-    predict, chunk = _predictor(learner, z, memory, physics)
-    pred = torch.cat([predict(sl).float() for sl in _chunks(z.shape[0], chunk)])
+    pred = torch.cat([p for _, p in _predictions(learner, z, memory, physics)])
     eps = learner.cfg.norm_eps
     ours, theirs = (norm_error_sums(pred, ref, targets, eps) for ref in (z[:, -1], zbar))
     return pred, ours, theirs
@@ -262,7 +257,7 @@ def shift_transitions(learner: Learner, shift_train: Any, n: int, seed: int = 0)
     out = []
     for sl in _chunks(n, per):
         rows = idx[sl].reshape(-1)
-        z = learner.encode(torch.from_numpy(_take(shift_train, rows, cols)).flatten(0, 1))
+        z = learner.encode(torch.from_numpy(read_frames(shift_train, rows, cols)).flatten(0, 1))
         out.append(z.view(-1, cfg.batch_size, 2, z.shape[-1]).mean(1))  # (m*B*2, D) -> (m, 2, D)
     return torch.cat(out) if out else torch.zeros(0, 2, cfg.latent_dim, device=learner.device)
 
@@ -290,8 +285,7 @@ def adaptation_curve(
 
 
 def evaluate(learner: Learner, data: EvalData, n: int = 50, seed: int = 0) -> EvalResult:
-    """D_shift^n (the headline is n = 50), D_base, sigma_embed, sigma_z, sigma_target, excluded
-    count."""
+    """``adaptation_curve``'s EvalResult at one n (the headline is n = 50)."""
     return adaptation_curve(learner, data, (n,), seed)[0]
 
 
@@ -325,7 +319,7 @@ def target_reference(learner: Learner, data: EvalData, n: int = 50, seed: int = 
     if cfg.context_frames != 1:
         raise ValueError("target_reference: one context frame (the paper's predictor) only")
     z, targets, _ = encode(learner, data.shift_test, 0)  # (N, 1, D), (N, K, D)
-    inputs = (torch.from_numpy(_take(data.shift_test, sl, np.asarray([0])))[:, 0]
+    inputs = (torch.from_numpy(read_frames(data.shift_test, sl, np.asarray([0])))[:, 0]
               for sl in _chunks(z.shape[0], cfg.eval_batch_size))  # fmt: skip
     zbar = torch.cat([learner.encode(x, target=True) for x in inputs])  # (N, D)
     pairs = shift_transitions(learner, data.shift_train, n, seed)
@@ -378,12 +372,9 @@ def _physics(learner: Learner, world: WorldSet, b: int) -> torch.Tensor:
 
 @torch.no_grad()
 def world_curves(
-    learner: Learner,
-    worlds: list[WorldSet],
-    ns: tuple[int, ...] = WORLD_NS,
-    memories: tuple[str, ...] = MEMORIES,
-    peers: int = 1,
-) -> list[Curve]:
+    learner: Learner, worlds: list[WorldSet], ns: tuple[int, ...] = WORLD_NS,
+    memories: tuple[str, ...] = MEMORIES, peers: int = 1,
+) -> list[Curve]:  # fmt: skip
     """D^n of the frozen learner on every world for every memory source (see the module doc).
 
     ``same`` gives sample b the pairs of sequences b+1 .. b+peers of its world (the peer read
@@ -391,8 +382,7 @@ def world_curves(
     FIFO holds them), ``wrong`` those of sequences b .. b+peers-1 of the next world in
     ``worlds`` (cyclically; needs two worlds). The learner is not changed.
     """
-    unknown = sorted(set(memories) - set(MEMORIES))
-    if unknown:
+    if unknown := sorted(set(memories) - set(MEMORIES)):
         raise ValueError(f"memories: unknown source {unknown[0]!r}, expected {MEMORIES}")
     if "wrong" in memories and len(worlds) < 2:
         raise ValueError("memories: the 'wrong' control needs at least two worlds")
@@ -450,18 +440,15 @@ def reference_check(learner: Learner, worlds: list[WorldSet]) -> dict[str, dict[
             sums.setdefault((world.family, name), []).append(s)
     out: dict[str, dict[str, list[float]]] = {}
     for (fam, name), parts in sums.items():
-        total = NormErrorSums(*(sum(x) for x in zip(*parts, strict=True)))
-        d, d_h = norm_error(total)
+        d, d_h = norm_error(total(parts))
         out.setdefault(fam, {})[name] = [*d_h.tolist(), float(d)]
     return out
 
 
 def family_means(curves: list[Curve]) -> dict[str, dict[str, list[float]]]:
     """{family: {memory: D over n averaged over the family's worlds}}."""
-    groups: dict[tuple[str, str], list[list[float]]] = {}
+    groups: dict[str, dict[str, list[list[float]]]] = {}
     for c in curves:
-        groups.setdefault((c.family, c.memory), []).append(c.d)
-    out: dict[str, dict[str, list[float]]] = {}
-    for (fam, mem), rows in groups.items():
-        out.setdefault(fam, {})[mem] = np.mean(np.asarray(rows), axis=0).tolist()
-    return out
+        groups.setdefault(c.family, {}).setdefault(c.memory, []).append(c.d)
+    return {fam: {mem: np.mean(np.asarray(rows), axis=0).tolist() for mem, rows in by.items()}
+            for fam, by in groups.items()}  # fmt: skip

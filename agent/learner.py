@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from agent.build import LearnerParts, build_learner_parts, build_optimizer
+from agent.build import build_memory, build_networks, build_optimizer
 from agent.capture import CapturedStep
 from agent.config import PHYSICS_DIM, AgentConfig, bf16_unsupported
 from agent.fit import fit_update
@@ -38,18 +38,19 @@ from agent.step import (
     modulated_prediction,
 )
 
+# What a lone learner's state dict holds beside ``BaseLearner.state_dicts``' controls.
+_PARTS = ("nets", "optimizer", "detector", "buffer")
+
 
 class BaseLearner:
     """What a lone learner (``Learner``) and a stack of seeds (``agent.stacked.StackedLearner``)
-    share, written once: the controls, the memory draws and view, the update and what a seed's
-    state dict keeps of them. ``cfgs``: the seeds' configs (one for a lone learner; equal but for
-    ``seed``), their ``seeds * B`` samples seed-major (seed s's at s * B .. (s + 1) * B - 1).
-
-    ``step``: updates done. Controls: ``freeze_weights()`` / ``unfreeze_weights()`` (memory
-    mode: no weight or EMA updates while the detectors and memories stay live), and the config's
-    ``freeze_buffer_at``, ``freeze_ema_at`` (steps, compared with ``step`` before the update).
-    A subclass builds the networks, ``optimizer``, ``detector``, ``buffer``, ``captured`` and
-    ``step_on``."""
+    share: the controls, the memory draws and view, the update and the state dicts. ``cfgs``: the
+    seeds' configs (one for a lone learner; equal but for ``seed``), their ``seeds * B`` samples
+    seed-major (seed s's at s * B .. (s + 1) * B - 1). ``step``: updates done. Controls:
+    ``freeze_weights()`` / ``unfreeze_weights()`` (memory mode: no weight or EMA updates while the
+    detectors and memories stay live), and the config's ``freeze_buffer_at``, ``freeze_ema_at``
+    (steps, compared with ``step`` before the update). A subclass builds the networks,
+    ``optimizer``, ``detector``, ``buffer``, ``captured``, ``step_on`` and its state's parts."""
 
     captured: CapturedStep | None
 
@@ -66,7 +67,7 @@ class BaseLearner:
         streams = torch.arange(self.seeds * cfg.batch_size, device=self.device)
         self.groups = streams // cfg.group_size
         self.step = 0
-        self._manual_freeze = False
+        self.weights_frozen = False  # memory mode (``freeze_weights``)
         # Draws of how much memory each training sample sees (cfg.vary_memory), on the device.
         self.memory_rngs = [torch.Generator(self.device).manual_seed(c.seed) for c in cfgs]
         # Latents of stream frames shared between consecutive batches (cfg.stream_cache).
@@ -79,18 +80,13 @@ class BaseLearner:
         )  # fmt: skip
 
     # ---------------------------------------------------------------- controls
-    @property
-    def weights_frozen(self) -> bool:
-        """True when this step will not change weights (``freeze_weights``)."""
-        return self._manual_freeze
-
     def freeze_weights(self) -> None:
         """Stop weight and EMA updates; detector and buffer stay live (``memory`` mode)."""
-        self._manual_freeze = True
+        self.weights_frozen = True
 
     def unfreeze_weights(self) -> None:
         """Undo ``freeze_weights``."""
-        self._manual_freeze = False
+        self.weights_frozen = False
 
     def knobs(self) -> Knobs:
         """This step's schedule values and flags (every seed's: one schedule)."""
@@ -124,15 +120,12 @@ class BaseLearner:
         if u is None:
             u = self.memory_draws(training)
         if cfg.memory_scope == "group":
-            episode = None
-            if cfg.memory_read == "peer":
-                if batch is None:
-                    raise ValueError("memory_view: a peer read needs the batch's episodes")
-                episode = episode_key(batch.to(self.device))
+            peer = cfg.memory_read == "peer"
+            if peer and batch is None:
+                raise ValueError("memory_view: a peer read needs the batch's episodes")
+            episode = episode_key(batch.to(self.device)) if peer else None
             return MemoryView.of_group(self.buffer, self.groups, episode, u)
-        if u is None:
-            return MemoryView.of(self.buffer)
-        return MemoryView.visible(self.buffer, u)
+        return MemoryView.of(self.buffer) if u is None else MemoryView.visible(self.buffer, u)
 
     # ---------------------------------------------------------------- the step
     def update(self, batch: Batch) -> StepMetrics:
@@ -150,16 +143,40 @@ class BaseLearner:
         self.step += 1
         return metrics
 
-    def seed_state(self, s: int = 0) -> dict[str, Any]:
-        """Seed s's step, freeze flag, generator of memory draws, stream latent cache and
-        reservoir, as its state dict keeps them (the last two None in a stack)."""
-        return {
+    # ---------------------------------------------------------------- state
+    def state_dicts(self) -> list[dict[str, Any]]:
+        """Each seed's state dict, as its lone learner writes it (a lone learner of its config
+        loads it): its step, freeze flag, generator of memory draws, stream latent cache and
+        reservoir (the last two None in a stack), and the subclass's ``_parts`` (weights,
+        optimizer, detector, buffer)."""
+        return [{
             "step": self.step,
-            "manual_freeze": self._manual_freeze,
+            "manual_freeze": self.weights_frozen,
             "memory_rng": self.memory_rngs[s].get_state(),
             "latents": None if self.latents is None else self.latents.state_dict(),
             "reservoir": None if self.reservoir is None else self.reservoir.state_dict(),
-        }
+            **parts,
+        } for s, parts in enumerate(self._parts())]  # fmt: skip
+
+    def load_state_dicts(self, states: Sequence[dict[str, Any]]) -> None:
+        """Load each seed's state dict (``state_dicts``' layout; a stack's all at one step); a
+        captured step captures afresh."""
+        if len(states) != self.seeds:
+            raise ValueError(f"expected {self.seeds} state dicts, got {len(states)}")
+        steps = {int(st["step"]) for st in states}
+        if len(steps) != 1:
+            raise ValueError(f"stacked seeds resume at one step, got steps {sorted(steps)}")
+        self._load_parts(states)
+        self.step = steps.pop()
+        self.weights_frozen = bool(states[0]["manual_freeze"])
+        for g, st in zip(self.memory_rngs, states, strict=True):
+            g.set_state(st["memory_rng"].cpu())
+        if self.latents is not None:
+            self.latents.load_state_dict(states[0]["latents"])
+        if self.reservoir is not None:
+            self.reservoir.load_state_dict(states[0]["reservoir"])
+        if self.captured is not None:  # the graphs read the tensors just replaced
+            self.captured.reset()
 
 
 class Learner(BaseLearner):
@@ -168,17 +185,12 @@ class Learner(BaseLearner):
     CPU)."""
 
     def __init__(
-        self,
-        cfg: AgentConfig,
-        device: torch.device | str = "cpu",
-        parts: LearnerParts | None = None,
-        captured: bool = False,
+        self, cfg: AgentConfig, device: torch.device | str = "cpu", captured: bool = False
     ) -> None:
         super().__init__([cfg], device)
-        parts = parts if parts is not None else build_learner_parts(cfg, self.device)
-        self.nets, self.detector, self.buffer = parts.nets, parts.detector, parts.buffer
+        self.detector, self.buffer = build_memory(cfg, self.device)
+        self.nets = build_networks(cfg).to(self.device)
         self.optimizer = build_optimizer(cfg, self.nets)
-        self.memory_rng = self.memory_rngs[0]  # the lone seed's (its state dict's "memory_rng")
         if captured and cfg.settle is not None:
             raise ValueError("settle: the captured step has no reservoir (use --no-capture)")
         if captured and cfg.encoder_lr_scale != 1.0:
@@ -216,9 +228,8 @@ class Learner(BaseLearner):
         if not isinstance(buffer, GroupBuffer):
             return MemoryView.of(buffer)
         if n != self.cfg.batch_size:
-            raise ValueError(
-                f"a group memory is read by its streams: {n} samples, {self.cfg.batch_size} streams"
-            )
+            raise ValueError(f"a group memory is read by its streams: {n} samples, "
+                             f"{self.cfg.batch_size} streams")  # fmt: skip
         return MemoryView.of_group(buffer, self.groups, None)
 
     def aggregate(self, z: torch.Tensor, buffer: ExperienceBuffer | GroupBuffer) -> Aggregate | None:
@@ -227,11 +238,9 @@ class Learner(BaseLearner):
         return aggregate(self.nets, z, self.view(buffer, z.shape[0]), self.spec)
 
     def predict(
-        self,
-        z: torch.Tensor,
-        buffer: ExperienceBuffer | GroupBuffer,
+        self, z: torch.Tensor, buffer: ExperienceBuffer | GroupBuffer,
         physics: torch.Tensor | None = None,
-    ) -> tuple[Modulated, Aggregate | None]:
+    ) -> tuple[Modulated, Aggregate | None]:  # fmt: skip
         """The modulated prediction for the context latents z (B, C, latent), or (B, latent),
         given ``buffer`` (``view``; ``agent.step.modulated_prediction``, the step's own);
         ``physics`` (B, PHYSICS_DIM) the true worlds, read instead of the memory by the oracle."""
@@ -262,34 +271,22 @@ class Learner(BaseLearner):
         each, peer = cfg.fit_batch // cfg.fit_worlds, cfg.memory_read == "peer"
         total = torch.zeros((), device=self.device)
         for _ in range(cfg.fit_updates):
-            draw = self.reservoir.draw(
-                cfg.fit_worlds, each, cfg.buffer_capacity, peer, cfg.vary_memory
-            )
+            draw = self.reservoir.draw(cfg.fit_worlds, each, cfg.buffer_capacity, peer,
+                                       cfg.vary_memory)  # fmt: skip
             total = total + fit_update(self.model, draw, fit_lr_at(cfg, self.step))
         return metrics._replace(loss_pred=total / cfg.fit_updates)
 
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
-        """Weights, EMA target, optimizer, detector, buffer, and the controls' ``seed_state``."""
-        return {
-            **self.seed_state(),
-            "nets": self.nets.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "detector": self.detector.state_dict(),
-            "buffer": self.buffer.state_dict(),
-        }
+        """Weights, EMA target, optimizer, detector, buffer and the controls (``state_dicts``)."""
+        return self.state_dicts()[0]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.nets.load_state_dict(state["nets"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.detector.load_state_dict(state["detector"])
-        self.buffer.load_state_dict(state["buffer"])
-        self.step = int(state["step"])
-        self._manual_freeze = bool(state["manual_freeze"])
-        self.memory_rng.set_state(state["memory_rng"].cpu())
-        if self.latents is not None:
-            self.latents.load_state_dict(state["latents"])
-        if self.reservoir is not None:
-            self.reservoir.load_state_dict(state["reservoir"])
-        if self.captured is not None:  # the graphs read the tensors just replaced
-            self.captured.reset()
+        self.load_state_dicts([state])
+
+    def _parts(self) -> list[dict[str, Any]]:
+        return [{name: getattr(self, name).state_dict() for name in _PARTS}]
+
+    def _load_parts(self, states: Sequence[dict[str, Any]]) -> None:
+        for name in _PARTS:
+            getattr(self, name).load_state_dict(states[0][name])

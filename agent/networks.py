@@ -27,10 +27,8 @@ class Encoder(nn.Module):
         layers: list[nn.Module] = []
         c_in = 1
         for c_out in channels:
-            layers += [
-                nn.Conv2d(c_in, c_out, kernel_size=4, stride=2, padding=1),
-                nn.ReLU(inplace=True),
-            ]
+            conv = nn.Conv2d(c_in, c_out, kernel_size=4, stride=2, padding=1)
+            layers += [conv, nn.ReLU(inplace=True)]
             c_in = c_out
         self.conv = nn.Sequential(*layers)
         side = 64 >> len(channels)  # the feature map's side: 4 after the listing's four convs
@@ -90,13 +88,7 @@ class Predictor(nn.Module):
     listing's ``norm(fc2(act(fc1(z))))`` in the paper's shapes.
     """
 
-    def __init__(
-        self,
-        latent_dim: int,
-        hidden_dim: int,
-        context: int = 1,
-        heads: int = 1,
-    ) -> None:
+    def __init__(self, latent_dim: int, hidden_dim: int, context: int = 1, heads: int = 1) -> None:
         super().__init__()
         self.latent_dim, self.heads = latent_dim, heads
         self.in_dim, self.out_dim = context * latent_dim, heads * latent_dim
@@ -113,20 +105,6 @@ class Predictor(nn.Module):
         """(B, in_dim) -> (B, hidden): act(fc1(z))."""
         return self.act(self.fc1(z))
 
-    # What the track C and E modulators act through.
-    @staticmethod
-    def low_rank(
-        x: torch.Tensor, v: torch.Tensor, delta: torch.Tensor, u: torch.Tensor
-    ) -> torch.Tensor:
-        """x (B, n) through U diag(delta_b) V^T per sample: ((x V) * delta) U^T."""
-        return (x @ v) * delta @ u.T
-
-    @staticmethod
-    def mixed(x: torch.Tensor, c: torch.Tensor, bases: torch.Tensor) -> torch.Tensor:
-        """x (B, n) through sum_j c_bj H_j per sample, bases (m * n, out) the H_j stacked:
-        (c_b (x) x_b) @ bases (never materialising (B, out, n))."""
-        return (c.unsqueeze(2) * x.unsqueeze(1)).flatten(1) @ bases
-
     def finish(self, y: torch.Tensor) -> torch.Tensor:
         """fc2's output (B, out_dim) -> the prediction: norm(y), (B, latent); per horizon
         (B, K, latent), each normalised."""
@@ -138,32 +116,23 @@ class Predictor(nn.Module):
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         """(B, in_dim) -> (B, latent) (or (B, K, latent)), the base (unmodulated) prediction."""
-        return self.finish(self.fc2(self.act(self.fc1(z))))
+        return self.readout(self.hidden(z))
 
 
 def build_predictor(cfg: AgentConfig) -> AnyPredictor:
     """The config's predictor: ``BlockPredictor`` with ``predictor_blocks`` > 0, else
     ``Predictor`` (the listing's)."""
-    if cfg.predictor_blocks:
-        return BlockPredictor.from_config(cfg)
-    return Predictor.from_config(cfg)
+    return BlockPredictor.from_config(cfg) if cfg.predictor_blocks else Predictor.from_config(cfg)
 
 
 # -- the predictor of residual blocks --------------------------------------------------------
-# A predictor of residual blocks, so that a modulation can act in every block.
-#
-# The listing's predictor has one hidden layer, so a track's modulation acts once, with one layer
-# after it to turn what it is told into a move. Measured offline on a run's frozen latents
-# (docs/results.md, "A world model that uses what it is told"), a predictor takes far more of the
-# world when the condition enters several residual blocks (DiT's adaLN-Zero, FiLM in every block,
-# DyAd's AdaIN in all blocks). ``BlockPredictor`` (``cfg.predictor_blocks`` > 0) is that shape:
+# So that a modulation can act in every block, not once (docs/agent.md, "a predictor with room
+# to use the world"; docs/results.md, "A world model that uses what it is told"):
 #
 #     h = inp(z);  h = h + block_i(h) for i < N;  pred = norm(z_last + out(h))  per horizon
 #
-# with ``block_i(h) = fc_b(act(fc_a(ln(h))))`` (a pre-norm MLP of ``hidden_dim``), the output a
-# change of the newest context latent (so "no change" is out = 0) and LayerNorm-ed as the
-# encoder's latents. A modulator acts by running each block itself (``run_block``): the per-block
-# modulators are in ``agent.modulators.blocks``.
+# the output a change of the newest context latent ("no change" is out = 0). A modulator runs
+# each block itself (``run_block``; the per-block modulators: ``agent.modulators.blocks``).
 
 
 class Block(nn.Module):

@@ -9,7 +9,6 @@ D / sigma_embed metrics.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -21,10 +20,8 @@ import torch
 class StepMetrics(NamedTuple):
     """One update's metrics: float32 tensors on the learner's device (no host sync), 0-dim,
     from ``Learner.update``, built by field name in ``agent.step.step_metrics`` (as columns,
-    each field (S,): a stack's S seeds', each seed's ``seed(s)``).
-
-    ``NAMES`` gives the namespaced names in field order; ``as_dict()`` maps them to tensors.
-    """
+    each field (S,): a stack's S seeds', each seed's ``seed(s)``). ``NAMES``: the namespaced
+    names in field order."""
 
     loss_total: torch.Tensor
     loss_pred: torch.Tensor
@@ -41,22 +38,9 @@ class StepMetrics(NamedTuple):
     valid_frac: torch.Tensor  # share of the batch's samples that were valid
     norm_error: torch.Tensor  # D of the modulated prediction on this batch (live stream error)
 
-    NAMES = (
-        "loss/total",
-        "loss/pred",
-        "loss/reg",
-        "memory/surprisal",
-        "memory/threshold",
-        "memory/boundary",
-        "memory/buffer_size",
-        "memory/shift_share",
-        "opt/lr",
-        "opt/tau",
-        "mod/delta_abs",
-        "memory/attn_entropy",
-        "stream/valid_frac",
-        "stream/norm_error",
-    )
+    NAMES = ("loss/total", "loss/pred", "loss/reg", "memory/surprisal", "memory/threshold",
+             "memory/boundary", "memory/buffer_size", "memory/shift_share", "opt/lr", "opt/tau",
+             "mod/delta_abs", "memory/attn_entropy", "stream/valid_frac", "stream/norm_error")  # fmt: skip
 
     def as_dict(self) -> dict[str, torch.Tensor]:
         """{namespaced name: 0-dim tensor}."""
@@ -68,8 +52,7 @@ class StepMetrics(NamedTuple):
 
 
 def columns(records: list[StepMetrics]) -> dict[str, np.ndarray]:
-    """A block of records -> {name: (N,) float32 array}, one host sync for the
-    whole block."""
+    """A block of records -> {name: (N,) float32 array}, one host sync for the whole block."""
     if not records:
         return {name: np.zeros(0, np.float32) for name in StepMetrics.NAMES}
     table = torch.stack([torch.stack(list(r)).float() for r in records]).cpu().numpy()  # (N, M)
@@ -91,28 +74,29 @@ class NormErrorSums(NamedTuple):
 
 
 def norm_error_sums(
-    pred: torch.Tensor,
-    z: torch.Tensor,
-    targets: torch.Tensor,
-    eps: float = 1e-3,
+    pred: torch.Tensor, z: torch.Tensor, targets: torch.Tensor, eps: float = 1e-3,
     valid: torch.Tensor | None = None,
-) -> NormErrorSums:
-    """Per-horizon sums of ``||zbar_k - zhat|| / ||zbar_k - z||`` (D, docs/definitions.md#d-the-normalised-error).
-
-    pred (B, D) or (B, K, D) (per horizon); z (B, D); targets (B, K, D); valid (B,) bool or None. Denominators below ``eps``
-    are excluded and counted.
-    """
+) -> NormErrorSums:  # fmt: skip
+    """Per-horizon sums of ``||zbar_k - zhat|| / ||zbar_k - z||`` (D,
+    docs/definitions.md#d-the-normalised-error): pred (B, D) or (B, K, D) (per horizon); z (B,
+    D); targets (B, K, D); valid (B,) bool or None. Denominators below ``eps`` are excluded and
+    counted (of the valid samples)."""
     pred, z, targets = pred.float(), z.float(), targets.float()
     num = torch.linalg.vector_norm(targets - per_horizon(pred), dim=-1)  # (B, K)
     den = torch.linalg.vector_norm(targets - z.unsqueeze(1), dim=-1)  # (B, K)
-    ok = den >= eps
+    ok, small = den >= eps, den < eps
     if valid is not None:
-        ok = ok & valid.unsqueeze(1)
-        excluded = ((den < eps) & valid.unsqueeze(1)).sum()
-    else:
-        excluded = (den < eps).sum()
+        ok, small = ok & valid.unsqueeze(1), small & valid.unsqueeze(1)
+    excluded = small.sum()
     ratio = torch.where(ok, num / torch.where(ok, den, torch.ones_like(den)), 0.0)
     return NormErrorSums(ratio.double().sum(0), ok.sum(0), excluded)
+
+
+def total(parts: list[NormErrorSums]) -> NormErrorSums:
+    """The sums of several batches (in order)."""
+    if not parts:
+        raise ValueError("no samples to score")
+    return NormErrorSums(*(sum(x) for x in zip(*parts, strict=True)))
 
 
 def norm_error(sums: NormErrorSums) -> tuple[torch.Tensor, torch.Tensor]:
@@ -123,12 +107,9 @@ def norm_error(sums: NormErrorSums) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def normalised_error(
-    pred: torch.Tensor,
-    z: torch.Tensor,
-    targets: torch.Tensor,
-    eps: float = 1e-3,
+    pred: torch.Tensor, z: torch.Tensor, targets: torch.Tensor, eps: float = 1e-3,
     valid: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """D on one batch: (overall 0-dim, per_horizon (K,), excluded count 0-dim)."""
     sums = norm_error_sums(pred, z, targets, eps, valid)
     overall, per_h = norm_error(sums)
@@ -136,46 +117,20 @@ def normalised_error(
 
 
 def sigma_embed(pred_sum: torch.Tensor, pred_sqsum: torch.Tensor, n: int) -> torch.Tensor:
-    """Mean per-dimension (unbiased) std of predictor outputs from their sums over n samples.
-
-    pred_sum, pred_sqsum (D,) float64.
-    """
+    """Mean per-dimension (unbiased) std of predictor outputs from their float64 sums and
+    squared sums (D,) over n samples."""
     mean = pred_sum / n
     var = (pred_sqsum - n * mean * mean) / max(n - 1, 1)
     return var.clamp(min=0).sqrt().mean()
 
 
-def spread(x: torch.Tensor) -> torch.Tensor:
-    """sigma_embed's statistic of any N samples x (N, ...), e.g. latents: the mean over
-    dimensions of their (unbiased) std across the samples, from float64 sums and squared sums
-    (``sigma_embed``). The evaluations' sigma_z and sigma_target."""
-    flat = x.flatten(1).double()
-    return sigma_embed(flat.sum(0), flat.pow(2).sum(0), flat.shape[0])
-
-
-@torch.no_grad()
-def score_predictions(
-    predict: Callable[[slice], torch.Tensor],
-    z: torch.Tensor,
-    targets: torch.Tensor,
-    chunk: int,
-    eps: float,
-) -> tuple[NormErrorSums, torch.Tensor]:
-    """D's sums and sigma_embed of predictions made ``chunk`` samples at a time: ``predict(sl)``
-    gives the (b, [K,] D) predictions of samples ``sl``; z (N, D) their input latents ("no
-    change"), targets (N, K, D). The one evaluation loop of ``agent.evaluation``."""
-    n = z.shape[0]
-    sums, s1, s2 = None, 0.0, 0.0
-    for start in range(0, n, chunk):
-        sl = slice(start, min(start + chunk, n))
-        pred = predict(sl).float()
-        part = norm_error_sums(pred, z[sl], targets[sl], eps)
-        sums = part if sums is None else NormErrorSums(*(a + b for a, b in zip(sums, part, strict=True)))
-        flat = pred.flatten(1).double()
-        s1, s2 = flat.sum(0) + s1, flat.pow(2).sum(0) + s2
-    if sums is None:
-        raise ValueError("no samples to score")
-    return sums, sigma_embed(s1, s2, n)  # type: ignore[arg-type]
+def spread(*parts: torch.Tensor) -> torch.Tensor:
+    """sigma_embed's statistic of any N samples (N, ...), e.g. latents or predictions, whole or
+    in parts (their sums added part by part): the mean over dimensions of their (unbiased) std
+    across the samples. The evaluations' sigma_embed, sigma_z and sigma_target."""
+    flat = [x.flatten(1).double() for x in parts]
+    n = sum(f.shape[0] for f in flat)
+    return sigma_embed(sum(f.sum(0) for f in flat), sum(f.pow(2).sum(0) for f in flat), n)
 
 
 # -- the objective ----------------------------------------------------------------------------
@@ -186,11 +141,9 @@ class Loss(NamedTuple):
 
 
 def pred_loss(
-    pred: torch.Tensor,
-    targets: torch.Tensor,
-    weight: torch.Tensor | None = None,
+    pred: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor | None = None,
     current: torch.Tensor | None = None,
-) -> torch.Tensor:
+) -> torch.Tensor:  # fmt: skip
     """Mean over horizons of the MSE between pred and the stop-gradient targets.
 
     pred (B, D) (the paper's one output for every horizon) or (B, K, D) (one per horizon);
@@ -238,18 +191,14 @@ def reg_loss(pred: torch.Tensor, gamma: float, weight: torch.Tensor | None = Non
 
 
 def compute_loss(
-    pred: torch.Tensor,
-    targets: torch.Tensor,
-    gamma: float,
-    lambda_reg: float,
-    weight: torch.Tensor | None = None,
-    latents: torch.Tensor | None = None,
+    pred: torch.Tensor, targets: torch.Tensor, gamma: float, lambda_reg: float,
+    weight: torch.Tensor | None = None, latents: torch.Tensor | None = None,
     current: torch.Tensor | None = None,
-) -> Loss:
+) -> Loss:  # fmt: skip
     """Loss(total, pred, reg) for pred (B, D) and targets (B, K, D). The variance hinge is on
-    the predictions (the paper), or on the
-    online encoder's ``latents`` (B, [C,] D) where given (each context frame a row). With the
-    input latent ``current`` (B, D) the horizons' errors are relative (``pred_loss``)."""
+    the predictions (the paper), or on the online encoder's ``latents`` (B, [C,] D) where given
+    (each context frame a row). With the input latent ``current`` (B, D) the horizons' errors
+    are relative (``pred_loss``)."""
     lp = pred_loss(pred, targets, weight, current)
     src, w = pred, weight
     if latents is not None:
@@ -263,7 +212,8 @@ def compute_loss(
 @dataclass(frozen=True)
 class Objective:
     """The step's loss settings (from ``AgentConfig``): the variance hinge's target std and
-    weight, whether it holds the encoder's latents apart (``cfg.regularise``), and whether the horizons' errors are relative (``cfg.pred_error``)."""
+    weight, whether it holds the encoder's latents apart (``cfg.regularise``), and whether the
+    horizons' errors are relative (``cfg.pred_error``)."""
 
     gamma: float = 0.75
     lambda_reg: float = 0.05

@@ -1,18 +1,13 @@
-"""The reservoir: the stream's windows on a settled latent, for the predictor's passes.
+"""The reservoir: the stream's windows on a settled latent, for the predictor's passes
+(settle, then fit: ``cfg.settle``, docs/agent.md "Settle, then fit").
 
-Settle, then fit (``cfg.settle``, docs/agent.md "Settle, then fit"): once the encoder and its
-EMA target stop learning, a window's latents never go stale, so they can be kept and fit many
-times. Each step the stream's valid windows enter as latents (the C context latents, the E
-latents of the window's memory entry, the K targets) with their world's physics, world key and
-episode key; the reservoir keeps a uniform sample of every window since the settle (reservoir
-sampling: the n-th window replaces a random slot with probability size / n), so it spans the
-worlds of the whole settled stretch, not only the 8 the stream lives in now.
-
-A minibatch (``draw``) mixes ``groups`` worlds, each drawn as a random window's (so worlds weigh
-as their windows do), ``per_group`` windows of each; the windows of a world read one memory of
-``capacity`` entries of that world's windows in the reservoir (the peer read masks a window's
-own episode's entries, as the group memory does online; ``vary``: a window sees k of them, k
-uniform over 0..available, as ``cfg.vary_memory`` online).
+Each step the stream's valid windows enter as latents (the C context latents, the E latents of
+the window's memory entry, the K targets) with their world's physics, world key and episode
+key; the reservoir keeps a uniform sample of every window since the settle (reservoir sampling).
+A minibatch (``draw``) mixes ``groups`` worlds, each drawn as a random window's, ``per_group``
+windows of each, reading one memory of ``capacity`` entries of its world's windows (``peer``:
+without its own episode's, as the group memory's peer read; ``vary``: k of them, k uniform over
+0..available, as ``cfg.vary_memory``).
 """
 
 from __future__ import annotations
@@ -39,16 +34,9 @@ class Reservoir:
     what the uninterrupted one would."""
 
     def __init__(
-        self,
-        size: int,
-        context: int,
-        entry: int,
-        horizons: int,
-        latent_dim: int,
-        physics_dim: int,
-        device: torch.device | str = "cpu",
-        seed: int = 0,
-    ) -> None:
+        self, size: int, context: int, entry: int, horizons: int, latent_dim: int,
+        physics_dim: int, device: torch.device | str = "cpu", seed: int = 0,
+    ) -> None:  # fmt: skip
         self.size = int(size)
         self.context = int(context)
         self.device = torch.device(device)
@@ -70,15 +58,10 @@ class Reservoir:
         return min(self.seen, self.size)
 
     def add(
-        self,
-        ctx: torch.Tensor,
-        entry: torch.Tensor,
-        target: torch.Tensor,
-        physics: torch.Tensor | None,
-        world: torch.Tensor,
-        episode: torch.Tensor,
+        self, ctx: torch.Tensor, entry: torch.Tensor, target: torch.Tensor,
+        physics: torch.Tensor | None, world: torch.Tensor, episode: torch.Tensor,
         valid: torch.Tensor,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Offer a step's windows (B, ...); the valid ones enter (algorithm R: while there is
         room, the next slots; then the n-th window a uniform slot of n, kept where < size)."""
         keep = torch.nonzero(valid).squeeze(1)
@@ -90,15 +73,11 @@ class Reservoir:
         slot = torch.where(number < self.size, number, draw)
         take = slot < self.size
         slot, keep = slot[take], keep[take]
-        if ctx.dim() == 2:
-            ctx = ctx.unsqueeze(1)
-        self.ctx[slot] = ctx[keep].float()
-        self.entry[slot] = entry[keep].float()
-        self.target[slot] = target[keep].float()
-        if physics is not None:
-            self.physics[slot] = physics[keep].float()
-        self.world[slot] = world[keep]
-        self.episode[slot] = episode[keep]
+        ctx = ctx.unsqueeze(1) if ctx.dim() == 2 else ctx
+        for name, new in zip(_SLOTS, (ctx, entry, target, physics, world, episode), strict=True):
+            if new is not None:  # the slots' dtype: float32 latents and physics, int64 keys
+                slots = getattr(self, name)
+                slots[slot] = new[keep].to(slots.dtype)
         self.seen += n
         self._index = None
 
@@ -117,9 +96,7 @@ class Reservoir:
         pos = start.unsqueeze(1) + (u * count.unsqueeze(1)).long().clamp(max=count.unsqueeze(1) - 1)
         return order[pos]
 
-    def draw(
-        self, groups: int, per_group: int, capacity: int, peer: bool, vary: bool
-    ) -> Draw:
+    def draw(self, groups: int, per_group: int, capacity: int, peer: bool, vary: bool) -> Draw:
         """A minibatch of ``groups`` x ``per_group`` windows with their worlds' memories."""
         if self.filled == 0:
             raise RuntimeError("the reservoir is empty: nothing to fit on")
@@ -148,11 +125,8 @@ class Reservoir:
         """The filled slots, the count seen and the generator (a resume draws on as if never
         stopped)."""
         n = self.filled
-        return {
-            "seen": self.seen,
-            "gen": self.gen.get_state(),
-            **{k: getattr(self, k)[:n].clone() for k in _SLOTS},
-        }
+        return {"seen": self.seen, "gen": self.gen.get_state(),
+                **{k: getattr(self, k)[:n].clone() for k in _SLOTS}}  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.seen = int(state["seen"])

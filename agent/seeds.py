@@ -43,14 +43,9 @@ class _Apply(nn.Module):
 
 class SeedStack:
     """S modules of one architecture (e.g. ``agent.build.Networks`` of one config, S seeds),
-    their parameters and buffers stacked along a leading seed dimension.
-
-    Attributes:
-        seeds: S.
-        params: name -> (S, ...) leaf tensors (what an optimizer updates; requires_grad as the
-            modules' parameters).
-        buffers: name -> (S, ...) tensors.
-    """
+    their parameters and buffers stacked along a leading seed dimension: ``params`` name ->
+    (S, ...) leaf tensors (what an optimizer updates; requires_grad as the modules' parameters),
+    ``buffers`` name -> (S, ...) tensors; ``seeds``: S."""
 
     def __init__(self, modules: Sequence[nn.Module]) -> None:
         if len(modules) < 1:
@@ -70,10 +65,8 @@ class SeedStack:
     def split(self, x: torch.Tensor) -> torch.Tensor:
         """(S * n, ...) seed-major rows -> (S, n, ...)."""
         if x.dim() == 0 or x.shape[0] % self.seeds:
-            raise ValueError(
-                f"a stacked tensor's leading dimension must be a multiple of the {self.seeds} "
-                f"seeds, got shape {tuple(x.shape)}"
-            )
+            raise ValueError(f"a stacked tensor's leading dimension must be a multiple of the "
+                             f"{self.seeds} seeds, got shape {tuple(x.shape)}")  # fmt: skip
         return x.view(self.seeds, x.shape[0] // self.seeds, *x.shape[1:])
 
     def map(self, fn: Callable[..., Any], *args: Any, shared: Sequence[int] = ()) -> Any:
@@ -81,22 +74,15 @@ class SeedStack:
         argument (S * n, ...) is split seed-major (``split``), except the positions in
         ``shared``, which every seed gets whole, as do non-tensor arguments. Returns ``fn``'s
         output (a tensor or a structure of them) with a leading seed dimension."""
-        split = tuple(
-            self.split(a) if isinstance(a, torch.Tensor) and i not in shared else a
-            for i, a in enumerate(args)
-        )
-        in_dims = tuple(
-            0 if isinstance(a, torch.Tensor) and i not in shared else None
-            for i, a in enumerate(args)
-        )
+        seeded = [isinstance(a, torch.Tensor) and i not in shared for i, a in enumerate(args)]
+        split = tuple(self.split(a) if s else a for a, s in zip(args, seeded, strict=True))
+        in_dims = tuple(0 if s else None for s in seeded)
 
         def one(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], *a: Any) -> Any:
             state = {f"module.{n}": t for n, t in (*params.items(), *buffers.items())}
             return functional_call(self._apply, state, (fn, *a))
 
-        return vmap(one, in_dims=(0, 0, *in_dims), randomness="error")(
-            self.params, self.buffers, *split
-        )
+        return vmap(one, in_dims=(0, 0, *in_dims), randomness="error")(self.params, self.buffers, *split)
 
     # ------------------------------------------------------------------ state
     def state_dicts(self) -> list[dict[str, torch.Tensor]]:

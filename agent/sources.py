@@ -10,6 +10,7 @@ share frames: ``LatentCache`` (below) keeps their latents by stream time.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,16 @@ import torch
 
 from agent.config import PHYSICS_DIM, AgentConfig
 from env.device import to_device
+
+
+def read_frames(frames: Any, rows: slice | np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """frames[rows][:, cols] for numpy or zarr (orthogonal read) -> (n, len(cols), 1, 64, 64)."""
+    if isinstance(frames, np.ndarray):
+        return np.ascontiguousarray(frames[rows][:, cols])
+    if isinstance(rows, np.ndarray):
+        uniq, inverse = np.unique(rows, return_inverse=True)
+        return np.asarray(frames.oindex[uniq, cols])[inverse]
+    return np.asarray(frames.oindex[rows, cols])
 
 
 @dataclass
@@ -43,13 +54,9 @@ class Batch:
     world_key: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> Batch:
-        def move(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.to(device)
-
-        return Batch(
-            self.frames.to(device), self.valid.to(device), self.shifted.to(device),
-            move(self.physics), self.clock, move(self.episode), move(self.world_key),
-        )  # fmt: skip
+        """The batch with its tensors on ``device``."""
+        return Batch(**{k: v.to(device) if isinstance(v, torch.Tensor) else v
+                        for k, v in vars(self).items()})  # fmt: skip
 
 
 class DatasetSource:
@@ -67,14 +74,9 @@ class DatasetSource:
     """
 
     def __init__(
-        self,
-        frames: Any,
-        cfg: AgentConfig,
-        device: torch.device | str = "cpu",
-        shifted: int = 0,
-        seed: int = 0,
-        physics: Any = None,
-    ) -> None:
+        self, frames: Any, cfg: AgentConfig, device: torch.device | str = "cpu", shifted: int = 0,
+        seed: int = 0, physics: Any = None,
+    ) -> None:  # fmt: skip
         if frames.ndim != 5 or tuple(frames.shape[2:]) != (1, 64, 64):
             raise ValueError(f"frames: expected (N, T, 1, 64, 64), got {tuple(frames.shape)}")
         if frames.shape[1] < cfg.window:
@@ -85,10 +87,7 @@ class DatasetSource:
         self.batch_size = cfg.batch_size
         self.offsets = np.asarray(cfg.frame_offsets)
         # (N, F, 1, 64, 64): each sequence's frames at the window positions, in memory.
-        if isinstance(frames, np.ndarray):
-            self.frames = frames[:, self.offsets]
-        else:  # zarr: one orthogonal read of the whole split
-            self.frames = np.asarray(frames.oindex[:, self.offsets])
+        self.frames = read_frames(frames, slice(None), self.offsets)
         self.device = torch.device(device)
         self.shifted = int(shifted)
         self.rng = np.random.default_rng(seed)
@@ -120,33 +119,25 @@ class StreamSource:
     """Live frames from a vector env (NEXT_STEP autoreset), one env step per ``next()``.
 
     Keeps the last W = ``cfg.window`` frames of each of the env's streams with the episode each
-    came from. At step t a stream's sample has its targets at t-15, t-10, t and its input at
-    t-20 (its context frames and memory pair before that); it is valid only if the whole window
-    lies in one episode. The memory pair must be the input's own (``cfg.push_pair ==
-    "input"``): the paper's newest pair (t-1, t) is made of the sample's own targets, frames
-    after its input, and would leak the future into later predictions. Under NEXT_STEP
-    autoreset the step after a ``terminated | truncated`` returns the new episode's first frame,
-    so that step starts a new episode id.
-
-    The first ``next()`` resets the env (``seed``) and steps W-2 times, so the first batch's
-    windows are full. ``shifted`` (num_envs,) int64 is the shift tag of each stream's samples
-    (of the newest frame): set by ``set_shifted``, or, with ``base_gravity`` given, 1 wherever
-    the env's ``infos["gravity"]`` differs from it.
+    came from (the step after a ``terminated | truncated`` starts a new episode id). At step t a
+    stream's sample has its targets at t-15, t-10, t and its input at t-20 (its context frames
+    and memory pair before that); it is valid only if the whole window lies in one episode. The
+    memory pair must be the input's own (``cfg.push_pair == "input"``): the paper's newest pair
+    (t-1, t) is made of the sample's own targets and would leak the future into later
+    predictions. The first ``next()`` resets the env (``seed``) and steps W-2 times, so the
+    first batch's windows are full. ``shifted`` (num_envs,) int64, each stream's shift tag: set
+    by ``set_shifted``, or, with ``base_gravity``, 1 wherever ``infos["gravity"]`` differs.
 
     An env whose worlds live on a torch device (its ``device`` attribute, e.g.
-    ``MovingMNISTVectorEnv(device="cuda")``) returns its frames there; the windows are then
-    kept and cut there too, and a step copies only the per-stream tags (episode, validity,
-    world) from the host, through pinned memory without waiting: no frame passes the host.
+    ``MovingMNISTVectorEnv(device="cuda")``) returns its frames there; the windows are kept and
+    cut there too, and a step copies only the per-stream tags from the host, through pinned
+    memory without waiting: no frame passes the host.
     """
 
     def __init__(
-        self,
-        vec_env: Any,
-        cfg: AgentConfig,
-        device: torch.device | str = "cpu",
-        seed: int | None = None,
-        base_gravity: float | None = None,
-    ) -> None:
+        self, vec_env: Any, cfg: AgentConfig, device: torch.device | str = "cpu",
+        seed: int | None = None, base_gravity: float | None = None,
+    ) -> None:  # fmt: skip
         if cfg.push_pair != "input":
             raise ValueError(
                 "push_pair: a stream source needs the input's own memory pair (push_pair "
@@ -181,10 +172,7 @@ class StreamSource:
 
     def set_shifted(self, shifted: int, mask: np.ndarray | None = None) -> None:
         """Tag the streams (all, or those in ``mask``) ``shifted`` (0 or 1) from now on."""
-        if mask is None:
-            self.shifted[:] = shifted
-        else:
-            self.shifted[np.asarray(mask, bool)] = shifted
+        self.shifted[slice(None) if mask is None else np.asarray(mask, bool)] = shifted
 
     def _push(self, obs: Any) -> None:
         if self.world_device is None:
@@ -243,74 +231,43 @@ class StreamSource:
         valid = (ep == ep[:, :1]).all(axis=1) & (ep[:, 0] >= 0)
         newest = ep[:, (self.head - 1) % self.window]
         episode = newest * self.num_envs + np.arange(self.num_envs)  # unique per stream, episode
-        return Batch(
-            x.to(self.device),
-            to_device(valid, self.device),
-            to_device(self.shifted.copy(), self.device),
-            to_device(self.physics.copy(), self.device),
-            clock=self.t,
-            episode=to_device(episode, self.device),
-            world_key=to_device(self.world_key.copy(), self.device),
-        )
+        dev = self.device
+        return Batch(x.to(dev), to_device(valid, dev), to_device(self.shifted.copy(), dev),
+                     to_device(self.physics.copy(), dev), clock=self.t,
+                     episode=to_device(episode, dev),
+                     world_key=to_device(self.world_key.copy(), dev))  # fmt: skip
+
+    #: The state beside the windows and the env's: per-stream arrays and counters.
+    _STATE = ("episode", "head", "episode_id", "done", "shifted", "physics", "world_key",
+              "started", "t")  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         """Windows, episode ids, counters and the env's own state (bit-exact continuation)."""
         frames = self.frames  # a copy either way: the state must not follow the live windows
         frames = frames.copy() if self.world_device is None else frames.to("cpu", copy=True).numpy()
-        return {
-            "frames": frames,
-            "episode": self.episode.copy(),
-            "head": self.head,
-            "episode_id": self.episode_id.copy(),
-            "done": self.done.copy(),
-            "shifted": self.shifted.copy(),
-            "physics": self.physics.copy(),
-            "world_key": self.world_key.copy(),
-            "started": self.started,
-            "t": self.t,
-            "env": self.env.get_state(),
-        }
+        state = {k: copy.copy(getattr(self, k)) for k in self._STATE}  # arrays: copies
+        return {"frames": frames, **state, "env": self.env.get_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         frames = np.array(state["frames"], np.uint8)
-        if self.world_device is None:
-            self.frames = frames
-        else:
-            self.frames = torch.from_numpy(frames).to(self.world_device)
-        self.episode = np.array(state["episode"], np.int64)
-        self.head = int(state["head"])
-        self.episode_id = np.array(state["episode_id"], np.int64)
-        self.done = np.array(state["done"], bool)
-        self.shifted = np.array(state["shifted"], np.int64)
-        self.physics = np.array(state["physics"], np.float32)
-        self.world_key = np.array(state["world_key"], np.int64)
-        self.started = bool(state["started"])
-        self.t = int(state["t"])
+        on_host = self.world_device is None
+        self.frames = frames if on_host else torch.from_numpy(frames).to(self.world_device)
+        for k in self._STATE:  # each as the type it has here (arrays: their dtype)
+            now = getattr(self, k)
+            setattr(self, k, np.array(state[k], now.dtype) if isinstance(now, np.ndarray)
+                    else type(now)(state[k]))  # fmt: skip
         self.env.set_state(state["env"])
 
 
 # -- the stream latent cache ------------------------------------------------------------------
-# LatentCache: each stream frame encoded once per encoder (``cfg.stream_cache``).
-#
-# In stream mode consecutive batches share their frames: every stream advances one frame per step,
-# so the frame that is the newest target (horizon max(h)) at step t is a target again at its
-# shorter horizons, max(h) - h steps later, and the input frame of step t is the memory pair's
-# older frame at step t + 1. Recomputing those latents costs three EMA-encoder passes and one
-# online pass per sample per step where one EMA pass would do.
-#
-# ``LatentCache`` keeps, by stream time (``Batch.clock``, the source's frame counter):
-#
-# - the EMA-target latent of each frame, computed when the frame arrives (as the newest target)
-#   and reused at its later horizons, so a target latent is at most max(h) - min(h) steps old
-#   (15 in the paper's (5, 10, 20), 6 in the worlds protocol's (2, 4, 8)): the EMA weights it
-#   was computed with have moved by at most 1 - tau^15 of the way (tau >= 0.996);
-# - the online latent of each input frame (the step's own, detached), which later steps' memory
-#   entries reuse as their older frames (one or more steps old).
-#
-# A frame the cache does not hold (the first steps, after a gap in the clock) is encoded exactly.
-# Nothing here is read without a clock: the dataset source's i.i.d. batches share no frames.
-# The state (latents by stream time) goes into the learner's checkpoint, so a resumed run
-# continues exactly as an uninterrupted one.
+# LatentCache (``cfg.stream_cache``; docs/agent.md, "Stream batches share frames"): consecutive
+# stream batches share frames (a target returns at its shorter horizons, max(h) - h steps later;
+# the input frame of step t is the memory pair's older frame at step t + 1), so each frame is
+# encoded once per encoder and its latent kept by stream time (``Batch.clock``): the EMA-target
+# latent from the frame's arrival (at most max(h) - min(h) steps old: 15 in the paper), the
+# online latent of each input frame (the step's own, detached). A frame the cache does not hold
+# (the first steps, after a gap in the clock) is encoded exactly; nothing is read without a
+# clock; the state goes into the learner's checkpoint (a resumed run continues exactly).
 
 
 class LatentCache:
@@ -333,12 +290,10 @@ class LatentCache:
 
     def begin(self, t: int) -> None:
         """A new batch at clock t: drop what no later batch needs; everything on a gap."""
-        if self.t is None or t != self.t + 1:
-            self.target.clear()
-            self.online.clear()
+        gap = self.t is None or t != self.t + 1
         oldest = self.time_of(t, 0)
         for store in (self.target, self.online):
-            for s in [s for s in store if s < oldest]:
+            for s in [s for s in store if gap or s < oldest]:
                 del store[s]
         self.t = t
 

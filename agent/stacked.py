@@ -1,109 +1,70 @@
 """StackedLearner: S seeds of one learner configuration trained as one (``agent.seeds``).
 
 Each seed keeps what makes it that seed's run: its initial weights (``build_networks`` of its
-config), its world memories and detector statistics, its optimizer state, its generator of
-memory draws, and its stream, whose batch it is given each step. What is shared is the work:
-the S seeds' networks are one ``SeedStack`` (every parameter with a leading seed dimension),
-their forward runs once under ``torch.func.vmap``, their S losses are summed for one backward
-(the seeds share no parameter, so each gets its own gradient), and one fused AdamW and one EMA
-update act on the stacked tensors (both elementwise: each seed's own update).
+config), world memories, detector statistics, optimizer state, generator of memory draws and
+stream (its batch is given each step). What is shared is the work: the seeds' networks are one
+``SeedStack``, their forward runs once under ``torch.func.vmap``, their S losses are summed for
+one backward, and one fused AdamW and one EMA update act on the stacked tensors (each seed's own
+update: ``agent.seeds``).
 
 The layout is seed-major throughout: the stacked batch is (S * B, ...), seed s's streams at
 rows s * B .. (s + 1) * B - 1; the world memories and detectors are the S seeds' W groups each,
 seed s's at s * W .. (s + 1) * W - 1, so the group memory's and detector's own code, which keeps
-groups apart, keeps the seeds apart too. Each step returns one ``StepMetrics`` per seed.
-
-The stacked step is the plain step (``agent.step.jepa_step``) of each seed to
-rounding (``tests/agent/test_stacked.py``). It covers the worlds protocol's memory
-(``memory_scope="group"``) and the plain path: no stream latent cache, no work beside the
-encoder. Its controls, memory draws and view, update and seed states are ``BaseLearner``'s.
+groups apart, keeps the seeds apart too. The stacked step is each seed's plain step
+(``agent.step.jepa_step``) to rounding (``tests/agent/test_stacked.py``), for the worlds
+protocol's memory (``memory_scope="group"``) and the plain path: no stream latent cache, no work
+beside the encoder. Its controls, memory draws and view, update and states are ``BaseLearner``'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import fields, replace
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
-from agent.build import build_networks
+from agent.build import build_memory, build_networks
 from agent.capture import CapturedStep
 from agent.config import AgentConfig
 from agent.ema import lerp_towards
 from agent.learner import BaseLearner
-from agent.memory import BoundaryDetector, GroupBuffer
-from agent.objective import Loss, StepMetrics
+from agent.objective import StepMetrics
 from agent.seeds import SeedStack
 from agent.sources import Batch
 from agent.step import (
+    Forward,
     Knobs,
     MemoryView,
     Model,
     StepSpec,
-    base_error,
+    adamw_step,
     boundary,
-    context_latents,
-    forward_metrics,
-    memory_codes,
+    forward,
     memory_pairs,
-    modulated_prediction,
     push,
     step_metrics,
-    target_latents,
     world_key,
 )
 
 
-class SeedForward(NamedTuple):
-    """One seed's forward, as ``SeedStack.map`` returns it (tensors only, a leading seed
-    dimension added): the loss, the surprisal and memory entry of each sample, the metrics'
-    forward parts (``agent.step.forward_metrics``)."""
-
-    loss: Loss  # each part ()
-    err: torch.Tensor  # (B,) the base predictor's surprisal
-    entry: torch.Tensor  # (B, E, D) float32, each sample's memory entry
-    parts: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # () each
-
-
 def seed_forward(
-    nets: Any,
-    frames: torch.Tensor,
-    valid: torch.Tensor,
-    pairs: torch.Tensor,
-    mask: torch.Tensor,
-    group: torch.Tensor,
-    physics: torch.Tensor | None,
-    spec: StepSpec,
+    nets: Any, frames: torch.Tensor, valid: torch.Tensor, pairs: torch.Tensor,
+    mask: torch.Tensor, group: torch.Tensor, physics: torch.Tensor | None, spec: StepSpec,
     learn: bool,
-) -> SeedForward:
-    """One seed's part of the step that reads its networks (``agent.step.jepa_step``'s steps 1-3
-    and its metrics' forward parts): frames (B, F, 1, 64, 64), valid (B,), its group memories
+) -> tuple[Forward, torch.Tensor]:  # fmt: skip
+    """One seed's part of the step that reads its networks: ``agent.step.forward`` and each
+    sample's memory entry (B, E, D), of frames (B, F, 1, 64, 64), valid (B,), its group memories
     pairs (W, cap, E, D) with each sample's mask (B, cap) and group (B,) in 0..W-1."""
-    memory = MemoryView(pairs, mask, group)
-    w = valid.float()
-    with torch.no_grad(), spec.autocast():
-        targets = target_latents(nets, frames, spec)
-    with torch.set_grad_enabled(learn):
-        codes = memory_codes(nets, memory, spec)
-    with spec.autocast(), torch.set_grad_enabled(learn):
-        z = context_latents(nets, frames, spec)
-        mod, agg = modulated_prediction(nets, z, memory, spec, physics, codes)
-    pred, targets = mod.pred.float(), targets.float()
-    loss = spec.objective(pred, targets, w, z)
+    f = forward(nets, frames, valid.float(), MemoryView(pairs, mask, group), spec, learn, physics)
     with torch.no_grad():
-        err = base_error(nets, z, mod, targets, spec)
-        entry = memory_pairs(nets, spec, frames, z)
-        parts = forward_metrics(pred, targets, z, mod, agg, w, spec)
-    return SeedForward(loss, err, entry, parts)
+        return f, memory_pairs(nets, spec, frames, f.z)
 
 
 class StackedLearner(BaseLearner):
-    """S learners of one configuration (``cfgs``: equal but for ``seed``) as one stacked
-    learner; ``update(batches)`` takes each seed's batch and returns each seed's metrics. Its
-    controls, memory draws and view are ``BaseLearner``'s, a lone learner's. ``captured``: the
-    stacked step replayed from CUDA graphs on a GPU (``agent.capture``; on a CPU the same path
-    runs eagerly)."""
+    """S learners of one configuration (``cfgs``: equal but for ``seed``) as one;
+    ``update(batches)`` takes each seed's batch and returns each seed's metrics. ``captured``: the
+    stacked step replayed from CUDA graphs (``agent.capture``)."""
 
     def __init__(
         self, cfgs: Sequence[AgentConfig], device: torch.device | str = "cpu",
@@ -134,11 +95,7 @@ class StackedLearner(BaseLearner):
         ema = [n for n in self.stack.params if n.startswith(prefix)]
         self._ema = ([self.stack.params[n] for n in ema],  # the EMA lerp's targets, sources
                      [self.stack.params["encoder." + n[len(prefix) :]] for n in ema])  # fmt: skip
-        w = base.num_groups
-        self.detector = BoundaryDetector(base.kappa, base.detector_momentum, base.detector_warmup,
-                                         self.device, streams=self.seeds * w)  # fmt: skip
-        self.buffer = GroupBuffer(self.seeds * w, base.buffer_capacity, base.latent_dim,
-                                  self.device, frames=base.entry_frames)  # fmt: skip
+        self.detector, self.buffer = build_memory(base, self.device, self.seeds)
         self.local_groups = self.groups[: base.batch_size]  # each seed's samples' groups, 0..W-1
         # The stacked step as CUDA graphs (no stream latent cache: what it needs too), or None.
         self.captured = CapturedStep(self) if captured else None
@@ -159,7 +116,7 @@ class StackedLearner(BaseLearner):
         field (S,), seed s's at s)."""
         memory = self.memory_view(knobs.learn, batch, u)
         local = self.local_groups.repeat(self.seeds)
-        fwd = self.stack.map(
+        fwd, entry = self.stack.map(
             seed_forward, batch.frames, batch.valid, memory.pairs, memory.mask, local,
             batch.physics, self.spec, knobs.learn,
         )  # fmt: skip
@@ -169,28 +126,21 @@ class StackedLearner(BaseLearner):
         with torch.no_grad():
             fired, write = boundary(m, err, batch.valid, w, self.groups)
         if knobs.learn:
-            for group in self.optimizer.param_groups:
-                group["lr"] = knobs.lr
-            self.optimizer.zero_grad(set_to_none=True)
-            fwd.loss.total.sum().backward()
-            self.optimizer.step()
+            adamw_step(self.optimizer, fwd.loss.total.sum(), knobs.lr)
             if knobs.ema:
                 lerp_towards(*self._ema, knobs.tau)
         with torch.no_grad():
             self.buffer.enter(self.groups, world_key(batch))
             if knobs.write:
-                push(m, fwd.entry.flatten(0, 1), batch, w, write, knobs.step, self.groups)
+                push(m, entry.flatten(0, 1), batch, w, write, knobs.step, self.groups)
             return step_metrics(m, knobs, fwd.loss, err, w, fired, fwd.parts, self.seeds)
 
     # ---------------------------------------------------------------- state
-    def state_dicts(self) -> list[dict[str, Any]]:
-        """Each seed's ``Learner.state_dict()``: its weights, optimizer state, detector and
-        world memories (``_seed_rows``), and its ``seed_state``, as its lone learner writes them
-        (a lone learner of its config loads it)."""
+    def _parts(self) -> list[dict[str, Any]]:
+        """Each seed's weights, optimizer state, detector and world memories (``_seed_rows``)."""
         nets, opt = self.stack.state_dicts(), self.optimizer.state_dict()
         det, buf = self.detector.state_dict(), self.buffer.state_dict()
         return [{
-            **self.seed_state(s),
             "nets": nets[s],
             "optimizer": {
                 "state": {i: {k: (v if k == "step" else v[s]).clone() for k, v in st.items()}
@@ -223,14 +173,8 @@ class StackedLearner(BaseLearner):
                                   + ([t[-1:]] if flat else []))  # fmt: skip
         return out
 
-    def load_state_dicts(self, states: Sequence[dict[str, Any]]) -> None:
-        """Load S lone learners' state dicts (``state_dicts``' layout; all at one step), in
-        place for the weights (the optimizer keeps them); a captured step captures afresh."""
-        if len(states) != self.seeds:
-            raise ValueError(f"expected {self.seeds} state dicts, got {len(states)}")
-        steps = {int(st["step"]) for st in states}
-        if len(steps) != 1:
-            raise ValueError(f"stacked seeds resume at one step, got steps {sorted(steps)}")
+    def _load_parts(self, states: Sequence[dict[str, Any]]) -> None:
+        """``_parts`` undone, in place for the weights (the optimizer keeps them)."""
         self.stack.load_state_dicts([st["nets"] for st in states])  # in place: AdamW's params
         first = states[0]["optimizer"]
         self.optimizer.load_state_dict({
@@ -241,12 +185,6 @@ class StackedLearner(BaseLearner):
         })  # fmt: skip
         self.detector.load_state_dict(self._stacked_rows([st["detector"] for st in states]))
         self.buffer.load_state_dict(self._stacked_rows([st["buffer"] for st in states]))
-        for g, st in zip(self.memory_rngs, states, strict=True):
-            g.set_state(st["memory_rng"].cpu())
-        self.step = steps.pop()
-        self._manual_freeze = bool(states[0]["manual_freeze"])
-        if self.captured is not None:  # the graphs read the tensors just replaced
-            self.captured.reset()
 
 
 def stack_batches(batches: Sequence[Batch]) -> Batch:

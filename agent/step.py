@@ -52,27 +52,17 @@ class StepSpec:
 
     @classmethod
     def from_config(cls, cfg: AgentConfig, device: torch.device | str) -> StepSpec:
+        objective = Objective(gamma=cfg.gamma, lambda_reg=cfg.lambda_reg,
+                              on_latents=cfg.regularise == "latents",
+                              relative=cfg.pred_error == "relative")  # fmt: skip
         return cls(
-            n_horizons=cfg.n_horizons,
-            exp_dim=cfg.exp_dim,
-            norm_eps=cfg.norm_eps,
-            bf16=cfg.precision == "bf16",
-            device_type=torch.device(device).type,
-            past=cfg.past_frames,
-            context=cfg.context_frames,
-            push_pair=cfg.push_pair,
-            input_scale=cfg.input_scale,
-            objective=Objective(
-                gamma=cfg.gamma,
-                lambda_reg=cfg.lambda_reg,
-                on_latents=cfg.regularise == "latents",
-                relative=cfg.pred_error == "relative",
-            ),
-            write_every=cfg.memory_write == "every",
-            group_memory=cfg.memory_scope == "group",
-            entry=cfg.entry_frames,
-            encoder_stride=cfg.encoder_stride,
-        )
+            n_horizons=cfg.n_horizons, exp_dim=cfg.exp_dim, norm_eps=cfg.norm_eps,
+            bf16=cfg.precision == "bf16", device_type=torch.device(device).type,
+            past=cfg.past_frames, context=cfg.context_frames, push_pair=cfg.push_pair,
+            input_scale=cfg.input_scale, objective=objective,
+            write_every=cfg.memory_write == "every", group_memory=cfg.memory_scope == "group",
+            entry=cfg.entry_frames, encoder_stride=cfg.encoder_stride,
+        )  # fmt: skip
 
     def frames(self, x: torch.Tensor) -> torch.Tensor:
         """Encoder input from frames: uint8 -> float32 times ``input_scale`` (converted where a
@@ -117,14 +107,10 @@ class Knobs(NamedTuple):
 # LR linear warmup then cosine decay, EMA tau cosine ramp: pure functions of the step, so a
 # resumed run needs only the step to continue; past ``total_steps`` the LR stays at 0 and tau at
 # ``tau_end``.
-def warmup_steps(total_steps: int, warmup_frac: float) -> int:
-    """Number of linear warmup steps (0 when warmup_frac is 0)."""
-    return int(round(warmup_frac * total_steps))
-
-
 def lr_at(step: int, base_lr: float, total_steps: int, warmup_frac: float) -> float:
-    """LR for update number ``step`` (0-based): linear warmup to base_lr, then cosine to 0."""
-    w = warmup_steps(total_steps, warmup_frac)
+    """LR for update number ``step`` (0-based): linear warmup to base_lr over ``warmup_frac`` of
+    the steps, then cosine to 0."""
+    w = int(round(warmup_frac * total_steps))
     if step < w:
         return base_lr * (step + 1) / w
     progress = min(1.0, (step - w) / max(1, total_steps - w))
@@ -165,49 +151,30 @@ def knobs_at(cfg: AgentConfig, step: int, frozen: bool) -> Knobs:
 
 # ---------------------------------------------------------------------------- the step
 def jepa_step(
-    m: Model,
-    batch: Batch,
-    memory: MemoryView,
-    knobs: Knobs,
-    latents: LatentCache | None = None,
-    keep: Reservoir | None = None,
-) -> StepMetrics:
+    m: Model, batch: Batch, memory: MemoryView, knobs: Knobs,
+    latents: LatentCache | None = None, keep: Reservoir | None = None,
+) -> StepMetrics:  # fmt: skip
     """One training step on ``batch`` (frames (B, F, 1, 64, 64) uint8 at ``cfg.frame_offsets``:
     P past frames, the last the input, then the K targets; valid, world (B,)). Returns the
     step's metrics as 0-dim device tensors (no host read). ``keep``: the reservoir that the
     batch's valid windows enter (settle, then fit: ``agent.reservoir``)."""
     nets, spec, w = m.nets, m.spec, batch.valid.float()  # w (B,) 0/1
-    # 1. Forward.
-    with torch.set_grad_enabled(knobs.learn):
-        codes = memory_codes(nets, memory, spec)  # (.., cap, exp_dim) | None: experience enc.
-    targets = batch_targets(nets, batch, spec, latents)  # (B, K, D): EMA encoder, no gradient
-    with spec.autocast(), torch.set_grad_enabled(knobs.learn):
-        z = context_latents(nets, batch.frames, spec)  # (B, C, D), or (B, D) when C = 1
-        mod, agg = modulated_prediction(nets, z, memory, spec, batch.physics, codes)
-    pred, targets = mod.pred.float(), targets.float()  # (B, [K,] D), (B, K, D)
-
-    # 2. Loss: prediction error at every horizon + variance hinge (invalid samples weigh 0).
-    loss = spec.objective(pred, targets, w, z)
+    # 1-2. Forward and loss.
+    f = forward(nets, batch.frames, w, memory, spec, knobs.learn, batch.physics, latents,
+                batch.clock)  # fmt: skip
 
     # 3. Boundary: the detector on the BASE predictor's surprisal (no modulation, so no
     #    circular coupling with the memory); the memory pair, while the weights are this step's.
     with torch.no_grad():
-        err = base_error(nets, z, mod, targets, spec)  # (B,) mean_k ||zbar_k - P_base(z)||
-        fired, write = boundary(m, err, batch.valid, w, memory.group)  # (), (W,) or (B,) bool
-        entry = partial(memory_pairs, nets, spec, batch.frames, z, latents, batch.clock)
+        fired, write = boundary(m, f.err, batch.valid, w, memory.group)  # (), (W,) or (B,) bool
+        entry = partial(memory_pairs, nets, spec, batch.frames, f.z, latents, batch.clock)
         pairs = entry() if knobs.write else None  # (B, E, D)
 
-    # 4. Backward and AdamW.
+    # 4. Backward and AdamW; 5. EMA target update.
     if knobs.learn:
-        for group in m.optimizer.param_groups:  # the encoder's scaled (``encoder_lr_scale``)
-            group["lr"] = knobs.lr * group["lr_scale"] if "lr_scale" in group else knobs.lr
-        m.optimizer.zero_grad(set_to_none=True)
-        loss.total.backward()
-        m.optimizer.step()
-
-    # 5. EMA target update.
-    if knobs.learn and knobs.ema:
-        nets.target.update(nets.encoder, knobs.tau)
+        adamw_step(m.optimizer, f.loss.total, knobs.lr)
+        if knobs.ema:
+            nets.target.update(nets.encoder, knobs.tau)
 
     # 6. Memory write (after the backward, which reads the buffer). Per world: a world's memory
     #    is emptied when its group's world changes.
@@ -218,12 +185,60 @@ def jepa_step(
             push(m, pairs, batch, w, write, knobs.step, memory.group)
         if keep is not None:
             entries = pairs if pairs is not None else entry()
-            keep.add(z.detach(), entries, targets, batch.physics, world_key(batch),
+            keep.add(f.z.detach(), entries, f.targets, batch.physics, world_key(batch),
                      episode_key(batch), batch.valid)  # fmt: skip
         if latents is not None and batch.clock is not None and spec.push_pair == "input":
-            latents.keep_input(batch.clock, input_latent(z).float())  # the next entries' older
+            latents.keep_input(batch.clock, input_latent(f.z).float())  # the next entries' older
+        return step_metrics(m, knobs, f.loss, f.err, w, fired, f.parts).seed(0)
+
+
+class Forward(NamedTuple):
+    """The step's forward (``forward``): its loss, what the rest of the step reads of it, and
+    the metrics' forward parts (``forward_metrics``)."""
+
+    loss: Loss  # each part ()
+    err: torch.Tensor  # (B,) the base predictor's surprisal (``base_error``)
+    z: torch.Tensor  # (B, C, D), or (B, D) when C = 1: the context latents
+    targets: torch.Tensor  # (B, K, D) float32: the EMA target's latents
+    parts: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # () each
+
+
+def forward(
+    nets: Networks, frames: torch.Tensor, w: torch.Tensor, memory: MemoryView, spec: StepSpec,
+    learn: bool, physics: torch.Tensor | None = None, latents: LatentCache | None = None,
+    clock: int | None = None,
+) -> Forward:  # fmt: skip
+    """``jepa_step``'s forward on frames (B, F, 1, 64, 64) with 0/1 weights w (B,) (a stacked
+    step's, of one seed): the memory's codes, the EMA targets, the context latents and the
+    modulated prediction (with gradients when ``learn``), the loss (prediction error at every
+    horizon + variance hinge, invalid samples weighing 0) and the surprisal."""
+    with torch.set_grad_enabled(learn):
+        codes = memory_codes(nets, memory, spec)  # (.., cap, exp_dim) | None: experience enc.
+    with torch.no_grad(), spec.autocast():  # the EMA target's latents (B, K, D)
+        if latents is None or clock is None:
+            targets = target_latents(nets, frames, spec)
+        else:  # a stream batch's: the latent cache's, encoding only the frames it does not hold
+            latents.begin(clock)
+            targets = latents.targets(clock, frames, partial(encode, nets.target.target, spec=spec))
+    with spec.autocast(), torch.set_grad_enabled(learn):
+        z = context_latents(nets, frames, spec)
+        mod, agg = modulated_prediction(nets, z, memory, spec, physics, codes)
+    pred, targets = mod.pred.float(), targets.float()  # (B, [K,] D), (B, K, D)
+    loss = spec.objective(pred, targets, w, z)
+    with torch.no_grad():
+        err = base_error(nets, z, mod, targets, spec)  # (B,) mean_k ||zbar_k - P_base(z)||
         parts = forward_metrics(pred, targets, z, mod, agg, w, spec)
-        return step_metrics(m, knobs, loss, err, w, fired, parts).seed(0)
+    return Forward(loss, err, z, targets, parts)
+
+
+def adamw_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, lr: float | torch.Tensor) -> None:
+    """Backward of ``loss`` and an AdamW step at ``lr`` (a group's ``lr_scale`` scales it: the
+    encoder's, ``encoder_lr_scale``)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group["lr_scale"] if "lr_scale" in group else lr
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
 
 
 # ---------------------------------------------------------------------------- its pieces
@@ -255,7 +270,12 @@ def _context(nets: Networks, x: torch.Tensor, spec: StepSpec) -> torch.Tensor:
     p, c = spec.past, spec.context
     if c == 1:
         return encode(nets.encoder, x[:, p - 1], spec)
-    return encode(nets.encoder, x[:, p - c : p].flatten(0, 1), spec).view(x.shape[0], c, -1)
+    return _columns(nets.encoder, x, p - c, p, spec)
+
+
+def _columns(encoder: Encoder, x: torch.Tensor, start: int, stop: int, spec: StepSpec) -> torch.Tensor:
+    """(B, stop - start, D): the latents of the batch's columns start..stop - 1 by ``encoder``."""
+    return encode(encoder, x[:, start:stop].flatten(0, 1), spec).view(x.shape[0], stop - start, -1)
 
 
 def input_latent(z: torch.Tensor) -> torch.Tensor:
@@ -266,38 +286,7 @@ def input_latent(z: torch.Tensor) -> torch.Tensor:
 def target_latents(nets: Networks, x: torch.Tensor, spec: StepSpec) -> torch.Tensor:
     """The EMA-target latents (B, K, D) of the batch's K target columns (x (B, F, 1, 64, 64)).
     Call without gradient, under the spec's autocast."""
-    p, k = spec.past, spec.n_horizons
-    return encode(nets.target.target, x[:, p : p + k].flatten(0, 1), spec).view(x.shape[0], k, -1)
-
-
-def earlier_latents(nets: Networks, x: torch.Tensor, spec: StepSpec, k: int) -> torch.Tensor:
-    """(B, k, D): the online latents of the k frames before the batch's context frames (the
-    oldest of the input's memory entry). Call without gradient, under the spec's autocast."""
-    p, c = spec.past, spec.context
-    frames = x[:, p - c - k : p - c]
-    return encode(nets.encoder, frames.flatten(0, 1), spec).view(x.shape[0], k, -1)
-
-
-def newest_pair(nets: Networks, x: torch.Tensor, spec: StepSpec) -> torch.Tensor:
-    """The paper's memory pair of each sample, (z_prev, z_newest) (B, 2, D), by the online
-    encoder from the batch's last two columns (the frame before the newest, then the newest
-    target). Call without gradient, under the spec's autocast."""
-    b, first = x.shape[0], spec.past + spec.n_horizons - 1  # columns (newest, before it)
-    return encode(nets.encoder, x[:, first:].flatten(0, 1), spec).view(b, 2, -1).flip(1)
-
-
-def batch_targets(
-    nets: Networks, batch: Batch, spec: StepSpec, latents: LatentCache | None = None
-) -> torch.Tensor:
-    """The EMA-target latents (B, K, D) of the batch's targets, no gradient: from the stream
-    latent cache ``latents`` for a stream batch (encoding only the frames it does not hold),
-    else ``target_latents``."""
-    with torch.no_grad(), spec.autocast():
-        if latents is None or batch.clock is None:
-            return target_latents(nets, batch.frames, spec)
-        latents.begin(batch.clock)
-        target = nets.target.target
-        return latents.targets(batch.clock, batch.frames, lambda f: encode(target, f, spec))
+    return _columns(nets.target.target, x, spec.past, spec.past + spec.n_horizons, spec)
 
 
 def encodes_memory(nets: Networks) -> bool:
@@ -320,12 +309,9 @@ def memory_codes(nets: Networks, memory: MemoryView, spec: StepSpec) -> torch.Te
 
 
 def aggregate(
-    nets: Networks,
-    z: torch.Tensor,
-    memory: MemoryView,
-    spec: StepSpec,
+    nets: Networks, z: torch.Tensor, memory: MemoryView, spec: StepSpec,
     codes: torch.Tensor | None = None,
-) -> Aggregate | None:
+) -> Aggregate | None:  # fmt: skip
     """e_agg and attention for each z (B, latent) from ``memory`` and its e_i ``codes``
     (``memory_codes``, computed here when None); None for tracks without a memory pathway (and
     with the oracle)."""
@@ -338,13 +324,9 @@ def aggregate(
 
 
 def modulated_prediction(
-    nets: Networks,
-    z: torch.Tensor,
-    memory: MemoryView,
-    spec: StepSpec,
-    physics: torch.Tensor | None = None,
-    codes: torch.Tensor | None = None,
-) -> tuple[Modulated, Aggregate | None]:
+    nets: Networks, z: torch.Tensor, memory: MemoryView, spec: StepSpec,
+    physics: torch.Tensor | None = None, codes: torch.Tensor | None = None,
+) -> tuple[Modulated, Aggregate | None]:  # fmt: skip
     """The modulated prediction for the context latents z (B, C, latent) - or (B, latent) when
     C = 1 - given ``memory`` (and its e_i ``codes``, computed here when None): (Modulated(pred,
     scales (B, n) | None), Aggregate(e_agg (B, exp_dim), attn (B, cap)) | None). pred is (B,
@@ -354,9 +336,7 @@ def modulated_prediction(
     agg = None
     if nets.oracle is not None:
         if physics is None:
-            raise ValueError(
-                "oracle: the batch carries no physics (a source that knows its worlds)"
-            )
+            raise ValueError("oracle: the batch carries no physics (a source that knows its worlds)")
         with torch.autocast(spec.device_type, enabled=False):
             e_agg = nets.oracle(physics.float())
     else:
@@ -371,20 +351,14 @@ def base_error(
     """Each sample's surprisal (B,): the BASE predictor's (no modulation) error
     mean_k ||zbar_k - P_base(z)|| over the K horizons (docs/definitions.md#surprisal)."""
     with spec.autocast():
-        if nets.modulator.uses_memory:
-            base = nets.predictor(z.detach().flatten(1))
-        else:
-            base = mod.pred
+        base = nets.predictor(z.detach().flatten(1)) if nets.modulator.uses_memory else mod.pred
     return torch.linalg.vector_norm(targets - per_horizon(base.detach().float()), dim=-1).mean(1)
 
 
 def boundary(
-    m: Model,
-    err: torch.Tensor,
-    valid: torch.Tensor,
-    w: torch.Tensor,
+    m: Model, err: torch.Tensor, valid: torch.Tensor, w: torch.Tensor,
     group: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """(fired, write): the detector's boundary on the surprisal, and whether the memory is written
     (on a boundary, or at every valid step with ``memory_write="every"``). Global memory: one
     detector on the valid samples' mean surprisal, () bools; per world: one detector per group
@@ -411,9 +385,10 @@ def memory_pairs(
     frames ending at the input (z_{input-E+1}, ..., z_input): the context's, and before them
     earlier frames' (the stream latent cache's at ``clock`` where it holds them, else encoded).
     Call without gradient."""
-    if spec.push_pair == "newest":
+    if spec.push_pair == "newest":  # the batch's last two columns: the newest target, before it
+        first = spec.past + spec.n_horizons - 1
         with spec.autocast():
-            return newest_pair(nets, frames, spec).float()
+            return _columns(nets.encoder, frames, first, first + 2, spec).flip(1).float()
     ctx = (z if z.dim() == 3 else z.unsqueeze(1)).detach()  # (B, C, D)
     if ctx.shape[1] >= spec.entry:
         return ctx[:, -spec.entry :].float()
@@ -421,15 +396,11 @@ def memory_pairs(
     before = None
     if latents is not None and clock is not None:
         before = latents.earlier(clock, spec.context, k)
-    if before is None:  # (B, E - C, D), online encoder
+    if before is None:  # (B, E - C, D), online encoder: the k frames before the context
         with spec.autocast():
-            before = earlier_latents(nets, frames, spec, k)
+            before = _columns(nets.encoder, frames, spec.past - spec.context - k,
+                              spec.past - spec.context, spec)  # fmt: skip
     return torch.cat([before.to(ctx.dtype), ctx], 1).float()
-
-
-def valid_mean(pairs: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """The valid samples' mean pair (2, D) float32 of pairs (B, 2, D) (0/1 weights w (B,))."""
-    return (pairs.float() * w.view(-1, 1, 1)).sum(0) / w.sum().clamp(min=1.0)
 
 
 def world_key(batch: Batch) -> torch.Tensor:
@@ -445,14 +416,9 @@ def episode_key(batch: Batch) -> torch.Tensor:
 
 
 def push(
-    m: Model,
-    pairs: torch.Tensor,
-    batch: Batch,
-    w: torch.Tensor,
-    write: torch.Tensor,
-    step: int | torch.Tensor,
-    group: torch.Tensor | None = None,
-) -> None:
+    m: Model, pairs: torch.Tensor, batch: Batch, w: torch.Tensor, write: torch.Tensor,
+    step: int | torch.Tensor, group: torch.Tensor | None = None,
+) -> None:  # fmt: skip
     """Write the memory where ``write``: per world each writing stream's pair into its group's
     memory, tagged with its episode; global memory the valid samples' mean pair, with their
     majority world (ties: 0)."""
@@ -460,19 +426,14 @@ def push(
         m.buffer.push(pairs, group, episode_key(batch), batch.shifted, step, write)
         return
     majority = ((batch.shifted.float() * w).sum() * 2 > w.sum()).long()
-    m.buffer.push(valid_mean(pairs, w), majority, step, write)
+    mean = (pairs.float() * w.view(-1, 1, 1)).sum(0) / w.sum().clamp(min=1.0)  # (2, D)
+    m.buffer.push(mean, majority, step, write)
 
 
 def step_metrics(
-    m: Model,
-    knobs: Knobs,
-    loss: Loss,
-    err: torch.Tensor,
-    w: torch.Tensor,
-    fired: torch.Tensor,
-    parts: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-    seeds: int = 1,
-) -> StepMetrics:
+    m: Model, knobs: Knobs, loss: Loss, err: torch.Tensor, w: torch.Tensor, fired: torch.Tensor,
+    parts: tuple[torch.Tensor, torch.Tensor, torch.Tensor], seeds: int = 1,
+) -> StepMetrics:  # fmt: skip
     """The step's ``StepMetrics`` of each of ``seeds`` seeds as columns (each field (seeds,),
     seed s's at s: ``StepMetrics.seed``; the samples, memories and detectors seed-major), from its
     ``loss``, its ``forward_metrics`` ``parts`` and the memory after this step's write:

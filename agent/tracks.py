@@ -24,12 +24,9 @@ class Track:
     """One track of the paper (Table 5's defaults)."""
 
     letter: str
-    what: str
-    """What the track does with memory, in a few words."""
-    reads_memory: bool
-    """False: no experience pathway (e_agg is never computed, the oracle has nothing to feed)."""
-    generates: str
-    """What e_agg generates, as the run's plots name it ("" where nothing is generated)."""
+    what: str  # what the track does with memory, in a few words
+    reads_memory: bool  # False: no experience pathway (no e_agg; the oracle has nothing to feed)
+    generates: str  # what e_agg generates, as the run's plots name it ("" where nothing is)
     lr: float
     kappa: float
 

@@ -81,7 +81,7 @@ def make_learner_step(
     """(learner, source, step) for the paper config of `track` with a full buffer."""
     # A stream pushes the input's own pair (the paper's newest pair would leak the future).
     pair = "input" if source == "stream" else "newest"
-    cfg = AgentConfig.from_preset("paper", track=track, precision=precision, push_pair=pair)
+    cfg = AgentConfig.of_size("paper", track=track, precision=precision, push_pair=pair)
     learner = Learner(cfg, device=bench.device)
     src = make_source(source, cfg, bench.device, frames)
     prefill(learner, cfg.buffer_capacity)

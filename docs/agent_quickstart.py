@@ -68,7 +68,7 @@ def train_resume_evaluate(
 ) -> dict:
     # A stream pushes the input's own pair to memory (the paper's newest pair would be the
     # samples' own targets); the paper's dataset protocol keeps its pair.
-    cfg = AgentConfig.from_preset(
+    cfg = AgentConfig.of_size(
         args.preset, track=track, total_steps=args.steps, precision=args.precision,
         push_pair="input" if kind == "stream" else "newest",
     )  # fmt: skip

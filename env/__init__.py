@@ -19,7 +19,6 @@ from env.dataset import (
     generate_sequences,
     generate_split,
     initial_scenes,
-    iter_sequences,
     open_dataset,
     split_sizes,
     write_dataset,
@@ -28,14 +27,7 @@ from env.digits import Digits, DigitsError, load_digits
 from env.moving_mnist import MovingMNISTEnv
 from env.physics import PHYSICS_FEATURES, PHYSICS_FIELDS, PhysicsParams, physics_features
 from env.vector import NO_EPISODE_LIMIT, MovingMNISTVectorEnv
-from env.worlds import (
-    FAMILIES,
-    HELD_OUT,
-    WorldFamily,
-    WorldSchedule,
-    check_disjoint,
-    family,
-)
+from env.worlds import FAMILIES, HELD_OUT, WorldFamily, WorldSchedule, check_disjoint, family
 
 ENV_ID = "MovingMNIST-v0"
 
@@ -47,35 +39,12 @@ if ENV_ID not in _gym.registry:
         max_episode_steps=20,
     )
 
-__all__ = [
-    "initial_scenes",
-    "SceneBatch",
-    "ENV_ID",
-    "FAMILIES",
-    "HELD_OUT",
-    "NO_EPISODE_LIMIT",
-    "PHYSICS_FEATURES",
-    "PHYSICS_FIELDS",
-    "DatasetError",
-    "Digits",
-    "DigitsError",
-    "MovingMNISTEnv",
-    "MovingMNISTVectorEnv",
-    "PaperDataset",
-    "PaperDatasetConfig",
-    "PhysicsParams",
-    "SplitView",
-    "WorldFamily",
-    "WorldSchedule",
-    "check_disjoint",
-    "family",
-    "generate_sequences",
-    "generate_split",
-    "iter_sequences",
-    "load_digits",
-    "physics_features",
-    "open_dataset",
-    "render_frames",
-    "split_sizes",
-    "write_dataset",
-]
+__all__ = [  # grouped by the module they come from
+    "ENV_ID", "SceneBatch", "render_frames",
+    "DatasetError", "PaperDataset", "PaperDatasetConfig", "SplitView", "generate_sequences",
+    "generate_split", "initial_scenes", "open_dataset", "split_sizes", "write_dataset",
+    "Digits", "DigitsError", "load_digits",
+    "MovingMNISTEnv", "MovingMNISTVectorEnv", "NO_EPISODE_LIMIT",
+    "PHYSICS_FEATURES", "PHYSICS_FIELDS", "PhysicsParams", "physics_features",
+    "FAMILIES", "HELD_OUT", "WorldFamily", "WorldSchedule", "check_disjoint", "family",
+]  # fmt: skip

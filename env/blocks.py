@@ -1,26 +1,15 @@
 """Blocks of one vector env: S envs of B sub-envs each, stepped and rendered as one env of S * B.
 
 Stacked seeds (``agent.stacked``) need S worlds streams, one a seed, each exactly the stream
-that seed's own run would see. Stepped one by one, S vector envs cost S times the host's
-bookkeeping and, on a device, S times the kernels of a physics step and a render. A
+that seed's own run would see, without S times the host's bookkeeping and a device's kernels. A
 :class:`SharedWorlds` holds one :class:`~env.vector.MovingMNISTVectorEnv` of S * B sub-envs and
 hands out S :class:`EnvBlock` s, each a vector env of B sub-envs (rows k * B .. (k + 1) * B - 1)
-that a :class:`~env.worlds.WorldSchedule` can drive as it drives its own env:
-
-- a block's ``reset(seed=s)`` seeds its sub-env i with ``s + i``, as an env of its own would,
-  and resets only its rows (``reset_mask``);
-- its physics, worlds and episode limits are its rows' (the masks and arrays it is given, of
-  length B, placed at its rows);
-- ``step()``: the first block to step in a round steps the shared env (all S * B sub-envs: one
-  host step and, on a device, one physics step and render); every block then returns its rows
-  of that step. Each block must step once a round (a block that falls behind raises);
-- ``get_state()`` is the state of a B-env ``MovingMNISTVectorEnv`` (its rows), which
-  ``set_state`` takes back: a block's state and a lone env's are interchangeable.
-
-Sub-env i of block k draws its episodes from its own generator and steps with the same
-arithmetic as in a lone env (the shared physics step's host flags only skip work that changes
-nothing), so each block's frames and states are those of a lone env, bit for bit
-(``tests/env/test_blocks.py``).
+that a :class:`~env.worlds.WorldSchedule` drives as its own env: a block's reset seeds and
+resets only its rows; its physics, worlds and episode limits are its rows'; the first block to
+step in a round steps the shared env, and every block returns its rows of that step (each must
+step once a round); its ``get_state()`` is a lone B-env env's, which ``set_state`` takes back.
+Each block's frames and states are those of a lone env, bit for bit (``tests/env/test_blocks.py``;
+docs/env.md, "Blocks").
 """
 
 from __future__ import annotations
@@ -32,8 +21,9 @@ import numpy as np
 from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from env.core import int_at_least
 from env.physics import PhysicsParams
-from env.vector import MovingMNISTVectorEnv, check_mask
+from env.vector import MovingMNISTVectorEnv, check_mask, sub_env_seeds
 
 
 class SharedWorlds:
@@ -42,9 +32,7 @@ class SharedWorlds:
     def __init__(self, env: MovingMNISTVectorEnv, blocks: int) -> None:
         if not isinstance(env, MovingMNISTVectorEnv):
             raise ValueError(f"env must be a MovingMNISTVectorEnv, got {type(env).__name__}")
-        if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1 or (
-            env.num_envs % blocks
-        ):
+        if not int_at_least(blocks, 1) or env.num_envs % blocks:
             raise ValueError(f"blocks must be a positive divisor of num_envs={env.num_envs}, "
                              f"got {blocks!r}")  # fmt: skip
         self.env = env
@@ -58,14 +46,15 @@ class SharedWorlds:
         self.round += 1
 
 
+_COUNTS = ("num_envs", "num_scenes")  # a state dict's sub-env counts
+
+
 def _rows(value: Any, rows: slice, n: int, size: int) -> Any:
     """``value`` (a state dict's entry) cut to ``rows`` of its n sub-envs: arrays and lists of
     length n sliced, dicts recursed, the counts ``num_envs`` / ``num_scenes`` set to size."""
     if isinstance(value, dict):
-        out = {}
-        for key, v in value.items():
-            out[key] = size if key in ("num_envs", "num_scenes") else _rows(v, rows, n, size)
-        return out
+        return {key: size if key in _COUNTS else _rows(v, rows, n, size)
+                for key, v in value.items()}  # fmt: skip
     if isinstance(value, np.ndarray) and value.ndim and value.shape[0] == n:
         return value[rows].copy()
     if isinstance(value, list) and len(value) == n:
@@ -76,10 +65,8 @@ def _rows(value: Any, rows: slice, n: int, size: int) -> Any:
 def _put_rows(full: Any, part: Any, rows: slice, n: int) -> Any:
     """``full`` (a state dict of n sub-envs) with ``part``'s rows (``_rows``' inverse) put in."""
     if isinstance(full, dict):
-        out = {}
-        for key, v in full.items():
-            out[key] = v if key in ("num_envs", "num_scenes") else _put_rows(v, part[key], rows, n)
-        return out
+        return {key: v if key in _COUNTS else _put_rows(v, part[key], rows, n)
+                for key, v in full.items()}  # fmt: skip
     if isinstance(full, np.ndarray) and full.ndim and full.shape[0] == n:
         merged = full.copy()
         merged[rows] = np.asarray(part, dtype=full.dtype)
@@ -154,11 +141,7 @@ class EnvBlock(VectorEnv):
         mask = self._full(options.pop("reset_mask", None))
         n, b = self.shared.env.num_envs, self.num_envs
         seeds: list[int | None] = [None] * n
-        if seed is not None:
-            own = [int(seed) + i for i in range(b)] if isinstance(seed, int | np.integer) else list(seed)
-            if len(own) != b:
-                raise ValueError(f"seed must be an int or a list of {b}, got {seed!r}")
-            seeds[self.rows] = own
+        seeds[self.rows] = sub_env_seeds(seed, b)
         return self._cut(self.shared.env.reset(seed=seeds, options={**options, "reset_mask": mask}))
 
     def step(self, actions: Any = None) -> tuple[Any, ...]:

@@ -27,15 +27,8 @@ from env.physics import PhysicsArrays, PhysicsParams, physics_step
 
 
 def pixel_positions(positions: np.ndarray, limit: int) -> np.ndarray:
-    """Rounded top-left corners used for rendering.
-
-    Args:
-        positions: (..., 2) float, x then y, in [0, limit].
-        limit: largest valid corner coordinate (canvas size - sprite size).
-
-    Returns:
-        (..., 2) intp, ``rint(positions)`` (round half to even) clipped to [0, limit].
-    """
+    """The (..., 2) intp top-left corners a render uses for ``positions`` (..., 2) (x then y):
+    ``rint`` (round half to even) clipped to [0, limit] (canvas size - sprite size)."""
     out = np.rint(positions).astype(np.intp)
     np.clip(out, 0, limit, out=out)
     return out
@@ -47,7 +40,8 @@ def render_frames(
     canvas_size: int = 64,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Render one frame per world.
+    """Render one frame per world: the pixel-wise max of its sprites pasted at their rounded
+    positions (:func:`pixel_positions`) on a black canvas, (N, 1, canvas_size, canvas_size) uint8.
 
     Args:
         sprites: (N, D, S, S) uint8 digit images.
@@ -55,10 +49,6 @@ def render_frames(
         canvas_size: side of the square canvas (64).
         out: optional (N, 1, canvas_size, canvas_size) uint8 buffer (any strides, e.g. the view
             ``frames[:, t]`` of a (N, T, 1, 64, 64) array) to render into.
-
-    Returns:
-        (N, 1, canvas_size, canvas_size) uint8: pixel-wise max of the sprites pasted at their
-        rounded positions on a black canvas.
     """
     n, d, size = sprites.shape[0], sprites.shape[1], sprites.shape[2]
     limit = canvas_size - size
@@ -89,11 +79,17 @@ def render_frames(
 
 # -- the scenes ------------------------------------------------------------------------------
 STATE_VERSION = 1
+SCENE_ARRAYS = ("positions", "velocities", "digit_ids", "sprites")  # (N, D, ...) each
+
+
+def int_at_least(value: Any, low: int) -> bool:
+    """Whether ``value`` is an integer (a Python or numpy int, not a bool) of at least ``low``."""
+    return not isinstance(value, bool) and isinstance(value, int | np.integer) and value >= low
 
 
 def check_scene_config(n_digits: int, speed_range: tuple[float, float], canvas_size: int) -> None:
     """Raise ``ValueError`` naming the argument for a bad scene configuration."""
-    if isinstance(n_digits, bool) or not isinstance(n_digits, int | np.integer) or n_digits < 1:
+    if not int_at_least(n_digits, 1):
         raise ValueError(f"n_digits must be a positive integer, got {n_digits!r}")
     try:
         lo, hi = (float(v) for v in speed_range)
@@ -141,10 +137,6 @@ class SceneBatch:
         self.digit_ids = np.zeros((n, d), dtype=np.int64)
         self.sprites = np.zeros((n, d, DIGIT_SIZE, DIGIT_SIZE), dtype=np.uint8)
         self.physics = PhysicsArrays(n, physics or PhysicsParams())
-
-    def reset_scene(self, i: int, rng: np.random.Generator) -> None:
-        """Draw a fresh episode for scene ``i`` from ``rng`` (see :meth:`reset_scenes`)."""
-        self.reset_scenes(np.array([i]), [rng])
 
     def reset_scenes(self, indices: np.ndarray, rngs: Sequence[np.random.Generator]) -> None:
         """Draw fresh episodes for the scenes ``indices`` (K,), scene ``indices[k]`` from ``rngs[k]``.
@@ -218,10 +210,7 @@ class SceneBatch:
             "n_digits": self.n_digits,
             "digits_sha256": self.digits.sha256,
             "split": self.split,
-            "positions": self.positions.copy(),
-            "velocities": self.velocities.copy(),
-            "digit_ids": self.digit_ids.copy(),
-            "sprites": self.sprites.copy(),
+            **{name: getattr(self, name).copy() for name in SCENE_ARRAYS},
             "physics": self.physics.state(),
         }
 
@@ -236,8 +225,6 @@ class SceneBatch:
                 f"state is for {n} scenes x {state['n_digits']} digits, "
                 f"this env has {shape[0]} x {shape[1]}"
             )
-        self.positions[:] = state["positions"]
-        self.velocities[:] = state["velocities"]
-        self.digit_ids[:] = state["digit_ids"]
-        self.sprites[:] = state["sprites"]
+        for name in SCENE_ARRAYS:
+            getattr(self, name)[:] = state[name]
         self.physics.load_state(state["physics"])

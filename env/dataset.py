@@ -29,21 +29,24 @@ import dataclasses
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from env.core import SceneBatch, check_scene_config, render_frames
-from env.digits import SPLITS, Digits, load_digits
+from env.core import SceneBatch, check_scene_config, int_at_least, render_frames
+from env.digits import SPLITS, Digits, check_split, load_digits, split_sizes
 from env.physics import PhysicsArrays, PhysicsParams, physics_step
 
 FORMAT_NAME = "epm-jepa/moving-mnist"
 GENERATOR_VERSION = 1
 WORLDS: tuple[str, ...] = ("base", "shift")
+ARRAYS: tuple[str, ...] = ("frames", "positions", "velocities", "digit_ids")
+ROLLOUT_CHUNK = 256  # sequences rolled out at once: bounds the working set, not the result
 SeedLike = int | Sequence[int] | np.random.SeedSequence
+DigitsLike = str | os.PathLike[str] | Digits | None
 
 
 class DatasetError(ValueError):
@@ -54,9 +57,9 @@ class DatasetError(ValueError):
 
 
 def _check_counts(n: int, seq_len: int) -> None:
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
+    if not int_at_least(n, 0):
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int | np.integer) or seq_len < 1:
+    if not int_at_least(seq_len, 1):
         raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}")
 
 
@@ -66,7 +69,7 @@ def initial_scenes(
     seed: SeedLike,
     split: str,
     physics: PhysicsParams,
-    digits: str | os.PathLike[str] | Digits | None = None,
+    digits: DigitsLike = None,
     n_digits: int = 2,
     speed_range: tuple[float, float] = (2.0, 4.0),
 ) -> SceneBatch:
@@ -79,15 +82,22 @@ def initial_scenes(
     return init
 
 
-def _simulate(
-    init: SceneBatch, start: int, stop: int, params: PhysicsParams, out: dict[str, np.ndarray]
-) -> None:
-    """Roll out worlds ``start:stop`` of ``init`` into ``out`` (frames (m, T, 1, 64, 64),
-    positions/velocities (m, T, D, 2), digit_ids (m, D), with m = stop - start)."""
+def _empty(n: int, seq_len: int, n_digits: int, size: int = 64) -> dict[str, np.ndarray]:
+    return {
+        "frames": np.empty((n, seq_len, 1, size, size), dtype=np.uint8),
+        "positions": np.empty((n, seq_len, n_digits, 2), dtype=np.float32),
+        "velocities": np.empty((n, seq_len, n_digits, 2), dtype=np.float32),
+        "digit_ids": np.empty((n, n_digits), dtype=np.int64),
+    }
+
+
+def _simulate(init: SceneBatch, start: int, stop: int, out: dict[str, np.ndarray]) -> None:
+    """Roll out scenes ``start:stop`` of ``init`` (one physics for all) into ``out`` (arrays of
+    :func:`_empty` for m = stop - start sequences)."""
     pos = init.positions[start:stop].copy()  # (m, D, 2) float64
     vel = init.velocities[start:stop].copy()
     sprites = init.sprites[start:stop]  # (m, D, 28, 28)
-    physics = PhysicsArrays(stop - start, params)
+    physics = PhysicsArrays(stop - start, init.physics.get(start))
     frames = out["frames"]
     for t in range(frames.shape[1]):
         if t:
@@ -98,43 +108,14 @@ def _simulate(
     out["digit_ids"][:] = init.digit_ids[start:stop]
 
 
-def _empty(n: int, seq_len: int, n_digits: int, size: int = 64) -> dict[str, np.ndarray]:
-    return {
-        "frames": np.empty((n, seq_len, 1, size, size), dtype=np.uint8),
-        "positions": np.empty((n, seq_len, n_digits, 2), dtype=np.float32),
-        "velocities": np.empty((n, seq_len, n_digits, 2), dtype=np.float32),
-        "digit_ids": np.empty((n, n_digits), dtype=np.int64),
-    }
-
-
-def iter_sequences(
-    n: int,
-    *,
-    seed: SeedLike,
-    gravity: float,
-    split: str,
-    digits: str | os.PathLike[str] | Digits | None = None,
-    n_digits: int = 2,
-    seq_len: int = 21,
-    gravity_direction: float = 90.0,
-    restitution: float = 1.0,
-    friction: float = 0.0,
-    speed_range: tuple[float, float] = (2.0, 4.0),
-    chunk_size: int = 256,
-) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
-    """Generate the sequences of :func:`generate_sequences` in chunks of ``chunk_size``; yields
-    ``(start, arrays)`` for sequences ``start:start + len(arrays["frames"])``."""
-    _check_counts(n, seq_len)
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be positive, got {chunk_size!r}")
-    params = PhysicsParams(gravity, gravity_direction, restitution, friction)
-    init = initial_scenes(n, seed=seed, split=split, physics=params, digits=digits,
-                          n_digits=n_digits, speed_range=speed_range)
-    for start in range(0, n, chunk_size):
-        stop = min(n, start + chunk_size)
-        out = _empty(stop - start, seq_len, n_digits, init.canvas_size)
-        _simulate(init, start, stop, params, out)
-        yield start, out
+def _generate(init: SceneBatch, seq_len: int) -> dict[str, np.ndarray]:
+    """``init``'s scenes rolled out to ``seq_len`` frames (the arrays of :func:`_empty`)."""
+    n = init.num_scenes
+    out = _empty(n, seq_len, init.n_digits, init.canvas_size)
+    for start in range(0, n, ROLLOUT_CHUNK):
+        stop = min(n, start + ROLLOUT_CHUNK)
+        _simulate(init, start, stop, {k: v[start:stop] for k, v in out.items()})
+    return out
 
 
 def generate_sequences(
@@ -143,7 +124,7 @@ def generate_sequences(
     seed: SeedLike,
     gravity: float,
     split: str,
-    digits: str | os.PathLike[str] | Digits | None = None,
+    digits: DigitsLike = None,
     n_digits: int = 2,
     seq_len: int = 21,
     gravity_direction: float = 90.0,
@@ -171,26 +152,11 @@ def generate_sequences(
     _check_counts(n, seq_len)
     params = PhysicsParams(gravity, gravity_direction, restitution, friction)
     init = initial_scenes(n, seed=seed, split=split, physics=params, digits=digits,
-                          n_digits=n_digits, speed_range=speed_range)
-    out = _empty(n, seq_len, n_digits, init.canvas_size)
-    chunk = 256  # bounds the working set of one rollout step; the result does not depend on it
-    for start in range(0, n, chunk):
-        stop = min(n, start + chunk)
-        _simulate(init, start, stop, params, {k: v[start:stop] for k, v in out.items()})
-    return out
+                          n_digits=n_digits, speed_range=speed_range)  # fmt: skip
+    return _generate(init, seq_len)
 
 
 # ----------------------------------------------------------------------------- paper config
-
-
-def split_sizes(n: int, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> dict[str, int]:
-    """``{"train": ..., "val": ..., "test": ...}`` summing to ``n`` (10,000 -> 8,000/1,000/1,000);
-    val and test get at least one sequence each, so ``n`` must be at least 3."""
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 3:
-        raise ValueError(f"number of sequences must be an integer >= 3, got {n!r}")
-    n_val = max(1, round(n * fractions[1]))
-    n_test = max(1, round(n * fractions[2]))
-    return {"train": n - n_val - n_test, "val": n_val, "test": n_test}
 
 
 @dataclass(frozen=True)
@@ -221,11 +187,7 @@ class PaperDatasetConfig:
     """Initial speed range, px/frame."""
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.seed, bool)
-            or not isinstance(self.seed, int | np.integer)
-            or self.seed < 0
-        ):
+        if not int_at_least(self.seed, 0):
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
         object.__setattr__(self, "speed_range", tuple(float(v) for v in self.speed_range))
         check_scene_config(self.n_digits, self.speed_range, 64)
@@ -233,9 +195,7 @@ class PaperDatasetConfig:
         for world in WORLDS:
             self.sizes(world)  # validates the counts
             try:
-                PhysicsParams(
-                    self.gravity(world), self.gravity_direction, self.restitution, self.friction
-                )
+                self.physics(world)
             except ValueError as err:
                 raise ValueError(f"{world} world: {err}") from None
 
@@ -250,18 +210,18 @@ class PaperDatasetConfig:
     def gravity(self, world: str) -> float:
         return {"base": self.base_gravity, "shift": self.shift_gravity}[_check_world(world)]
 
+    def physics(self, world: str) -> PhysicsParams:
+        """The physics of ``world``."""
+        return PhysicsParams(
+            self.gravity(world), self.gravity_direction, self.restitution, self.friction
+        )
+
     def split_seed(self, world: str, split: str) -> list[int]:
         """Entropy of split (world, split)'s generator, independent of every other split."""
-        return [
-            int(self.seed),
-            WORLDS.index(_check_world(world)),
-            SPLITS.index(_check_split(split)),
-        ]
+        return [int(self.seed), WORLDS.index(_check_world(world)), SPLITS.index(check_split(split))]
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["speed_range"] = list(self.speed_range)
-        return d
+        return {**dataclasses.asdict(self), "speed_range": list(self.speed_range)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PaperDatasetConfig:
@@ -274,31 +234,20 @@ def _check_world(world: str) -> str:
     return world
 
 
-def _check_split(split: str) -> str:
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-    return split
-
-
-def _split_kwargs(config: PaperDatasetConfig, world: str, split: str) -> dict[str, Any]:
-    return {
-        "seed": config.split_seed(world, split),
-        "gravity": config.gravity(world),
-        "split": split,
-        "n_digits": config.n_digits,
-        "seq_len": config.seq_len,
-        "gravity_direction": config.gravity_direction,
-        "restitution": config.restitution,
-        "friction": config.friction,
-        "speed_range": config.speed_range,
-    }
+def _split_scenes(
+    config: PaperDatasetConfig, world: str, split: str, digits: DigitsLike, n: int
+) -> SceneBatch:
+    """The first ``n`` sequences of split (world, split) at frame 0 (:func:`initial_scenes`)."""
+    return initial_scenes(n, seed=config.split_seed(world, split), split=split,
+                          physics=config.physics(world), digits=digits, n_digits=config.n_digits,
+                          speed_range=config.speed_range)  # fmt: skip
 
 
 def generate_split(
     world: str,
     split: str,
     config: PaperDatasetConfig | None = None,
-    digits: str | os.PathLike[str] | Digits | None = None,
+    digits: DigitsLike = None,
     n: int | None = None,
 ) -> dict[str, np.ndarray]:
     """One split of the paper dataset in memory, equal to ``open_dataset(p).split(world, split)
@@ -308,9 +257,10 @@ def generate_split(
     Returns the arrays of :func:`generate_sequences`.
     """
     config = config or PaperDatasetConfig()
-    size = config.sizes(world)[_check_split(split)]
+    size = config.sizes(world)[check_split(split)]
     n = size if n is None else n
-    return generate_sequences(n, digits=digits, **_split_kwargs(config, world, split))
+    _check_counts(n, config.seq_len)
+    return _generate(_split_scenes(config, world, split, digits, n), config.seq_len)
 
 
 # ----------------------------------------------------------------------------- writer
@@ -324,10 +274,87 @@ def _partial_path(path: Path) -> Path:
     return path.with_name(path.name + ".partial")
 
 
+def _clear_target(path: Path, overwrite: bool) -> Path:
+    """Check that a store may be written at ``path``; remove a partial store an interrupted write
+    left, and return the partial path to write to."""
+    if path.exists():
+        if not overwrite:
+            raise DatasetError(
+                f"{path} already exists (pass overwrite=True / --overwrite to replace it)"
+            )
+        if not (_is_zarr_store(path) or (path.is_dir() and not any(path.iterdir()))):
+            raise DatasetError(f"{path} exists and is not a zarr store; refusing to overwrite it")
+    partial = _partial_path(path)
+    if partial.exists():
+        if not _is_zarr_store(partial):
+            raise DatasetError(f"{partial} exists and is not a zarr store; remove it first")
+        shutil.rmtree(partial)  # left over from an interrupted write
+    if not path.parent.is_dir():
+        raise DatasetError(f"{path.parent} does not exist (parent folder of {path})")
+    return partial
+
+
+def _root_attrs(config: PaperDatasetConfig, digits: Digits) -> dict[str, Any]:
+    return {
+        "format": FORMAT_NAME,
+        "generator_version": GENERATOR_VERSION,
+        "complete": False,
+        "config": config.to_dict(),
+        "seed": config.seed,
+        "gravity": {world: config.gravity(world) for world in WORLDS},
+        "sizes": {world: config.sizes(world) for world in WORLDS},
+        "digits": {
+            "name": digits.name,
+            "sha256": digits.sha256,
+            "count": len(digits),
+            "pool_sizes": {s: int(digits.pool(s).shape[0]) for s in SPLITS},
+        },
+    }
+
+
+def _create_arrays(group: Any, n: int, t: int, d: int, chunk: int) -> dict[str, Any]:
+    """The empty zarr arrays of a split of ``n`` sequences (layout in the module doc)."""
+    from zarr.codecs import BloscCodec
+
+    rows = min(n, 4096)
+    lz4 = BloscCodec(cname="lz4", clevel=5, shuffle="noshuffle")
+    frames = group.create_array("frames", shape=(n, t, 1, 64, 64), dtype="uint8",
+                                chunks=(chunk, t, 1, 64, 64), compressors=lz4)  # fmt: skip
+    arrays = {"frames": frames}
+    for name in ("positions", "velocities"):
+        arrays[name] = group.create_array(name, shape=(n, t, d, 2), dtype="float32",
+                                          chunks=(rows, t, d, 2))  # fmt: skip
+    arrays["digit_ids"] = group.create_array("digit_ids", shape=(n, d), dtype="int64",
+                                             chunks=(rows, d))  # fmt: skip
+    return arrays
+
+
+def _write_split(root: Any, config: PaperDatasetConfig, world: str, split: str, digits: Digits,
+                 chunk_sequences: int, progress: Callable[[int], Any] | None) -> None:  # fmt: skip
+    """Generate split (world, split) and write it into its group of ``root``, whole chunks of
+    ``frames`` at a time."""
+    n, t, d = config.sizes(world)[split], config.seq_len, config.n_digits
+    group = root.create_group(f"{world}/{split}")
+    group.attrs.update({"world": world, "split": split, "gravity": config.gravity(world), "n": n,
+                        "seed_entropy": config.split_seed(world, split)})  # fmt: skip
+    chunk = min(n, chunk_sequences)
+    arrays = _create_arrays(group, n, t, d, chunk)
+    init = _split_scenes(config, world, split, digits, n)
+    batch = chunk * max(1, ROLLOUT_CHUNK // chunk)  # whole chunks per write
+    for start in range(0, n, batch):
+        stop = min(n, start + batch)
+        part = _empty(stop - start, t, d)
+        _simulate(init, start, stop, part)
+        for name, arr in arrays.items():
+            arr[start:stop] = part[name]
+        if progress is not None:
+            progress(stop - start)
+
+
 def write_dataset(
     path: str | os.PathLike[str],
     config: PaperDatasetConfig | None = None,
-    digits: str | os.PathLike[str] | Digits | None = None,
+    digits: DigitsLike = None,
     *,
     overwrite: bool = False,
     progress: Callable[[int], Any] | None = None,
@@ -349,94 +376,17 @@ def write_dataset(
         written; an interrupted write leaves no store at ``path``.
     """
     import zarr
-    from zarr.codecs import BloscCodec
 
     config = config or PaperDatasetConfig()
     path = Path(path)
     digit_set = load_digits(digits)
-    if path.exists():
-        if not overwrite:
-            raise DatasetError(
-                f"{path} already exists (pass overwrite=True / --overwrite to replace it)"
-            )
-        if not (_is_zarr_store(path) or (path.is_dir() and not any(path.iterdir()))):
-            raise DatasetError(f"{path} exists and is not a zarr store; refusing to overwrite it")
-    partial = _partial_path(path)
-    if partial.exists():
-        if not _is_zarr_store(partial):
-            raise DatasetError(f"{partial} exists and is not a zarr store; remove it first")
-        shutil.rmtree(partial)  # left over from an interrupted write
-    if not path.parent.is_dir():
-        raise DatasetError(f"{path.parent} does not exist (parent folder of {path})")
-    sizes = {world: config.sizes(world) for world in WORLDS}
+    partial = _clear_target(path, overwrite)
     try:
         root = zarr.open_group(store=str(partial), mode="w", zarr_format=3)
-        root.attrs.update(
-            {
-                "format": FORMAT_NAME,
-                "generator_version": GENERATOR_VERSION,
-                "complete": False,
-                "config": config.to_dict(),
-                "seed": config.seed,
-                "gravity": {world: config.gravity(world) for world in WORLDS},
-                "sizes": sizes,
-                "digits": {
-                    "name": digit_set.name,
-                    "sha256": digit_set.sha256,
-                    "count": len(digit_set),
-                    "pool_sizes": {s: int(digit_set.pool(s).shape[0]) for s in SPLITS},
-                },
-            }
-        )
-        frames_codec = BloscCodec(cname="lz4", clevel=5, shuffle="noshuffle")
+        root.attrs.update(_root_attrs(config, digit_set))
         for world in WORLDS:
             for split in SPLITS:
-                n = sizes[world][split]
-                kwargs = _split_kwargs(config, world, split)
-                group = root.create_group(f"{world}/{split}")
-                group.attrs.update(
-                    {
-                        "world": world,
-                        "split": split,
-                        "gravity": kwargs["gravity"],
-                        "n": n,
-                        "seed_entropy": kwargs["seed"],
-                    }
-                )
-                t, d = config.seq_len, config.n_digits
-                chunk = min(n, chunk_sequences)
-                batch = chunk * max(1, 256 // chunk)  # whole chunks per write
-                arrays = {
-                    "frames": group.create_array(
-                        "frames",
-                        shape=(n, t, 1, 64, 64),
-                        dtype="uint8",
-                        chunks=(chunk, t, 1, 64, 64),
-                        compressors=frames_codec,
-                    ),
-                    "positions": group.create_array(
-                        "positions",
-                        shape=(n, t, d, 2),
-                        dtype="float32",
-                        chunks=(min(n, 4096), t, d, 2),
-                    ),
-                    "velocities": group.create_array(
-                        "velocities",
-                        shape=(n, t, d, 2),
-                        dtype="float32",
-                        chunks=(min(n, 4096), t, d, 2),
-                    ),
-                    "digit_ids": group.create_array(
-                        "digit_ids", shape=(n, d), dtype="int64", chunks=(min(n, 4096), d)
-                    ),
-                }
-                parts = iter_sequences(n, digits=digit_set, chunk_size=batch, **kwargs)
-                for start, part in parts:
-                    stop = start + part["frames"].shape[0]
-                    for name, arr in arrays.items():
-                        arr[start:stop] = part[name]
-                    if progress is not None:
-                        progress(stop - start)
+                _write_split(root, config, world, split, digit_set, chunk_sequences, progress)
         root.attrs["complete"] = True  # written last: readers refuse a store without it
         if path.exists():
             shutil.rmtree(path)
@@ -465,10 +415,7 @@ class SplitView:
         self.world, self.split = world, split
         self.attrs: dict[str, Any] = dict(group.attrs)
         self.gravity = float(self.attrs["gravity"])
-        self.frames = group["frames"]
-        self.positions = group["positions"]
-        self.velocities = group["velocities"]
-        self.digit_ids = group["digit_ids"]
+        self.frames, self.positions, self.velocities, self.digit_ids = (group[a] for a in ARRAYS)
 
     def __len__(self) -> int:
         return int(self.frames.shape[0])
@@ -478,12 +425,7 @@ class SplitView:
 
     def load(self) -> dict[str, np.ndarray]:
         """All arrays in memory, as returned by :func:`generate_sequences`."""
-        return {
-            "frames": self.frames[...],
-            "positions": self.positions[...],
-            "velocities": self.velocities[...],
-            "digit_ids": self.digit_ids[...],
-        }
+        return {name: getattr(self, name)[...] for name in ARRAYS}
 
 
 class PaperDataset:
@@ -499,7 +441,7 @@ class PaperDataset:
 
     def split(self, world: str, split: str) -> SplitView:
         """Lazy view of ``world``/``split`` (``base``|``shift``, ``train``|``val``|``test``)."""
-        return SplitView(self.root[f"{_check_world(world)}/{_check_split(split)}"], world, split)
+        return SplitView(self.root[f"{_check_world(world)}/{check_split(split)}"], world, split)
 
     def sizes(self) -> dict[str, dict[str, int]]:
         return {w: dict(s) for w, s in self.attrs["sizes"].items()}

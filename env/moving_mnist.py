@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from env.core import SceneBatch
+from env.core import SceneBatch, int_at_least
 from env.digits import Digits, load_digits
 from env.physics import PHYSICS_FIELDS, PhysicsParams, check_physics_names
 
@@ -20,7 +20,7 @@ def check_max_episode_steps(value: int | None) -> int | None:
     """``None`` (endless) or a positive int, else ``ValueError``."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+    if not int_at_least(value, 1):
         raise ValueError(f"max_episode_steps must be a positive integer or None, got {value!r}")
     return int(value)
 
@@ -74,7 +74,50 @@ class PygameWindow:
             self._screen = None
 
 
-class MovingMNISTEnv(gym.Env[np.ndarray, np.int64]):
+class SceneEnv:
+    """What the single env and the vector env share: their scenes (``_scenes``, one a sub-env),
+    the checks of their arguments, the reset before any step and the frames shown to humans."""
+
+    metadata: dict[str, Any] = {"render_modes": list(RENDER_MODES), "render_fps": 10}
+
+    def _setup(self, num_scenes: int, physics: PhysicsParams, digits: Any, split: str,
+               n_digits: int, speed_range: tuple[float, float], max_episode_steps: int | None,
+               render_mode: str | None) -> spaces.Box:  # fmt: skip
+        """Check the arguments, build the scenes; the observation space of one scene."""
+        self.max_episode_steps = check_max_episode_steps(max_episode_steps)
+        self.render_mode = check_render_mode(render_mode)
+        self._scenes = SceneBatch(num_scenes, load_digits(digits), split, n_digits, speed_range,
+                                  physics)  # fmt: skip
+        self._has_reset = False
+        self._window: PygameWindow | None = None
+        size = self._scenes.canvas_size
+        return spaces.Box(0, 255, (1, size, size), np.uint8)
+
+    @property
+    def n_digits(self) -> int:
+        return self._scenes.n_digits
+
+    @property
+    def digits(self) -> Digits:
+        """The digit source."""
+        return self._scenes.digits
+
+    def _check_reset(self) -> None:
+        if not self._has_reset:
+            raise gym.error.ResetNeeded("call reset() before step()")
+
+    def _shown(self, obs: Any) -> Any:
+        """``obs``, drawn in the window first when rendering for humans."""
+        if self.render_mode == "human":
+            self.render()
+        return obs
+
+    def _close_window(self) -> None:
+        if self._window is not None:
+            self._window.close()  # reopens at the next show
+
+
+class MovingMNISTEnv(SceneEnv, gym.Env[np.ndarray, np.int64]):
     """Moving MNIST: ``n_digits`` MNIST digits bouncing in a 64x64 box under switchable physics.
 
     Moving MNIST has no actions: the action space is ``Discrete(1)`` and the action is ignored (a
@@ -104,8 +147,6 @@ class MovingMNISTEnv(gym.Env[np.ndarray, np.int64]):
         render_mode: ``rgb_array`` ((64, 64, 3) uint8) or ``human`` (a pygame window).
     """
 
-    metadata: dict[str, Any] = {"render_modes": list(RENDER_MODES), "render_fps": 10}
-
     def __init__(
         self,
         n_digits: int = 2,
@@ -120,26 +161,12 @@ class MovingMNISTEnv(gym.Env[np.ndarray, np.int64]):
         render_mode: str | None = None,
     ) -> None:
         physics = PhysicsParams(gravity, gravity_direction, restitution, friction)
-        self.max_episode_steps = check_max_episode_steps(max_episode_steps)
-        self.render_mode = check_render_mode(render_mode)
-        self._scenes = SceneBatch(1, load_digits(digits), split, n_digits, speed_range, physics)
-        size = self._scenes.canvas_size
-        self.observation_space = spaces.Box(0, 255, (1, size, size), np.uint8)
+        self.observation_space = self._setup(1, physics, digits, split, n_digits, speed_range,
+                                             max_episode_steps, render_mode)  # fmt: skip
         self.action_space = spaces.Discrete(1)
         self._elapsed = 0
-        self._has_reset = False
-        self._window: PygameWindow | None = None
 
     # ------------------------------------------------------------------ properties
-
-    @property
-    def n_digits(self) -> int:
-        return self._scenes.n_digits
-
-    @property
-    def digits(self) -> Digits:
-        """The digit source."""
-        return self._scenes.digits
 
     @property
     def physics(self) -> PhysicsParams:
@@ -168,25 +195,19 @@ class MovingMNISTEnv(gym.Env[np.ndarray, np.int64]):
         super().reset(seed=seed)
         if params:
             self.set_physics(**params)
-        self._scenes.reset_scene(0, self.np_random)
+        self._scenes.reset_scenes(np.array([0]), [self.np_random])
         self._elapsed = 0
         self._has_reset = True
-        obs = self._scenes.render()[0]  # (1, 64, 64)
-        if self.render_mode == "human":
-            self.render()
-        return obs, self._info()
+        return self._shown(self._scenes.render()[0]), self._info()  # (1, 64, 64)
 
     def step(self, action: Any = 0) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Advance one frame; ``action`` is ignored (Moving MNIST has no actions)."""
-        if not self._has_reset:
-            raise gym.error.ResetNeeded("call reset() before step()")
+        self._check_reset()
         self._scenes.step()
         self._elapsed += 1
         obs = self._scenes.render()[0]  # (1, 64, 64)
         truncated = self.max_episode_steps is not None and self._elapsed >= self.max_episode_steps
-        if self.render_mode == "human":
-            self.render()
-        return obs, 0.0, False, truncated, self._info()
+        return self._shown(obs), 0.0, False, truncated, self._info()
 
     def set_gravity(self, gravity: float) -> None:
         """Set gravity (px/frame^2), effective from the next step."""
@@ -212,9 +233,7 @@ class MovingMNISTEnv(gym.Env[np.ndarray, np.int64]):
         return None
 
     def close(self) -> None:
-        if self._window is not None:
-            self._window.close()
-            self._window = None
+        self._close_window()
 
     def get_state(self) -> dict[str, Any]:
         """Everything needed to continue bit-exactly: RNG, world, physics, step counter."""

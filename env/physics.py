@@ -130,12 +130,7 @@ class PhysicsArrays:
 
     def get(self, i: int) -> PhysicsParams:
         """The parameters of world ``i``."""
-        return PhysicsParams(
-            gravity=float(self.gravity[i]),
-            gravity_direction=float(self.gravity_direction[i]),
-            restitution=float(self.restitution[i]),
-            friction=float(self.friction[i]),
-        )
+        return PhysicsParams(*(float(getattr(self, name)[i]) for name in PHYSICS_FIELDS))
 
     def features(self) -> np.ndarray:
         """(N, 4) float64 :func:`physics_features` of every world, in order."""

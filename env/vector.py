@@ -20,16 +20,9 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from env.core import SceneBatch
-from env.digits import Digits, load_digits
-from env.moving_mnist import (
-    RENDER_MODES,
-    PygameWindow,
-    check_max_episode_steps,
-    check_render_mode,
-    physics_from_options,
-    rng_from_state,
-)
+from env.core import int_at_least
+from env.digits import Digits
+from env.moving_mnist import PygameWindow, SceneEnv, physics_from_options, rng_from_state
 from env.physics import PhysicsParams
 
 INFO_KEYS: tuple[str, ...] = ("positions", "velocities", "gravity", "digit_ids", "physics")
@@ -55,13 +48,9 @@ def check_episode_limits(limits: Any, num_envs: int) -> np.ndarray:
     (endless: :data:`NO_EPISODE_LIMIT`); anything else raises ``ValueError``."""
     if limits is None:
         return np.full(num_envs, NO_EPISODE_LIMIT, dtype=np.int64)
-    arr = np.asarray(limits)
-    if (
-        arr.dtype == np.bool_
-        or not np.issubdtype(arr.dtype, np.integer)
-        or arr.shape not in ((), (num_envs,))
-        or np.any(arr < 1)
-    ):
+    arr = np.asarray(limits)  # (numpy's bools are not integers)
+    integers = np.issubdtype(arr.dtype, np.integer) and arr.shape in ((), (num_envs,))
+    if not integers or np.any(arr < 1):
         raise ValueError(
             f"limits must be None, an integer >= 1 or an integer array of {num_envs} of them, "
             f"got {limits!r}"
@@ -69,7 +58,20 @@ def check_episode_limits(limits: Any, num_envs: int) -> np.ndarray:
     return np.broadcast_to(arr.astype(np.int64), (num_envs,)).copy()
 
 
-class MovingMNISTVectorEnv(VectorEnv):
+def sub_env_seeds(seed: int | Sequence[int | None] | None, num_envs: int) -> list[int | None]:
+    """The seed of each sub-env for a reset's ``seed``: ``seed + i`` for an int, a list of
+    ``num_envs`` as it is, all None for None."""
+    if seed is None:
+        return [None] * num_envs
+    if isinstance(seed, int | np.integer):
+        return [int(seed) + i for i in range(num_envs)]
+    seeds = list(seed)
+    if len(seeds) != num_envs:
+        raise ValueError(f"seed must be an int or a list of {num_envs}, got {seed!r}")
+    return seeds
+
+
+class MovingMNISTVectorEnv(SceneEnv, VectorEnv):
     """``num_envs`` Moving MNIST worlds in one batch (Gymnasium 1.x ``VectorEnv``).
 
     ``step(actions)`` ignores ``actions`` (Moving MNIST has no actions) and returns
@@ -79,9 +81,6 @@ class MovingMNISTVectorEnv(VectorEnv):
     ``positions``/``velocities`` (N, n_digits, 2) float64, ``gravity`` (N,) float64,
     ``digit_ids`` (N, n_digits) int64, ``physics`` (N, 4) float64 (each sub-env's world as
     :data:`~env.physics.PHYSICS_FEATURES`: gravity x, gravity y, restitution, friction).
-
-    Sub-env ``i`` is truncated when its steps since reset reach its episode limit
-    (``episode_limits[i]``, ``max_episode_steps`` until :meth:`set_episode_limits` changes it).
 
     ``reset(seed=s)`` seeds sub-env ``i`` with ``s + i`` (or ``seed`` may be a list of N seeds);
     ``options`` may hold physics parameters and a boolean ``reset_mask`` (reset only those envs).
@@ -93,11 +92,7 @@ class MovingMNISTVectorEnv(VectorEnv):
     episode draws, the physics parameters and every other info stay numpy on the host.
     """
 
-    metadata: dict[str, Any] = {
-        "render_modes": list(RENDER_MODES),
-        "render_fps": 10,
-        "autoreset_mode": AutoresetMode.NEXT_STEP,
-    }
+    metadata: dict[str, Any] = {**SceneEnv.metadata, "autoreset_mode": AutoresetMode.NEXT_STEP}
 
     def __init__(
         self,
@@ -114,17 +109,13 @@ class MovingMNISTVectorEnv(VectorEnv):
         render_mode: str | None = None,
         device: Any = None,
     ) -> None:
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer) or num_envs < 1:
+        if not int_at_least(num_envs, 1):
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
         physics = PhysicsParams(gravity, gravity_direction, restitution, friction)
         self.num_envs = int(num_envs)
-        self.max_episode_steps = check_max_episode_steps(max_episode_steps)
-        self.render_mode = check_render_mode(render_mode)
-        self._scenes = SceneBatch(
-            self.num_envs, load_digits(digits), split, n_digits, speed_range, physics
-        )
-        size = self._scenes.canvas_size
-        self.single_observation_space = spaces.Box(0, 255, (1, size, size), np.uint8)
+        self.single_observation_space = self._setup(self.num_envs, physics, digits, split,
+                                                    n_digits, speed_range, max_episode_steps,
+                                                    render_mode)  # fmt: skip
         self.single_action_space = spaces.Discrete(1)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
@@ -132,8 +123,6 @@ class MovingMNISTVectorEnv(VectorEnv):
         self._elapsed = np.zeros(self.num_envs, dtype=np.int64)
         self._limits = check_episode_limits(self.max_episode_steps, self.num_envs)  # (N,) int64
         self._autoreset = np.zeros(self.num_envs, dtype=bool)
-        self._has_reset = False
-        self._window: PygameWindow | None = None
         self._device: Any = None  # env.device.DeviceScenes when the worlds live on a device
         if device is not None:
             from env.device import DeviceScenes  # torch, only when asked for
@@ -146,14 +135,6 @@ class MovingMNISTVectorEnv(VectorEnv):
     def device(self) -> Any:
         """The torch device the worlds are stepped and rendered on; None: numpy on the host."""
         return None if self._device is None else self._device.device
-
-    @property
-    def n_digits(self) -> int:
-        return self._scenes.n_digits
-
-    @property
-    def digits(self) -> Digits:
-        return self._scenes.digits
 
     @property
     def sprites(self) -> np.ndarray:
@@ -184,16 +165,9 @@ class MovingMNISTVectorEnv(VectorEnv):
         options: dict[str, Any] | None = None,
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Reset all sub-envs (or those in ``options["reset_mask"]``)."""
-        mask = self._mask(options.get("reset_mask") if options else None)
+        mask = check_mask(options.get("reset_mask") if options else None, self.num_envs)
         params = physics_from_options(options)
-        if seed is None:
-            seeds: list[int | None] = [None] * self.num_envs
-        elif isinstance(seed, int | np.integer):
-            seeds = [int(seed) + i for i in range(self.num_envs)]
-        else:
-            seeds = list(seed)
-            if len(seeds) != self.num_envs:
-                raise ValueError(f"seed must be an int or a list of {self.num_envs}, got {seed!r}")
+        seeds = sub_env_seeds(seed, self.num_envs)
         if params:
             self._scenes.set_physics(mask, **params)  # validates before changing anything
             self._physics_changed()
@@ -205,19 +179,13 @@ class MovingMNISTVectorEnv(VectorEnv):
         self._elapsed[indices] = 0
         self._autoreset[indices] = False
         self._has_reset = True
-        obs = self._observe()  # (N, 1, 64, 64)
-        if self.render_mode == "human":
-            self.render()
-        return obs, self._infos()
+        return self._shown(self._observe()), self._infos()  # (N, 1, 64, 64)
 
     def step(
         self, actions: Any = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Advance every sub-env one frame; those truncated on the previous step reset instead."""
-        if not self._has_reset:
-            from gymnasium.error import ResetNeeded
-
-            raise ResetNeeded("call reset() before step()")
+        self._check_reset()
         # deterministic, so stepping the envs about to reset costs nothing
         if self._device is None:
             self._scenes.step()
@@ -233,9 +201,7 @@ class MovingMNISTVectorEnv(VectorEnv):
         terminations = np.zeros(self.num_envs, dtype=bool)
         rewards = np.zeros(self.num_envs, dtype=np.float64)
         self._autoreset = truncations.copy()
-        if self.render_mode == "human":
-            self.render()
-        return obs, rewards, terminations, truncations, self._infos()
+        return self._shown(obs), rewards, terminations, truncations, self._infos()
 
     def set_episode_limits(self, limits: int | np.ndarray | None, mask: Any = None) -> None:
         """Set the episode limit of all sub-envs or those where ``mask`` (bool, (N,)) is True.
@@ -245,7 +211,7 @@ class MovingMNISTVectorEnv(VectorEnv):
         whose steps since reset then reach its limit is truncated. Bad limits or masks raise
         ``ValueError`` and change nothing.
         """
-        mask = self._mask(mask)
+        mask = check_mask(mask, self.num_envs)
         self._limits = np.where(mask, check_episode_limits(limits, self.num_envs), self._limits)
 
     def set_gravity(self, gravity: float, mask: Any = None) -> None:
@@ -257,7 +223,7 @@ class MovingMNISTVectorEnv(VectorEnv):
         """Put the sub-envs where ``mask`` (bool, (N,); None = all) is True, in index order, in
         ``worlds`` (one ``PhysicsParams`` each), effective from the next step. A wrong count,
         a non-``PhysicsParams`` or a bad mask raises ``ValueError`` and changes nothing."""
-        indices = np.flatnonzero(self._mask(mask))
+        indices = np.flatnonzero(check_mask(mask, self.num_envs))
         worlds = list(worlds)
         if len(worlds) != indices.size or not all(isinstance(w, PhysicsParams) for w in worlds):
             raise ValueError(
@@ -271,14 +237,15 @@ class MovingMNISTVectorEnv(VectorEnv):
         """Set any of ``gravity``, ``gravity_direction``, ``restitution``, ``friction`` on all
         sub-envs or those in ``mask``, effective from the next step. Bad names, values or masks
         raise ``ValueError`` and change nothing."""
-        self._scenes.set_physics(self._mask(mask), **params)
+        self._scenes.set_physics(check_mask(mask, self.num_envs), **params)
         self._physics_changed()
 
     def render(self) -> np.ndarray | None:
         """``rgb_array``: (N, 64, 64, 3) uint8; ``human``: a pygame window tiling all sub-envs."""
         if self.render_mode is None:
             return None
-        gray = self._host_frames()[:, 0]  # (N, 64, 64)
+        frames = self._observe()
+        gray = (frames if self._device is None else frames.cpu().numpy())[:, 0]  # (N, 64, 64)
         rgb = np.repeat(gray[..., None], 3, axis=3)  # (N, 64, 64, 3)
         if self.render_mode == "rgb_array":
             return rgb
@@ -294,17 +261,12 @@ class MovingMNISTVectorEnv(VectorEnv):
         return None
 
     def close_extras(self, **kwargs: Any) -> None:
-        if self._window is not None:
-            self._window.close()
-            self._window = None
+        self._close_window()
 
     def get_state(self) -> dict[str, Any]:
-        """Everything needed to continue bit-exactly: each sub-env's RNG state, positions,
-        velocities, sprites, digit ids, physics, step counters, episode limits and pending
-        autoresets.
-
-        The dict holds numpy arrays, ints and the generators' ``bit_generator.state`` dicts.
-        """
+        """Everything needed to continue bit-exactly (numpy arrays, ints and the generators'
+        ``bit_generator.state`` dicts): each sub-env's RNG state, scene, physics, step counter,
+        episode limit and pending autoreset."""
         if self._device is not None:
             self._device.save()  # the host's positions and velocities are the device's
         return {
@@ -319,11 +281,7 @@ class MovingMNISTVectorEnv(VectorEnv):
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`get_state` dict (from an env built with the same arguments).
-
-        A state without ``limits`` (saved before per-env limits existed) gives every sub-env
-        this env's ``max_episode_steps``.
-        """
+        """Restore a :meth:`get_state` dict (from an env built with the same arguments)."""
         if int(state["num_envs"]) != self.num_envs:
             raise ValueError(f"state is for {state['num_envs']} envs, this env has {self.num_envs}")
         limits = check_episode_limits(state["limits"], self.num_envs)
@@ -353,31 +311,18 @@ class MovingMNISTVectorEnv(VectorEnv):
         """(N, 1, 64, 64) uint8 frames: a numpy array, or a tensor on the worlds' device."""
         return self._scenes.render() if self._device is None else self._device.render()
 
-    def _host_frames(self) -> np.ndarray:
-        frames = self._observe()
-        return frames if self._device is None else frames.cpu().numpy()
-
-    def _mask(self, mask: Any) -> np.ndarray:
-        """A validated (N,) bool mask; None selects every sub-env."""
-        return check_mask(mask, self.num_envs)
-
     def _infos(self) -> dict[str, Any]:
+        """The infos of :data:`INFO_KEYS`, each followed by its (all True) ``_key`` mask."""
         w = self._scenes
-        present = np.ones(self.num_envs, dtype=bool)
         motion = (
             {"positions": w.positions.copy(), "velocities": w.velocities.copy()}
             if self._device is None
             else self._device.infos()
         )
-        return {
-            "positions": motion["positions"],
-            "_positions": present,
-            "velocities": motion["velocities"],
-            "_velocities": present,
-            "gravity": w.physics.gravity.copy(),
-            "_gravity": present,
-            "digit_ids": w.digit_ids.copy(),
-            "_digit_ids": present,
-            "physics": w.physics.features(),
-            "_physics": present,
-        }
+        values = (motion["positions"], motion["velocities"], w.physics.gravity.copy(),
+                  w.digit_ids.copy(), w.physics.features())  # fmt: skip
+        present = np.ones(self.num_envs, dtype=bool)
+        infos: dict[str, Any] = {}
+        for key, value in zip(INFO_KEYS, values, strict=True):
+            infos[key], infos[f"_{key}"] = value, present
+        return infos

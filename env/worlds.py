@@ -14,11 +14,8 @@ uniformly. The families below are disjoint by construction, so a learner trained
 
 (The paper's single shift, gravity 0.5 straight down, lies on the edge of ``train``.)
 
-A ``WorldSchedule`` wraps the vector env so that every episode of every stream runs in a world
-drawn from a family, with a random length; ``hold`` moves streams into one given (e.g.
-held-out) world mid-episode. With ``group_size=S`` the streams form groups of S that share one
-world for a *residency* of several episodes (a random number), then draw the next: the world
-that a shared memory (``memory_scope="group"`` in ``agent``) is about.
+A :class:`WorldSchedule` runs every episode of every stream of the vector env in a world drawn
+from a family (docs/env.md, "A schedule of worlds").
 """
 
 from __future__ import annotations
@@ -31,6 +28,7 @@ import numpy as np
 from gymnasium.vector import VectorWrapper
 
 from env.blocks import EnvBlock
+from env.core import int_at_least
 from env.moving_mnist import rng_from_state
 from env.physics import PhysicsParams
 from env.vector import NO_EPISODE_LIMIT, MovingMNISTVectorEnv, check_mask
@@ -75,10 +73,7 @@ class WorldFamily:
         g = between(self.gravity, u[:, 0])
         r = between(self.restitution, u[:, 2])
         f = between(self.friction, u[:, 3])
-        return [
-            PhysicsParams(float(g[i]), float(direction[i]), float(r[i]), float(f[i]))
-            for i in range(n)
-        ]
+        return [PhysicsParams(*map(float, w)) for w in zip(g, direction, r, f, strict=True)]
 
     def overlaps(self, other: WorldFamily) -> bool:
         """Whether some world lies in both families: their gravity, restitution and friction
@@ -170,7 +165,7 @@ def _schedule_rng(seed: int | Sequence[int | None] | None) -> np.random.Generato
     for i, s in enumerate(seed):
         if s is None:
             continue
-        if isinstance(s, bool) or not isinstance(s, int | np.integer) or s < 0:
+        if not int_at_least(s, 0):
             raise ValueError(f"seed must hold integers >= 0 or None, got {seed!r}")
         entropy += [i, int(s)]
     return np.random.default_rng(entropy) if len(entropy) > 1 else None
@@ -181,28 +176,22 @@ class WorldSchedule(VectorWrapper):
 
     Wraps a :class:`~env.vector.MovingMNISTVectorEnv`. Each episode of sub-env ``i`` runs, from
     its reset frame to its truncation, in one world drawn from ``family`` and lasts a number of
-    steps drawn uniformly from ``episode_steps`` = (low, high) (both included). When a sub-env
-    is truncated, its next world and length are drawn at once; the following step resets it
-    (NEXT_STEP autoreset) into that world. ``infos`` gain ``world_id`` (N,) int64 (and its
-    ``_world_id`` mask, all True): a counter that gives every draw a new id, never reused, so
-    two frames share an id only if they are in the same world (-1 before the first reset).
+    steps drawn uniformly from ``episode_steps`` = (low, high) (both included); both are drawn
+    when the sub-env is truncated, and the next step resets it (NEXT_STEP) into that world.
+    ``infos`` gain ``world_id`` (N,) int64 (and ``_world_id``): a new id for every draw, never
+    reused, so two frames share an id only if they share a world (-1 before the first reset).
 
-    **Groups.** With ``group_size=S`` (dividing N) sub-envs ``g*S .. g*S+S-1`` form group ``g``.
-    The group is the unit of the schedule: its S sub-envs share one world (one ``world_id``) and
-    one length per episode, so they end their episodes together, each then starting its own
-    next episode (its own digits, positions and velocities, from its own generator). A group
-    keeps its world for a residency of R episodes, R drawn uniformly from ``residency`` = (low,
-    high) when the world is drawn, and draws a new world at the end of its R-th episode. ``infos``
-    gain ``group`` (N,) int64 (and ``_group``). ``group_size=1, residency=(1, 1)`` (the defaults)
-    is one world per episode of every sub-env, with the same draws as before groups existed.
-    Masks given to :meth:`hold`, :meth:`release`, :meth:`set_physics` and ``reset_mask`` must
-    select whole groups.
+    **Groups.** With ``group_size=S`` (dividing N) sub-envs ``g*S .. g*S+S-1`` form group ``g``,
+    the unit of the schedule: its S sub-envs share one world and one length per episode, each
+    starting its own next episode from its own generator. A group keeps its world for R
+    episodes, R drawn uniformly from ``residency`` = (low, high) with the world. ``infos`` gain
+    ``group`` (N,) int64 (and ``_group``). The defaults ``group_size=1, residency=(1, 1)`` are one
+    world per episode of every sub-env. Masks given to :meth:`hold`, :meth:`release`,
+    :meth:`set_physics` and ``reset_mask`` must select whole groups.
 
-    :meth:`hold` puts sub-envs in one given world from the next step, mid-episode, and keeps
-    them there across episode ends (lengths still drawn, or, ``endless``, one last episode that
-    never ends) until :meth:`release`. Reset
-    ``options`` may hold only ``reset_mask``: the schedule owns the physics. Draws come from
-    the schedule's own generator, seeded from ``seed`` here or from ``reset(seed=s)``.
+    :meth:`hold` keeps sub-envs in one given world until :meth:`release`. Reset ``options`` may
+    hold only ``reset_mask``: the schedule owns the physics. Draws come from the schedule's own
+    generator, seeded from ``seed`` here or from ``reset(seed=s)``.
 
     Args:
         env: the vector env to schedule (its physics and episode limits are overwritten).
@@ -232,12 +221,7 @@ class WorldSchedule(VectorWrapper):
         self.episode_steps = _check_episode_steps(episode_steps)
         self.residency = _check_episode_steps(residency, "residency")
         n = env.num_envs
-        if (
-            isinstance(group_size, bool)
-            or not isinstance(group_size, int | np.integer)
-            or group_size < 1
-            or n % group_size
-        ):
+        if not int_at_least(group_size, 1) or n % group_size:
             raise ValueError(
                 f"group_size must be a positive divisor of num_envs={n}, got {group_size!r}"
             )
@@ -501,8 +485,6 @@ def _check_episode_steps(episode_steps: Any, name: str = "episode_steps") -> tup
         lo, hi = episode_steps
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a pair (low, high), got {episode_steps!r}") from None
-    if any(isinstance(v, bool) or not isinstance(v, int | np.integer) for v in (lo, hi)) or not (
-        1 <= lo <= hi
-    ):
+    if not (int_at_least(lo, 1) and int_at_least(hi, lo)):
         raise ValueError(f"{name} must be integers with 1 <= low <= high, got {episode_steps!r}")
     return int(lo), int(hi)

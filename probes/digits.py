@@ -7,13 +7,9 @@ tell the digits apart by index:
 
 - ``position``: the digits' x coordinates sorted, then their y coordinates sorted (2 x digits);
 - ``centroid``: the mean position of the digits (2);
-- ``velocity``: the digits' moves over the last frame, positions[t] - positions[t-1], in the
-  order of the sorted coordinates: the x moves in the order of the x coordinates, the y moves in
-  the order of the y coordinates (2 x digits).
-
-Positions are the digits' top-left corners in pixels. The move over the last frame is the
-digit's velocity (env's semi-implicit Euler; docs/env.md) except on a wall bounce, where the
-stored velocity has already flipped; the move is what two frames show (one frame shows none).
+- ``velocity``: the digits' moves over the last frame, positions[t] - positions[t-1] (top-left
+  corners, px), in the order of the sorted coordinates (2 x digits): the velocity except at a
+  wall bounce, and what two frames show (one frame shows none).
 
 Three latents are probed at each probe frame t: the online encoder's z_t (``online``), the EMA
 target's (``target``), and the predictor's input, the C context latents z_{t-C+1..t}
@@ -100,12 +96,6 @@ class RidgePath:
         return Ridge(self.mean, self.scale, weight, y.mean(0))
 
 
-def fit_ridge(x: np.ndarray, y: np.ndarray, alpha: float) -> Ridge:
-    """Ridge regression of y (N, T) on standardised x (N, F), penalty ``alpha * N`` on the
-    weights (so alpha does not depend on the number of samples), intercept unpenalised."""
-    return RidgePath.fit(x).ridge(y, alpha)
-
-
 def r2_score(y: np.ndarray, pred: np.ndarray) -> float:
     """R^2 averaged over the target columns: mean_j 1 - SSE_j / SST_j (1 perfect, 0 the
     columns' means, below 0 worse than them). Columns without variance are left out."""
@@ -129,18 +119,6 @@ def fit_probes(
         best = max(alphas, key=lambda a: r2_score(y[cut:], head.ridge(y[:cut], a).predict(x_fit[cut:])))
         out[name] = full.ridge(y, best)
     return out
-
-
-def probe_r2(
-    x_fit: np.ndarray,
-    y_fit: np.ndarray,
-    x_test: np.ndarray,
-    y_test: np.ndarray,
-    alphas: Sequence[float] = ALPHAS,
-) -> float:
-    """Held-out R^2 of a ridge probe fit on (x_fit, y_fit) (``fit_probes``), scored on the test
-    set."""
-    return r2_score(y_test, fit_probes(x_fit, {"y": y_fit}, alphas)["y"].predict(x_test))
 
 
 @dataclass

@@ -1,27 +1,21 @@
 """The gravity probe: does what the memory tells the predictor (e_agg) carry the world?
+(docs/definitions.md#the-gravity-probe)
 
 For each sequence of a world, the frozen learner reads a memory of n transitions from other
 sequences of the same world (the peer memory of ``agent.evaluation``: the pairs of ``peers``
 sequences, as their shared FIFO holds them) and aggregates it into e_agg, as it does before
 predicting that sequence's input frame. A world's sequences are read in two disjoint halves, each
 half's memories from its own sequences; a half row is the mean of a half's rows, a world row the
-mean of the two. Then within each family apart (docs/definitions.md#the-gravity-probe):
+mean of the two. Then within each family apart, no map leaving its family:
 
 - **gravity**, leave one world out: a ridge map fit on the other worlds' rows predicts the world's
-  gravity vector and strength |g|, each scored from the other worlds' mean (what tells the world
-  from them): the angle of the vector (direction; 90 degrees by chance), the R^2 of |g| (strength;
-  0 or below by chance);
+  gravity vector and strength |g|, each scored from the other worlds' mean: the angle of the
+  vector (90 degrees by chance), the R^2 of |g| (0 or below by chance);
 - **identification**: each half row names the world whose other half row is nearest; the share
   named right, against chance 1 / worlds.
 
-No map leaves its family, so none is asked to extrapolate.
-
-Beside e_agg, the same readout on the same n entries summarised by hand (``entry_statistics``: the
-mean newest latent, the mean change, the median change of velocity) says what the entries
-themselves hold of the world: where that reads gravity and e_agg does not, the memory's
-encoder and attention lose it; where neither does, the latents never had it. The median
-change of velocity, because a bounce off a wall is a second difference many times gravity's:
-the mean of a world's second differences is its walls', the median its gravity.
+Beside e_agg, the same readout on the same entries summarised by hand (``entry_statistics``) says
+what the entries themselves hold of the world.
 """
 
 from __future__ import annotations
@@ -56,18 +50,6 @@ def entry_statistics(pairs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.cat(feats, 1)
 
 
-def _peer_view(
-    learner: Learner, world: WorldSet, n: int, peers: int
-) -> tuple[torch.Tensor, int, MemoryView]:
-    """(z (N, i+1, D) online latents, i the input index, the peer MemoryView (N, cap, E, D))."""
-    cfg = learner.cfg
-    i = input_index(cfg, n)
-    z = encode(learner, world.frames, i)[0]
-    peer = [z.roll(-p, dims=0) for p in range(1, peers + 1)]
-    view = sequence_memory(peer, i, n, cfg.entry_frames)
-    return z, i, view
-
-
 #: What the probe reads of a sequence's peer memory: "e_agg" (what the memory tells the predictor)
 #: and "entries" (``entry_statistics`` of the same entries).
 FEATURES = ("e_agg", "entries")
@@ -80,7 +62,10 @@ def peer_features(
     """``features`` of each of the world's N sequences (one row a sequence), read from the newest
     n pairs of the next ``peers`` sequences of the same world, its latents encoded once: "e_agg"
     (N, exp_dim) at the sequence's input frame, "entries" the entries' ``entry_statistics``."""
-    z, i, view = _peer_view(learner, world, n, peers)
+    i = input_index(learner.cfg, n)
+    z = encode(learner, world.frames, i)[0]  # (N, i+1, D) online latents
+    peer = [z.roll(-p, dims=0) for p in range(1, peers + 1)]
+    view = sequence_memory(peer, i, n, learner.cfg.entry_frames)  # (N, cap, E, D)
     out = {}
     if "e_agg" in features:
         codes = []

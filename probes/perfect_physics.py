@@ -1,42 +1,26 @@
 """Perfect physics in a learner's latent (the physics ceiling): what D a predictor would score that
-rolled the world's exact simulator forward, in this learner's own latent space.
+rolled the world's exact simulator forward, in this learner's own latent space
+(docs/definitions.md#perfect-physics-the-physics-ceiling).
 
 For each test sequence of a held-out world, the env's simulator is branched from the sequence's
-exact state at the input frame i (``WorldSet.scenes`` re-run to i), rolled h frames under some
-physics, rendered, encoded by the learner's EMA target, and that latent scored as a prediction
-with the project's D against the true future's EMA latent (the reference "no change" being the
-online latent of frame i, as for the learner's own predictions; docs/definitions.md):
+exact state at the input frame i (``WorldSet.scenes`` re-run to i), rolled h frames under a
+branch's physics, rendered, encoded by the learner's EMA target and scored with the project's D
+against the true future's EMA latent (the "no change" being the online latent of frame i):
 
 - ``exact``: the world's own physics: the true future, D = 0 up to the encoder's rounding (a
   check of the construction);
-- ``blind``: physics that ignores the world (no gravity, elastic walls, no friction: the paper's
-  base world): what perfect dynamics scores without knowing the world, the yardstick for a
-  learned predictor without memory (track A);
-- ``other``: the exact physics of another world of the same family (the next one of the
-  evaluation's worlds): what knowing the wrong world is worth;
-- ``seen``: world-blind physics from the state as two frames show it: each digit at its rendered
+- ``blind``: world-blind physics (no gravity, elastic walls, no friction: the paper's base
+  world), track A's yardstick;
+- ``other``: the exact physics of the next world of the same family: knowing the wrong world;
+- ``seen``: world-blind physics from the state two frames show: each digit at its rendered
   (whole-pixel) position in frame i, moving at the difference of its rendered positions in
-  frames i - 1 and i. The simulator's state is sub-pixel and ``blind`` starts from it; a
-  predictor that reads the frames cannot, so ``seen`` is the world-blind ceiling of a predictor
-  of two context frames;
-- ``told``: the world's own physics from the state as two frames show it (``seen``'s start,
-  ``exact``'s physics): the ceiling of a predictor of two context frames that is told the world,
-  the oracle's yardstick (``told`` against ``seen``: what the world is worth to such a
-  predictor);
-- ``seen_mean`` and ``told_mean``, the *hedged* yardsticks: a predictor trained on the squared
-  error predicts the mean of the futures its inputs leave open, and that mean scores better than
-  any one sharp guess. For each of ``samples`` draws, the state two frames show is moved within
-  the rendered pixel (each coordinate of the position at frames i and i - 1 uniform in
-  [-0.5, 0.5), so the velocity moves by their difference) and rolled; the prediction is the mean
-  of the draws' latents. ``told_mean`` rolls the world's own physics: the best a predictor of two
-  frames told the world can do (the oracle's yardstick). ``seen_mean`` rolls, in each draw, a
-  world drawn from the training family: the best a world-blind predictor trained on those worlds
-  can do (track A's yardstick). Both share their draws of the sub-pixel state (the same random
-  numbers), so they differ by the world alone.
-
-Beside the learned floor and oracle, ``blind`` says how much of their error is the predictor's
-own (an error floor the latent does not impose), and ``blind`` against ``exact`` how much the
-world is worth to a predictor that rolls physics forward.
+  frames i - 1 and i (the world-blind ceiling of a predictor of two context frames);
+- ``told``: the world's own physics from ``seen``'s start (the oracle's yardstick);
+- ``seen_mean`` and ``told_mean``, the *hedged* yardsticks: the mean latent of ``samples`` draws
+  of the state two frames leave open (each coordinate of the position at frames i and i - 1 moved
+  uniformly within its pixel, [-0.5, 0.5)), each rolled under a world drawn from the training
+  family (``seen_mean``) or the world's own physics (``told_mean``); both share their draws, so
+  they differ by the world alone.
 """
 
 from __future__ import annotations
@@ -50,7 +34,7 @@ import torch
 import env
 from agent.evaluation import WorldSet, input_index
 from agent.learner import Learner
-from agent.objective import NormErrorSums, norm_error, norm_error_sums
+from agent.objective import NormErrorSums, norm_error, norm_error_sums, total
 from env.core import pixel_positions
 
 BRANCHES = ("exact", "blind", "other", "seen", "told", "seen_mean", "told_mean")
@@ -130,15 +114,15 @@ def hedged(learner: Learner, seen: env.SceneBatch, hs: list[int], physics: Any,
     world of it drawn per sequence and draw. The sub-pixel draws depend on ``seed`` alone
     (the same for every physics); the worlds' on ``seed`` and the family."""
     pixels, worlds = np.random.default_rng([*seed, 0]), np.random.default_rng([*seed, 1])
-    total = None
+    summed = None
     for _ in range(samples):
         scenes = within_pixels(seen, pixels)
         n = scenes.num_scenes
         scenes.physics.assign(np.arange(n), family.sample(worlds, n) if family else [physics] * n)
         z = _latents(learner, scenes.rollout(hs), target=True)
-        total = z if total is None else total + z
-    assert total is not None
-    return total / samples
+        summed = z if summed is None else summed + z
+    assert summed is not None
+    return summed / samples
 
 
 @torch.no_grad()
@@ -156,10 +140,9 @@ def world_sums(learner: Learner, world: WorldSet, worlds: Sequence[WorldSet], i:
     for branch in branches:
         physics = branch_physics(branch, world, worlds)
         from_frames = branch in ("seen", "told", *HEDGED)
-        if physics is None or (from_frames and i == 0):  # no frame before the first
-            continue
-        if branch == "seen_mean" and family is None:
-            continue
+        no_family = branch == "seen_mean" and family is None
+        if physics is None or (from_frames and i == 0) or no_family:
+            continue  # no other world, no frame before the first, no family to draw worlds from
         scenes = as_seen(start, scenes_at(world, i - 1)) if from_frames else start.copy()
         if branch in HEDGED:
             pred = hedged(learner, scenes, hs, physics,
@@ -189,8 +172,7 @@ def perfect_physics(learner: Learner, worlds: Sequence[WorldSet], n_max: int,
             sums.setdefault((world.family, branch), []).append(s)
     fams: dict[str, dict[str, list[float]]] = {}
     for (fam, branch), parts in sums.items():
-        total = NormErrorSums(*(sum(x) for x in zip(*parts, strict=True)))
-        d, d_h = norm_error(total)
+        d, d_h = norm_error(total(parts))
         fams.setdefault(fam, {})[branch] = [*d_h.tolist(), float(d)]
     if fams:
         common = set.intersection(*(set(v) for v in fams.values()))

@@ -1,24 +1,14 @@
-"""The world probe: how much knowing the world is worth on a learner's latents.
+"""The world probe: how much knowing the world is worth on a learner's latents
+(docs/definitions.md#the-world-probe).
 
-The linear probes (``probes.digits``) say what a latent holds of the digits' state; the learner's
-own D, with and without the oracle, says how much of that its predictor turns into prediction.
-Between them is the question the world model exists for: *could* a predictor do better on these
-latents if it knew the world? The world probe answers it by fitting two predictors offline on the
-learner's frozen latents, one that reads the context latents only and one that also reads the
-world's true physics, and scoring both by D on held-out worlds (docs/definitions.md#the-world-probe).
-
-Everything is in the EMA target's space (context, targets and "no change" alike), so no online-
-target gap enters. Each predictor is fit by AdamW (a one-cycle rate to ``lr``) on the squared
-error for ``steps`` minibatches of ``batch`` windows drawn from the fitting worlds; both start
-from the same initial weights (seeded) and see the same minibatches. Each has the learner's own
-predictor shape (``agent.networks.BlockPredictor``: ``blocks`` residual blocks of ``hidden``
-units, one head per horizon giving the change of the newest context latent, without the
-learner's output norm so that any encoder's latents can be read); the told one reads the world's
-features (``PHYSICS_DIM``: gravity x and y, restitution, friction) as the oracle does, through
-``OracleContext`` into every block by adaLN-Zero (track D's ``BlockFiLM``, zero at its start, so
-both predictors start as the same function). Each window starts at frame ``start`` of its
-sequence. The two scores' ratio is the world's worth on this latent: ``gain = 1 - D_world /
-D_latent``.
+Between the linear probes (what a latent holds of the digits' state) and the learner's own D
+(what its predictor turns into prediction) is the question the world model exists for: *could* a
+predictor do better on these latents if it knew the world? Two predictors are fit offline on the
+learner's frozen EMA-target latents (context, targets and "no change" alike), one reading the
+context latents only and one also told the world's true physics (``PHYSICS_DIM``, through
+``OracleContext`` into every block by adaLN-Zero, zero at its start, so both start as the same
+function), each of the learner's own predictor shape (``agent.networks.BlockPredictor``, without
+its output norm), and both are scored by D on held-out worlds: ``gain = 1 - D_world / D_latent``.
 """
 
 from __future__ import annotations
@@ -154,7 +144,6 @@ def world_probe(
     nets = {"latent": fit_predictor(ctx, tgt, none, cfg),
             "latent_world": fit_predictor(ctx, tgt, phys, cfg)}  # fmt: skip
     t_ctx, t_tgt, t_phys, fams = windows(encode, test, context, horizons, cfg.start)
-    out: dict[str, dict[str, list[float]]] = {}
     per_family: dict[str, dict[str, np.ndarray]] = {}
     with torch.no_grad():
         for fam in dict.fromkeys(fams):
@@ -167,9 +156,9 @@ def world_probe(
     per_family["pooled"] = {
         name: np.mean([v[name] for v in per_family.values()], axis=0) for name in PROBES
     }
+    out: dict[str, dict[str, list[float]]] = {}
     for fam, ds in per_family.items():
-        rows = {name: [*ds[name].tolist(), float(ds[name].mean())] for name in PROBES}
-        rows["gain"] = [1.0 - w / a for a, w in zip(rows["latent"], rows["latent_world"],
-                                                      strict=True)]  # fmt: skip
-        out[fam] = rows
+        row = {name: [*ds[name].tolist(), float(ds[name].mean())] for name in PROBES}
+        gain = [1.0 - w / a for a, w in zip(row["latent"], row["latent_world"], strict=True)]
+        out[fam] = {**row, "gain": gain}
     return out

@@ -1,20 +1,12 @@
-"""Command-line plumbing shared by the runners: one clear line and a non-zero exit on bad input.
+"""Command-line plumbing shared by the runners: bad input is one line and exit status 2.
 
-Library code raises ``CliError`` (or ``ValueError`` from a config) with a message meant for a
-person; ``run_main`` prints it as ``<prog>: error: <message>`` and exits with status 2, never with
-a traceback. An ``OSError`` (a disk that fills up, a read-only or vanished folder) is not a bug
-either: it is printed the same way, naming its file. A bug (any other exception) still shows its
-traceback, because that is what a developer needs to fix it.
-
-``parse`` is the one way a runner reads its command line: tyro, from a typed dataclass per command
-(its field docstrings are the ``--help``); a parse failure becomes one ``CliError`` line built
-from the event tyro's parse-error hook hands over (``tyro._errors.on_parse_error``, tyro's own
-but private API: pyproject.toml pins the tyro it was written against).
-
-``ensure_output_dir`` is the one check every command makes on an output folder before it starts
-working: created, and a file written in it, or one ``CliError`` naming the folder. ``writing(path)``
-wraps a write whose failure must name its file (a full disk fails in ``write()``, whose ``OSError``
-names no file).
+Library code raises ``CliError`` (or a config's ``ValueError``) with a message for a person, and
+``run_main`` prints it as ``<prog>: error: <message>``; an ``OSError`` (a full disk, a read-only
+folder) is printed the same way, naming its file; any other exception is a bug and keeps its
+traceback. ``parse`` reads a command line with tyro from a typed dataclass (its field docstrings
+are the ``--help``), a parse failure one ``CliError`` line built from tyro's parse-error hook
+(``tyro._errors``, private: pyproject.toml pins tyro). ``ensure_output_dir`` checks an output
+folder before any work; ``writing(path)`` names the file of a failed write.
 """
 
 from __future__ import annotations
@@ -79,7 +71,6 @@ def parse(
     description: str | None = None,
     unknown: bool = False,
     config: Sequence[Any] = FLAGS,
-    add_help: bool = True,
 ) -> Any:
     """``tyro.cli(cls)`` on ``argv`` (default ``sys.argv[1:]``), a parse failure one
     ``CliError`` line (from tyro's parse-error event, before it prints its box); ``--help``
@@ -93,7 +84,7 @@ def parse(
         with tyro_errors.on_parse_error(_raise):
             out = tyro.cli(cls, args=argv, prog=prog, description=description,
                            return_unknown_args=unknown, config=tuple(config) or None,
-                           add_help=add_help, **kwargs)  # fmt: skip
+                           **kwargs)  # fmt: skip
     except ValueError as err:  # a config dataclass's own validation, on the parsed values
         raise CliError(str(err)) from None
     cfg, extra = out if unknown else (out, [])

@@ -1,9 +1,33 @@
-"""How results look, in one place: matplotlib set up for files (no display), and the track
-colours of the figures (white background) and of the live view (dark background)."""
+"""How results look, in one place: numbers as text (``num``, ``pct``, ``times``), matplotlib set
+up for files (no display), and the track colours of the figures (white background) and of the
+live view (dark background)."""
 
 from __future__ import annotations
 
+import math
 from types import ModuleType
+from typing import Any
+
+
+def num(x: Any, digits: int = 3, sign: str = "", missing: str = "-") -> str:
+    """A number as text with ``digits`` decimals (``sign="+"``: signed); ``missing`` for None or
+    a value that is not finite; an int or a str as it is (a step, a count, a label)."""
+    if x is None:
+        return missing
+    if isinstance(x, (int, str)):
+        return str(x)
+    return f"{x:{sign}.{digits}f}" if math.isfinite(x) else missing
+
+
+def pct(x: float | None, digits: int = 0, sign: str = "", missing: str = "-") -> str:
+    """A fraction as a percentage with ``digits`` decimals (0.412 -> "41%"); ``missing`` for None
+    or a value that is not finite."""
+    return missing if x is None or not math.isfinite(x) else f"{100 * x:{sign}.{digits}f}%"
+
+
+def times(x: float | None, missing: str = "-") -> str:
+    """A ratio as "2.4x"; ``missing`` for None or a value that is not finite."""
+    return missing if x is None or not math.isfinite(x) else f"{x:.1f}x"
 
 #: Track colours in figures (matplotlib colour names, on white).
 TRACK_COLORS: dict[str, str] = {

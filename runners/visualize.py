@@ -2,28 +2,13 @@
 
 Watch the mechanism for several tracks side by side on the same streams. Each track is one
 ``OnlineLoop`` (the loop of ``train_online``) with the same seed, so all tracks see identical
-frames; the app steps them in lockstep and redraws at a steady rate.
-
-The protocol is train_online's (``--protocol``). Under ``worlds`` (the default) each stream lives
-in its own world drawn from the training family (an arrow per stream shows it); G (or a scripted
-``--switch``) holds every stream of every track in one held-out world, where each starts a new
-episode with an empty memory and, in ``memory`` mode, the weights freeze: does a track's stream
-error come down from its memory alone? G again gives the streams back to the training worlds.
-Under ``paper`` one gravity acts on every stream and G switches it: surprisal spikes, the
-boundary detector fires, the buffer fills with the new world's transitions.
-
-    python -m runners.visualize                                  # tracks A and C, from scratch
-    python -m runners.visualize --tracks A B C --switch 1500:gravity=0.3,direction=45
-    python -m runners.visualize --protocol paper --switch 1500:0.5
-    python -m runners.visualize --from runs/<a-run> --tracks C   # start from its best.pt
-    python -m runners.visualize --headless --steps 400 --switch 200:gravity=0.3,direction=45 \
-        --screenshot out.png
-    python -m runners.visualize --resume runs/<session>          # continue a session
+frames; the app (``runners.live.app``: what G does under each of train_online's protocols)
+steps them in lockstep and redraws at a steady rate.
 
 A session folder ``<out>/<name>/`` holds ``screenshots/`` and one ``train_online`` run folder per
 track (``A/``, ``C/``, ``oracle/``: config.json, run.zarr, checkpoints), made, held and continued
 by the run folder's own helpers (``runners.online.rundir``, ``resume_config``); every checkpoint
-also keeps the view's state (``view_state``). See docs/visualize.md.
+also keeps the view's state (``view_state``). See docs/visualize.md (examples, the window).
 """
 
 from __future__ import annotations
@@ -44,14 +29,7 @@ from agent import tracks as agent_tracks
 from agent.config import Track
 from runners.cli import CliError, ensure_output_dir, run_main
 from runners.cli import parse as parse_cli
-from runners.online.config import (
-    AfterSwitch,
-    Device,
-    Preset,
-    ProtocolName,
-    RunConfig,
-    flat,
-)
+from runners.online.config import AfterSwitch, Device, Preset, ProtocolName, RunConfig, flat
 from runners.online.protocols import PROTOCOLS
 from runners.online.rundir import (
     RunFolder,
@@ -102,7 +80,7 @@ class Visualize:
     seed: int | None = None
     """seed of agents and stream (default 0)"""
     preset: Preset | None = None
-    """learner preset, as in train_online (default cpu)"""
+    """run preset, as train_online's --preset (default cpu)"""
     steps: int | None = None
     """learner steps of the run (default 3000)"""
     switch: Annotated[
@@ -191,10 +169,8 @@ def track_config(args: Visualize, name: str, from_dir: Path | None, protocol: st
         theirs = flat(saved).get("protocol", protocol)  # (none: refused by its version)
         if theirs != protocol:
             other = f" (--protocol {theirs} shows it)" if theirs in PROTOCOLS else ""
-            raise CliError(
-                f"--from {from_dir}: a {theirs}-protocol run, the view runs the {protocol} "
-                f"protocol{other}"
-            )
+            raise CliError(f"--from {from_dir}: a {theirs}-protocol run, the view runs the "
+                           f"{protocol} protocol{other}")  # fmt: skip
         agent = {k: v for k, v in (saved.get("agent") or {}).items()  # the view's own stream
                  if k not in ("total_steps", "push_pair")}
         saved = {**saved, "agent": agent}
@@ -322,8 +298,7 @@ def new_session(args: Visualize) -> Session:
     tracks = list(args.tracks or (starts.keys() if starts else DEFAULT_TRACKS))
     if len(set(tracks)) != len(tracks):
         raise CliError("--tracks: each track at most once")
-    missing = set(starts) - set(tracks)
-    if missing:
+    if missing := set(starts) - set(tracks):
         raise CliError(f"--from gives track {', '.join(sorted(missing))}, not in --tracks")
     if args.bounds and many_worlds:  # the floor (track A) first, the ceiling (``ORACLE``) last
         tracks = ([] if agent_tracks.FLOOR in tracks else [agent_tracks.FLOOR]) + tracks + [ORACLE]
@@ -447,24 +422,15 @@ def make_app(args: Visualize, loops: list[OnlineLoop], root: Path, target: tuple
     pygame.display.set_caption("EPM-JEPA live: " + " ".join(lp.cfg.agent.track for lp in loops))
     cfg0 = loops[0].cfg
     app_cfg = AppConfig(
-        fps=args.fps,
-        draw_every=args.draw_every,
-        draw=not args.no_draw,
-        max_steps=cfg0.schedule.steps,
-        hold_at_end=os.environ.get("SDL_VIDEODRIVER") != "dummy",
-        many_worlds=cfg0.protocol.many_worlds,
-        mode=cfg0.schedule.after_switch,
-        base_gravity=cfg0.base_physics.gravity,
-        shift_gravity=target[0],
-        shift_direction=target[1],
-        switches=switches,
-        family=family_name,
-        window=args.window,
-        rolling=cfg0.schedule.rolling_window,
+        fps=args.fps, draw_every=args.draw_every, draw=not args.no_draw,
+        max_steps=cfg0.schedule.steps, hold_at_end=os.environ.get("SDL_VIDEODRIVER") != "dummy",
+        many_worlds=cfg0.protocol.many_worlds, mode=cfg0.schedule.after_switch,
+        base_gravity=cfg0.base_physics.gravity, shift_gravity=target[0], shift_direction=target[1],
+        switches=switches, family=family_name,
+        window=args.window, rolling=cfg0.schedule.rolling_window,
         screenshot=Path(args.screenshot) if args.screenshot else None,
-        video_dir=Path(args.video) if args.video else None,
-        shots_dir=root / "screenshots",
-    )
+        video_dir=Path(args.video) if args.video else None, shots_dir=root / "screenshots",
+    )  # fmt: skip
     return App([LoopDriver(lp, records=i == 0) for i, lp in enumerate(loops)], app_cfg, surface)
 
 
@@ -483,10 +449,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         dt = time.perf_counter() - t0
     rate = (app.step - start) / max(dt, 1e-9)
     draw_ms = 1000 * app.draw_time / max(app.draws, 1)
-    print(
-        f"{PROG}: {app.step - start} steps in {dt:.1f} s ({rate:.1f} steps/s), {app.draws} "
-        f"redraws ({draw_ms:.1f} ms each); session {session.root}"
-    )
+    print(f"{PROG}: {app.step - start} steps in {dt:.1f} s ({rate:.1f} steps/s), {app.draws} "
+          f"redraws ({draw_ms:.1f} ms each); session {session.root}")  # fmt: skip
     if app.cfg.screenshot is not None:
         print(f"{PROG}: final frame {app.cfg.screenshot}")
     print(f"{PROG}: checkpointed; continue with  python -m runners.{PROG} --resume {session.root}")

@@ -6,13 +6,5 @@ from agent.memory.group import GroupBuffer
 from agent.memory.oracle import OracleContext
 from agent.memory.read import Aggregate, AttentionAggregator, ExperienceEncoder, MemoryView
 
-__all__ = [
-    "Aggregate",
-    "AttentionAggregator",
-    "BoundaryDetector",
-    "ExperienceBuffer",
-    "ExperienceEncoder",
-    "MemoryView",
-    "OracleContext",
-    "GroupBuffer",
-]
+__all__ = ["Aggregate", "AttentionAggregator", "BoundaryDetector", "ExperienceBuffer",
+           "ExperienceEncoder", "MemoryView", "OracleContext", "GroupBuffer"]  # fmt: skip

@@ -1,39 +1,86 @@
 """ExperienceBuffer: pre-allocated FIFO of detached latent pairs, written without a host sync.
 
 The paper's memory: every stream's batch-mean pair goes to one FIFO. (A memory per group of
-streams that share a world is ``agent.memory.group.GroupBuffer``.)
+streams that share a world is ``agent.memory.group.GroupBuffer``.) What the memories and the
+detector share: their state as the device tensors named in ``_STATE`` (``TensorState``), and
+the two FIFOs' reads of their ring (``Fifo``).
 """
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 
-class ExperienceBuffer:
-    """Capacity-bounded FIFO of (z_prev, z_new) latent pairs with a shift tag and a step.
+class TensorState:
+    """State dicts of the device tensors named in ``_STATE`` (copies); loading one checks the
+    first tensor's shape (a ValueError ``_WHAT {shape} != {expected}``)."""
 
-    All storage is pre-allocated on the device. ``push(pair, shifted, step, write)`` takes the
-    write decision as a 0-dim bool tensor: the slot is always rewritten (with its own old
-    content when ``write`` is False) and the pointer advances by ``write``, so a step never
-    asks the device whether a boundary fired.
+    _STATE: tuple[str, ...] = ()
+    _WHAT = ""
+    device: torch.device
 
-    Tensors: ``pairs`` (cap, E, D) float32 (E = ``frames`` latents an entry, 2 a pair),
-    ``shifted`` (cap,) int64 (1: written under switched physics), ``steps`` (cap,) int64, ``ptr`` and ``size`` 0-dim int64. Slot
-    ``ptr`` is the next one written (the oldest once full).
-    """
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {n: getattr(self, n).clone() for n in self._STATE}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        have, want = tuple(state[self._STATE[0]].shape), tuple(getattr(self, self._STATE[0]).shape)
+        if have != want:
+            raise ValueError(f"{self._WHAT} {have} != {want}")
+        for name in self._STATE:
+            setattr(self, name, state[name].to(self.device).clone())
+
+
+class Fifo(TensorState):
+    """A ring of ``capacity`` entries (E = ``frames`` latents of ``latent_dim`` each, 2 a pair)
+    on ``device``: ``ptr`` the next slot written (the oldest once full), ``size`` the filled
+    ones, ``shifted`` each entry's shift tag; one ring, or one per group ((W,) ptr and size)."""
+
+    ptr: torch.Tensor
+    size: torch.Tensor
+    shifted: torch.Tensor
 
     def __init__(
-        self,
-        capacity: int,
-        latent_dim: int,
-        device: torch.device | str = "cpu",
-        frames: int = 2,
+        self, capacity: int, latent_dim: int, device: torch.device | str = "cpu", frames: int = 2
     ) -> None:
         self.capacity = int(capacity)
         self.latent_dim = int(latent_dim)
         self.frames = int(frames)  # E latents an entry holds (2: a transition pair)
         self.device = torch.device(device)
         self.clear()
+
+    def clear(self) -> None:
+        raise NotImplementedError
+
+    def mask(self) -> torch.Tensor:
+        """([W,] cap) bool, True for filled slots."""
+        return torch.arange(self.capacity, device=self.device) < self.size.unsqueeze(-1)
+
+    def age(self) -> torch.Tensor:
+        """([W,] cap) int64: 0 for the newest entry (of a world), 1 the one before, ...; >= size
+        for empty slots."""
+        slots = torch.arange(self.capacity, device=self.device)
+        return (self.ptr.unsqueeze(-1) - 1 - slots) % self.capacity
+
+    def shift_share(self) -> torch.Tensor:
+        """0-dim float: share of filled entries tagged shifted (0 when empty)."""
+        n = (self.shifted.eq(1) & self.mask()).sum()
+        return n.float() / self.size.sum().clamp(min=1).float()
+
+
+class ExperienceBuffer(Fifo):
+    """Capacity-bounded FIFO of (z_prev, z_new) latent pairs with a shift tag and a step:
+    ``pairs`` (cap, E, D) float32, ``shifted`` (cap,) int64 (1: written under switched physics),
+    ``steps`` (cap,) int64, ``ptr`` and ``size`` 0-dim int64, all pre-allocated on the device.
+
+    ``push(pair, shifted, step, write)`` takes the write decision as a 0-dim bool tensor: the
+    slot is always rewritten (with its own old content when ``write`` is False) and the pointer
+    advances by ``write``, so a step never asks the device whether a boundary fired.
+    """
+
+    _STATE = ("pairs", "shifted", "steps", "ptr", "size")
+    _WHAT = "buffer shape"
 
     def clear(self) -> None:
         """Empty the buffer (zeros everywhere)."""
@@ -46,12 +93,9 @@ class ExperienceBuffer:
 
     @torch.no_grad()
     def push(
-        self,
-        pair: torch.Tensor,
-        shifted: torch.Tensor | int,
-        step: torch.Tensor | int,
+        self, pair: torch.Tensor, shifted: torch.Tensor | int, step: torch.Tensor | int,
         write: torch.Tensor | bool = True,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Append one pair if ``write`` (else a no-op, still without a host sync).
 
         pair: (E, D) (z_prev, z_new), stored detached as float32. shifted, step: ints or 0-dim
@@ -76,22 +120,6 @@ class ExperienceBuffer:
             return value.to(device=self.device, dtype=dtype)
         return torch.full((), value, dtype=dtype, device=self.device)
 
-    def mask(self) -> torch.Tensor:
-        """(cap,) bool, True for filled slots."""
-        return torch.arange(self.capacity, device=self.device) < self.size.unsqueeze(-1)
-
-    def age(self) -> torch.Tensor:
-        """(cap,) int64: 0 for the newest entry, 1 the one before, ...; >= size for empty
-        slots."""
-        slots = torch.arange(self.capacity, device=self.device)
-        return (self.ptr.unsqueeze(-1) - 1 - slots) % self.capacity
-
-    def shift_share(self) -> torch.Tensor:
-        """0-dim float: share of filled entries tagged shifted (0 when empty)."""
-        filled = self.mask()
-        n = (self.shifted.eq(1) & filled).sum()
-        return n.float() / self.size.sum().clamp(min=1).float()
-
     def ordered(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Filled entries oldest first: pairs (n, E, D), shifted (n,), steps (n,). Host sync."""
         n = int(self.size)
@@ -99,28 +127,9 @@ class ExperienceBuffer:
         idx = (torch.arange(n, device=self.device) + start) % self.capacity
         return self.pairs[idx], self.shifted[idx], self.steps[idx]
 
-    _STATE = ("pairs", "shifted", "steps", "ptr", "size")
-
     def clone(self) -> ExperienceBuffer:
         """An independent copy (evaluation pushes to a copy, never to the training buffer)."""
-        other = ExperienceBuffer.__new__(ExperienceBuffer)
-        other.capacity, other.latent_dim, other.device = self.capacity, self.latent_dim, self.device
-        other.frames = self.frames
+        other = copy.copy(self)
         for name in self._STATE:
             setattr(other, name, getattr(self, name).clone())
         return other
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return {n: getattr(self, n).clone() for n in self._STATE}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        shape = (self.capacity, self.frames, self.latent_dim)
-        if tuple(state["pairs"].shape) != shape:
-            raise ValueError(f"buffer shape {tuple(state['pairs'].shape)} != {shape}")
-        for name, value in state.items():
-            setattr(self, name, value.to(self.device).clone())
-
-    def to(self, device: torch.device | str) -> ExperienceBuffer:
-        self.device = torch.device(device)
-        self.load_state_dict(self.state_dict())
-        return self

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import torch
 
+from agent.memory.buffer import TensorState
 
-class BoundaryDetector:
+
+class BoundaryDetector(TensorState):
     """EMA mean/variance of the surprisal; fires when ``s > mu + kappa * sqrt(var)``.
 
     As the listing: ``mu`` starts at 0 and ``var`` at 1; each update first moves ``mu`` and
@@ -21,14 +23,13 @@ class BoundaryDetector:
     one per group memory (``memory_scope="group"``: S = the number of groups).
     """
 
+    _STATE = ("mu", "var", "count", "threshold")
+    _WHAT = "detector statistics of shape"
+
     def __init__(
-        self,
-        kappa: float,
-        momentum: float = 0.99,
-        warmup: int = 10,
-        device: torch.device | str = "cpu",
-        streams: int | None = None,
-    ) -> None:
+        self, kappa: float, momentum: float = 0.99, warmup: int = 10,
+        device: torch.device | str = "cpu", streams: int | None = None,
+    ) -> None:  # fmt: skip
         self.kappa = float(kappa)
         self.momentum = float(momentum)
         self.warmup = int(warmup)
@@ -65,30 +66,6 @@ class BoundaryDetector:
             count = torch.where(active, count, self.count)
             threshold = torch.where(active, threshold, self.threshold)
             fired = fired & active
-        for state, value in zip(self.state_tensors(), (mu, var, count, threshold), strict=True):
-            state.copy_(value)  # in place: a captured step's state
+        for name, value in zip(self._STATE, (mu, var, count, threshold), strict=True):
+            getattr(self, name).copy_(value)  # in place: a captured step's state
         return fired
-
-    def state_tensors(self) -> tuple[torch.Tensor, ...]:
-        """mu, var, count, threshold: the statistics, updated in place."""
-        return self.mu, self.var, self.count, self.threshold
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return {
-            "mu": self.mu.clone(),
-            "var": self.var.clone(),
-            "count": self.count.clone(),
-            "threshold": self.threshold.clone(),
-        }
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        shape = getattr(self, "shape", None)  # a detector per stream: (S,) statistics
-        if shape is not None and tuple(state["mu"].shape) != shape:
-            raise ValueError(f"detector statistics of shape {tuple(state['mu'].shape)} != {shape}")
-        for name in ("mu", "var", "count", "threshold"):
-            setattr(self, name, state[name].to(self.device).clone())
-
-    def to(self, device: torch.device | str) -> BoundaryDetector:
-        self.device = torch.device(device)
-        self.load_state_dict(self.state_dict())
-        return self

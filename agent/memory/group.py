@@ -17,32 +17,29 @@ from __future__ import annotations
 
 import torch
 
+from agent.memory.buffer import Fifo
 
-class GroupBuffer:
+
+class GroupBuffer(Fifo):
     """W FIFOs of ``capacity`` (z_prev, z_new) pairs, each entry with its writer's episode key,
     its shift tag (1: written under switched physics) and the step it was written.
 
-    Tensors: ``pairs`` (W, cap, E, D) float32 (E = ``frames`` latents an entry, 2 a pair), ``episode`` (W, cap) int64 (-1 empty), ``shifted``
-    and ``steps`` (W, cap) int64, ``ptr`` and ``size`` (W,) int64 (slot ``ptr`` is the next one
-    written, the oldest once full), ``key`` (W,) int64: the id of the world the entries were
-    written in (-1 none yet). A push of S streams' pairs writes each group's writing streams in
-    stream order into consecutive slots (capacity >= S).
+    Tensors: ``pairs`` (W, cap, E, D) float32, ``episode`` (W, cap) int64 (-1 empty),
+    ``shifted`` and ``steps`` (W, cap) int64, ``ptr`` and ``size`` (W,) int64 (``Fifo``), ``key``
+    (W,) int64: the id of the world the entries were written in (-1 none yet). A push of S
+    streams' pairs writes each group's writing streams in stream order into consecutive slots
+    (capacity >= S).
     """
 
+    _STATE = ("_pairs", "_episode", "_shifted", "_steps", "ptr", "size", "key")
+    _WHAT = "group memory shape"
+
     def __init__(
-        self,
-        groups: int,
-        capacity: int,
-        latent_dim: int,
-        device: torch.device | str = "cpu",
+        self, groups: int, capacity: int, latent_dim: int, device: torch.device | str = "cpu",
         frames: int = 2,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.groups = int(groups)
-        self.capacity = int(capacity)
-        self.latent_dim = int(latent_dim)
-        self.frames = int(frames)  # E latents an entry holds (2: a transition pair)
-        self.device = torch.device(device)
-        self.clear()
+        super().__init__(capacity, latent_dim, device, frames)
 
     def clear(self, mask: torch.Tensor | None = None) -> None:
         """Empty every world's memory, or those where ``mask`` ((W,) bool, no host sync)."""
@@ -60,28 +57,14 @@ class GroupBuffer:
         self.size = torch.zeros(w, dtype=torch.long, device=d)
         self.key = torch.full((w,), -1, dtype=torch.long, device=d)
 
-    def _view(self, flat: torch.Tensor) -> torch.Tensor:
+    # (W, cap, ...) views of the flat storage without its spare row (a later push changes them)
+    pairs = property(lambda self: self._rows(self._pairs))
+    episode = property(lambda self: self._rows(self._episode))
+    shifted = property(lambda self: self._rows(self._shifted))
+    steps = property(lambda self: self._rows(self._steps))
+
+    def _rows(self, flat: torch.Tensor) -> torch.Tensor:
         return flat[:-1].view(self.groups, self.capacity, *flat.shape[1:])
-
-    @property
-    def pairs(self) -> torch.Tensor:
-        """(W, cap, E, D) float32 (a view: a later push changes it)."""
-        return self._view(self._pairs)
-
-    @property
-    def episode(self) -> torch.Tensor:
-        """(W, cap) int64 episode key of each entry's writer."""
-        return self._view(self._episode)
-
-    @property
-    def shifted(self) -> torch.Tensor:
-        """(W, cap) int64 shift tag (1: written under switched physics) of each entry."""
-        return self._view(self._shifted)
-
-    @property
-    def steps(self) -> torch.Tensor:
-        """(W, cap) int64 step each entry was written at."""
-        return self._view(self._steps)
 
     @torch.no_grad()
     def enter(self, group: torch.Tensor, key: torch.Tensor) -> None:
@@ -93,14 +76,9 @@ class GroupBuffer:
 
     @torch.no_grad()
     def push(
-        self,
-        pairs: torch.Tensor,
-        group: torch.Tensor,
-        episode: torch.Tensor,
-        shifted: torch.Tensor,
-        step: int | torch.Tensor,
-        write: torch.Tensor,
-    ) -> None:
+        self, pairs: torch.Tensor, group: torch.Tensor, episode: torch.Tensor,
+        shifted: torch.Tensor, step: int | torch.Tensor, write: torch.Tensor,
+    ) -> None:  # fmt: skip
         """Append the entry (B, E, D) of every stream whose ``write`` (B,) bool is True to its
         group's FIFO (``group`` (B,)), tagged with ``episode`` and ``shifted`` (B,) and ``step``
         (an int, or a 0-dim tensor on the device)."""
@@ -123,44 +101,3 @@ class GroupBuffer:
             self._steps.index_fill_(0, flat, int(step))
         self.ptr.copy_((self.ptr + per_group) % cap)
         self.size.copy_(torch.clamp(self.size + per_group, max=cap))
-
-    def mask(self) -> torch.Tensor:
-        """(W, cap) bool, True for filled slots."""
-        return torch.arange(self.capacity, device=self.device) < self.size.unsqueeze(-1)
-
-    def age(self) -> torch.Tensor:
-        """(W, cap) int64: 0 for the newest entry of a world, 1 the one before, ...; >= size for
-        empty slots."""
-        slots = torch.arange(self.capacity, device=self.device)
-        return (self.ptr.unsqueeze(-1) - 1 - slots) % self.capacity
-
-    def shift_share(self) -> torch.Tensor:
-        """0-dim float: share of filled entries tagged shifted (0 when empty)."""
-        n = (self.shifted.eq(1) & self.mask()).sum()
-        return n.float() / self.size.sum().clamp(min=1).float()
-
-    _STATE = ("_pairs", "_episode", "_shifted", "_steps", "ptr", "size", "key")
-
-    def clone(self) -> GroupBuffer:
-        """An independent copy."""
-        other = GroupBuffer.__new__(GroupBuffer)
-        other.groups, other.capacity = self.groups, self.capacity
-        other.latent_dim, other.device, other.frames = self.latent_dim, self.device, self.frames
-        for name in self._STATE:
-            setattr(other, name, getattr(self, name).clone())
-        return other
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return {n: getattr(self, n).clone() for n in self._STATE}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        shape = (self.groups * self.capacity + 1, self.frames, self.latent_dim)
-        if tuple(state["_pairs"].shape) != shape:
-            raise ValueError(f"group memory shape {tuple(state['_pairs'].shape)} != {shape}")
-        for name in self._STATE:
-            setattr(self, name, state[name].to(self.device).clone())
-
-    def to(self, device: torch.device | str) -> GroupBuffer:
-        self.device = torch.device(device)
-        self.load_state_dict(self.state_dict())
-        return self

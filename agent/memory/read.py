@@ -33,12 +33,9 @@ class MemoryView(NamedTuple):
 
     @classmethod
     def of_group(
-        cls,
-        buffer: GroupBuffer,
-        group: torch.Tensor,
-        episode: torch.Tensor | None,
+        cls, buffer: GroupBuffer, group: torch.Tensor, episode: torch.Tensor | None,
         u: torch.Tensor | None = None,
-    ) -> MemoryView:
+    ) -> MemoryView:  # fmt: skip
         """Sample b reads group ``group[b]``'s memory: its filled slots, without those its own
         episode wrote when ``episode`` (B,) is given (the peer read), and, with ``u`` (B,)
         uniform in [0, 1) (``cfg.vary_memory``, training), only the newest k of them,
@@ -148,12 +145,9 @@ class AttentionAggregator(nn.Module):
         return cls(cfg.latent_dim, cfg.exp_dim)
 
     def forward(
-        self,
-        z: torch.Tensor,
-        e: torch.Tensor,
-        mask: torch.Tensor,
+        self, z: torch.Tensor, e: torch.Tensor, mask: torch.Tensor,
         group: torch.Tensor | None = None,
-    ) -> Aggregate:
+    ) -> Aggregate:  # fmt: skip
         """z (B, latent), e (cap, d) shared by all samples or (B, cap, d) one memory per sample
         (the adaptation curve's), or (W, cap, d) one per world with ``group`` (B,) the world each
         sample reads; mask (cap,) or (B, cap) bool -> Aggregate(e_agg (B, d), attn (B, cap))."""
@@ -161,24 +155,20 @@ class AttentionAggregator(nn.Module):
         keys = self.w_k(e)  # each world's keys once
         if group is not None:
             return self._per_group(q, e, keys, mask, group)
-        if e.dim() == 2:
-            scores = q @ keys.T  # (B, cap)
-        else:
-            scores = torch.einsum("bd,bcd->bc", q, keys)
-        scores = (scores * self.scale).masked_fill(~mask, torch.finfo(scores.dtype).min)
-        # All slots empty: softmax is uniform over garbage; the mask product zeroes it.
-        attn = torch.softmax(scores, dim=-1) * mask
+        scores = q @ keys.T if e.dim() == 2 else torch.einsum("bd,bcd->bc", q, keys)  # (B, cap)
+        attn = self._attend(scores, mask)
         pooled = attn @ e if e.dim() == 2 else torch.einsum("bc,bcd->bd", attn, e)
         return Aggregate(self.w_e(pooled), attn)
 
+    def _attend(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Scores (B, cap) -> attention over the slots of ``mask`` (all 0 when none is)."""
+        scores = (scores * self.scale).masked_fill(~mask, torch.finfo(scores.dtype).min)
+        return torch.softmax(scores, dim=-1) * mask
+
     def _per_group(
-        self,
-        q: torch.Tensor,
-        e: torch.Tensor,
-        keys: torch.Tensor,
-        mask: torch.Tensor,
+        self, q: torch.Tensor, e: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor,
         group: torch.Tensor,
-    ) -> Aggregate:
+    ) -> Aggregate:  # fmt: skip
         """One memory per world (e, keys (W, cap, d)): every sample's scores against every
         world's keys in one matmul, then the block of its own world; the pooling the same way
         back. The same sums as a copy of its world's entries per sample (B x cap x d), without
@@ -186,9 +176,7 @@ class AttentionAggregator(nn.Module):
         w, cap, d = e.shape
         block = group.view(-1, 1, 1).expand(-1, 1, cap)  # (B, 1, cap): the sample's world
         every = (q @ keys.reshape(w * cap, d).T).view(-1, w, cap)  # (B, W, cap)
-        scores = every.gather(1, block).squeeze(1)  # (B, cap)
-        scores = (scores * self.scale).masked_fill(~mask, torch.finfo(scores.dtype).min)
-        attn = torch.softmax(scores, dim=-1) * mask
+        attn = self._attend(every.gather(1, block).squeeze(1), mask)  # (B, cap)
         spread = attn.new_zeros(attn.shape[0], w, cap).scatter(1, block, attn.unsqueeze(1))
         pooled = spread.view(-1, w * cap) @ e.reshape(w * cap, d)  # (B, d)
         return Aggregate(self.w_e(pooled), attn)

@@ -5,11 +5,13 @@ from __future__ import annotations
 from agent.config import AgentConfig
 from agent.modulators.base import Modulated, Modulator
 from agent.modulators.blocks import BlockFiLM, BlockHyper, BlockLoRA, BlockResidual
-from agent.modulators.film import FiLMModulator
-from agent.modulators.hyper import HyperModulator
-from agent.modulators.lora import LoRAModulator
-from agent.modulators.none import NoModulator
-from agent.modulators.residual import ResidualModulator
+from agent.modulators.hidden import (
+    FiLMModulator,
+    HyperModulator,
+    LoRAModulator,
+    NoModulator,
+    ResidualModulator,
+)
 
 
 def build_modulator(cfg: AgentConfig) -> Modulator:
@@ -37,17 +39,4 @@ def build_modulator(cfg: AgentConfig) -> Modulator:
     raise ValueError(f"track: unknown track {cfg.track!r}")
 
 
-__all__ = [
-    "BlockFiLM",
-    "BlockHyper",
-    "BlockLoRA",
-    "BlockResidual",
-    "FiLMModulator",
-    "HyperModulator",
-    "LoRAModulator",
-    "Modulated",
-    "Modulator",
-    "NoModulator",
-    "ResidualModulator",
-    "build_modulator",
-]
+__all__ = ["LoRAModulator", "Modulated", "Modulator", "build_modulator"]

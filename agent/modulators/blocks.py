@@ -1,16 +1,9 @@
-"""Tracks B-E acting in every block of a ``BlockPredictor`` (``cfg.predictor_blocks`` > 0).
-
-Each keeps its track's kind of modulation, applied per block i of N (hidden width H):
-
-- B (input): the hidden state of every block gets a projection of e_agg added,
-  act(fc_a(ln h)) + P_i e_agg;
-- C (weights): a per-sample LoRA delta on both layers of every block, W + U diag(delta) V^T;
-- D (FiLM, as DiT's adaLN-Zero): the block's normed input scaled and shifted, its output gated,
-  (1 + g_i) fc_b(act(fc_a(ln(h) (1 + s_i) + t_i)));
-- E (hypernetwork): a full-rank delta of every block's fc_a mixed from learned bases.
-
-Every code is a bias-free linear map of e_agg, so an empty memory (e_agg = 0) gives the base
-predictor exactly (B too, unlike the listing's proj_B with its bias).
+"""Tracks B-E acting in every block i of a ``BlockPredictor`` (``cfg.predictor_blocks`` > 0;
+docs/agent.md, "a predictor with room to use the world"), each its track's kind of modulation:
+B adds P_i e_agg to the block's hidden state; C a per-sample LoRA delta to both its layers; D is
+adaLN-Zero, (1 + g_i) fc_b(act(fc_a(ln(h) (1 + s_i) + t_i))); E a hypernetwork's full-rank delta
+of its fc_a. Every code is a bias-free linear map of e_agg, so an empty memory (e_agg = 0) gives
+the base predictor exactly (B too, unlike the listing's proj_B with its bias).
 """
 
 from __future__ import annotations
@@ -18,13 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from agent.modulators.base import Modulated, Modulator
+from agent.modulators.base import Modulated, Modulator, low_rank, mixed
 from agent.networks import Block, BlockPredictor
-
-
-def _low_rank(x: torch.Tensor, v: torch.Tensor, delta: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """x (B, n) through U diag(delta_b) V^T per sample: ((x V) * delta) U^T."""
-    return (x @ v) * delta @ u.T
 
 
 class BlockResidual(Modulator):
@@ -63,9 +51,9 @@ class BlockLoRA(Modulator):
 
         def run(i: int, blk: Block, h: torch.Tensor) -> torch.Tensor:
             x = blk.ln(h)
-            a = blk.fc_a(x) + _low_rank(x, self.v[i, 0], d[:, i, 0], self.u[i, 0])
+            a = blk.fc_a(x) + low_rank(x, self.v[i, 0], d[:, i, 0], self.u[i, 0])
             g = blk.act(a)
-            return blk.fc_b(g) + _low_rank(g, self.v[i, 1], d[:, i, 1], self.u[i, 1])
+            return blk.fc_b(g) + low_rank(g, self.v[i, 1], d[:, i, 1], self.u[i, 1])
 
         return Modulated(predictor(z, run), deltas)
 
@@ -109,7 +97,6 @@ class BlockHyper(Modulator):
 
         def run(i: int, blk: Block, h: torch.Tensor) -> torch.Tensor:
             x = blk.ln(h)
-            mixed = (c[:, i].unsqueeze(2) * x.unsqueeze(1)).flatten(1) @ self.bases[i]
-            return blk.fc_b(blk.act(blk.fc_a(x) + mixed))
+            return blk.fc_b(blk.act(blk.fc_a(x) + mixed(x, c[:, i], self.bases[i])))
 
         return Modulated(predictor(z, run), codes)

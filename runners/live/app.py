@@ -6,14 +6,11 @@ next redraw is due, then pumps pygame's events and draws one frame. Redraws happ
 wall clock (or every ``draw_every`` steps, which makes ``--video`` frames reproducible), so a slow
 learner is never starved by drawing and a fast one is never stalled by it.
 
-Two protocols (the tracks' ``RunConfig.protocol``; ``AppConfig.many_worlds``):
-
-- ``worlds``: each stream lives in its own world drawn from the training family (the drivers'
-  ``stream_physics``); G holds every stream of every track in one *target* world (each stream
-  starts a new episode there, with an empty memory), G again gives them back to the training
-  worlds (each stream starts a new episode in a freshly drawn one);
-- ``paper``: one physics for every stream; G toggles its gravity between the base value and the
-  shift value.
+Under the ``worlds`` protocol (``AppConfig.many_worlds``) each stream lives in its own training
+world (the drivers' ``stream_physics``) until G holds every stream of every track in one *target*
+world (each a new episode there, with an empty memory); G again gives them back to the training
+worlds, each a new episode in a freshly drawn one. Under ``paper`` one physics acts on every
+stream and G toggles its gravity between the base and the shift value.
 
 The keys (``App.key``; the tests post them through pygame's event queue) are listed in
 ``runners.visualize.KEYS``, the command's ``--help``; Q or the window's close button quits, every
@@ -32,16 +29,22 @@ from typing import Protocol
 import numpy as np
 import pygame
 
-from runners.live.model import History, Snapshot, TrackView, WorldView
+from runners.live.model import History, Snapshot, TrackView, WorldView, world_label
 from runners.live.screen import Screen
 
 GRAVITY_STEP = 0.05
 DIRECTION_STEP = 15.0
 MAX_GRAVITY = 2.0
+#: Up / Down: the shift (worlds: target) gravity +/- ``GRAVITY_STEP``
+NUDGE = {pygame.K_UP: GRAVITY_STEP, pygame.K_DOWN: -GRAVITY_STEP}
+#: Left / Right: the direction (worlds: the target's) -/+ ``DIRECTION_STEP`` degrees
+TURN = {pygame.K_LEFT: -DIRECTION_STEP, pygame.K_RIGHT: DIRECTION_STEP}
 
 
 def save_png(surface: pygame.Surface, path: Path) -> Path:
-    """``pygame.image.save``; a failure (``pygame.error``) raises ``OSError`` naming ``path``."""
+    """``pygame.image.save`` into ``path``, its folder made; a failure (``pygame.error``) raises
+    ``OSError`` naming ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     try:
         pygame.image.save(surface, str(path))
     except pygame.error as err:
@@ -50,7 +53,8 @@ def save_png(surface: pygame.Surface, path: Path) -> Path:
 
 
 class TrackDriver(Protocol):
-    """What the app needs from one track (``drivers.LoopDriver`` wraps an ``OnlineLoop``)."""
+    """What the app needs from one track (``drivers.LoopDriver`` wraps an ``OnlineLoop``; the
+    tests' ``FakeDriver`` imitates one)."""
 
     name: str
     capacity: int
@@ -59,41 +63,29 @@ class TrackDriver(Protocol):
 
     @property
     def step_count(self) -> int: ...  # learner steps done
-
     @property
     def frozen(self) -> bool: ...
-
+    def set_frozen(self, frozen: bool) -> None: ...
     def step(self) -> None: ...  # one learner step; metrics kept until ``drain``
-
     def drain(self) -> tuple[np.ndarray, Mapping[str, np.ndarray]]: ...  # (steps, block)
+    def set_recording(self, on: bool) -> bool: ...  # returns whether recording is now on
+    def checkpoint(self) -> None: ...
+    def close(self) -> None: ...
 
+    # what is shown
     def frames(self) -> np.ndarray: ...  # (S, 64, 64) uint8 newest frames
-
     def buffer_worlds(self) -> np.ndarray: ...  # (n,) world tags, oldest first
-
     def attention(self) -> np.ndarray | None: ...  # (n,) weights of the current query
-
     def wrong_world(self) -> tuple[float, float] | None: ...  # (peer D, wrong-world D) or None
 
+    # the physics (worlds protocol: ``set_physics`` holds every stream in that world; a
+    # paper-protocol driver: ``held`` is False, ``stream_physics`` None)
     def physics(self) -> tuple[float, float]: ...  # (gravity, direction) the stream has now
-
-    def set_physics(self, gravity: float, direction: float) -> None: ...  # worlds: hold them
-
-    # worlds protocol (a paper-protocol driver: ``held`` is False, ``stream_physics`` None)
+    def set_physics(self, gravity: float, direction: float) -> None: ...
     @property
     def held(self) -> bool: ...  # every stream is held in one world (``set_physics``)
-
     def release(self) -> None: ...  # the streams go back to the training worlds
-
     def stream_physics(self) -> np.ndarray | None: ...  # (S, 2) gravity, direction per shown stream
-
-    def set_frozen(self, frozen: bool) -> None: ...
-
-    def set_recording(self, on: bool) -> bool: ...  # returns whether recording is now on
-
-    def checkpoint(self) -> None: ...
-
-    def close(self) -> None: ...
 
 
 @dataclass
@@ -111,9 +103,8 @@ class AppConfig:
     base_gravity: float = 0.0
     shift_gravity: float = 0.5  # what G switches to
     shift_direction: float = 45.0  # worlds: the direction of the world G holds the streams in
-    #: worlds: the family name of a world (gravity, direction), e.g. ``runners.online.world_sets.
-    #: family_of``; None: not shown
-    family: Callable[[float, float], str] | None = None
+    #: worlds: a world's family name (``runners.online.world_sets.family_of``); default: none
+    family: Callable[[float, float], str] = lambda gravity, direction: ""
     #: scripted (step, gravity); worlds: hold in (gravity, shift_direction), base gravity releases
     schedule: list[tuple[int, float]] = field(default_factory=list)
     window: int = 600  # steps visible in the strip charts
@@ -129,9 +120,8 @@ class AppConfig:
 class App:
     """Runs the drivers, draws snapshots, handles keys. One instance per window."""
 
-    def __init__(
-        self, drivers: Sequence[TrackDriver], cfg: AppConfig, surface: pygame.Surface
-    ) -> None:
+    def __init__(self, drivers: Sequence[TrackDriver], cfg: AppConfig,
+                 surface: pygame.Surface) -> None:  # fmt: skip
         if not drivers:
             raise ValueError("App needs at least one track")
         self.drivers = list(drivers)
@@ -139,17 +129,14 @@ class App:
         self.surface = surface
         self.screen = Screen(surface)
         self.histories = {d.name: History(cfg.window, cfg.rolling) for d in self.drivers}
-        g, direction = self.drivers[0].physics()
-        self.gravity, self.direction = g, direction
+        self.gravity, self.direction = self.drivers[0].physics()
         self.held = self.worlds and bool(self.drivers[0].held)
         self.shift_gravity = cfg.shift_gravity
         if self.worlds:
             self.shift_gravity = float(np.clip(cfg.shift_gravity, GRAVITY_STEP, MAX_GRAVITY))
         self.shift_direction = float(cfg.shift_direction % 360.0)
         self.switches = list(cfg.switches)
-        self.paused = False
-        self.recording = False
-        self.quit = False
+        self.paused = self.recording = self.quit = False
         self.message = ""
         self.frames_written = 0
         self._schedule = sorted(cfg.schedule)
@@ -172,12 +159,8 @@ class App:
     def worlds(self) -> bool:
         return self.cfg.many_worlds
 
-    def family(self, gravity: float, direction: float) -> str:
-        return self.cfg.family(gravity, direction) if self.cfg.family is not None else ""
-
     def _world_label(self, gravity: float, direction: float) -> str:
-        fam = self.family(gravity, direction)
-        return f"g {gravity:.2f} @ {direction:.0f} deg" + (f" ({fam})" if fam else "")
+        return world_label(gravity, direction, self.cfg.family(gravity, direction))
 
     # ----------------------------------------------------------------- world control
     def set_physics(self, gravity: float, direction: float, why: str = "") -> None:
@@ -194,7 +177,7 @@ class App:
             self.switches.append((self.step, gravity))
             if abs(gravity - self.cfg.base_gravity) > 1e-12:  # a switch away from the base world
                 self._freeze()
-        self.message = why or f"g {gravity:.2f} @ {direction:.0f} deg"
+        self.message = why or world_label(gravity, direction)
 
     # worlds protocol: hold every stream in one world, or give them back to the training worlds
     def hold_world(self, gravity: float, direction: float, why: str = "") -> None:
@@ -245,68 +228,57 @@ class App:
             held = bool(self.drivers[0].held)
             if held != self.held or (held and (g, direction) != (self.gravity, self.direction)):
                 self._switched(step, g if held else self.cfg.base_gravity)
-                self.message = (
-                    f"scripted switch @ {step}: every stream in {self._world_label(g, direction)}"
-                    if held
-                    else f"scripted switch @ {step}: back to the training worlds"
-                )
+                where = "back to the training worlds"
+                if held:
+                    where = "every stream in " + self._world_label(g, direction)
+                self.message = f"scripted switch @ {step}: {where}"
             self.held = held
         elif abs(g - self.gravity) > 1e-12:
             self.switches.append((step, g))
         self.gravity, self.direction = g, direction
 
     # ----------------------------------------------------------------- keys
-    def handle(self, event: pygame.event.Event) -> None:
-        if event.type == pygame.QUIT:
-            self.quit = True
-        elif event.type == pygame.KEYDOWN:
-            self.key(event.key)
-
     def key(self, key: int) -> None:
-        if self.worlds and key in (
-            pygame.K_g, pygame.K_UP, pygame.K_DOWN, pygame.K_LEFT, pygame.K_RIGHT
-        ):  # fmt: skip
-            self._world_key(key)
-            return
-        base = self.cfg.base_gravity
-        shifted = abs(self.gravity - base) > 1e-12
-        if key == pygame.K_q or key == pygame.K_ESCAPE:
+        """One key of ``runners.visualize.KEYS``; G and the arrows act as the protocol says."""
+        if key in (pygame.K_q, pygame.K_ESCAPE):
             self.quit = True
-        elif key == pygame.K_g:
-            self.set_physics(base if shifted else self.shift_gravity, self.direction)
-        elif key in (pygame.K_UP, pygame.K_DOWN):
-            self._nudge_gravity(key)
-            if shifted:
-                self.set_physics(self.shift_gravity, self.direction)
-            else:
-                self.message = f"shift value {self.shift_gravity:.2f} (G applies it)"
-        elif key in (pygame.K_LEFT, pygame.K_RIGHT):
-            delta = -DIRECTION_STEP if key == pygame.K_LEFT else DIRECTION_STEP
-            self.set_physics(self.gravity, self.direction + delta)
+        elif key == pygame.K_g or key in NUDGE or key in TURN:
+            (self._world_key if self.worlds else self._paper_key)(key)
         elif key == pygame.K_f:
             frozen = not all(d.frozen for d in self.drivers)
             for d in self.drivers:
                 d.set_frozen(frozen)
-            self.message = (
-                "weights frozen (memory only)" if frozen else "weights learning (continual)"
-            )
+            self.message = f"weights {'frozen (memory only)' if frozen else 'learning (continual)'}"
         elif key == pygame.K_SPACE:
             self.paused = not self.paused
             self.message = "paused" if self.paused else "running"
         elif key == pygame.K_s:
             try:
-                path = self.save_screenshot()
-                self.message = f"saved {path.name}"
+                self.message = f"saved {self.save_screenshot().name}"
             except OSError as err:  # a live session goes on; the line says why
                 self.message = f"screenshot not saved: {err.strerror}"
         elif key == pygame.K_r:
             want = not self.recording
-            results = [d.set_recording(want) for d in self.drivers]
-            self.recording = any(results)
+            self.recording = any([d.set_recording(want) for d in self.drivers])  # every one asked
             if want and not self.recording:
                 self.message = "recording not available"
             else:
                 self.message = "recording frames" if self.recording else "recording stopped"
+
+    def _paper_key(self, key: int) -> None:
+        """G, Up/Down, Left/Right under the paper protocol: they act on the one physics."""
+        base = self.cfg.base_gravity
+        shifted = abs(self.gravity - base) > 1e-12
+        if key == pygame.K_g:
+            self.set_physics(base if shifted else self.shift_gravity, self.direction)
+        elif key in NUDGE:
+            self._nudge_gravity(key)
+            if shifted:
+                self.set_physics(self.shift_gravity, self.direction)
+            else:
+                self.message = f"shift value {self.shift_gravity:.2f} (G applies it)"
+        else:
+            self.set_physics(self.gravity, self.direction + TURN[key])
 
     def _world_key(self, key: int) -> None:
         """G, Up/Down, Left/Right under the worlds protocol: they act on the target world."""
@@ -316,11 +288,10 @@ class App:
             else:
                 self.hold_world(self.shift_gravity, self.shift_direction)
             return
-        if key in (pygame.K_UP, pygame.K_DOWN):
+        if key in NUDGE:
             self._nudge_gravity(key)
         else:
-            delta = -DIRECTION_STEP if key == pygame.K_LEFT else DIRECTION_STEP
-            self.shift_direction = float((self.shift_direction + delta) % 360.0)
+            self.shift_direction = float((self.shift_direction + TURN[key]) % 360.0)
         if self.held:  # applied at once: every stream starts again in the new target
             self.hold_world(self.shift_gravity, self.shift_direction)
         else:
@@ -328,9 +299,8 @@ class App:
             self.message = f"target {label} (G applies it)"
 
     def _nudge_gravity(self, key: int) -> None:
-        """Up / Down: the shift (worlds: target) gravity +/- ``GRAVITY_STEP``."""
-        delta = GRAVITY_STEP if key == pygame.K_UP else -GRAVITY_STEP
-        self.shift_gravity = float(np.clip(self.shift_gravity + delta, GRAVITY_STEP, MAX_GRAVITY))
+        gravity = self.shift_gravity + NUDGE[key]
+        self.shift_gravity = float(np.clip(gravity, GRAVITY_STEP, MAX_GRAVITY))
 
     # ----------------------------------------------------------------- stepping
     def advance(self) -> None:
@@ -348,61 +318,40 @@ class App:
             d.step()
         self._observe_physics(s)
 
-    def _collect(self) -> None:
+    def snapshot(self) -> Snapshot:
+        """What the next redraw shows: the metrics drained so far (one host sync a track), the
+        rate of steps and what the drivers show now."""
         for d in self.drivers:
             steps, block = d.drain()
             if len(steps):
                 self.histories[d.name].extend(steps, block)
-
-    def snapshot(self) -> Snapshot:
-        self._collect()
         now = time.perf_counter()
-        if now - self._rate_t > 0.25 and not self.paused:
-            rate = (self.step - self._rate_step) / (now - self._rate_t)
-            self._rate = rate if self._rate == 0 else 0.7 * self._rate + 0.3 * rate
-            self._rate_t, self._rate_step = now, self.step
-        elif self.paused:
+        if self.paused or now - self._rate_t > 0.25:
+            if not self.paused:
+                rate = (self.step - self._rate_step) / (now - self._rate_t)
+                self._rate = rate if self._rate == 0 else 0.7 * self._rate + 0.3 * rate
             self._rate_t, self._rate_step = now, self.step
         first = self.drivers[0]
-        world = WorldView(
-            frames=first.frames(),
-            gravity=self.gravity,
-            direction=self.direction,
-            base_gravity=self.cfg.base_gravity,
-            switches=list(self.switches),
-        )
+        world = WorldView(frames=first.frames(), gravity=self.gravity, direction=self.direction,
+                          base_gravity=self.cfg.base_gravity, switches=list(self.switches))
         if self.worlds:
             streams = first.stream_physics()
             world.streams = np.zeros((0, 2)) if streams is None else np.asarray(streams, float)
-            world.stream_families = [self.family(g, d) for g, d in world.streams.tolist()]
+            world.stream_families = [self.cfg.family(g, d) for g, d in world.streams.tolist()]
             world.held = self.held
-            world.family = self.family(self.gravity, self.direction) if self.held else ""
+            world.family = self.cfg.family(self.gravity, self.direction) if self.held else ""
             world.target = (self.shift_gravity, self.shift_direction)
-            world.target_family = self.family(self.shift_gravity, self.shift_direction)
+            world.target_family = self.cfg.family(self.shift_gravity, self.shift_direction)
         tracks = [
-            TrackView(
-                name=d.name,
-                history=self.histories[d.name],
-                capacity=d.capacity,
-                buffer_worlds=d.buffer_worlds(),
-                attention=d.attention(),
-                wrong_world=d.wrong_world(),
-                frozen=d.frozen,
-                generates=d.generates,
-                buffer_title=d.buffer_title,
-            )
+            TrackView(name=d.name, history=self.histories[d.name], capacity=d.capacity,
+                      buffer_worlds=d.buffer_worlds(), attention=d.attention(),
+                      wrong_world=d.wrong_world(), frozen=d.frozen, generates=d.generates,
+                      buffer_title=d.buffer_title)  # fmt: skip
             for d in self.drivers
         ]
-        return Snapshot(
-            step=self.step,
-            steps_per_s=self._rate,
-            world=world,
-            tracks=tracks,
-            mode=self.cfg.mode,
-            paused=self.paused,
-            recording=self.recording,
-            message=self.message,
-        )
+        return Snapshot(step=self.step, steps_per_s=self._rate, world=world, tracks=tracks,
+                        mode=self.cfg.mode, paused=self.paused, recording=self.recording,
+                        message=self.message)  # fmt: skip
 
     def redraw(self) -> None:
         t0 = time.perf_counter()
@@ -410,7 +359,6 @@ class App:
         if pygame.display.get_init() and pygame.display.get_surface() is self.surface:
             pygame.display.flip()
         if self.cfg.video_dir is not None:
-            self.cfg.video_dir.mkdir(parents=True, exist_ok=True)
             save_png(self.surface, self.cfg.video_dir / f"{self.frames_written:06d}.png")
             self.frames_written += 1
         self.draws += 1
@@ -418,14 +366,16 @@ class App:
 
     def save_screenshot(self, path: Path | None = None) -> Path:
         if path is None:
-            self.cfg.shots_dir.mkdir(parents=True, exist_ok=True)
             path = self.cfg.shots_dir / f"screenshot_{self.step:07d}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
         return save_png(self.surface, path)
 
     def pump(self) -> None:
+        """Pygame's events: a key, or the window's close button (quits)."""
         for event in pygame.event.get():
-            self.handle(event)
+            if event.type == pygame.QUIT:
+                self.quit = True
+            elif event.type == pygame.KEYDOWN:
+                self.key(event.key)
 
     def run(self) -> None:
         """Until Q, the window's close button or ``max_steps``; then checkpoint every track."""
@@ -446,14 +396,12 @@ class App:
                     next_draw = time.perf_counter() + period
                     continue
                 # learn until the next redraw is due (at least one step)
+                every = self.cfg.draw_every
                 while True:
                     self.advance()
-                    if self.done:
+                    if self.done or (every is not None and self.step % every == 0):
                         break
-                    if self.cfg.draw_every is not None:
-                        if self.step % self.cfg.draw_every == 0:
-                            break
-                    elif time.perf_counter() >= next_draw:
+                    if every is None and time.perf_counter() >= next_draw:
                         break
                 if self.cfg.draw and not self.done:
                     t0 = time.perf_counter()

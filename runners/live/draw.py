@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pygame
 
-from runners.style import SCREEN_TRACK_COLORS
+from runners.style import SCREEN_TRACK_COLORS, num
 
 Color = tuple[int, int, int]
 
@@ -36,11 +36,9 @@ def track_color(name: str) -> Color:
 
 
 class Fonts:
-    """Pygame's default font at a few sizes, with a cache of rendered strings.
-
-    Rendering text is the costliest part of a redraw; most labels repeat from frame to frame, so
-    rendered surfaces are kept (bounded, cleared when full).
-    """
+    """Pygame's default font at a few sizes, with a cache of rendered strings (bounded, cleared
+    when full): rendering text is the costliest part of a redraw, and most labels repeat from
+    frame to frame."""
 
     def __init__(self, sizes: Sequence[int] = (14, 16, 20, 26)) -> None:
         if not pygame.font.get_init():
@@ -54,22 +52,15 @@ class Fonts:
         if surf is None:
             if len(self._cache) > 2000:
                 self._cache.clear()
-            font = self._fonts.get(size) or self._fonts.setdefault(
-                size, pygame.font.Font(None, size)
-            )
-            surf = font.render(text, True, color)
+            if size not in self._fonts:
+                self._fonts[size] = pygame.font.Font(None, size)
+            surf = self._fonts[size].render(text, True, color)
             self._cache[key] = surf
         return surf
 
-    def blit(
-        self,
-        surf: pygame.Surface,
-        text: str,
-        pos: tuple[int, int],
-        size: int = 16,
-        color: Color = TEXT,
-        anchor: str = "topleft",
-    ) -> pygame.Rect:
+    def blit(self, surf: pygame.Surface, text: str, pos: tuple[int, int], size: int = 16,
+             color: Color = TEXT, anchor: str = "topleft") -> pygame.Rect:  # fmt: skip
+        """Draws ``text`` with its ``anchor`` (a ``pygame.Rect`` position) at ``pos``."""
         img = self.render(text, size, color)
         rect = img.get_rect(**{anchor: pos})
         surf.blit(img, rect)
@@ -110,11 +101,8 @@ def _fit_range(chart: Chart) -> tuple[float, float]:
         return chart.y_range
     vals = [s.values[np.isfinite(s.values)] for s in chart.series]
     vals += [np.array([y for y, _ in chart.ref_lines], np.float64)]
-    flat = np.concatenate(vals) if vals else np.zeros(0)
-    if flat.size == 0:
-        lo, hi = 0.0, 1.0
-    else:
-        lo, hi = float(flat.min()), float(flat.max())
+    flat = np.concatenate(vals)
+    lo, hi = (float(flat.min()), float(flat.max())) if flat.size else (0.0, 1.0)
     if chart.y_floor is not None:
         lo = min(lo, chart.y_floor)
     if chart.y_ceil is not None:
@@ -130,14 +118,9 @@ def _fit_range(chart: Chart) -> tuple[float, float]:
 
 
 def _fmt(v: float) -> str:
-    if not math.isfinite(v):
-        return "-"
+    """A y axis label: no decimals from 100 on, 3 below 1 (but 0), else 2."""
     a = abs(v)
-    if a >= 100:
-        return f"{v:.0f}"
-    if a >= 1 or a == 0:
-        return f"{v:.2f}"
-    return f"{v:.3f}"
+    return num(v, 0 if a >= 100 else 2 if a >= 1 or a == 0 else 3)
 
 
 def draw_chart(surf: pygame.Surface, rect: pygame.Rect, chart: Chart, fonts: Fonts) -> None:
@@ -161,9 +144,8 @@ def draw_chart(surf: pygame.Surface, rect: pygame.Rect, chart: Chart, fonts: Fon
         return plot.left + (np.asarray(steps, np.float64) - x0) / xspan * (plot.width - 1)
 
     def ys(values: np.ndarray) -> np.ndarray:
-        return (
-            plot.bottom - 1 - (np.asarray(values, np.float64) - lo) / (hi - lo) * (plot.height - 1)
-        )
+        scaled = (np.asarray(values, np.float64) - lo) / (hi - lo)
+        return plot.bottom - 1 - scaled * (plot.height - 1)
 
     fonts.blit(surf, _fmt(hi), (plot.left - 3, plot.top), 14, DIM, "topright")
     fonts.blit(surf, _fmt(lo), (plot.left - 3, plot.bottom), 14, DIM, "bottomright")
@@ -195,9 +177,8 @@ def draw_chart(surf: pygame.Surface, rect: pygame.Rect, chart: Chart, fonts: Fon
         x = r.right + 8
 
 
-def _draw_series(
-    surf: pygame.Surface, px: np.ndarray, py: np.ndarray, color: Color, w: int
-) -> None:
+def _draw_series(surf: pygame.Surface, px: np.ndarray, py: np.ndarray, color: Color,
+                 w: int) -> None:  # fmt: skip
     finite = np.isfinite(py)
     if not finite.any():
         return
@@ -212,14 +193,8 @@ def _draw_series(
             pygame.draw.lines(surf, color, False, pts, w)
 
 
-def draw_arrow(
-    surf: pygame.Surface,
-    center: tuple[int, int],
-    length: float,
-    angle_deg: float,
-    color: Color,
-    width: int = 3,
-) -> None:
+def draw_arrow(surf: pygame.Surface, center: tuple[int, int], length: float, angle_deg: float,
+               color: Color, width: int = 3) -> None:  # fmt: skip
     """An arrow of ``length`` px centred on ``center``, pointing at ``angle_deg`` (image coords)."""
     a = math.radians(angle_deg)
     dx, dy = math.cos(a) * length / 2, math.sin(a) * length / 2
@@ -229,9 +204,8 @@ def draw_arrow(
     head = max(5.0, min(12.0, length * 0.35))
     for side in (150.0, -150.0):
         b = a + math.radians(side)
-        pygame.draw.line(
-            surf, color, tip, (tip[0] + math.cos(b) * head, tip[1] + math.sin(b) * head), width
-        )
+        end = (tip[0] + math.cos(b) * head, tip[1] + math.sin(b) * head)
+        pygame.draw.line(surf, color, tip, end, width)
 
 
 def frame_surface(frame: np.ndarray, size: int) -> pygame.Surface:
@@ -240,13 +214,8 @@ def frame_surface(frame: np.ndarray, size: int) -> pygame.Surface:
     return pygame.transform.scale(pygame.surfarray.make_surface(rgb), (size, size))
 
 
-def draw_buffer(
-    surf: pygame.Surface,
-    rect: pygame.Rect,
-    worlds: np.ndarray,
-    attention: np.ndarray | None,
-    capacity: int,
-) -> None:
+def draw_buffer(surf: pygame.Surface, rect: pygame.Rect, worlds: np.ndarray,
+                attention: np.ndarray | None, capacity: int) -> None:  # fmt: skip
     """One cell per buffer slot (oldest first, row-major), coloured by world of origin.
 
     The attention weight the current query puts on an entry is the white square inside its cell
@@ -257,13 +226,10 @@ def draw_buffer(
     rows = math.ceil(capacity / cols)
     cell = max(2, min(rect.width // cols, rect.height // max(rows, 1)))
     ox = rect.left + (rect.width - cols * cell) // 2
-    oy = rect.top
-    wmax = 0.0
-    if attention is not None and len(attention):
-        wmax = float(np.nanmax(attention))
+    wmax = float(np.nanmax(attention)) if attention is not None and len(attention) else 0.0
     for i in range(capacity):
         r, c = divmod(i, cols)
-        cr = pygame.Rect(ox + c * cell, oy + r * cell, cell - 1, cell - 1)
+        cr = pygame.Rect(ox + c * cell, rect.top + r * cell, cell - 1, cell - 1)
         if i >= len(worlds):
             pygame.draw.rect(surf, EMPTY, cr)
             continue

@@ -32,7 +32,7 @@ import torch
 from agent import StepMetrics, tracks
 from agent.learner import Learner
 from agent.memory.read import MemoryView
-from agent.objective import normalised_error
+from agent.objective import columns, normalised_error
 from agent.sources import Batch
 from agent.step import (
     aggregate,
@@ -61,14 +61,15 @@ class LoopDriver:
         self.records = records  # R records frames in this track's run (one is enough)
         self.learner = loop.learner
         self.cfg = loop.cfg
-        self.name = "oracle" if self.cfg.agent.oracle else str(self.cfg.agent.track)
+        agent = self.cfg.agent
+        self.name = "oracle" if agent.oracle else str(agent.track)
         self.capacity = int(self.learner.buffer.capacity)
         # What its e_agg generates, charted by the view (``agent.tracks``; the oracle reads none).
-        self.generates = "" if self.cfg.agent.oracle else tracks.track(self.cfg.agent.track).generates
+        self.generates = "" if agent.oracle else tracks.track(agent.track).generates
         self.worlds = self.cfg.protocol.many_worlds
         # A memory per group: the view shows the first stream's group's, which it shares with the
         # other streams of its group.
-        self.per_group = self.cfg.agent.memory_scope == "group"
+        self.per_group = agent.memory_scope == "group"
         self.buffer_title = "group 1's memory" if self.per_group else "buffer"
         self._pending: list[StepMetrics] = []
         self._first = self.step_count  # step of the first pending record
@@ -77,13 +78,12 @@ class LoopDriver:
         self._batch: Batch | None = None  # the last step's
         self._wrong: tuple[float, float] | None = None
         self._wrong_t = -1.0
-        cfg = self.cfg.agent
-        self.reads_worlds = (self.worlds and self.per_group and not cfg.oracle
+        self.reads_worlds = (self.worlds and self.per_group and not agent.oracle
                              and self.learner.nets.modulator.uses_memory)
         # The shown streams: the first of each group memory's group where streams share one (so
         # the tiles show different worlds), else the first ones.
-        n = int(self.cfg.agent.batch_size)
-        step = self.cfg.agent.group_size if self.per_group else 1
+        n = int(agent.batch_size)
+        step = agent.group_size if self.per_group else 1
         if n < step * SHOWN_STREAMS:  # fewer worlds than tiles: the first streams
             step = 1
         self.shown = np.arange(0, n, step)[:SHOWN_STREAMS]
@@ -106,8 +106,6 @@ class LoopDriver:
 
     def drain(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The metrics of the steps since the last drain: one host sync for the block."""
-        from agent.objective import columns
-
         n = len(self._pending)
         block = columns(self._pending)
         steps = np.arange(self._first, self._first + n, dtype=np.int64)
@@ -147,28 +145,26 @@ class LoopDriver:
 
     @torch.no_grad()
     def _compute_attention(self) -> np.ndarray | None:
+        """Per group: the first stream's query over its world's memory, all of it; else the mean
+        over the first ``ATTN_STREAMS`` streams' queries."""
         src, learner = self.loop.feed, self.learner
         buf = learner.buffer
-        n = int(buf.size[0]) if self.per_group else int(buf.size)
+        n = int(buf.size[0] if self.per_group else buf.size)
         if n == 0 or not hasattr(src, "frames"):
             return None
         inp = (src.head + learner.cfg.input_position) % src.window  # the last step's input
-        if self.per_group:  # the first stream's query over its world's memory, all of it
-            x = torch.from_numpy(np.ascontiguousarray(src.frames[:1, inp]))
+        x = src.frames[: 1 if self.per_group else ATTN_STREAMS, inp]
+        z = learner.encode(torch.from_numpy(np.ascontiguousarray(x)))  # its own scaling, precision
+        if self.per_group:
             memory = MemoryView(buf.pairs[:1], buf.mask()[:1])
-            agg = aggregate(learner.nets, learner.encode(x), memory, learner.spec)
-            if agg is None:
-                return None
-            idx = _oldest_first(n, int(buf.ptr[0]), buf.capacity, buf.device)
-            return agg.attn[0].float()[idx].cpu().numpy()
-        x = torch.from_numpy(np.ascontiguousarray(src.frames[:ATTN_STREAMS, inp]))
-        z = learner.encode(x)  # (S, D), the learner's own input scaling and precision
-        agg = learner.aggregate(z, buf)
+            agg = aggregate(learner.nets, z, memory, learner.spec)
+        else:
+            agg = learner.aggregate(z, buf)
         if agg is None:
             return None
-        attn = agg.attn.float().mean(0)  # (cap,) slot order
-        idx = _oldest_first(n, int(buf.ptr), buf.capacity, attn.device)
-        return attn[idx].cpu().numpy()
+        attn = agg.attn[0].float() if self.per_group else agg.attn.float().mean(0)  # (cap,) slots
+        ptr = int(buf.ptr[0] if self.per_group else buf.ptr)
+        return attn[_oldest_first(n, ptr, buf.capacity, attn.device)].cpu().numpy()
 
     def wrong_world(self) -> tuple[float, float] | None:
         """(peer D, wrong-world D) on the last step's batch, smoothed over the readings; None
@@ -231,10 +227,7 @@ class LoopDriver:
         return np.asarray([[p.gravity, p.gravity_direction] for p in worlds], np.float64)
 
     def set_frozen(self, frozen: bool) -> None:
-        if frozen:
-            self.learner.freeze_weights()
-        else:
-            self.learner.unfreeze_weights()
+        (self.learner.freeze_weights if frozen else self.learner.unfreeze_weights)()
 
     def set_recording(self, on: bool) -> bool:
         """Keep every frame batch in this run's zarr while on (the loop's recorder)."""

@@ -1,9 +1,8 @@
 """What the visualizer shows, as plain numpy records (no pygame here).
 
-The drawing code (``screen.py``) turns a ``Snapshot`` into pixels; the drivers (``drivers.py`` for
-the real ``OnlineLoop``, ``fake.py`` for tests) fill ``History`` with per-step metrics and build
-the snapshot's ``TrackView``/``WorldView`` at each redraw. Keeping this layer free of pygame and
-torch lets it be tested alone and lets the view be developed against a fake metrics feed.
+The app fills each track's ``History`` with its driver's per-step metrics and builds a
+``Snapshot`` at each redraw; ``screen.py`` turns it into pixels. Free of pygame and torch, this
+layer is tested alone, and the view developed against a fake feed (``tests/runners/live_fake.py``).
 """
 
 from __future__ import annotations
@@ -88,9 +87,13 @@ class History:
         return self._steps[idx], self._cols[key][idx]
 
     def last(self, key: str) -> float:
-        if not self._n:
-            return float("nan")
-        return float(self._cols[key][(self._n - 1) % self.window])
+        """The newest value of a column (NaN before the first step)."""
+        return float(self._cols[key][(self._n - 1) % self.window]) if self._n else float("nan")
+
+
+def world_label(gravity: float, direction: float, family: str = "") -> str:
+    """A world as the view's lines name it: "g 0.30 @ 45 deg (interp)" (its family if known)."""
+    return f"g {gravity:.2f} @ {direction:.0f} deg" + (f" ({family})" if family else "")
 
 
 @dataclass
@@ -147,9 +150,7 @@ class WorldView:
 
     @property
     def shifted(self) -> bool:
-        if self.worlds:
-            return self.held
-        return abs(self.gravity - self.base_gravity) > 1e-9
+        return self.held if self.worlds else abs(self.gravity - self.base_gravity) > 1e-9
 
     @property
     def phase(self) -> str:

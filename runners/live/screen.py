@@ -24,24 +24,15 @@ other) and the panel below shows the target world that G holds every stream in.
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
 import numpy as np
 import pygame
 
-from runners.live import draw
+from runners.live import draw, model
 from runners.live.draw import Chart, Fonts, Series
-from runners.live.model import (
-    BOUNDARY,
-    BUFFER_SIZE,
-    DELTA_ABS,
-    ROLLING_ERROR,
-    SHIFT_SHARE,
-    SURPRISAL,
-    THRESHOLD,
-    Snapshot,
-    TrackView,
-)
+from runners.live.model import Snapshot, TrackView, world_label
+from runners.style import num, pct
 
 SIZE = (1280, 720)
 HEADER_H = 34
@@ -100,9 +91,8 @@ class Screen:
         pygame.draw.rect(s, draw.PANEL, rect)
         wv = snap.world
         phase_color = draw.SHIFT if wv.shifted else draw.BASE
-        x = rect.left + GAP
-        y = rect.centery
-        items: list[tuple[str, tuple[int, int, int]]] = [
+        x, y = rect.left + GAP, rect.centery
+        items: list[tuple[str, draw.Color]] = [
             ("EPM-JEPA live", draw.TEXT),
             (f"step {snap.step:,}", draw.TEXT),
             (f"{snap.steps_per_s:6.1f} steps/s", draw.TEXT),
@@ -143,13 +133,12 @@ class Screen:
         else:
             title = "stream (identical for all tracks)"
         f.blit(s, title, (rect.left + 6, rect.top + 4), 16, draw.DIM)
-        n = min(len(wv.frames), 4)
         tile = (rect.width - 12 - 4) // 2
         top = rect.top + 22
         last_switch = wv.switches[-1] if wv.switches else None
         since = snap.step - last_switch[0] if last_switch else None
         just = since is not None and 0 <= since < SWITCH_MARK_STEPS
-        for i in range(n):
+        for i in range(min(len(wv.frames), 4)):
             r, c = divmod(i, 2)
             tr = pygame.Rect(rect.left + 6 + c * (tile + 4), top + r * (tile + 4), tile, tile)
             s.blit(draw.frame_surface(wv.frames[i], tile), tr)
@@ -169,30 +158,23 @@ class Screen:
     def _error_chart(self, rect: pygame.Rect, above: pygame.Rect, snap: Snapshot) -> None:
         """All tracks' rolling error on one chart: the comparison the experiment is about (worlds
         protocol: each track's current value in the legend; the rolling restarts at a switch)."""
-        cr = pygame.Rect(
-            rect.left + 6, above.bottom + 6, rect.width - 12, rect.bottom - above.bottom - 12
-        )
+        height = rect.bottom - above.bottom - 12
+        cr = pygame.Rect(rect.left + 6, above.bottom + 6, rect.width - 12, height)
         worlds = snap.world.worlds
         series = []
         n = len(snap.tracks)
         for i, t in enumerate(snap.tracks):
-            st, v = t.history.view(ROLLING_ERROR)
+            st, v = t.history.view(model.ROLLING_ERROR)
             if worlds:  # earlier tracks drawn wider: equal errors still show every track's line
                 role = BOUND_ROLES.get(t.name, "")
-                label = f"{t.name}{role} {_fmt2(t.history.last(ROLLING_ERROR))}"
+                label = f"{t.name}{role} {num(t.history.last(model.ROLLING_ERROR), 2)}"
                 width = 2 + 2 * (n - 1 - i)
             else:
                 label, width = t.name, 2
             series.append(Series(st, v, draw.track_color(t.name), label, width))
-        chart = Chart(
-            "rolling stream error, all tracks" + (" (from each switch)" if worlds else ""),
-            series,
-            self._x_range(snap),
-            y_floor=0.0,
-            y_cap=ERROR_CAP,
-            ref_lines=[(1.0, draw.GRID)],
-            events=self._events(snap),
-        )
+        title = "rolling stream error, all tracks" + (" (from each switch)" if worlds else "")
+        chart = _chart(snap, title, series, y_floor=0.0, y_cap=ERROR_CAP,
+                       ref_lines=[(1.0, draw.GRID)])
         draw.draw_chart(self.surface, cr, chart, self.fonts)
 
     def _stream_arrow(self, tile: pygame.Rect, gravity: float, direction: float, fam: str) -> None:
@@ -209,14 +191,13 @@ class Screen:
             draw.draw_arrow(s, center, length, direction, color, 3)
         else:
             pygame.draw.circle(s, color, center, 3)
-        label = f.render(f"g {gravity:.2f} @ {direction:.0f} deg", 14, color)
+        label = f.render(world_label(gravity, direction), 14, color)
         box = label.get_rect(bottomleft=(tile.left + 3, tile.bottom - 2)).inflate(4, 2)
         pygame.draw.rect(s, draw.BG, box)
         s.blit(label, label.get_rect(center=box.center))
 
-    def _world_panel(
-        self, gr: pygame.Rect, snap: Snapshot, last_switch: tuple[int, float] | None, just: bool
-    ) -> None:
+    def _world_panel(self, gr: pygame.Rect, snap: Snapshot, last_switch: tuple[int, float] | None,
+                     just: bool) -> None:  # fmt: skip
         """The world below the tiles (paper protocol: the one gravity of every stream; worlds
         protocol: the held world, or the target G holds the streams in), the last switch and the
         switch marker."""
@@ -233,7 +214,7 @@ class Screen:
             f.blit(s, f"direction {d:.0f} deg", (tx, gr.top + 28), 16, draw.DIM)
         elif wv.held:
             g, d, color, width = wv.gravity, wv.direction, draw.SHIFT, 4
-            f.blit(s, f"held: g {g:.2f} @ {d:.0f} deg", (tx, gr.top + 6), 20, color)
+            f.blit(s, f"held: {world_label(g, d)}", (tx, gr.top + 6), 20, color)
             f.blit(s, f"family {wv.family or '?'}; G: back", (tx, gr.top + 28), 16, draw.DIM)
         else:
             g, d = wv.target if wv.target is not None else (0.0, 0.0)
@@ -255,119 +236,74 @@ class Screen:
             f.blit(s, "PHYSICS JUST SWITCHED", (tx, gr.top + 68), 20, draw.SWITCH)
 
     # ----------------------------------------------------------------- track columns
-    @staticmethod
-    def _x_range(snap: Snapshot) -> tuple[float, float]:
-        window = max((t.history.window for t in snap.tracks), default=600)
-        hi = max(snap.step, 1)
-        return float(max(hi - window, 0)), float(max(hi, window))
-
-    @staticmethod
-    def _events(snap: Snapshot) -> list[tuple[float, tuple[int, int, int]]]:
-        return [(float(st), draw.SWITCH) for st, _ in snap.world.switches]
-
     def _tracks(self, rect: pygame.Rect, snap: Snapshot) -> None:
+        """One column a track: its title bar, its charts and its memory buffer."""
+        s, f = self.surface, self.fonts
         n = max(len(snap.tracks), 1)
         col_w = (rect.width - (n - 1) * GAP) // n
-        any_lora = any(t.generates for t in snap.tracks)
         charts_top = rect.top + 24
         buffer_h = 176
-        n_charts = 4 if any_lora else 3
+        n_charts = 4 if any(t.generates for t in snap.tracks) else 3  # a LoRA chart where any
         chart_h = (rect.height - 24 - buffer_h - n_charts * 4) // n_charts
         self.chart_rect = pygame.Rect(rect.left, charts_top, rect.width, n_charts * (chart_h + 4))
+        names = _world_names(snap)
         for i, t in enumerate(snap.tracks):
             col = pygame.Rect(rect.left + i * (col_w + GAP), rect.top, col_w, rect.height)
-            self._track(col, t, snap, chart_h, n_charts, buffer_h)
-
-    def _track(
-        self,
-        col: pygame.Rect,
-        t: TrackView,
-        snap: Snapshot,
-        chart_h: int,
-        n_charts: int,
-        buffer_h: int,
-    ) -> None:
-        """Draws one track's column: its title bar, its charts and its memory buffer."""
-        s, f = self.surface, self.fonts
-        self._track_title(col, t)
-        names = _world_names(snap)
-        y = col.top + 24
-        for chart in self._track_charts(t, snap, n_charts, names):
-            draw.draw_chart(s, pygame.Rect(col.left, y, col.width, chart_h), chart, f)
-            y += chart_h + 4
-        # the buffer itself
-        br = pygame.Rect(col.left, col.bottom - buffer_h, col.width, buffer_h)
-        self._track_buffer(br, t, names)
+            self._track_title(col, t)
+            y = charts_top
+            for chart in self._track_charts(t, snap, n_charts, names):
+                draw.draw_chart(s, pygame.Rect(col.left, y, col.width, chart_h), chart, f)
+                y += chart_h + 4
+            br = pygame.Rect(col.left, col.bottom - buffer_h, col.width, buffer_h)
+            self._track_buffer(br, t, names)
 
     def _track_title(self, col: pygame.Rect, t: TrackView) -> None:
         """Draws a track column's title bar: its colour, its name and whether it learns."""
         s, f = self.surface, self.fonts
         title = pygame.Rect(col.left, col.top, col.width, 20)
         pygame.draw.rect(s, draw.PANEL, title)
-        pygame.draw.rect(s, draw.track_color(t.name), (title.left, title.top, 6, title.height))
-        state = "frozen (memory only)" if t.frozen else "learning"
         color = draw.track_color(t.name)
+        pygame.draw.rect(s, color, (title.left, title.top, 6, title.height))
+        state = "frozen (memory only)" if t.frozen else "learning"
         f.blit(s, f"track {t.name}", (title.left + 12, title.centery), 20, color, "midleft")
         f.blit(s, state, (title.right - 6, title.centery), 16, draw.DIM, "midright")
 
     @staticmethod
-    def _track_charts(
-        t: TrackView, snap: Snapshot, n_charts: int, names: tuple[str, str]
-    ) -> list[Chart]:
+    def _track_charts(t: TrackView, snap: Snapshot, n_charts: int,
+                      names: tuple[str, str]) -> list[Chart]:  # fmt: skip
         """A track column's charts, top to bottom (the LoRA one last, when ``n_charts`` is 4)."""
         h = t.history
-        x_range = Screen._x_range(snap)
-        events = Screen._events(snap)
-        st, surprisal = h.view(SURPRISAL)
-        _, thr = h.view(THRESHOLD)
-        _, boundary = h.view(BOUNDARY)
-        _, err = h.view(ROLLING_ERROR)
-        _, size = h.view(BUFFER_SIZE)
-        _, share = h.view(SHIFT_SHARE)
-        ticks = st[np.nan_to_num(boundary) > 0.5]
+        st, surprisal = h.view(model.SURPRISAL)
+        keys = (model.THRESHOLD, model.BOUNDARY, model.ROLLING_ERROR, model.BUFFER_SIZE,
+                model.SHIFT_SHARE)
+        thr, boundary, err, size, share = (h.view(key)[1] for key in keys)
         n_events = int(np.nansum(boundary > 0.5)) if len(boundary) else 0
-        fill_title = (
-            "memory fill (mean of memories), switch-world share"
-            if snap.world.worlds
-            else "buffer fill, shift-world share"
-        )
+        fill = "memory fill (mean of memories)" if snap.world.worlds else "buffer fill"
         charts = [
-            Chart(
-                "surprisal, mu + k*sigma, boundaries",
-                [Series(st, surprisal, draw.TEXT, "s_t"), Series(st, thr, draw.THRESH, "thr", 1)],
-                x_range,
-                y_floor=0.0,
-                events=events,
-                ticks=ticks,
-                value_text=f"{h.last(SURPRISAL):.3f}  ({n_events} events)",
-            ),
-            Chart(
-                "rolling normalised error (1 = no change)",
-                [Series(st, err, draw.track_color(t.name), "err")],
-                x_range,
-                y_floor=0.0,
-                y_ceil=1.1,
-                y_cap=ERROR_CAP,
-                ref_lines=[(1.0, draw.GRID)],
-                events=events,
-                value_text=f"{h.last(ROLLING_ERROR):.3f}",
-                note=_wrong_text(t.wrong_world),
-            ),
-            Chart(
-                fill_title,
-                [
-                    Series(st, size / max(t.capacity, 1), draw.BASE, "fill"),
-                    Series(st, share, draw.SHIFT, names[1]),
-                ],
-                x_range,
-                y_range=(-0.05, 1.05),
-                events=events,
-                value_text=f"{_int(h.last(BUFFER_SIZE))}/{t.capacity}  {names[1]} "
-                f"{_pct(h.last(SHIFT_SHARE))}",
-            ),
-        ]
-        if n_charts == 4:
-            charts.append(_delta_chart(t, st, x_range, events))
+            _chart(snap, "surprisal, mu + k*sigma, boundaries",
+                   [Series(st, surprisal, draw.TEXT, "s_t"),
+                    Series(st, thr, draw.THRESH, "thr", 1)],
+                   y_floor=0.0, ticks=st[np.nan_to_num(boundary) > 0.5],
+                   value_text=f"{h.last(model.SURPRISAL):.3f}  ({n_events} events)"),
+            _chart(snap, "rolling normalised error (1 = no change)",
+                   [Series(st, err, draw.track_color(t.name), "err")],
+                   y_floor=0.0, y_ceil=1.1, y_cap=ERROR_CAP, ref_lines=[(1.0, draw.GRID)],
+                   value_text=f"{h.last(model.ROLLING_ERROR):.3f}",
+                   note=_wrong_text(t.wrong_world)),
+            _chart(snap, f"{fill}, {names[1]}-world share",
+                   [Series(st, size / max(t.capacity, 1), draw.BASE, "fill"),
+                    Series(st, share, draw.SHIFT, names[1])],
+                   y_range=(-0.05, 1.05),
+                   value_text=f"{num(h.last(model.BUFFER_SIZE), 0)}/{t.capacity}  {names[1]} "
+                   f"{pct(h.last(model.SHIFT_SHARE))}"),
+        ]  # fmt: skip
+        if n_charts == 4:  # the scales its e_agg generates (``agent.tracks``), if it does
+            _, delta = h.view(model.DELTA_ABS)
+            gen = t.generates
+            title = f"|{gen}|" if gen else "generated |scale|: n/a for this track"
+            series = [Series(st, delta, draw.track_color(t.name), "|d|")] if gen else []
+            value = f"{h.last(model.DELTA_ABS):.4f}" if gen else ""
+            charts.append(_chart(snap, title, series, y_floor=0.0, value_text=value))
         return charts
 
     def _track_buffer(self, br: pygame.Rect, t: TrackView, names: tuple[str, str]) -> None:
@@ -380,9 +316,8 @@ class Screen:
         r = f.blit(s, f"{t.buffer_title} {n}/{t.capacity}", (br.left + 4, br.top + 2), 14, draw.DIM)
         left = max(br.left + 100, r.right + 10)
         r = f.blit(s, f"{names[0]} {n - shift}", (left, br.top + 2), 14, draw.BASE)
-        f.blit(
-            s, f"{names[1]} {shift}", (max(br.left + 160, r.right + 10), br.top + 2), 14, draw.SHIFT
-        )
+        left = max(br.left + 160, r.right + 10)
+        f.blit(s, f"{names[1]} {shift}", (left, br.top + 2), 14, draw.SHIFT)
         if t.attention is not None and len(t.attention):
             p = np.clip(np.asarray(t.attention, np.float64), 1e-12, None)
             ent = float(-(p * np.log(p)).sum())
@@ -393,30 +328,21 @@ class Screen:
         draw.draw_buffer(s, grid, t.buffer_worlds, t.attention, t.capacity)
 
 
+
 def _world_names(snap: Snapshot) -> tuple[str, str]:
     """The names of the world tags 0 and 1: the base world (worlds protocol: the training
     worlds) and the other."""
     return ("train", "switch") if snap.world.worlds else ("base", "shift")
 
 
-def _delta_chart(
-    t: TrackView,
-    st: np.ndarray,
-    x_range: tuple[float, float],
-    events: list[tuple[float, tuple[int, int, int]]],
-) -> Chart:
-    """The chart of the scales a track's e_agg generates (the LoRA delta's, FiLM's, the
-    hypernetwork code's: ``agent.tracks``), empty and saying so for a track that generates none."""
-    h = t.history
-    _, delta = h.view(DELTA_ABS)
-    return Chart(
-        f"|{t.generates}|" if t.generates else "generated |scale|: n/a for this track",
-        [Series(st, delta, draw.track_color(t.name), "|d|")] if t.generates else [],
-        x_range,
-        y_floor=0.0,
-        events=events,
-        value_text=f"{h.last(DELTA_ABS):.4f}" if t.generates else "",
-    )
+def _chart(snap: Snapshot, title: str, series: list[Series], **kw: Any) -> Chart:
+    """A chart of the view: every chart shares the x axis (the last ``History.window`` steps, so
+    the tracks' curves line up) and marks each switch with a vertical line."""
+    window = max((t.history.window for t in snap.tracks), default=600)
+    hi = max(snap.step, 1)
+    x_range = float(max(hi - window, 0)), float(max(hi, window))
+    events = [(float(st), draw.SWITCH) for st, _ in snap.world.switches]
+    return Chart(title, series, x_range, events=events, **kw)
 
 
 def _wrong_text(wrong: tuple[float, float] | None) -> str:
@@ -424,20 +350,4 @@ def _wrong_text(wrong: tuple[float, float] | None) -> str:
     world 0.745"."""
     if wrong is None:
         return ""
-    return f"memory: peer {_fmt3(wrong[0])} | other world {_fmt3(wrong[1])}"
-
-
-def _int(v: float) -> str:
-    return str(int(v)) if math.isfinite(v) else "-"
-
-
-def _pct(v: float) -> str:
-    return f"{100 * v:.0f}%" if math.isfinite(v) else "-"
-
-
-def _fmt3(v: float) -> str:
-    return f"{v:.3f}" if math.isfinite(v) else "-"
-
-
-def _fmt2(v: float) -> str:
-    return f"{v:.2f}" if math.isfinite(v) else "-"
+    return f"memory: peer {num(wrong[0])} | other world {num(wrong[1])}"

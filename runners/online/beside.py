@@ -32,22 +32,18 @@ from runners.studies.backends import LocalBackend, RunResult, RunSpec
 def workers_for(cfg: RunConfig) -> int:
     """How many runs train at once: ``cfg.workers``, or for 0 all three where this process may
     use two cores or more, else one."""
-    if cfg.workers:
-        return cfg.workers
-    return 1 + len(bounds.BOUNDS) if usable_cores() >= 2 else 1
+    return cfg.workers or (1 + len(bounds.BOUNDS) if usable_cores() >= 2 else 1)
 
 
 def pending(folder: RunFolder) -> list[str]:
     """The bounds of the run in ``folder`` that have not finished, in training order."""
-    return [name for name, sub, _ in bounds.BOUNDS
-            if not RunFolder(folder.root / sub).is_finished()]  # fmt: skip
+    return [name for name in bounds.BOUNDS if not RunFolder(folder.root / name).is_finished()]
 
 
 def bound_spec(folder: RunFolder, cfg: RunConfig, name: str) -> RunSpec:
     """Bound ``name`` of the run ``cfg`` in ``folder`` as a ``train_online`` job: its folder
-    (``log_dir/<sub>.log`` its log) and the main run's config with the bound's options."""
-    sub, _ = bounds.folder_of(name)
-    return RunSpec(sub, str(folder.root / sub),
+    (``log_dir/<name>.log`` its log) and the main run's config with the bound's options."""
+    return RunSpec(name, str(folder.root / name),
                    ("--config", str(folder.config), *bounds.bound_options(cfg, name)))
 
 
@@ -112,13 +108,10 @@ class Bounds:
             res = self.failed
             raise CliError(f"the {res.name} run failed (exit {res.returncode}): "
                            f"{_last_line(res.log)}")  # fmt: skip
-        found = {}
-        for name, sub, _ in bounds.BOUNDS:
-            bound = RunFolder(self.folder.root / sub)
-            if not bound.is_finished():
-                return None
-            found[name] = bound.read_summary()
-        return found
+        runs = {name: RunFolder(self.folder.root / name) for name in bounds.BOUNDS}
+        if not all(run.is_finished() for run in runs.values()):
+            return None
+        return {name: run.read_summary() for name, run in runs.items()}
 
     def __enter__(self) -> Bounds:
         return self

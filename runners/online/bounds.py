@@ -19,25 +19,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
 from agent import tracks
 from runners.online.config import RunConfig
+from runners.style import pct, times
 
-#: The bound runs, in the order they are trained: (name, folder, what it is).
-BOUNDS = (("floor", "floor", "track A: no memory"), ("ceiling", "ceiling", "the oracle"))
+#: The bound runs, in the order they are trained, each in the subfolder of its name.
+BOUNDS = ("floor", "ceiling")
 #: The memory source of the headline (agent.evaluation: ``same``, the peer memory).
 HEADLINE_MEMORY = "same"
-
-
-def folder_of(name: str) -> tuple[str, str]:
-    """(subfolder, what it is) of bound ``name``."""
-    for bound, sub, what in BOUNDS:
-        if bound == name:
-            return sub, what
-    raise ValueError(f"unknown bound {name!r}")
 
 
 def wanted(cfg: RunConfig) -> bool:
@@ -109,15 +103,12 @@ def bounds_report(main: dict[str, Any], floor: dict[str, Any], ceiling: dict[str
     for mem in held["memories"]:
         d, h = _family_d(held, mem, j), _family_d_per_h(held, mem, j)
         memories[mem] = {
-            "d": d,
-            "d_per_h": h,
-            "share": {f: share(d_a[f], d[f], d_o[f]) for f in d},
+            "d": d, "d_per_h": h, "share": {f: share(d_a[f], d[f], d_o[f]) for f in d},
             "share_per_h": {f: [share(a, m, o) for a, m, o in zip(h_a[f], h[f], h_o[f], strict=True)]
                             for f in h},
         }  # fmt: skip
     return {
-        "n": n,
-        "track": main["track"],
+        "n": n, "track": main["track"],
         "perfect_physics": perfect_physics_bound(held, held_a, h_a, held_o, h_o),
         "horizons": held["horizons"],
         "floor": {"run": floor["run_dir"], "d": d_a, "d_per_h": h_a},
@@ -168,10 +159,6 @@ def perfect_physics_bound(held: dict[str, Any], held_a: dict[str, Any],
 BRANCHES = ("blind", "other", "seen", "told", "seen_mean", "told_mean")
 
 
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.0f}%"
-
-
 def story(b: dict[str, Any]) -> str:
     """The summary's first line: how far n peer transitions of held-out worlds moved the chosen
     track from the floor towards the ceiling (pooled over the held-out families)."""
@@ -186,7 +173,7 @@ def story(b: dict[str, Any]) -> str:
              f"{b['track']} from the floor (track A, D {a:.3f}) to D {d:.3f}")
     if s is None:
         return f"{moved}; the ceiling (the oracle, D {o:.3f}) is not below the floor: no gap"
-    return f"{moved}: {_pct(s)} of the way to the ceiling (the oracle, D {o:.3f}){_carries(b, d)}"
+    return f"{moved}: {pct(s)} of the way to the ceiling (the oracle, D {o:.3f}){_carries(b, d)}"
 
 
 #: Wrong-world memory at least this share of the oracle's margin above peer memory: the memory
@@ -203,57 +190,53 @@ def _carries(b: dict[str, Any], peer: float) -> str:
     w = wrong["d"]["pooled"]
     gap = (w - peer) / (b["floor"]["d"]["pooled"] - b["ceiling"]["d"]["pooled"])
     verdict = "it carries the world" if gap >= CARRIES else "it does not carry the world"
-    return (f". Memory of another world: D {w:.3f}, {_pct(gap)} of the oracle's margin above "
+    return (f". Memory of another world: D {w:.3f}, {pct(gap)} of the oracle's margin above "
             f"peer memory: {verdict}")
+
+
+#: The labels of the rows of ``bounds_text``: the memory sources, then perfect physics' branches.
+MEMORY_LABELS = {"own": "own memory", "same": "peer memory", "wrong": "wrong-world memory"}
+PHYSICS_LABELS = {"blind": "perfect physics, blind", "other": "perfect physics, other",
+                  "seen": "physics, blind, as seen", "told": "physics, told, as seen",
+                  "seen_mean": "physics, blind, hedged", "told_mean": "physics, told, hedged"}
+#: The lines of learners' D over perfect physics per horizon (pooled): (key, label).
+RATIO_LABELS = (
+    ("floor_ratio_per_h", "track A / world-blind physics per horizon (pooled, each in its own "
+                          "latent)"),
+    ("floor_ratio_seen_per_h", "track A / world-blind physics as two frames show it"),
+    ("ceiling_ratio_told_per_h", "the oracle / the world's own physics as two frames show it"),
+    ("floor_ratio_seen_mean_per_h", "track A / world-blind physics, hedged"),
+    ("ceiling_ratio_told_mean_per_h", "the oracle / the world's own physics, hedged"),
+)
 
 
 def bounds_text(b: dict[str, Any]) -> list[str]:
     """The bounds as aligned text lines: D and the share of the gap per family, per memory."""
     fams = [f for f in b["floor"]["d"] if f != "pooled"] + ["pooled"]
+
+    def row(label: str, cells: Iterable[str]) -> str:
+        return "  " + f"{label:<24}" + "".join(cells)
+
+    def d(values: dict[str, float]) -> list[str]:
+        return [f"{values[f]:>16.3f}" for f in fams]
+
+    def per_h(label: str, values: list[float | None], fmt: Callable[..., str]) -> str:
+        return f"  {label}: " + ", ".join(f"h={h} {fmt(x, missing='n/a')}"
+                                          for h, x in zip(b["horizons"], values, strict=False))
+
     out = ["", f"floor, memory and ceiling on held-out worlds (D^{b['n']}; share of the oracle "
            "gap closed, docs/definitions.md#the-share-of-the-oracle-gap):",
-           "  " + " " * 24 + "".join(f"{f:>16}" for f in fams)]
-    out.append("  " + f"{'floor (track A)':<24}" + "".join(
-        f"{b['floor']['d'][f]:>16.3f}" for f in fams))
-    for mem, row in b["memories"].items():
-        label = {"own": "own memory", "same": "peer memory", "wrong": "wrong-world memory"}.get(
-            mem, mem)
-        out.append("  " + f"{label:<24}" + "".join(
-            f"{row['d'][f]:>9.3f} {_pct(row['share'][f]):>6}" for f in fams))
-    out.append("  " + f"{'ceiling (oracle)':<24}" + "".join(
-        f"{b['ceiling']['d'][f]:>16.3f}" for f in fams))
-    pp = b.get("perfect_physics")
-    if pp:
-        for key, label in (("blind", "perfect physics, blind"), ("other", "perfect physics, other"),
-                           ("seen", "physics, blind, as seen"),
-                           ("told", "physics, told, as seen"),
-                           ("seen_mean", "physics, blind, hedged"),
-                           ("told_mean", "physics, told, hedged")):
-            row = pp["d"].get(key, {})
-            if all(f in row for f in fams):
-                out.append("  " + f"{label:<24}" + "".join(f"{row[f]:>16.3f}" for f in fams))
+           row("", (f"{f:>16}" for f in fams)), row("floor (track A)", d(b["floor"]["d"]))]
+    out += [row(MEMORY_LABELS.get(mem, mem),
+                (f"{m['d'][f]:>9.3f} {pct(m['share'][f], missing='n/a'):>6}" for f in fams))
+            for mem, m in b["memories"].items()]
+    out.append(row("ceiling (oracle)", d(b["ceiling"]["d"])))
+    pp = b.get("perfect_physics") or {}
+    out += [row(label, d(pp["d"][key])) for key, label in PHYSICS_LABELS.items()
+            if all(f in pp.get("d", {}).get(key, {}) for f in fams)]
     head = b.get("headline")
     if head is not None:  # the headline memory's share per horizon, pooled
         shares = b["memories"][head]["share_per_h"].get("pooled", [])
-        out.append("  share of the gap per horizon (peer memory, pooled): " + ", ".join(
-            f"h={h} {_pct(x)}" for h, x in zip(b["horizons"], shares, strict=False)))
-    if pp and "pooled" in pp["floor_ratio_per_h"]:
-        out.append("  track A / world-blind physics per horizon (pooled, each in its own latent): "
-                   + ", ".join(f"h={h} {_times(x)}" for h, x in
-                               zip(b["horizons"], pp["floor_ratio_per_h"]["pooled"], strict=False)))
-    for key, label in (("floor_ratio_seen_per_h", "track A / world-blind physics as two frames "
-                                                   "show it"),
-                       ("ceiling_ratio_told_per_h", "the oracle / the world's own physics as two "
-                                                    "frames show it"),
-                       ("floor_ratio_seen_mean_per_h", "track A / world-blind physics, hedged"),
-                       ("ceiling_ratio_told_mean_per_h", "the oracle / the world's own physics, "
-                                                         "hedged")):
-        if pp and "pooled" in pp.get(key, {}):
-            out.append(f"  {label}: " + ", ".join(
-                f"h={h} {_times(x)}" for h, x in zip(b["horizons"], pp[key]["pooled"],
-                                                     strict=False)))
-    return out
-
-
-def _times(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.1f}x"
+        out.append(per_h("share of the gap per horizon (peer memory, pooled)", shares, pct))
+    return out + [per_h(label, pp[key]["pooled"], times) for key, label in RATIO_LABELS
+                  if "pooled" in pp.get(key, {})]

@@ -1,12 +1,10 @@
-"""train_online's command line: tyro over ``RunConfig``, on top of a config read from a file
-(``--config FILE``, a run's ``config.json`` on ``--resume``, the run a view starts ``--from``).
+"""train_online's command line: tyro over ``TrainCommand``, parsed once, then ``run_config``.
 
-Five options choose the defaults of the others, so they are read first (``Defaults``):
-``--protocol`` (which of ``Worlds`` / ``Paper`` the tagged union holds), ``--preset``,
-``--track`` (its lr and kappa), ``--source`` (the memory pair) and ``--device`` (the precision).
-The config they give, with a file's values set into its dataclasses (each checked against its
-field's type), is the default tyro parses the command line over: the options win, wherever they
-stand, and ``--help`` shows the defaults they give.
+``--protocol``, ``--preset``, ``--track``, ``--source`` and ``--device`` choose the defaults of
+the other options, so the parse only collects what is given (every protocol's options are
+options, each protocol's in a group of its own) and ``run_config`` builds the chosen defaults,
+then sets a file's values on them (``--config FILE``, a run's ``config.json`` on ``--resume``
+or ``--from``; each checked against its field's type), then the command line's.
 """
 
 from __future__ import annotations
@@ -15,19 +13,17 @@ import dataclasses
 import json
 import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, get_args
 
 import typeguard
 import tyro
 
-from agent.config import AgentConfig, Track, check_version, preferred_precision
+from agent.config import AgentConfig, check_version, preferred_precision
 from runners.cli import CliError, parse
 from runners.online.config import (
-    Device,
     Output,
-    Preset,
     ProtocolName,
     RunConfig,
     Schedule,
@@ -37,7 +33,7 @@ from runners.online.config import (
     resolve,
 )
 from runners.online.presets import PRESETS
-from runners.online.protocols import PROTOCOLS, Source
+from runners.online.protocols import PROTOCOLS, Paper, Worlds
 from runners.online.switch import Switch, SwitchArg
 
 TRAIN_PROG = "python -m runners.train_online"
@@ -47,32 +43,23 @@ RESUMABLE = ("steps", "switches", "device", "eval_every", "checkpoint_every", "b
 
 
 @dataclass
-class Defaults:
-    """The options read before the others: they choose the others' defaults."""
-
-    protocol: ProtocolName = "worlds"
-    preset: Preset = "cpu"
-    track: Track = "C"
-    source: Source = "stream"
-    device: Device = "auto"
-    config: str | None = None
-
-
-CHOSEN = ("protocol", "preset", "track", "source", "device")
-
-
-@dataclass
 class TrainCommand:
     """Online EPM-JEPA training with a mid-stream physics switch (defaults: the worlds protocol,
     track C: the streams live in groups of 8 that share a training world and one memory for 2-6
     episodes, then a new world is drawn; at 2/3 of the run every stream moves to a held-out
     world and the weights freeze; beside it the floor (track A) and the ceiling (the oracle)
     train on the same stream; --protocol paper: the paper's gravity 0 -> 0.5). The options
-    override --config FILE's values."""
+    override --config FILE's values; the defaults shown are the worlds protocol's, the cpu
+    preset's and track C's (--protocol, --preset, --track, --source and --device choose
+    others)."""
 
-    run: Annotated[RunConfig, tyro.conf.arg(name="")]
+    run: Annotated[RunConfig, tyro.conf.arg(name="")] = field(default_factory=RunConfig)
     protocol: ProtocolName = "worlds"
     """worlds: train across worlds drawn from --train-family, then switch every stream to a held-out world; paper: the paper's one base world and its gravity switch. Each has its own options below."""
+    worlds: Annotated[Worlds, tyro.conf.OmitArgPrefixes] = field(default_factory=Worlds)
+    """The worlds protocol's options (--protocol worlds)."""
+    paper: Annotated[Paper, tyro.conf.OmitArgPrefixes] = field(default_factory=Paper)
+    """The paper protocol's options (--protocol paper)."""
     switch: Annotated[
         tuple[SwitchArg, ...],
         tyro.conf.UseAppendAction,
@@ -171,9 +158,10 @@ def _tuples(value: Any) -> Any:
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
-def with_values(cfg: RunConfig, values: Mapping[str, Any], where: str) -> RunConfig:
-    """``cfg`` with ``values`` (``file_values``) set in its parts; the options that chose it
-    (``CHOSEN``) are its own already."""
+def with_values(cfg: RunConfig, values: Mapping[str, Any], where: str | None) -> RunConfig:
+    """``cfg`` with ``values`` by field name set in its parts (``where``: the file they come
+    from, None: the command line)."""
+    at = f" (in {where})" if where else ""
     agent: dict[str, Any] = {}
     own = {f.name for f in dataclasses.fields(cfg.protocol)}
     for name, value in values.items():
@@ -182,13 +170,14 @@ def with_values(cfg: RunConfig, values: Mapping[str, Any], where: str) -> RunCon
                 cfg.schedule.switches = None if value is None else tuple(
                     Switch.from_json(v) for v in value)
             except (ValueError, TypeError) as err:
-                raise CliError(f"switches: {err} (in {where})") from None
+                raise CliError(f"switches: {err}{at}") from None
             continue
-        if name in CHOSEN:
+        if name == "protocol":
             continue
         part = FIELDS[name][0]
         if part == "protocol" and name not in own:
-            raise CliError(f"{name} belongs to --protocol {_protocol_of(name)} (in {where})")
+            option = "--" + name.replace("_", "-")
+            raise CliError(f"{option} belongs to --protocol {_protocol_of(name)}{at}")
         if part == "agent":
             agent[name] = value
         else:
@@ -196,26 +185,36 @@ def with_values(cfg: RunConfig, values: Mapping[str, Any], where: str) -> RunCon
     try:
         cfg.agent = cfg.agent.replace(**agent)
     except ValueError as err:
-        raise CliError(f"{err} (in {where})") from None
+        raise CliError(f"{err}{at}") from None
     return cfg
 
 
 # -- parsing ---------------------------------------------------------------------------------
-def _defaults(argv: Sequence[str], values: Mapping[str, Any] | None = None) -> Defaults:
-    given = Defaults(**{k: v for k, v in (values or {}).items() if k in CHOSEN})
-    return parse(Defaults, argv, TRAIN_PROG, default=given, unknown=True, config=(),
-                 add_help=False)[0]  # fmt: skip
+def given_options(argv: Sequence[str]) -> list[str]:
+    """The field names of the options ``argv`` gives, in order (``--no-stagger``: stagger), read
+    after a parse has accepted it (so every ``--`` token is an option, never abbreviated)."""
+    names = [t[2:].split("=")[0].replace("-", "_") for t in argv if t.startswith("--")]
+    return list(dict.fromkeys(n[3:] if n.startswith("no_") and n[3:] in FIELDS else n
+                              for n in names))
 
 
-def default_config(d: Defaults) -> RunConfig:
-    """The config the other options apply to, chosen by the ``Defaults``."""
-    cls = PROTOCOLS[d.protocol]  # (--source where the protocol has none: refused by the parser)
-    protocol = cls(**({"source": d.source} if "source" in _hints(cls) else {}))
-    device = device_name(d.device)
-    agent = preset_agent(d.preset, d.track, protocol, preferred_precision(device), device)
-    schedule = Schedule(**PRESETS[d.preset].schedule)
-    return RunConfig(protocol=protocol, preset=d.preset, device=d.device, agent=agent,
-                     schedule=schedule)
+def run_config(line: Mapping[str, Any], values: Mapping[str, Any], where: str | None) -> RunConfig:
+    """The config of the command line's ``line`` over a file's ``values`` (both by field name):
+    the protocol, preset, track, source and device each the command line's, else the file's, else
+    its default, choose the defaults (``preset_agent``, the preset's schedule); then the file's
+    values and the command line's are set on them, in that order."""
+
+    def pick(name: str, default: str) -> Any:
+        return line.get(name, values.get(name, default))
+
+    cls = PROTOCOLS[pick("protocol", "worlds")]  # (--source where the protocol has none: refused)
+    protocol = cls(**({"source": pick("source", "stream")} if "source" in _hints(cls) else {}))
+    preset, device = pick("preset", "cpu"), pick("device", "auto")
+    name = device_name(device)
+    agent = preset_agent(preset, pick("track", "C"), protocol, preferred_precision(name), name)
+    cfg = RunConfig(protocol=protocol, preset=preset, device=device, agent=agent,
+                    schedule=Schedule(**PRESETS[preset].schedule))
+    return with_values(with_values(cfg, values, where), line, None)
 
 
 def parse_command(
@@ -225,22 +224,23 @@ def parse_command(
     where: str = "config.json",
 ) -> TrainCommand:
     """The command of ``argv`` over ``data`` (a config as ``config.json`` holds it, or
-    ``--config FILE``'s): tyro over ``TrainCommand``, its switches put in the config. ``--help``
-    prints and exits 0; a bad option is one ``CliError`` line."""
-    first = _defaults(argv)
-    if first.config:
+    ``--config FILE``'s): tyro over ``TrainCommand``, then ``run_config`` of the options given,
+    the switches put in the config. ``--help`` prints and exits 0; a bad option is one
+    ``CliError`` line."""
+    cmd = parse(TrainCommand, argv, prog, config=(tyro.conf.AvoidSubcommands,))
+    saved = data is not None  # a run's own config.json, which keeps its protocol
+    if cmd.config:
         if data is not None:
             raise CliError(f"--config cannot be used with {where}")
-        where = f"--config {first.config}"
-    values = {} if data is None and not first.config else file_values(
-        load_json(first.config) if first.config else data, where, saved=data is not None)
-    run = with_values(default_config(_defaults(argv, values)), values, where)
-    default = TrainCommand(run=run, protocol=run.protocol.kind)  # type: ignore[arg-type]
-    try:
-        cmd = parse(TrainCommand, argv, prog, default=default,
-                    config=(tyro.conf.AvoidSubcommands,))
-    except CliError as err:
-        raise CliError(_other_protocol(str(err), default.protocol)) from None
+        data, where = load_json(cmd.config), f"--config {cmd.config}"
+    values = {} if data is None else file_values(data, where, saved=saved)
+    parsed = flat({**dataclasses.asdict(cmd.run), "protocol": cmd.protocol,
+                   "worlds": dataclasses.asdict(cmd.worlds), "paper": dataclasses.asdict(cmd.paper)})
+    line = {n: parsed[n] for n in given_options(argv) if n in parsed}  # the options given
+    if saved and line.get("protocol", values.get("protocol")) != values.get("protocol"):
+        raise CliError("cannot change --protocol on --resume")
+    cmd.run = run_config(line, values, where)
+    cmd.protocol = cmd.run.protocol.kind  # type: ignore[assignment]
     if cmd.no_switch or cmd.switch:
         cmd.run.schedule.switches = tuple(cmd.switch)
     return cmd
@@ -249,15 +249,6 @@ def parse_command(
 def _protocol_of(name: str) -> str | None:
     """The protocol whose option ``name`` is (None: none's)."""
     return next((k for k, cls in PROTOCOLS.items() if name in _hints(cls)), None)
-
-
-def _other_protocol(message: str, protocol: str) -> str:
-    """An unknown option that belongs to another protocol says so."""
-    for token in message.replace(",", " ").split():
-        other = _protocol_of(token[2:].replace("-", "_")) if token.startswith("--") else None
-        if other not in (None, protocol):
-            return f"{token} belongs to --protocol {other}"
-    return message
 
 
 def build_config(argv: Sequence[str] = (), data: Mapping[str, Any] | None = None,
@@ -275,12 +266,8 @@ def config_from_dict(data: Mapping[str, Any], where: str = "config.json") -> Run
 def resume_config(saved: Mapping[str, Any], argv: Sequence[str], prog: str = TRAIN_PROG) -> RunConfig:
     """The saved config with a ``--resume`` command line's changes, which may only touch
     ``RESUMABLE``; the agent (its schedule included) stays as resolved when the run began."""
-    protocol = flat(saved).get("protocol", "worlds")  # (a config without one: refused by version)
-    first = _defaults(argv, {"protocol": protocol})
-    if first.config:
+    if "config" in given_options(argv):
         raise CliError("--config cannot be used with --resume (the run keeps its config)")
-    if first.protocol != protocol:
-        raise CliError("cannot change --protocol on --resume")
     cfg = resolve(parse_command(argv, prog, saved).run)
     before, after = flat(config_from_dict(saved).to_dict()), flat(cfg.to_dict())
     fixed = sorted(k for k in after if after[k] != before.get(k) and k not in RESUMABLE)

@@ -86,7 +86,8 @@ class Output:
 class RunConfig:
     """One online run (``resolve`` fills in what is derived)."""
 
-    protocol: Annotated[Protocol, tyro.conf.OmitArgPrefixes] = field(default_factory=Worlds)
+    protocol: tyro.conf.Suppress[Protocol] = field(default_factory=Worlds)
+    """The protocol and its options (on the command line: --protocol, then its own options)."""
     agent: Annotated[AgentConfig, tyro.conf.OmitArgPrefixes] = field(
         default_factory=lambda: preset_agent("cpu", "C", Worlds())
     )
@@ -185,7 +186,7 @@ def preset_agent(preset: str, track: str, protocol: Protocol, precision: str = "
     values = {**p.agent, **protocol.learner, **p.protocols.get(protocol.kind, {})}
     if protocol.source == "stream":  # the paper's newest pair would be the samples' own targets
         values["push_pair"] = "input"
-    agent = AgentConfig.from_preset(p.size, track=track, total_steps=None,
+    agent = AgentConfig.of_size(p.size, track=track, total_steps=None,
                                     precision=precision, **values)
     if device == "cuda":
         agent = agent.replace(eval_batch_size=GPU_EVAL_SCALE * agent.eval_batch_size)

@@ -17,6 +17,7 @@ training-family worlds and scored on the held-out ones: ``runners.evaluate --wor
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -67,43 +68,26 @@ class EvalRecord:
     @classmethod
     def from_results(cls, step: int, results: Sequence[EvalResult], horizons: list[int]) -> EvalRecord:
         first = results[0]  # the smallest n (0 by default): D_base with the training memory
-        return cls(
-            step=step,
-            ns=[int(r.n) for r in results],
-            d_shift=[float(r.d_shift) for r in results],
-            d_shift_per_h=[_floats(r.d_shift_per_h) for r in results],
-            d_base=float(first.d_base),
-            d_base_per_h=_floats(first.d_base_per_h),
-            sigma_embed=float(first.sigma_embed),
-            sigma_z=float(first.sigma_z),
-            sigma_target=float(first.sigma_target),
-            excluded=int(first.excluded),
-            horizons=horizons,
-        )
+        return cls(step=step, ns=[int(r.n) for r in results],
+                   d_shift=[float(r.d_shift) for r in results],
+                   d_shift_per_h=[_floats(r.d_shift_per_h) for r in results],
+                   d_base=float(first.d_base), d_base_per_h=_floats(first.d_base_per_h),
+                   sigma_embed=float(first.sigma_embed), sigma_z=float(first.sigma_z),
+                   sigma_target=float(first.sigma_target), excluded=int(first.excluded),
+                   horizons=horizons)
 
     @classmethod
     def rows(cls, ev: Mapping[str, np.ndarray]) -> list[EvalRecord]:
         """The records of ``Recorder.read_eval()``'s arrays, in order."""
         if not ev:
             return []
-        ns = [int(n) for n in ev["ns"]]
-        horizons = [int(h) for h in ev["horizons"]]
-        return [
-            cls(
-                step=int(ev["step"][i]),
-                ns=ns,
-                d_shift=[float(x) for x in ev["d_shift"][i]],
-                d_shift_per_h=np.asarray(ev["d_shift_per_h"][i], np.float64).tolist(),
-                d_base=float(ev["d_base"][i]),
-                d_base_per_h=np.asarray(ev["d_base_per_h"][i], np.float64).tolist(),
-                sigma_embed=float(ev["sigma_embed"][i]),
-                sigma_z=float(ev["sigma_z"][i]),
-                sigma_target=float(ev["sigma_target"][i]),
-                excluded=int(ev["excluded"][i]),
-                horizons=horizons,
-            )
-            for i in range(len(ev["step"]))
-        ]
+        ns, horizons = [int(n) for n in ev["ns"]], [int(h) for h in ev["horizons"]]
+        floats = ("d_shift", "d_shift_per_h", "d_base", "d_base_per_h", "sigma_embed", "sigma_z",
+                  "sigma_target")  # a row's numbers, lists for an array (float64 of float32)
+        return [cls(step=int(ev["step"][i]), ns=ns, horizons=horizons,
+                    excluded=int(ev["excluded"][i]),
+                    **{k: np.asarray(ev[k][i], np.float64).tolist() for k in floats})
+                for i in range(len(ev["step"]))]
 
     def as_recorded(self) -> EvalRecord:
         """The record as run.zarr holds it, its numbers float32 (what ``rows`` reads back): the
@@ -117,9 +101,6 @@ class EvalRecord:
 
         fields = dataclasses.fields(self)
         return dataclasses.replace(self, **{f.name: f32(getattr(self, f.name)) for f in fields})
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def _floats(x: Any) -> list[float]:
@@ -199,9 +180,7 @@ class WorldsEvaluator(CurveEvaluator):
         memories = ("own", "same", "wrong") if reads else ("own",)
         curves = world_curves(learner, self.sets.held_out, tuple(ns), memories, peers(cfg))
         return {
-            "ns": [int(n) for n in ns],
-            "horizons": self.horizons,
-            "memories": list(memories),
+            "ns": [int(n) for n in ns], "horizons": self.horizons, "memories": list(memories),
             "families": family_means(curves),
             "worlds": [
                 {"world": c.world, "family": c.family, "memory": c.memory,
@@ -256,13 +235,10 @@ def probes(learner: Learner, sets: WorldSets) -> dict[str, dict[str, float]]:
     """{latent: {target: R^2}} of ``probes.digits.probe_report``: fit on the training-family
     worlds' test sequences, scored on the held-out worlds'."""
 
-    def encode(frames: Any, target: bool) -> Any:
-        return learner.encode(frames, target=target)
-
     def probe_sets(worlds: list[WorldSet]) -> list[ProbeSet]:
         return [ProbeSet(np.asarray(w.frames), np.asarray(w.positions)) for w in worlds]
 
-    return probe_report(encode, probe_sets(sets.base), probe_sets(sets.held_out),
+    return probe_report(learner.encode, probe_sets(sets.base), probe_sets(sets.held_out),
                         learner.cfg.context_frames)
 
 
@@ -284,11 +260,7 @@ def world_probe_report(learner: Learner, held_out: Sequence[WorldSet], *, worlds
                                    **physics.as_dict())
         fit.append(ProbeWorld(s["frames"], env.physics_features(physics), "train"))
     test = [ProbeWorld(np.asarray(w.frames), np.asarray(w.physics), w.family) for w in held_out]
-
-    def encode(frames: Any) -> Any:
-        return learner.encode(frames, target=True)
-
-    out = world_probe(encode, fit, test, c, hs, cfg)
+    out = world_probe(functools.partial(learner.encode, target=True), fit, test, c, hs, cfg)
     return {"fit": {"worlds": worlds, "sequences": worlds * seqs, "seed": seed,
                     "predictor": f"{cfg.blocks} blocks x {cfg.hidden}, the world in each (adaLN-Zero), "
                                  f"{cfg.steps} AdamW steps",

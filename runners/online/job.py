@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import shutil
 import sys
 import time
@@ -24,8 +25,8 @@ from runners.cli import CliError, os_error_message
 from runners.online import beside, bounds
 from runners.online.config import RunConfig, describe, precision_note
 from runners.online.evaluation import WorldsEvaluator
-from runners.online.loop import OnlineLoop, StepResult
-from runners.online.plots import make_figures
+from runners.online.loop import OnlineLoop
+from runners.online.plots import bounds_figure, make_figures
 from runners.online.rundir import RunFolder, StopRequest
 from runners.online.summary import build_summary, curve_report, format_table, write_summary
 from runners.online.switch import physics_label
@@ -34,36 +35,21 @@ PROG = "train_online"
 
 
 def postfix(loop: OnlineLoop, rate: float) -> dict[str, str]:
-    live = loop.records
-    last = live.last
-    return {
-        "loss": f"{last.get('loss/total', float('nan')):.3f}",
-        "pred": f"{last.get('loss/pred', float('nan')):.3f}",
-        "s": f"{last.get('memory/surprisal', float('nan')):.3f}",
-        "events": f"{live.boundaries_before}+{live.boundaries_after}",
-        "buf": f"{int(last.get('memory/buffer_size', 0))}"
-        f"({100 * last.get('memory/shift_share', 0.0):.0f}%shift)",
-        "err": f"{live.rolling_error:.3f}",
-        "g": f"{loop.gravity:g}",
-        "it/s": f"{rate:.1f}",
-    }
+    """The progress bar's figures: the last losses, surprisal and memory, the rolling error."""
+    live, last = loop.records, loop.records.last
+    loss, pred, s = (last.get(k, math.nan) for k in ("loss/total", "loss/pred", "memory/surprisal"))
+    return {"loss": f"{loss:.3f}", "pred": f"{pred:.3f}", "s": f"{s:.3f}",
+            "events": f"{live.boundaries_before}+{live.boundaries_after}",
+            "buf": f"{int(last.get('memory/buffer_size', 0))}"
+                   f"({100 * last.get('memory/shift_share', 0.0):.0f}%shift)",
+            "err": f"{live.rolling_error:.3f}", "g": f"{loop.gravity:g}", "it/s": f"{rate:.1f}"}
 
 
 def iterate(loop: OnlineLoop) -> str | None:
     """Iterate the loop under a progress bar; returns the stop reason (None when complete)."""
     cfg = loop.cfg
-    start = loop.step_count
-    bar = tqdm(
-        total=cfg.schedule.steps,
-        initial=start,
-        desc="step",
-        unit="step",
-        dynamic_ncols=True,
-        file=sys.stdout,
-        mininterval=0.5 if sys.stdout.isatty() else 15.0,  # a log file: a line per 15 s
-    )
-    t0, n0 = time.perf_counter(), start
-    res: StepResult
+    bar = progress_bar(cfg.schedule.steps, loop.step_count)
+    t0, n0 = time.perf_counter(), loop.step_count
     try:
         for res in loop.steps():
             if res.block is not None:
@@ -73,17 +59,22 @@ def iterate(loop: OnlineLoop) -> str | None:
             if res.switched:
                 mode = "weights frozen (memory mode)" if loop.frozen else "weights keep learning"
                 tqdm.write(f"step {res.step - 1}: physics -> {physics_label(res.physics)}; {mode}")
-            if res.evaluation is not None:
-                e = res.evaluation
-                tqdm.write(
-                    f"step {e.step}: D_base {e.d_base:.3f}  D_shift^{cfg.schedule.headline_n} "
-                    f"{e.d(cfg.schedule.headline_n):.3f}  D_shift^0 {e.d(0):.3f}  sigma_embed "
-                    f"{e.sigma_embed:.3f}  sigma_z/target {e.sigma_z:.3f}/{e.sigma_target:.3f}"
-                )
+            if (e := res.evaluation) is not None:
+                n = cfg.schedule.headline_n
+                tqdm.write(f"step {e.step}: D_base {e.d_base:.3f}  D_shift^{n} {e.d(n):.3f}  "
+                           f"D_shift^0 {e.d(0):.3f}  sigma_embed {e.sigma_embed:.3f}  "
+                           f"sigma_z/target {e.sigma_z:.3f}/{e.sigma_target:.3f}")
         bar.update(loop.step_count - bar.n)
     finally:
         bar.close()
     return loop.stop.reason if not loop.done else None
+
+
+def progress_bar(steps: int, done: int) -> tqdm:
+    """The progress bar of ``done`` of ``steps`` steps on stdout (to a log file, a line per
+    15 s)."""
+    return tqdm(total=steps, initial=done, desc="step", unit="step", dynamic_ncols=True,
+                file=sys.stdout, mininterval=0.5 if sys.stdout.isatty() else 15.0)
 
 
 def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool) -> int:
@@ -113,11 +104,28 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
             return 0
         s["bounds"] = bounds.bounds_report(s, found["floor"], found["ceiling"],
                                            cfg.schedule.headline_n)
-        plot_bounds(folder.root, s, found)
-    write_summary(folder.root, s)  # once, complete: the run folder is finished from here on
-    print(format_table(s))
-    print(f"run folder: {folder.root}")
+        bounds_figure(folder, s, {k: RunFolder(v["run_dir"]) for k, v in found.items()})
+    end(folder.root, s)  # once, complete: the run folder is finished from here on
     return 0
+
+
+def end(root: Any, s: dict[str, Any]) -> None:
+    """Write a finished run's summary and print it."""
+    write_summary(root, s)
+    print(format_table(s))
+    print(f"run folder: {root}")
+
+
+def stopped(loops: list[OnlineLoop], reason: str | None, written: str) -> None:
+    """Runs stopped early: a checkpoint of each (the metrics match it exactly), a summary marked
+    ``stopped``, and how to continue them (``--resume`` on the first)."""
+    for loop in loops:
+        loop.checkpoint()
+        write_summary(loop.folder.root, summarise(loop, final_curve=None, stopped=reason))
+    first = loops[0]
+    print(f"{PROG}: stopped by {reason} at step {first.step_count} of {first.cfg.schedule.steps} "
+          f"({written} written). Continue with:\n"
+          f"  python -m runners.{PROG} --resume {first.folder.root}")
 
 
 def _start(others: beside.Bounds) -> None:
@@ -152,23 +160,14 @@ def run(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool,
     try:
         reason = iterate(loop)
     except OSError as err:  # a full or vanished disk mid-run: say what survived
-        kept = (
-            f"{folder.latest} (step {loop.saved_step}) is intact: free space and continue with "
-            f"python -m runners.{PROG} --resume {folder.root}"
-            if loop.saved_step is not None
-            else "no checkpoint was written yet: free space and start again"
-        )
+        kept = (f"{folder.latest} (step {loop.saved_step}) is intact: free space and continue "
+                f"with python -m runners.{PROG} --resume {folder.root}"
+                if loop.saved_step is not None
+                else "no checkpoint was written yet: free space and start again")
         raise CliError(f"{os_error_message(err)}; {kept}") from None
     if reason is None and loop.step_count >= cfg.schedule.steps:
         return finish(loop)
-    # Stopped early: the checkpoint holds everything; the metrics match it exactly.
-    loop.checkpoint()
-    write_summary(folder.root, summarise(loop, final_curve=None, stopped=reason))
-    print(
-        f"{PROG}: stopped by {reason} at step {loop.step_count} of {cfg.schedule.steps} "
-        f"(checkpoint written). Continue with:\n"
-        f"  python -m runners.{PROG} --resume {folder.root}"
-    )
+    stopped([loop], reason, "checkpoint")
     return None
 
 
@@ -194,9 +193,7 @@ def train_stacked(cfgs: list[RunConfig], folders: list[RunFolder], stop: StopReq
     steps = cfgs[0].schedule.steps
     if any(loop.step_count > steps for loop in loops):
         raise CliError(f"--steps {steps} is below the {loops[0].step_count} steps these runs have done")
-    bar = tqdm(total=steps, initial=loops[0].step_count, desc="step", unit="step",
-               dynamic_ncols=True, file=sys.stdout,
-               mininterval=0.5 if sys.stdout.isatty() else 15.0)  # fmt: skip
+    bar = progress_bar(steps, loops[0].step_count)
     try:
         while not stack.done and not stop.requested:
             results = stack.step()
@@ -206,27 +203,12 @@ def train_stacked(cfgs: list[RunConfig], folders: list[RunFolder], stop: StopReq
     finally:
         bar.close()
     if not stack.done:
-        for loop in loops:
-            loop.checkpoint()
-            write_summary(loop.folder.root, summarise(loop, final_curve=None, stopped=stop.reason))
-        print(f"{PROG}: stopped by {stop.reason} at step {loops[0].step_count} of {steps} "
-              f"(checkpoints written). Continue with:\n"
-              f"  python -m runners.{PROG} --resume {folders[0].root}")  # fmt: skip
+        stopped(loops, stop.reason, "checkpoints")
         return 0
     stack.sync()
     for loop in loops:
-        s = finish(loop)
-        write_summary(loop.folder.root, s)
-        print(format_table(s))
-        print(f"run folder: {loop.folder.root}")
+        end(loop.folder.root, finish(loop))
     return 0
-
-
-def plot_bounds(root: Any, s: dict[str, Any], found: dict[str, dict[str, Any]]) -> None:
-    """figures/bounds.png: the three learners after the switch (``plots.plot_bounds``)."""
-    from runners.online.plots import bounds_figure
-
-    bounds_figure(RunFolder(root), s, {k: RunFolder(v["run_dir"]) for k, v in found.items()})
 
 
 def finish(loop: OnlineLoop) -> dict[str, Any]:
@@ -234,37 +216,27 @@ def finish(loop: OnlineLoop) -> dict[str, Any]:
     computed it at this step), figures and the summary."""
     cfg, folder = loop.cfg, loop.folder
     path = RunFolder.curve_path(folder.latest)
-    done = folder.read_json(path) if path.exists() else None
-    if done is not None and done.get("step") == loop.step_count:
-        return summarise(loop, final_curve=done["curve"], stopped=None, held_out=done.get("held_out"))
-    rep = curve_report(
-        loop.evaluator.curve(loop.learner, cfg.schedule.final_ns), step=loop.step_count,
-        checkpoint=str(folder.latest),
-        data=cfg.protocol.data or "generated in memory (env.generate_sequences)",
-        horizons=list(cfg.agent.horizons),
-    )  # fmt: skip
-    if isinstance(loop.evaluator, WorldsEvaluator):  # the held-out worlds' D^n per memory
-        rep["held_out"] = loop.evaluator.report(loop.learner, cfg.schedule.final_ns)
-    path.write_text(json.dumps(rep, indent=2) + "\n")
+    rep = folder.read_json(path)
+    if rep is None or rep.get("step") != loop.step_count:
+        rep = curve_report(
+            loop.evaluator.curve(loop.learner, cfg.schedule.final_ns), step=loop.step_count,
+            checkpoint=str(folder.latest),
+            data=cfg.protocol.data or "generated in memory (env.generate_sequences)",
+            horizons=list(cfg.agent.horizons))
+        if isinstance(loop.evaluator, WorldsEvaluator):  # the held-out worlds' D^n per memory
+            rep["held_out"] = loop.evaluator.report(loop.learner, cfg.schedule.final_ns)
+        path.write_text(json.dumps(rep, indent=2) + "\n")
     return summarise(loop, final_curve=rep["curve"], stopped=None, held_out=rep.get("held_out"))
 
 
-def summarise(
-    loop: OnlineLoop,
-    *,
-    final_curve: list[dict[str, Any]] | None,
-    stopped: str | None,
-    held_out: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+def summarise(loop: OnlineLoop, *, final_curve: list[dict[str, Any]] | None,
+              stopped: str | None, held_out: dict[str, Any] | None = None) -> dict[str, Any]:
     """The figures (from run.zarr) and the summary (from the loop's records) of a run, complete
     or stopped."""
-    folder = loop.folder
-    make_figures(folder.root)
-    return build_summary(
-        folder.root, loop.cfg, loop.records, loop.evals, wall_time=loop.wall_time,
-        final_curve=final_curve, best=(loop.best, loop.best_step), stopped=stopped,
-        held_out=held_out,
-    )  # fmt: skip
+    make_figures(loop.folder.root)
+    return build_summary(loop.folder.root, loop.cfg, loop.records, loop.evals,
+                         wall_time=loop.wall_time, final_curve=final_curve,
+                         best=(loop.best, loop.best_step), stopped=stopped, held_out=held_out)
 
 
 def remove_empty_run(folder: RunFolder) -> None:

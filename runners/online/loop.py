@@ -37,12 +37,7 @@ import numpy as np
 
 import env
 from agent import Batch, Learner, StepMetrics
-from agent.checkpoint import (
-    CheckpointError,
-    apply_checkpoint,
-    read_checkpoint,
-    save_checkpoint,
-)
+from agent.checkpoint import CheckpointError, apply_checkpoint, read_checkpoint, save_checkpoint
 from agent.objective import columns
 from runners.cli import CliError
 from runners.online.config import RunConfig
@@ -84,11 +79,9 @@ class Cadence:
     def from_config(cls, cfg: RunConfig) -> Cadence:
         switches = frozenset(sw.step for sw in cfg.schedule.switches or ())
         end = frozenset({cfg.schedule.steps})
-        return cls(
-            flush=Every(cfg.schedule.log_every, switches | end),
-            evaluate=Every(cfg.schedule.eval_every, switches | end),
-            checkpoint=Every(cfg.schedule.checkpoint_every, end),
-        )
+        return cls(flush=Every(cfg.schedule.log_every, switches | end),
+                   evaluate=Every(cfg.schedule.eval_every, switches | end),
+                   checkpoint=Every(cfg.schedule.checkpoint_every, end))
 
     def due(self, done: int) -> Due:
         evaluate, checkpoint = self.evaluate(done), self.checkpoint(done)
@@ -110,10 +103,6 @@ class StepResult:
     evaluation: EvalRecord | None = None
     checkpointed: bool = False
 
-    @property
-    def gravity(self) -> float:
-        return self.physics.gravity
-
 
 #: The per-step columns of run.zarr's metrics the summary reads, kept on the host by the loop.
 SUMMARY_COLUMNS = ("stream/norm_error", "stream/valid_frac")
@@ -133,22 +122,18 @@ class RunRecords:
     boundaries_before: int = 0
     boundaries_after: int = 0
     recent_error: deque[float] = field(default_factory=deque)
-    phase_start: int = 0
     blocks: dict[str, list[np.ndarray]] = field(default_factory=dict)
 
     def update(self, steps: np.ndarray, block: dict[str, np.ndarray], phase_starts: list[int]) -> None:
-        for i, s in enumerate(steps):
-            s = int(s)
-            if s in phase_starts:
+        b, e = block.get("memory/boundary"), block.get("stream/norm_error")
+        for i, s in enumerate(map(int, steps)):
+            if s in phase_starts:  # the rolling error restarts in each phase
                 self.recent_error.clear()
-                self.phase_start = s
-            b = block.get("memory/boundary")
             if b is not None and b[i] > 0.5:
                 if self.first_switch is not None and s >= self.first_switch:
                     self.boundaries_after += 1
                 else:
                     self.boundaries_before += 1
-            e = block.get("stream/norm_error")
             if e is not None and np.isfinite(e[i]):
                 self.recent_error.append(float(e[i]))
                 while len(self.recent_error) > self.window:
@@ -179,20 +164,14 @@ def _dynamics(p: env.PhysicsParams) -> tuple[tuple[float, float], float, float]:
 class OnlineLoop:
     """One online run in a run folder, driving the parts it is given."""
 
-    def __init__(
-        self,
-        cfg: RunConfig,
-        folder: RunFolder,
-        parts: RunParts,
-        *,
-        stop: StopRequest | None = None,
-        log: Callable[[str], None] = print,
-    ) -> None:
+    def __init__(self, cfg: RunConfig, folder: RunFolder, parts: RunParts, *,
+                 stop: StopRequest | None = None, log: Callable[[str], None] = print) -> None:
         self.cfg = cfg
         self.folder = folder
         self.device = parts.device
         self.learner: Learner = parts.learner
         self.feed = parts.feed
+        self.vec_env: env.MovingMNISTVectorEnv | None = parts.feed.vec_env  # None: stored data
         self.recorder: Recorder = parts.recorder
         self.evaluator: CurveEvaluator = parts.evaluator
         self.stop = stop or StopRequest(folder.pause)
@@ -201,11 +180,10 @@ class OnlineLoop:
         self.switch_at = {sw.step: sw for sw in cfg.schedule.switches or ()}
         self.phase_starts = sorted(self.switch_at)
         self.records = RunRecords(cfg.schedule.rolling_window, cfg.first_switch)
-        self.physics = self.physics_at(0)
+        self.physics = self.cfg.physics_at(0)
         self.pending: list[StepMetrics] = []
         self.pending_physics: list[env.PhysicsParams] = []
-        self.best = math.inf
-        self.best_step = -1
+        self.best, self.best_step = math.inf, -1  # the lowest D_shift^n yet, and its step
         self.elapsed = 0.0  # wall seconds of earlier sessions (resume)
         self.saved_step: int | None = None  # the step latest.pt holds (None: none written yet)
         self.evals: list[EvalRecord] = []
@@ -220,16 +198,9 @@ class OnlineLoop:
         self.view: dict[str, Any] = {}
 
     @classmethod
-    def open(
-        cls,
-        cfg: RunConfig,
-        folder: RunFolder,
-        *,
-        resume: bool = False,
-        stop: StopRequest | None = None,
-        log: Callable[[str], None] = print,
-        vec_env: Any = None,
-    ) -> OnlineLoop:
+    def open(cls, cfg: RunConfig, folder: RunFolder, *, resume: bool = False,
+             stop: StopRequest | None = None, log: Callable[[str], None] = print,
+             vec_env: Any = None) -> OnlineLoop:
         """Build the parts (``build_run_parts``; ``vec_env``: the worlds protocol's env, given)
         and the loop: a fresh run saves its config, a resume loads ``checkpoints/latest.pt``
         into the same freshly built parts."""
@@ -242,10 +213,6 @@ class OnlineLoop:
         return loop
 
     # -- properties ------------------------------------------------------------------------
-    @property
-    def vec_env(self) -> env.MovingMNISTVectorEnv | None:
-        return self.feed.vec_env
-
     @property
     def gravity(self) -> float:
         return self.physics.gravity
@@ -267,14 +234,10 @@ class OnlineLoop:
         fs = self.cfg.first_switch
         return self.cfg.schedule.after_switch == "memory" and fs is not None and self.step_count >= fs
 
-    def physics_at(self, step: int) -> env.PhysicsParams:
-        """The scheduled physics during step ``step``."""
-        return self.cfg.physics_at(step)
-
     def shift_tag(self, physics: env.PhysicsParams) -> int:
         """0 in the base world's physics, else 1 (compared as acceleration, restitution and
         friction: zero gravity in any direction is the same world)."""
-        return int(_dynamics(physics) != _dynamics(self.physics_at(-1)))
+        return int(_dynamics(physics) != _dynamics(self.cfg.physics_at(-1)))
 
     # -- one step --------------------------------------------------------------------------
     def step(self) -> StepResult:
@@ -293,7 +256,7 @@ class OnlineLoop:
         """The switch that falls on this step, if any (from the next frame on)."""
         s = self.step_count
         if s in self.switch_at:
-            self.enter(self.physics_at(s))
+            self.enter(self.cfg.physics_at(s))
             if self.frozen:
                 self.learner.freeze_weights()
 
@@ -301,12 +264,12 @@ class OnlineLoop:
         """A step's second half, once the learner has updated on ``batch`` with ``metrics``:
         recording, evaluation and checkpoint that fall on it."""
         s = self.step_count - 1
-        switched = s in self.switch_at
         self.pending.append(metrics)
         self.pending_physics.append(self.physics)
         if self.cfg.output.record_frames and s % self.cfg.output.record_frames == 0:
             self._record_frames(s, batch)
-        result = StepResult(step=s + 1, metrics=metrics, physics=self.physics, switched=switched)
+        result = StepResult(step=s + 1, metrics=metrics, physics=self.physics,
+                            switched=s in self.switch_at)
         due = self.cadence.due(s + 1)
         if due.flush:
             result.block = self.flush()
@@ -333,9 +296,7 @@ class OnlineLoop:
         if not self.pending:
             return {}
         block = columns(self.pending)
-        n = len(self.pending)
-        first = self.step_count - n
-        steps = np.arange(first, first + n, dtype=np.int64)
+        steps = np.arange(self.step_count - len(self.pending), self.step_count, dtype=np.int64)
         # Before the worlds protocol's switch each stream has its own world: NaN (no one world).
         fs = self.cfg.first_switch
         many = self.cfg.protocol.many_worlds & (steps < (fs if fs is not None else np.iinfo(np.int64).max))
@@ -371,11 +332,7 @@ class OnlineLoop:
         least best_min_sigma) is saved as best.pt."""
         self.sync_learner()
         rec = self.evaluator(self.learner)
-        self.recorder.append_eval(
-            rec.step, rec.ns, rec.d_shift, rec.d_shift_per_h, rec.d_base, rec.d_base_per_h,
-            rec.sigma_embed, rec.excluded, rec.horizons,
-            sigma_z=rec.sigma_z, sigma_target=rec.sigma_target,
-        )  # fmt: skip
+        self.recorder.append_eval(**vars(rec))
         self.evals.append(rec.as_recorded())  # what a resume reads back (EvalRecord.rows)
         head = rec.d(self.cfg.schedule.headline_n)
         guard = self.cfg.schedule.best_min_sigma or 0.0  # the collapse guard (resolved by the config)
@@ -393,16 +350,10 @@ class OnlineLoop:
         self.saved_step = self.step_count
 
     def _save(self, path: Any) -> None:
-        extra = {
-            "run_step": self.step_count,
-            "best": self.best,
-            "best_step": self.best_step,
-            "elapsed": self.wall_time,
-            "gravity": self.gravity,
-            "physics": self.physics.as_dict(),
-            "frozen": self.frozen,
-            "view": self.view_state(),
-        }
+        extra = {"run_step": self.step_count, "best": self.best, "best_step": self.best_step,
+                 "elapsed": self.wall_time, "gravity": self.gravity,
+                 "physics": self.physics.as_dict(), "frozen": self.frozen,
+                 "view": self.view_state()}
         save_checkpoint(path, self.learner, source=self.feed, extra=extra)
 
     # -- resume ----------------------------------------------------------------------------
@@ -416,7 +367,7 @@ class OnlineLoop:
             saved = payload.get("extra")
             s = int(saved.get("run_step", 0)) if isinstance(saved, dict) else 0
             if s:
-                self.enter(self.physics_at(s - 1))
+                self.enter(self.cfg.physics_at(s - 1))
             extra = apply_checkpoint(payload, latest, learner=self.learner, source=self.feed)
         except CheckpointError as err:
             raise CliError(f"cannot resume: {err}") from None
@@ -425,8 +376,7 @@ class OnlineLoop:
             self.recorder.truncate(s)
         except RecorderError as err:
             raise CliError(f"cannot resume {self.folder.root}: {err}") from None
-        self.best = float(extra.get("best", math.inf))
-        self.best_step = int(extra.get("best_step", -1))
+        self.best, self.best_step = float(extra.get("best", math.inf)), int(extra.get("best_step", -1))
         self.elapsed = float(extra.get("elapsed", 0.0))
         self.view = extra["view"] if isinstance(extra.get("view"), dict) else {}
         self.saved_step = s

@@ -67,10 +67,6 @@ def build_run_parts(cfg: RunConfig, folder: RunFolder, vec_env: Any = None) -> R
     ``vec_env``: the worlds protocol's env, given (``Worlds.feed``)."""
     device = resolve_device(cfg.device)
     store = cfg.protocol.open_store()
-    return RunParts(
-        device=device,
-        learner=make_learner(cfg, device),
-        feed=cfg.protocol.feed(cfg, device, store, vec_env),
-        recorder=Recorder(folder),
-        evaluator=cfg.protocol.evaluator(cfg, store),
-    )
+    return RunParts(device=device, learner=make_learner(cfg, device),
+                    feed=cfg.protocol.feed(cfg, device, store, vec_env), recorder=Recorder(folder),
+                    evaluator=cfg.protocol.evaluator(cfg, store))

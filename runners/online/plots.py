@@ -12,29 +12,32 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
+from matplotlib.axes import Axes
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
+from agent import tracks
+from runners.cli import writing
+from runners.online.config import RunConfig, flat
+from runners.online.recorder import Recorder
+from runners.online.rundir import RunFolder
+from runners.online.switch import Switch, switches_from_json
+from runners.style import pyplot
 
-from agent import tracks  # noqa: E402
-from runners.cli import writing  # noqa: E402
-from runners.online.config import RunConfig, flat  # noqa: E402
-from runners.online.recorder import Recorder  # noqa: E402
-from runners.online.rundir import RunFolder  # noqa: E402
-from runners.online.switch import Switch, switches_from_json  # noqa: E402
-
+plt = pyplot()
 DPI = 90
 PHASE_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")
+
+
+def phase_spans(starts: Sequence[int], n: int) -> list[tuple[int, int]]:
+    """The steps ``[a, b)`` of each phase of a run of ``n`` steps (``starts``: the switches)."""
+    edges = [0, *[s for s in starts if 0 < s < n], n]
+    return list(zip(edges[:-1], edges[1:], strict=True))
 
 
 def rolling_by_phase(values: np.ndarray, window: int, starts: Sequence[int]) -> np.ndarray:
     """Trailing mean over ``window`` steps that restarts at every phase start (NaNs skipped)."""
     out = np.full(values.shape, np.nan, dtype=np.float64)
-    bounds = [0, *[s for s in starts if 0 < s < len(values)], len(values)]
-    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+    for a, b in phase_spans(starts, len(values)):
         seg = values[a:b].astype(np.float64)
         ok = np.isfinite(seg)
         c = np.concatenate([[0.0], np.cumsum(np.where(ok, seg, 0.0))])
@@ -47,22 +50,22 @@ def rolling_by_phase(values: np.ndarray, window: int, starts: Sequence[int]) -> 
     return out
 
 
-def _switch_lines(ax: Axes, switches: Sequence[Switch], after: str, label: bool) -> None:
+def _over_steps(ax: Axes, cfg: dict[str, Any], title: str, ylabel: str,
+                legend: str | None = None, fontsize: int = 8) -> None:
+    """A panel over the steps of the run: its labels, title and legend (at ``legend``), and the
+    switches as annotated vertical lines."""
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, pad=14)
+    switches: Sequence[Switch] = cfg.get("switches") or []
     for i, sw in enumerate(switches):
         ax.axvline(sw.step, color="k", ls="--", lw=1.0, alpha=0.7)
-        if label:
-            mode = f", {after} mode" if i == 0 else ""
-            ax.annotate(
-                f"{sw.label()}{mode}",
-                xy=(sw.step, 1.0),
-                xycoords=("data", "axes fraction"),
-                xytext=(0, 2),
-                textcoords="offset points",
-                fontsize=8,
-                ha="center",
-                va="bottom",
-                color="0.25",
-            )
+        mode = f", {cfg.get('after_switch', '')} mode" if i == 0 else ""
+        ax.annotate(f"{sw.label()}{mode}", xy=(sw.step, 1.0), xycoords=("data", "axes fraction"),
+                    xytext=(0, 2), textcoords="offset points", fontsize=8, ha="center",
+                    va="bottom", color="0.25")
+    if legend:
+        ax.legend(loc=legend, fontsize=fontsize)
 
 
 def _finish(fig: plt.Figure, path: Path) -> Path:
@@ -87,6 +90,12 @@ def _load(run_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[st
     return cfg, rec.read_metrics(), rec.read_eval()
 
 
+def _first_switch(m: dict[str, np.ndarray], cfg: dict[str, Any]) -> int | None:
+    """The step of the first switch, where the run recorded the stream error after it."""
+    switches, e = cfg.get("switches") or [], m.get("stream/norm_error")
+    return switches[0].step if switches and e is not None and switches[0].step < len(e) else None
+
+
 def _phase_starts(cfg: dict[str, Any]) -> list[int]:
     return [sw.step for sw in cfg.get("switches") or []]
 
@@ -106,17 +115,14 @@ def plot_surprisal(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -> N
         if len(ev):
             ax.plot(ev, np.zeros(len(ev)), "|", color="#d62728", ms=12, mew=1.0,
                     label=f"boundary event ({len(ev)})", clip_on=False)
-    ax.set_xlabel("step")
-    ax.set_ylabel("surprisal (latent error)")
     ok = s[min(len(s) // 10, 100):]
     if np.isfinite(ok).any():
         hi = np.nanmax(ok)
         if thr is not None:
             hi = max(hi, np.nanmax(thr[min(len(s) // 10, 100):]))
         ax.set_ylim(0, float(hi) * 1.15)
-    ax.set_title("Surprisal, detector threshold and boundary events", pad=14)
-    _switch_lines(ax, cfg.get("switches") or [], cfg.get("after_switch", ""), True)
-    ax.legend(loc="upper right", fontsize=8)
+    _over_steps(ax, cfg, "Surprisal, detector threshold and boundary events",
+                "surprisal (latent error)", "upper right")
 
 
 def plot_stream_error(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -> None:
@@ -128,21 +134,17 @@ def plot_stream_error(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -
     w = int(cfg.get("rolling_window", 100))
     roll = rolling_by_phase(e, w, starts)
     ax.plot(step, e, lw=0.4, color="0.75", label="per step")
-    bounds = [0, *[s for s in starts if 0 < s < len(step)], len(step)]
     run: RunConfig = cfg["run"]
-    for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+    for i, (a, b) in enumerate(phase_spans(starts, len(step))):
         ax.plot(step[a:b], roll[a:b], lw=1.6, color=PHASE_COLORS[i % len(PHASE_COLORS)],
                 label=f"rolling mean ({w} steps), {run.phase_label(a)}")
     ax.axhline(1.0, color="k", lw=0.8, ls=":", label='1.0 = "no change"')
-    ax.set_xlabel("step")
-    ax.set_ylabel("normalised error on the stream")
-    ax.set_title("Rolling stream error per phase (lower is better)", pad=14)
     # Ignore the first window of the run (random init) when choosing the y range.
     tail = roll[min(2 * w, len(roll) // 4):]  # the window that still holds the first steps too
     top = np.nanmax(tail) if np.isfinite(tail).any() else 1.5
     ax.set_ylim(0, max(1.2, float(top) * 1.15))
-    _switch_lines(ax, cfg.get("switches") or [], cfg.get("after_switch", ""), True)
-    ax.legend(loc="lower left", fontsize=8)
+    _over_steps(ax, cfg, "Rolling stream error per phase (lower is better)",
+                "normalised error on the stream", "lower left")
 
 
 def plot_after_switch(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -> None:
@@ -150,10 +152,8 @@ def plot_after_switch(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -
     mean, the summary's bins), against the error just before it, and the memory per stream."""
     from runners.online.summary import since_switch
 
-    switches = switches_from_json(cfg.get("switches") or [])
-    e = m.get("stream/norm_error")
-    fs = switches[0].step if switches else None
-    if e is None or fs is None or fs >= len(e):
+    e, fs = m.get("stream/norm_error"), _first_switch(m, cfg)
+    if e is None or fs is None:
         ax.text(0.5, 0.5, "no switch in this run", ha="center", transform=ax.transAxes)
         return
     after = e[fs:].astype(np.float64)
@@ -175,7 +175,7 @@ def plot_after_switch(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -
     ax.set_xlabel("steps since the switch (symlog)")
     ax.set_ylabel("normalised error on the stream")
     frozen = ", weights frozen" if cfg.get("after_switch") == "memory" else ""
-    ax.set_title(f"After the switch ({switches[0].label()}{frozen})", pad=14)
+    ax.set_title(f"After the switch ({cfg['switches'][0].label()}{frozen})", pad=14)
     finite = after[np.isfinite(after)]
     if finite.size:
         lo, hi = np.quantile(finite, [0.02, 0.98])
@@ -198,19 +198,14 @@ def plot_d_curves(ax: Axes, ev: dict[str, np.ndarray], cfg: dict[str, Any]) -> N
         return
     step, (shift, mem, base) = ev["step"], cfg["run"].protocol.names
     head = int(cfg.get("headline_n", 50))
-    for j, n in enumerate(ev["ns"]):
-        lw, alpha = (2.0, 1.0) if int(n) == head else (1.0, 0.6)
-        what = f"{shift}, {int(n)} {mem}"
+    for j, n in enumerate(map(int, ev["ns"])):
+        lw, alpha = (2.0, 1.0) if n == head else (1.0, 0.6)
         ax.plot(step, ev["d_shift"][:, j], "o-", ms=3, lw=lw, alpha=alpha,
-                label=f"D_shift^{int(n)} ({what})")
-    ax.plot(step, ev["d_base"], "s-", ms=3, color="k", lw=1.5,
-            label=f"D_base ({base})")
+                label=f"D_shift^{n} ({shift}, {n} {mem})")
+    ax.plot(step, ev["d_base"], "s-", ms=3, color="k", lw=1.5, label=f"D_base ({base})")
     ax.axhline(1.0, color="k", lw=0.8, ls=":", label='1.0 = "no change"')
-    ax.set_xlabel("step")
-    ax.set_ylabel("normalised prediction error D")
-    ax.set_title("D_shift and D_base over training (lower is better)", pad=14)
-    _switch_lines(ax, cfg.get("switches") or [], cfg.get("after_switch", ""), True)
-    ax.legend(loc="best", fontsize=7)
+    _over_steps(ax, cfg, "D_shift and D_base over training (lower is better)",
+                "normalised prediction error D", "best", 7)
 
 
 MEMORY_STYLES = {"own": ("-", "o"), "same": ("--", "s"), "wrong": (":", "x")}
@@ -253,12 +248,9 @@ def plot_sigma(ax: Axes, ev: dict[str, np.ndarray], cfg: dict[str, Any]) -> None
     for key, label, color in SIGMA_LINES:
         if key in ev:
             ax.plot(ev["step"], ev[key], "o-", ms=3, color=color, label=label)
-    ax.set_xlabel("step")
-    ax.set_ylabel("mean per-dim std across samples")
-    ax.set_title("Spread of predictions and latents (collapse -> 0)", pad=14)
     ax.set_ylim(bottom=0)
-    ax.legend(loc="best", fontsize=7)
-    _switch_lines(ax, cfg.get("switches") or [], cfg.get("after_switch", ""), True)
+    _over_steps(ax, cfg, "Spread of predictions and latents (collapse -> 0)",
+                "mean per-dim std across samples", "best", 7)
 
 
 def plot_buffer(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -> None:
@@ -271,9 +263,9 @@ def plot_buffer(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -> None
     ax.plot(step, size, color="#1f77b4", lw=1.5, label="buffer size")
     if cap:
         ax.axhline(cap, color="#1f77b4", ls=":", lw=0.8, label=f"capacity {cap}")
-    ax.set_xlabel("step")
-    ax.set_ylabel("entries in the experience buffer", color="#1f77b4")
-    ax.set_title("Experience buffer: fill and share of shift-world entries", pad=14)
+    _over_steps(ax, cfg, "Experience buffer: fill and share of shift-world entries",
+                "entries in the experience buffer")
+    ax.yaxis.label.set_color("#1f77b4")
     if share is not None:
         ax2 = ax.twinx()
         ax2.plot(step, share, color="#d62728", lw=1.5, label="shift-world share")
@@ -282,7 +274,6 @@ def plot_buffer(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -> None
         h1, l1 = ax.get_legend_handles_labels()
         h2, l2 = ax2.get_legend_handles_labels()
         ax.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)
-    _switch_lines(ax, cfg.get("switches") or [], cfg.get("after_switch", ""), True)
 
 
 def plot_delta(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -> None:
@@ -290,12 +281,10 @@ def plot_delta(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -> None:
     if d is None:
         return
     ax.plot(m["step"], d, lw=0.8, color="#2ca02c")
-    ax.set_xlabel("step")
     track = cfg.get("track", "C")
     what = tracks.track(track).generates
-    ax.set_ylabel(f"mean |{what}|")
-    ax.set_title(f"Track {track}: size of the experience-generated modulation ({what})", pad=14)
-    _switch_lines(ax, cfg.get("switches") or [], cfg.get("after_switch", ""), True)
+    _over_steps(ax, cfg, f"Track {track}: size of the experience-generated modulation ({what})",
+                f"mean |{what}|")
 
 
 def plot_losses(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -> None:
@@ -303,11 +292,8 @@ def plot_losses(ax: Axes, m: dict[str, np.ndarray], cfg: dict[str, Any]) -> None
         if k in m:
             ax.plot(m["step"], m[k], lw=0.6, color=c, label=k)
     ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss (log scale)")
-    ax.set_title("Training losses (flat after the switch in memory mode: weights frozen)", pad=14)
-    _switch_lines(ax, cfg.get("switches") or [], cfg.get("after_switch", ""), True)
-    ax.legend(loc="upper right", fontsize=8)
+    _over_steps(ax, cfg, "Training losses (flat after the switch in memory mode: weights frozen)",
+                "loss (log scale)", "upper right")
 
 
 def make_figures(run_dir: str | Path) -> list[Path]:
@@ -315,14 +301,13 @@ def make_figures(run_dir: str | Path) -> list[Path]:
     the story (the stream error, after the switch, D over training, the surprisal and the
     boundary events, D^n over memory on held-out worlds, the buffer), and a figure each for
     what it leaves out (``sigma_embed``, ``losses``, ``lora_delta``); the paths written."""
-    run_dir = Path(run_dir)
-    cfg, m, ev = _load(run_dir)
-    out = RunFolder(run_dir).figures
+    folder = RunFolder(run_dir)
+    cfg, m, ev = _load(folder.root)
+    out = folder.figures
     out.mkdir(parents=True, exist_ok=True)
     if len(m["step"]) == 0:
         return []
-    curve_file = RunFolder.curve_path(RunFolder(run_dir).latest)
-    rep = RunFolder(run_dir).read_json(curve_file) if curve_file.exists() else None
+    rep = folder.read_json(RunFolder.curve_path(folder.latest))  # None: none written
     protocol = cfg["run"].protocol
     worlds_rep = rep if rep and protocol.many_worlds else None
     panels: list[tuple[Any, dict[str, Any]]] = [(plot_stream_error, m)]
@@ -340,11 +325,8 @@ def make_figures(run_dir: str | Path) -> list[Path]:
         ax.set_visible(False)
     sw = ", ".join(f"{s.label()} at step {s.step}" for s in cfg.get("switches") or []) or "no switch"
     where = f"{protocol.where()}, then " if protocol.many_worlds else f"{protocol.where()}: "
-    fig.suptitle(
-        f"Track {cfg.get('track')} ({cfg.get('preset')} preset, {where}"
-        f"{sw}, {cfg.get('after_switch')} mode after the switch",
-        fontsize=11,
-    )
+    fig.suptitle(f"Track {cfg.get('track')} ({cfg.get('preset')} preset, {where}{sw}, "
+                 f"{cfg.get('after_switch')} mode after the switch", fontsize=11)
     written = [_finish(fig, out / "overview.png")]
     singles = [("sigma_embed.png", plot_sigma, ev), ("losses.png", plot_losses, m)]
     delta = m.get("mod/delta_abs")
@@ -367,12 +349,10 @@ MEMORY_LABELS = {"own": "own memory", "same": "peer memory (other sequences of t
 def _after_switch_error(run: RunFolder, window: int = 50) -> tuple[np.ndarray, np.ndarray]:
     """(steps since the first switch, rolling mean of the stream error) of one run."""
     cfg, m, _ = _load(run.root)
-    switches = cfg.get("switches") or []
-    e = m.get("stream/norm_error")
-    if not switches or e is None or switches[0].step >= len(e):
+    fs = _first_switch(m, cfg)
+    if fs is None:
         return np.zeros(0), np.zeros(0)
-    fs = switches[0].step
-    after = np.asarray(e[fs:], np.float64)
+    after = np.asarray(m["stream/norm_error"][fs:], np.float64)
     rolling = rolling_by_phase(after, window, [])
     rolling[~np.isfinite(after)] = np.nan  # no window valid yet (a new episode): nothing to show
     return np.arange(len(after)), rolling
@@ -384,12 +364,10 @@ def bounds_figure(main: RunFolder, s: dict[str, Any], runs: dict[str, RunFolder]
     over n for each memory source, between the floor's and the ceiling's (pooled families)."""
     b = s["bounds"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.6))
-    x, y = _after_switch_error(main)
-    left.plot(x, y, lw=1.6, color=PHASE_COLORS[1], label=f"track {b['track']}")
-    for name, run in runs.items():
-        color, label = BOUND_STYLES[name]
-        x, y = _after_switch_error(run)
-        left.plot(x, y, lw=1.4, color=color, label=label)
+    lines = [(main, PHASE_COLORS[1], f"track {b['track']}", 1.6),
+             *((run, *BOUND_STYLES[name], 1.4) for name, run in runs.items())]
+    for run, color, label, lw in lines:
+        left.plot(*_after_switch_error(run), lw=lw, color=color, label=label)
     left.set_xscale("symlog", linthresh=10.0)
     left.set_xlabel("steps since the switch (symlog)")
     left.set_ylabel("normalised error on the stream (rolling mean, 50 steps)")

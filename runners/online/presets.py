@@ -17,7 +17,7 @@ class RunPreset:
     """A run preset: its learner's size and values, and its schedule."""
 
     size: str
-    """The learner's size (``agent.AgentConfig.from_preset``): "tiny" or "paper"."""
+    """The learner's size (``agent.AgentConfig.of_size``): "tiny" or "paper"."""
     agent: dict[str, Any] = field(default_factory=dict)
     """The learner's values on top of its size, under either protocol."""
     protocols: dict[str, dict[str, Any]] = field(default_factory=dict)

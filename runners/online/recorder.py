@@ -65,6 +65,12 @@ _REQUIRED = {
 
 #: The spreads an evaluation records (docs/definitions.md#sigma_embed).
 _SIGMAS = ("sigma_embed", "sigma_z", "sigma_target")
+#: The evaluation's columns in the order they are appended: (name, dtype, a row's dimensions
+#: beside the evaluations': ``n`` the memory sizes, ``k`` the horizons).
+_EVAL_COLUMNS = (("d_shift", "float32", "n"), ("d_shift_per_h", "float32", "nk"),
+                 ("d_base", "float32", ""), ("d_base_per_h", "float32", "k"),
+                 *((name, "float32", "") for name in _SIGMAS), ("excluded", "int64", ""),
+                 ("step", "int64", ""))
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -107,9 +113,8 @@ async def _append_all(columns: list[tuple[Any, np.ndarray]]) -> None:
 class Recorder:
     """Appends metrics, evaluations and frames of one run to ``<run_dir>/run.zarr``."""
 
-    def __init__(
-        self, run_dir: str | Path | RunFolder, *, create: bool = True, read_only: bool = False
-    ) -> None:
+    def __init__(self, run_dir: str | Path | RunFolder, *, create: bool = True,
+                 read_only: bool = False) -> None:
         folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder(run_dir)
         self.path = folder.store
         if (read_only or not create) and not self.path.exists():
@@ -137,9 +142,8 @@ class Recorder:
         else:
             self.metrics = self.root.require_group("metrics")
             self.eval = self.root.require_group("eval")
-        self._frames: zarr.Group | None = (
-            self.root["frames"] if "frames" in self.root else None  # type: ignore[assignment]
-        )
+        frames: Any = self.root["frames"] if "frames" in self.root else None
+        self._frames: zarr.Group | None = frames
         if not read_only and "step" not in self.metrics:
             self.metrics.create_array("step", shape=(0,), chunks=(METRIC_CHUNK,), dtype="int64")
             self.metrics.attrs["names"] = []
@@ -203,16 +207,12 @@ class Recorder:
                 except Exception:
                     bad = where / arr.metadata.encode_chunk_key((i,) + (0,) * (arr.ndim - 1))
                     break
-            raise DamagedStoreError(
-                f"{bad}: damaged chunk file, cannot be decoded ({type(err).__name__}: {err})"
-            ) from None
+            raise DamagedStoreError(f"{bad}: damaged chunk file, cannot be decoded "
+                                    f"({type(err).__name__}: {err})") from None
 
     def _check_steps(self, name: str, steps: np.ndarray, consecutive: bool) -> None:
-        ok = (
-            np.array_equal(steps, np.arange(len(steps)))
-            if consecutive
-            else bool(np.all(np.diff(steps) > 0) and (len(steps) == 0 or steps[0] >= 0))
-        )
+        ok = (np.array_equal(steps, np.arange(len(steps))) if consecutive
+              else bool(np.all(np.diff(steps) > 0) and (len(steps) == 0 or steps[0] >= 0)))
         if not ok:
             what = "0, 1, 2, ..." if consecutive else "increasing"
             raise DamagedStoreError(f"{self.path / name / 'step'}: not {what} (damaged run store)")
@@ -249,12 +249,9 @@ class Recorder:
             )
         names = self.metric_names
         new = [k for k in values if k not in names]
-        for k in new:
-            # A metric that appears late (or a new name) starts with NaN for earlier steps.
-            arr = self.metrics.create_array(
-                k, shape=(expected,), chunks=(METRIC_CHUNK,), dtype="float32", fill_value=np.nan
-            )
-            del arr
+        for k in new:  # a metric that appears late (or a new name): NaN for earlier steps
+            self.metrics.create_array(k, shape=(expected,), chunks=(METRIC_CHUNK,),
+                                      dtype="float32", fill_value=np.nan)
         if new:
             names = names + new
             self.metrics.attrs["names"] = names
@@ -282,41 +279,23 @@ class Recorder:
 
     # -- evaluations -------------------------------------------------------------------------
     @_writes
-    def append_eval(
-        self,
-        step: int,
-        ns: Sequence[int],
-        d_shift: Sequence[float],
-        d_shift_per_h: Sequence[Sequence[float]],
-        d_base: float,
-        d_base_per_h: Sequence[float],
-        sigma_embed: float,
-        excluded: int,
-        horizons: Sequence[int],
-        *,
-        sigma_z: float,
-        sigma_target: float,
-    ) -> None:
+    def append_eval(self, step: int, ns: Sequence[int], d_shift: Sequence[float],
+                    d_shift_per_h: Sequence[Sequence[float]], d_base: float,
+                    d_base_per_h: Sequence[float], sigma_embed: float, excluded: int,
+                    horizons: Sequence[int], *, sigma_z: float, sigma_target: float) -> None:
         """One row per evaluation; ``d_shift[i]`` is D_shift^{ns[i]}; ``sigma_z`` and
         ``sigma_target`` the spread of the input frames' online and EMA target latents."""
         ns = [int(n) for n in ns]
-        k = len(horizons)
+        dims = {"n": len(ns), "k": len(horizons)}
+        values = {"d_shift": d_shift, "d_shift_per_h": d_shift_per_h, "d_base": d_base,
+                  "d_base_per_h": d_base_per_h, "sigma_embed": sigma_embed, "sigma_z": sigma_z,
+                  "sigma_target": sigma_target, "excluded": excluded, "step": step}
         if "step" not in self.eval:
             self.eval.attrs["ns"] = ns
             self.eval.attrs["horizons"] = [int(h) for h in horizons]
-            for name, shape, dtype in (
-                ("d_shift", (0, len(ns)), "float32"),
-                ("d_shift_per_h", (0, len(ns), k), "float32"),
-                ("d_base", (0,), "float32"),
-                ("d_base_per_h", (0, k), "float32"),
-                ("sigma_embed", (0,), "float32"),
-                ("sigma_z", (0,), "float32"),
-                ("sigma_target", (0,), "float32"),
-                ("excluded", (0,), "int64"),
-                ("step", (0,), "int64"),
-            ):
-                chunks = (256,) + shape[1:]
-                self.eval.create_array(name, shape=shape, chunks=chunks, dtype=dtype)
+            for name, dtype, row in _EVAL_COLUMNS:
+                shape = tuple(dims[d] for d in row)
+                self.eval.create_array(name, shape=(0, *shape), chunks=(256, *shape), dtype=dtype)
         elif list(self.eval.attrs["ns"]) != ns:
             raise RecorderError(f"evaluation memory sizes changed: {self.eval.attrs['ns']} -> {ns}")
         rows = self.n_evals
@@ -324,21 +303,10 @@ class Recorder:
             if name not in self.eval:
                 self.eval.create_array(name, shape=(rows,), chunks=(256,), dtype="float32",
                                        fill_value=np.nan)  # fmt: skip
-        for name in ("d_shift", "d_shift_per_h", "d_base", "d_base_per_h", *_SIGMAS):
-            self.eval[name].resize((rows,) + self.eval[name].shape[1:])  # type: ignore[union-attr]
-        self.eval["d_shift"].append(np.asarray([d_shift], np.float32))  # type: ignore[union-attr]
-        self.eval["d_shift_per_h"].append(  # type: ignore[union-attr]
-            np.asarray([d_shift_per_h], np.float32).reshape(1, len(ns), k)
-        )
-        self.eval["d_base"].append(np.asarray([d_base], np.float32))  # type: ignore[union-attr]
-        self.eval["d_base_per_h"].append(  # type: ignore[union-attr]
-            np.asarray([d_base_per_h], np.float32).reshape(1, k)
-        )
-        for name, value in zip(_SIGMAS, (sigma_embed, sigma_z, sigma_target), strict=True):
-            self.eval[name].append(np.asarray([value], np.float32))  # type: ignore[union-attr]
-        self.eval["excluded"].resize((rows,))  # type: ignore[union-attr]
-        self.eval["excluded"].append(np.asarray([excluded], np.int64))  # type: ignore[union-attr]
-        self.eval["step"].append(np.asarray([step], np.int64))  # type: ignore[union-attr]
+        for name, dtype, row in _EVAL_COLUMNS:  # the step column last: it completes the row
+            arr: Any = self.eval[name]
+            arr.resize((rows,) + arr.shape[1:])  # cut a row an interrupted append left
+            arr.append(np.asarray([values[name]], dtype).reshape(1, *(dims[d] for d in row)))
 
     @property
     def n_evals(self) -> int:
@@ -357,14 +325,9 @@ class Recorder:
 
     # -- frames ------------------------------------------------------------------------------
     @_writes
-    def append_frames(
-        self,
-        step: int,
-        frames: np.ndarray,
-        positions: np.ndarray | None = None,
-        velocities: np.ndarray | None = None,
-        gravity: np.ndarray | None = None,
-    ) -> None:
+    def append_frames(self, step: int, frames: np.ndarray, positions: np.ndarray | None = None,
+                      velocities: np.ndarray | None = None,
+                      gravity: np.ndarray | None = None) -> None:
         """Keep one frame batch ``(B, 1, 64, 64)`` uint8 and its ground truth."""
         frames = np.asarray(frames, np.uint8)
         b = frames.shape[0]
@@ -372,31 +335,26 @@ class Recorder:
             g = self.root.require_group("frames")
             g.create_array("frames", shape=(0, *frames.shape), chunks=(1, *frames.shape), dtype="uint8")
             if positions is not None:
-                p = np.asarray(positions)
-                g.create_array("positions", shape=(0, *p.shape), chunks=(64, *p.shape), dtype="float32")
-                g.create_array("velocities", shape=(0, *p.shape), chunks=(64, *p.shape), dtype="float32")
+                p = np.shape(positions)
+                for name in ("positions", "velocities"):
+                    g.create_array(name, shape=(0, *p), chunks=(64, *p), dtype="float32")
             g.create_array("gravity", shape=(0, b), chunks=(1024, b), dtype="float32")
             g.create_array("step", shape=(0,), chunks=(1024,), dtype="int64")
             self._frames = g
         g = self._frames
         rows = int(g["step"].shape[0])
-        for name in ("frames", "positions", "velocities", "gravity"):
-            if name in g:
-                g[name].resize((rows,) + g[name].shape[1:])  # type: ignore[union-attr]
-        g["frames"].append(frames[None])  # type: ignore[union-attr]
-        if "positions" in g:
-            pos = np.full(g["positions"].shape[1:], np.nan, np.float32)  # type: ignore[union-attr]
-            vel = np.full_like(pos, np.nan)
-            if positions is not None:
-                pos = np.asarray(positions, np.float32)
-            if velocities is not None:
-                vel = np.asarray(velocities, np.float32)
-            g["positions"].append(pos[None])  # type: ignore[union-attr]
-            g["velocities"].append(vel[None])  # type: ignore[union-attr]
-        grav = np.full(b, np.nan, np.float32) if gravity is None else np.broadcast_to(
-            np.asarray(gravity, np.float32), (b,)
-        )
-        g["gravity"].append(np.asarray(grav)[None])  # type: ignore[union-attr]
+        truth = {"positions": positions, "velocities": velocities}
+        columns: dict[str, Any] = {
+            "frames": frames,
+            **{k: np.full(g[k].shape[1:], np.nan) if v is None else v  # type: ignore[union-attr]
+               for k, v in truth.items() if k in g},
+            "gravity": np.full(b, np.nan) if gravity is None else np.broadcast_to(
+                np.asarray(gravity, np.float32), (b,)),
+        }
+        for name, value in columns.items():
+            arr: Any = g[name]
+            arr.resize((rows,) + arr.shape[1:])
+            arr.append(np.asarray(value, arr.dtype)[None])
         g["step"].append(np.asarray([step], np.int64))  # type: ignore[union-attr]
 
     @property

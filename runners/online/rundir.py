@@ -44,25 +44,19 @@ class RunFolder:
     """The files of one run folder (paths only; nothing is created until asked)."""
 
     CONFIG = "config.json"
-    STORE = "run.zarr"
-    CHECKPOINTS = "checkpoints"
-    FIGURES = "figures"
-    SUMMARY_JSON = "summary.json"
-    SUMMARY_MD = "summary.md"
-    PAUSE = "PAUSE"
     LOCK = ".lock"
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.config = self.root / self.CONFIG
-        self.store = self.root / self.STORE
-        self.checkpoints = self.root / self.CHECKPOINTS
+        self.store = self.root / "run.zarr"
+        self.checkpoints = self.root / "checkpoints"
         self.latest = self.checkpoint("latest")
         self.best = self.checkpoint("best")
-        self.figures = self.root / self.FIGURES
-        self.summary_json = self.root / self.SUMMARY_JSON
-        self.summary_md = self.root / self.SUMMARY_MD
-        self.pause = self.root / self.PAUSE
+        self.figures = self.root / "figures"
+        self.summary_json = self.root / "summary.json"
+        self.summary_md = self.root / "summary.md"
+        self.pause = self.root / "PAUSE"
         self._lock: FileLock | None = None
 
     def __repr__(self) -> str:
@@ -187,27 +181,20 @@ def new_folder(out: str | Path, name: str | None, default: str, what: str = "run
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise CliError(f"cannot create --out {out}: {err.strerror or err}") from None
-    if name is not None:
-        root = out / name
-        try:
-            root.mkdir()
-        except FileExistsError:
-            raise CliError(
-                f"{what} {root} already exists: continue it with --resume {root}, "
-                f"or choose another --name"
-            ) from None
-        except OSError as err:
-            raise CliError(f"cannot create {what} {root}: {err.strerror or err}") from None
-        return root
-    for i in range(1000):
-        root = out / (default if i == 0 else f"{default}-{i}")
+    names = [name] if name is not None else [default, *(f"{default}-{i}" for i in range(1, 1000))]
+    for candidate in names:
+        root = out / candidate
         try:
             root.mkdir()
             return root
         except FileExistsError:
-            continue
+            if name is None:
+                continue
+            raise CliError(f"{what} {root} already exists: continue it with --resume {root}, "
+                           f"or choose another --name") from None
         except OSError as err:
-            raise CliError(f"cannot create a {what} under {out}: {err.strerror or err}") from None
+            where = f"{what} {root}" if name is not None else f"a {what} under {out}"
+            raise CliError(f"cannot create {where}: {err.strerror or err}") from None
     raise CliError(f"cannot find a free {what} name under {out}")  # pragma: no cover
 
 
@@ -230,10 +217,8 @@ def existing_run_folder(path: str | Path, option: str = "--resume") -> RunFolder
     folder.hold()
     if not folder.latest.exists():
         folder.release()
-        raise CliError(
-            f"{option} {root}: no checkpoint yet ({RunFolder.CHECKPOINTS}/latest.pt is missing); "
-            f"the run stopped before its first checkpoint, start it again"
-        )
+        raise CliError(f"{option} {root}: no checkpoint yet (checkpoints/latest.pt is missing); "
+                       "the run stopped before its first checkpoint, start it again")
     folder.make()
     return folder
 

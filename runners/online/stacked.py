@@ -95,10 +95,8 @@ class StackedLoops:
         return results
 
 
-def open_stacked(
-    cfgs: Sequence[RunConfig], folders: Sequence[RunFolder], *, resume: bool,
-    stop: StopRequest | None = None, log: Any = print,
-) -> StackedLoops:  # fmt: skip
+def open_stacked(cfgs: Sequence[RunConfig], folders: Sequence[RunFolder], *, resume: bool,
+                 stop: StopRequest | None = None, log: Any = print) -> StackedLoops:
     """The runs of ``cfgs`` in ``folders`` (fresh, or resumed from their checkpoints), their
     worlds the blocks of one shared env, stepped together by one ``StackedLoops``."""
     cfg = cfgs[0]

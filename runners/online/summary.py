@@ -21,6 +21,7 @@ from runners.online.protocols import PROTOCOLS
 from runners.online.rundir import RunFolder
 from runners.online.switch import switches_from_json
 from runners.online.world_sets import family_of
+from runners.style import num
 
 if TYPE_CHECKING:
     from runners.online.loop import RunRecords
@@ -70,9 +71,7 @@ def build_summary(
     n_shift = int(round(size * float(records.last.get("memory/shift_share", 0.0)))) if size else 0
     return {
         "run_dir": str(run_dir), "protocol": cfg.protocol.kind, "track": cfg.agent.track,
-        "preset": cfg.preset,
-        "source": cfg.protocol.source,
-        "seed": cfg.agent.seed, "after_switch": cfg.schedule.after_switch,
+        "preset": cfg.preset, "source": cfg.protocol.source, "seed": cfg.agent.seed, "after_switch": cfg.schedule.after_switch,
         "switches": [sw.to_json() for sw in switches_from_json(cfg.schedule.switches)],
         "switch_world_family": family_of(cfg.shift_physics, cfg.protocol.families())
         if cfg.protocol.many_worlds and fs is not None else None,
@@ -91,11 +90,10 @@ def build_summary(
                          "end": _window_mean(err, steps_done, -win), "window": win,
                          "since_switch": since_switch(err, fs)},
         "stream_valid_frac": _f(np.nanmean(valid)) if valid is not None and steps_done else None,
-        "best": {"d_shift": _f(best[0]) if math.isfinite(best[0]) else None,
+        "best": {"d_shift": _f(best[0]),
                  "step": best[1] if math.isfinite(best[0]) else None,
                  "min_sigma": cfg.schedule.best_min_sigma},
-        "adaptation_curve": final_curve,
-        "held_out": held_out,
+        "adaptation_curve": final_curve, "held_out": held_out,
     }
 
 
@@ -115,10 +113,6 @@ def since_switch(err: np.ndarray | None, fs: int | None) -> list[dict[str, Any]]
     return [{"from": a, "to": b, "mean": _window_mean(after, a, b - a),
              "valid_steps": round(float(np.isfinite(after[a:b]).mean()), 3)}
             for a, b in zip(edges[:-1], edges[1:], strict=True)]
-
-
-def _fmt(x: Any, digits: int = 3) -> str:
-    return "-" if x is None else f"{x:.{digits}f}" if isinstance(x, float) else str(x)
 
 
 # -- the summary's tables: each built once, printed as text and written as Markdown -------------
@@ -223,19 +217,19 @@ def top_table(s: dict[str, Any]) -> Table:
     n, se, buf = s["headline_n"], s["stream_error"], s["buffer"]
     a, e = s["end_of_base"] or {}, s["end"] or {}
     shift, mem, base = PROTOCOLS[s["protocol"]].names
-    end_step = _fmt(e.get("step"))
+    end_step = num(e.get("step"))
     if e.get("step") is not None and e["step"] < s["steps_done"]:  # nothing could change since
         end_step += " (weights frozen since)"
 
     def both(label: str, key: str) -> list[str]:
-        return [label, _fmt(a.get(key)), _fmt(e.get(key))]
+        return [label, num(a.get(key)), num(e.get(key))]
 
-    rows = [["evaluated at step", _fmt(a.get("step")), end_step],
+    rows = [["evaluated at step", num(a.get("step")), end_step],
             both(f"D_base ({base}, 1 = no change)", "d_base"),
             both(f"D_shift^{n} ({shift}, {n} {mem})", f"d_shift_{n}"),
             both(f"D_shift^0 ({shift}, no memory)", "d_shift_0"),
-            [f"rolling stream error ({se['window']} steps)", _fmt(se["end_of_base"]),
-             _fmt(se["end"])],
+            [f"rolling stream error ({se['window']} steps)", num(se["end_of_base"]),
+             num(se["end"])],
             ["boundary events (before / after switch)", str(s["boundary_events_before_switch"]),
              str(s["boundary_events_after_switch"]) if s["switches"] else "-"],
             ["memory per group at the end (switch world / older / capacity)"
@@ -249,9 +243,9 @@ def since_switch_table(s: dict[str, Any]) -> Table | None:
     mean before it (None without a switch)."""
     se, frozen = s["stream_error"], " (weights frozen)" if s["after_switch"] == "memory" else ""
     return Table(f"stream error by steps since the switch{frozen}, against "
-                 f"{_fmt(se['end_of_base'])} before it", ("steps since the switch",),
+                 f"{num(se['end_of_base'])} before it", ("steps since the switch",),
                  [f"{r['from']}-{r['to']}" for r in se["since_switch"]],
-                 [["stream error", *(_fmt(r["mean"]) for r in se["since_switch"])]],
+                 [["stream error", *(num(r["mean"]) for r in se["since_switch"])]],
                  style="inline") if se["since_switch"] else None
 
 
@@ -262,7 +256,7 @@ def curve_table(s: dict[str, Any]) -> Table | None:
     shift, mem, _ = protocol.names
     return Table(f"D_shift^n at the end ({shift}, n {mem})",
                  ("",), [f"n={r['n']}" for r in curve],
-                 [["D_shift^n", *(_fmt(r["d_shift"]) for r in curve)]], style="inline",
+                 [["D_shift^n", *(num(r["d_shift"]) for r in curve)]], style="inline",
                  printed=protocol.many_worlds) if curve else None
 
 
@@ -277,14 +271,14 @@ def held_out_tables(held: dict[str, Any] | None, when: str) -> list[Table]:
     found = [
         Table(f"held-out worlds {when}, D^n (n = " + " ".join(map(str, ns)) + ")",
               ("family", "memory"), [f"n={n}" for n in ns],
-              [[fam, m, *map(_fmt, d)] for fam, mems in held["families"].items()
+              [[fam, m, *map(num, d)] for fam, mems in held["families"].items()
                for m, d in mems.items()], widths=(7, 6), cell=7, style="headless",
               md_caption=f"Held-out worlds {when} (D^n, mean over each family's worlds; memory: "
                          "own = the sequence's own n transitions, same = another sequence of "
                          "the same world, wrong = a sequence of another held-out world)"),
         Table("linear probes of the digits' state, R^2 on held-out worlds (fit on training "
               "worlds; docs/definitions.md#probes)", ("latent",), targets,
-              [[latent, *(_fmt(row[t]) for t in targets)] for latent, row in probes.items()],
+              [[latent, *(num(row[t]) for t in targets)] for latent, row in probes.items()],
               widths=(8,), cell=10) if probes else None,
         gravity_probe_table(held.get("gravity_probe")),
         _by_horizon(REFERENCE_CAPTION, "", held["horizons"], REFERENCE_ROWS, ref) if ref else None,
@@ -344,7 +338,7 @@ def _by_horizon(caption: str, label: str, horizons: list[int], names: dict[str, 
                 families: dict[str, dict[str, list[float]]]) -> Table:
     """Per family, a row per key of ``names`` (its label) the family holds: D per horizon, then
     the mean (the reference check, perfect physics, the world probe)."""
-    rows = [[fam, name, *map(_fmt, got[key])] for fam, got in families.items()
+    rows = [[fam, name, *map(num, got[key])] for fam, got in families.items()
             for key, name in names.items() if key in got]
     return Table(caption, ("family", label), [*(f"h={h}" for h in horizons), "mean"], rows,
                  widths=(7, max(map(len, names.values()))), cell=7)
@@ -373,9 +367,8 @@ def write_summary(run_dir: Path, s: dict[str, Any]) -> None:
 
 
 # -- adaptation curve (evaluate and the end of train_online) ------------------------------------
-def curve_report(
-    results: list[Any], *, step: int, checkpoint: str, data: str, horizons: list[int]
-) -> dict[str, Any]:
+def curve_report(results: list[Any], *, step: int, checkpoint: str, data: str,
+                 horizons: list[int]) -> dict[str, Any]:
     """JSON-able adaptation curve from ``agent.adaptation_curve`` results."""
     rows = [{"n": int(r.n), "d_shift": _f(r.d_shift), "d_shift_per_h": [*map(_f, r.d_shift_per_h)],
              "d_base": _f(r.d_base), "d_base_per_h": [*map(_f, r.d_base_per_h)],
@@ -389,8 +382,8 @@ def format_curve(rep: dict[str, Any]) -> str:
     sigma_embed and the excluded pairs by n."""
     head = ["n", "D_shift", *[f"h={h}" for h in rep["horizons"]], "D_base", "sigma_embed",
             "excluded"]
-    body = [[str(r["n"]), _fmt(r["d_shift"]), *map(_fmt, r["d_shift_per_h"]), _fmt(r["d_base"]),
-             _fmt(r["sigma_embed"]), str(r["excluded"])] for r in rep["curve"]]
+    body = [[str(r["n"]), num(r["d_shift"]), *map(num, r["d_shift_per_h"]), num(r["d_base"]),
+             num(r["sigma_embed"]), str(r["excluded"])] for r in rep["curve"]]
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
     rule = ["-" * w for w in widths]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True))

@@ -109,11 +109,6 @@ class Switch:
         """``{name: value}`` of the parameters this switch sets."""
         return dict(self.physics)
 
-    @property
-    def gravity(self) -> float | None:
-        """The gravity this switch sets, or None when it keeps the gravity."""
-        return self.params.get("gravity")
-
     def label(self, arrow: str = " -> ") -> str:
         """``"g -> 0.5"``, ``"g -> 0.5, direction -> 45"`` (for plots and summaries)."""
         return ", ".join(f"{_SHORT_NAMES.get(n, n)}{arrow}{v:g}" for n, v in self.physics)
@@ -133,13 +128,9 @@ def physics_label(p: PhysicsParams) -> str:
     from env.physics import PhysicsParams
 
     default = PhysicsParams()
-    parts = [f"g = {p.gravity:g}"]
-    parts += [
-        f"{_SHORT_NAMES.get(n, n)} = {getattr(p, n):g}"
-        for n in PHYSICS_NAMES[1:]
-        if getattr(p, n) != getattr(default, n)
-    ]
-    return ", ".join(parts)
+    return ", ".join([f"g = {p.gravity:g}", *(f"{_SHORT_NAMES.get(n, n)} = {getattr(p, n):g}"
+                                               for n in PHYSICS_NAMES[1:]
+                                               if getattr(p, n) != getattr(default, n))])
 
 
 def switches_from_json(items: Iterable[Any] | None) -> tuple[Switch, ...]:
@@ -148,28 +139,18 @@ def switches_from_json(items: Iterable[Any] | None) -> tuple[Switch, ...]:
     return tuple(sorted(Switch.from_json(s) for s in items or ()))
 
 
-def _option_error(err: ValueError) -> str:
-    """``switch '10:x': ...`` -> ``--switch '10:x': ...`` (the message of a command-line value)."""
-    return str(err).replace("switch ", "--switch ", 1)
-
-
 def _switch_from_cli(tokens: list[str]) -> Switch:
+    """A ``--switch`` value; tyro reports its error as the option's: ``switch '10:x': ...`` ->
+    ``--switch '10:x': ...``."""
     (text,) = tokens
     try:
         return Switch.parse(text)
-    except ValueError as err:  # tyro reports it as the option's error
-        raise ValueError(_option_error(err)) from None
+    except ValueError as err:
+        raise ValueError(str(err).replace("switch ", "--switch ", 1)) from None
 
 
-SwitchArg = Annotated[
-    Switch,
-    tyro.constructors.PrimitiveConstructorSpec(
-        nargs=1,
-        metavar="STEP:PHYSICS",
-        instance_from_str=_switch_from_cli,
-        is_instance=lambda x: isinstance(x, Switch),
-        str_from_instance=lambda x: [str(x)],
-    ),
-]
+SwitchArg = Annotated[Switch, tyro.constructors.PrimitiveConstructorSpec(
+    nargs=1, metavar="STEP:PHYSICS", instance_from_str=_switch_from_cli,
+    is_instance=lambda x: isinstance(x, Switch), str_from_instance=lambda x: [str(x)])]
 
 

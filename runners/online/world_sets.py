@@ -43,26 +43,16 @@ def world_set(
     """``n`` test sequences (unseen digits) of one world, with their digits' positions and the
     simulator's state at their first frame; ``family``: its family's name (default: the
     ``env.FAMILIES`` one it lies in)."""
-    seqs = env.generate_sequences(
-        n, seed=list(seed), split="test", seq_len=seq_len, **physics.as_dict()
-    )
+    seqs = env.generate_sequences(n, seed=list(seed), split="test", seq_len=seq_len,
+                                  **physics.as_dict())
     scenes = env.initial_scenes(n, seed=list(seed), split="test", physics=physics)
     return WorldSet(name, family or family_of(physics), env.physics_features(physics),
                     seqs["frames"], seqs["positions"], scenes)  # fmt: skip
 
 
-def make_world_sets(
-    agent_cfg: Any,
-    shift: env.PhysicsParams,
-    *,
-    train_family: str,
-    n_max: int,
-    shift_seqs: int,
-    world_seqs: int,
-    worlds_per_family: int,
-    seed: int,
-    families: dict[str, env.WorldFamily] | None = None,
-) -> WorldSets:
+def make_world_sets(agent_cfg: Any, shift: env.PhysicsParams, *, train_family: str, n_max: int,
+                    shift_seqs: int, world_seqs: int, worlds_per_family: int, seed: int,
+                    families: dict[str, env.WorldFamily] | None = None) -> WorldSets:
     """Deterministic evaluation worlds for a run: ``shift_seqs`` sequences of the switch world,
     ``world_seqs`` of each of ``worlds_per_family`` worlds drawn from the training family and
     from each held-out family (``families`` but the training one; default ``env.FAMILIES``),
@@ -72,10 +62,8 @@ def make_world_sets(
     rng = np.random.default_rng([seed, 0x3E7A])
 
     def draw(fam: str, k: int) -> list[WorldSet]:
-        return [
-            world_set(f"{fam}-{i}", p, world_seqs, length, [seed, 0x3E7A, k, i], fam)
-            for i, p in enumerate(families[fam].sample(rng, worlds_per_family))
-        ]
+        return [world_set(f"{fam}-{i}", p, world_seqs, length, [seed, 0x3E7A, k, i], fam)
+                for i, p in enumerate(families[fam].sample(rng, worlds_per_family))]
 
     held = [name for name in families if name != train_family]
     return WorldSets(

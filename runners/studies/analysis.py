@@ -32,8 +32,9 @@ import numpy as np
 
 from runners.online.rundir import RunFolder
 from runners.studies.figures import save
-from runners.studies.stats import finite_mean
-from runners.style import TRACK_COLORS, pyplot
+from runners.studies.launch import table
+from runners.studies.stats import finite_mean, group
+from runners.style import TRACK_COLORS, num, pyplot
 
 AGE_BINS = ((0, 10), (10, 50), (50, 100), (100, 256))  # [lo, hi) in entries, 0 = newest
 ADAPT_NS = (0, 10, 25, 50, 100, 256)
@@ -58,9 +59,8 @@ def effective_rank(s: np.ndarray) -> float:
     return float(np.exp(-(p * np.log(p)).sum()))
 
 
-def attention_by_origin(
-    attn: np.ndarray, world: np.ndarray, age: np.ndarray, filled: np.ndarray
-) -> dict[str, Any]:
+def attention_by_origin(attn: np.ndarray, world: np.ndarray, age: np.ndarray,
+                        filled: np.ndarray) -> dict[str, Any]:
     """Summaries of attention weights over buffer slots.
 
     attn (B, cap) rows summing to 1 over filled slots; world, age (cap,) ints; filled (cap,) bool.
@@ -101,26 +101,20 @@ def load_eval_frames(data: str | Path) -> dict[str, np.ndarray]:
     import env
 
     ds = env.open_dataset(data)
-    return {
-        "shift_train": ds.split("shift", "train").load()["frames"],
-        "shift_test": ds.split("shift", "test").load()["frames"],
-        "base_test": ds.split("base", "test").load()["frames"],
-    }
+    return {f"{world}_{split}": ds.split(world, split).load()["frames"]
+            for world, split in (("shift", "train"), ("shift", "test"), ("base", "test"))}
 
 
 def _encode(learner: Any, frames: np.ndarray, chunk: int = 512) -> Any:
     """Online-encoder latents of frames (M, 1, 64, 64) uint8 -> (M, latent) float32 tensor."""
     import torch
 
-    out = []
-    for i in range(0, frames.shape[0], chunk):
-        out.append(learner.encode(torch.as_tensor(np.ascontiguousarray(frames[i:i + chunk]))))
-    return torch.cat(out)
+    return torch.cat([learner.encode(torch.as_tensor(np.ascontiguousarray(frames[i:i + chunk])))
+                      for i in range(0, frames.shape[0], chunk)])
 
 
-def analyse_checkpoint(checkpoint: str | Path,
-                       frames: Mapping[str, np.ndarray], n: int = N_MEMORY,
-                       curve: bool = False) -> dict[str, Any]:
+def analyse_checkpoint(checkpoint: str | Path, frames: Mapping[str, np.ndarray],
+                       n: int = N_MEMORY, curve: bool = False) -> dict[str, Any]:
     """SVD, attention (and optionally the adaptation curve) for one checkpoint of one run."""
     import torch
 
@@ -138,21 +132,16 @@ def analyse_checkpoint(checkpoint: str | Path,
     s_lat = singular_values(z.numpy())
     s_pred = singular_values(mod.pred.float().numpy())
     out: dict[str, Any] = {
-        "step": int(learner.step),
-        "samples": int(z.shape[0]),
-        "erank_latent": effective_rank(s_lat),
-        "erank_pred": effective_rank(s_pred),
+        "step": int(learner.step), "samples": int(z.shape[0]),
+        "erank_latent": effective_rank(s_lat), "erank_pred": effective_rank(s_pred),
         "spectrum_latent": (s_lat / s_lat[0]).tolist() if s_lat[0] > 0 else s_lat.tolist(),
         "spectrum_pred": (s_pred / s_pred[0]).tolist() if s_pred[0] > 0 else s_pred.tolist(),
         "sigma_embed": float(mod.pred.float().std(dim=0).mean()),
     }
     if agg is not None:
-        cap = buffer.capacity
-        slots = torch.arange(cap)
-        age = ((buffer.ptr - 1 - slots) % cap).numpy()
-        out["attention"] = attention_by_origin(
-            agg.attn.float().numpy(), buffer.shifted.numpy(), age, buffer.mask().numpy()
-        )
+        age = ((buffer.ptr - 1 - torch.arange(buffer.capacity)) % buffer.capacity).numpy()
+        out["attention"] = attention_by_origin(agg.attn.float().numpy(), buffer.shifted.numpy(),
+                                               age, buffer.mask().numpy())
     if curve:
         out["adaptation_curve"] = _adaptation_curve(learner, frames)
     return out
@@ -173,14 +162,11 @@ def _stamp(path: Path) -> list[float]:
 
 def analyse_run(run_dir: str | Path, frames: Callable[[], Mapping[str, np.ndarray]],
                 cache: str | Path) -> dict[str, Any] | None:
-    """Peak (``best.pt``) and final (``latest.pt``) analyses of one run, cached in ``cache``.
-
-    ``frames()`` gives the evaluation frames; it is called only when the cache is stale.
-    """
+    """Peak (``best.pt``) and final (``latest.pt``) analyses of one run, cached in ``cache``;
+    ``frames()`` (the evaluation frames) is called only when the cache is stale."""
     run_dir = Path(run_dir)
     folder = RunFolder(run_dir)
-    ckpts = {"peak": folder.best, "final": folder.latest}
-    ckpts = {k: p for k, p in ckpts.items() if p.is_file()}
+    ckpts = {k: p for k, p in (("peak", folder.best), ("final", folder.latest)) if p.is_file()}
     if not ckpts:
         return None
     cache_file = Path(cache) / f"{run_dir.name}.json"
@@ -200,10 +186,8 @@ def analyse_run(run_dir: str | Path, frames: Callable[[], Mapping[str, np.ndarra
 
 
 def analyse_runs(records: Sequence[Any], data: str | Path, cache: str | Path) -> dict[str, Any]:
-    """Analyses of every run (``runs.RunRecord``), keyed by run name, with track and seed.
-
-    The evaluation frames are read once, and only when some checkpoint is not cached yet.
-    """
+    """Analyses of every run (``runs.RunRecord``), keyed by run name, with track and seed; the
+    evaluation frames read once, and only when some checkpoint is not cached yet."""
     loaded: dict[str, np.ndarray] = {}
 
     def frames() -> Mapping[str, np.ndarray]:
@@ -221,56 +205,53 @@ def analyse_runs(records: Sequence[Any], data: str | Path, cache: str | Path) ->
 
 
 # -- the report section ------------------------------------------------------------------------
-def _by_track(analyses: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for res in analyses.values():
-        groups.setdefault(str(res["track"]), []).append(res)
-    return dict(sorted(groups.items()))
+#: Each checkpoint the section reads, and its line style in the figures.
+PHASES = (("peak", "-"), ("final", "--"))
 
 
-def _f(x: float, digits: int = 2) -> str:
-    return "-" if x is None or not np.isfinite(x) else f"{x:.{digits}f}"
+def _curve(res: Mapping[str, Any], phase: str) -> list[dict[str, float]]:
+    """A run's adaptation curve at the peak checkpoint, or at the end of the run (its summary's)."""
+    curve = res["peak"].get("adaptation_curve") if phase == "peak" else res.get("final_curve")
+    return curve or []
+
+
+def _head_mean(rows: Sequence[Sequence[float]]) -> np.ndarray:
+    """The mean of rows of different lengths over the length they share."""
+    k = min(len(x) for x in rows)
+    return np.mean([x[:k] for x in rows], axis=0)
 
 
 def _svd_lines(tracks: Mapping[str, list[dict[str, Any]]], figs: Path) -> list[str]:
     """The section's opening and its SVD table (effective ranks, sigma_embed) per track; draws
     the spectra's figure."""
-    lines = ["## Deferred analyses on the saved checkpoints", "",
-             "Peak = `checkpoints/best.pt` (lowest D_shift^50), final = `checkpoints/latest.pt`. "
-             "Shift test split; effective rank = exp(entropy of the normalised singular values) "
-             "of the centred matrix (max = latent dimension).", "",
-             "### SVD: effective rank of encoder latents and predictor outputs", "",
-             "| track | runs | latents: peak | latents: final | predictions: peak | "
-             "predictions: final | sigma_embed: peak | sigma_embed: final |",
-             "|---|---|---|---|---|---|---|---|"]
+    rows = []
     for track, rs in tracks.items():
-        def m(phase: str, key: str, rs: list[dict[str, Any]] = rs) -> float:
-            return finite_mean([r[phase][key] for r in rs if phase in r])
+        def m(phase: str, key: str, digits: int = 2, rs: list[dict[str, Any]] = rs) -> str:
+            return num(finite_mean([r[phase][key] for r in rs if phase in r]), digits)
 
-        lines.append(
-            f"| {track} | {len(rs)} | {_f(m('peak', 'erank_latent'))} | "
-            f"{_f(m('final', 'erank_latent'))} | {_f(m('peak', 'erank_pred'))} | "
-            f"{_f(m('final', 'erank_pred'))} | {_f(m('peak', 'sigma_embed'), 4)} | "
-            f"{_f(m('final', 'sigma_embed'), 4)} |"
-        )
+        rows.append([track, len(rs), m("peak", "erank_latent"), m("final", "erank_latent"),
+                     m("peak", "erank_pred"), m("final", "erank_pred"),
+                     m("peak", "sigma_embed", 4), m("final", "sigma_embed", 4)])
     _fig_spectra(tracks, figs / "svd_spectra.png")
-    return lines + ["", "![SVD spectra](figures/svd_spectra.png)", ""]
+    return ["## Deferred analyses on the saved checkpoints", "",
+            "Peak = `checkpoints/best.pt` (lowest D_shift^50), final = `checkpoints/latest.pt`. "
+            "Shift test split; effective rank = exp(entropy of the normalised singular values) "
+            "of the centred matrix (max = latent dimension).", "",
+            "### SVD: effective rank of encoder latents and predictor outputs", "",
+            *table(["track", "runs", "latents: peak", "latents: final", "predictions: peak",
+                    "predictions: final", "sigma_embed: peak", "sigma_embed: final"], rows),
+            "", "![SVD spectra](figures/svd_spectra.png)", ""]
 
 
-def _attention_row(track: str, phase: str, a: Sequence[Mapping[str, Any]]) -> str:
+def _attention_row(track: str, phase: str, a: Sequence[Mapping[str, Any]]) -> list[str]:
     """One row of the attention table: a track's attention at one phase, mean over its runs."""
-    ages = []
-    for lo, hi in AGE_BINS:
-        v = [b["per_entry_vs_uniform"] for x in a for b in x["by_age"]
-             if b["ages"] == [lo, hi]]
-        ages.append(_f(finite_mean(v)))
-    return (
-        f"| {track} | {phase} | {finite_mean([x['entries'] for x in a]):.0f} "
-        f"({finite_mean([x['shift_entries'] for x in a]):.0f}) | "
-        f"{_f(finite_mean([x['shift_share'] for x in a]), 3)} | "
-        f"{_f(finite_mean([x['shift_mass'] for x in a]), 3)} | " + " | ".join(ages)
-        + f" | {_f(finite_mean([x['entropy_norm'] for x in a]), 3)} |"
-    )
+    def mean(key: str) -> float:
+        return finite_mean([x[key] for x in a])
+
+    ages = [num(finite_mean([b["per_entry_vs_uniform"] for x in a for b in x["by_age"]
+                             if b["ages"] == [lo, hi]]), 2) for lo, hi in AGE_BINS]
+    return [track, phase, f"{mean('entries'):.0f} ({mean('shift_entries'):.0f})",
+            num(mean("shift_share")), num(mean("shift_mass")), *ages, num(mean("entropy_norm"))]
 
 
 def _attention_lines(tracks: Mapping[str, list[dict[str, Any]]], figs: Path) -> list[str]:
@@ -278,22 +259,21 @@ def _attention_lines(tracks: Mapping[str, list[dict[str, Any]]], figs: Path) -> 
     att = {t: rs for t, rs in tracks.items() if any("attention" in r.get("peak", {}) for r in rs)}
     if not att:
         return []
-    lines = ["### Attention over buffer entries during shift-world inference", "",
-             f"Buffer = the checkpoint's training buffer + {N_MEMORY} pushed shift-world "
-             "transitions. Shift mass = mean attention on shift-world entries (uniform "
-             "attention would give their share); per-entry weight by age relative to "
-             "uniform (1.0 = uniform; age 0 = newest).", "",
-             "| track | phase | entries (shift) | shift share | shift mass | "
-             + " | ".join(f"age {lo}-{hi - 1}" for lo, hi in AGE_BINS)
-             + " | entropy / log n |",
-             "|---|---|---|---|---|" + "---|" * len(AGE_BINS) + "---|"]
+    rows = []
     for track, rs in att.items():
-        for phase in ("peak", "final"):
+        for phase, _ in PHASES:
             a = [r[phase]["attention"] for r in rs if "attention" in r.get(phase, {})]
             if a:
-                lines.append(_attention_row(track, phase, a))
+                rows.append(_attention_row(track, phase, a))
     _fig_attention(att, figs / "attention_by_age.png")
-    return lines + ["", "![attention by entry age](figures/attention_by_age.png)", ""]
+    return ["### Attention over buffer entries during shift-world inference", "",
+            f"Buffer = the checkpoint's training buffer + {N_MEMORY} pushed shift-world "
+            "transitions. Shift mass = mean attention on shift-world entries (uniform "
+            "attention would give their share); per-entry weight by age relative to "
+            "uniform (1.0 = uniform; age 0 = newest).", "",
+            *table(["track", "phase", "entries (shift)", "shift share", "shift mass",
+                    *(f"age {lo}-{hi - 1}" for lo, hi in AGE_BINS), "entropy / log n"], rows),
+            "", "![attention by entry age](figures/attention_by_age.png)", ""]
 
 
 def _curve_lines(tracks: Mapping[str, list[dict[str, Any]]], figs: Path) -> list[str]:
@@ -303,29 +283,24 @@ def _curve_lines(tracks: Mapping[str, list[dict[str, Any]]], figs: Path) -> list
               if any("adaptation_curve" in r.get("peak", {}) for r in rs)}
     if not curves:
         return []
-    lines = ["### Adaptation curve: D_shift^n over n memories (mean over seeds)", "",
-             "| track | checkpoint | " + " | ".join(f"n={n}" for n in ADAPT_NS) + " |",
-             "|---|---|" + "---|" * len(ADAPT_NS)]
+    rows = []
     for track, rs in curves.items():
-        for label, get in (("peak", lambda r: r["peak"].get("adaptation_curve")),
-                           ("final", lambda r: r.get("final_curve"))):
-            vals = []
-            for n in ADAPT_NS:
-                v = [p["d_shift"] for r in rs for p in (get(r) or []) if int(p["n"]) == n]
-                vals.append(_f(finite_mean(v), 4))
+        for phase, _ in PHASES:
+            vals = [num(finite_mean([p["d_shift"] for r in rs for p in _curve(r, phase)
+                                     if int(p["n"]) == n]), 4) for n in ADAPT_NS]
             if any(v != "-" for v in vals):
-                lines.append(f"| {track} | {label} | " + " | ".join(vals) + " |")
+                rows.append([track, phase, *vals])
     _fig_curves(curves, figs / "adaptation_curve.png")
-    return lines + ["", "![adaptation curve](figures/adaptation_curve.png)", ""]
+    return ["### Adaptation curve: D_shift^n over n memories (mean over seeds)", "",
+            *table(["track", "checkpoint", *(f"n={n}" for n in ADAPT_NS)], rows),
+            "", "![adaptation curve](figures/adaptation_curve.png)", ""]
 
 
 def report_section(analyses: Mapping[str, Any], figs: Path) -> list[str]:
     """Markdown lines (and figures in ``figs``) for the deferred analyses."""
-    tracks = _by_track(analyses)
-    lines = _svd_lines(tracks, figs)
-    lines += _attention_lines(tracks, figs)
-    lines += _curve_lines(tracks, figs)
-    return lines
+    tracks = dict(sorted(group(analyses.values(), lambda res: str(res["track"])).items()))
+    return [*_svd_lines(tracks, figs), *_attention_lines(tracks, figs),
+            *_curve_lines(tracks, figs)]
 
 
 def _fig_spectra(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None:
@@ -333,15 +308,12 @@ def _fig_spectra(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None
     for ax, key, title in ((axes[0], "spectrum_latent", "encoder latents"),
                            (axes[1], "spectrum_pred", "predictor outputs (n = 50)")):
         for track, rs in tracks.items():
-            for phase, ls in (("peak", "-"), ("final", "--")):
+            for phase, ls in PHASES:
                 specs = [r[phase][key] for r in rs if phase in r]
                 if specs:
-                    k = min(len(s) for s in specs)
-                    ax.semilogy(np.mean([s[:k] for s in specs], axis=0), ls=ls, color=TRACK_COLORS.get(track),
+                    ax.semilogy(_head_mean(specs), ls=ls, color=TRACK_COLORS.get(track),
                                 label=f"{track} {phase}")
-        ax.set_title(title)
-        ax.set_xlabel("singular value index")
-        ax.set_ylabel("s_i / s_1")
+        ax.set(title=title, xlabel="singular value index", ylabel="s_i / s_1")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, ncol=2)
     save(fig, path)
@@ -350,18 +322,17 @@ def _fig_spectra(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None
 def _fig_attention(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None:
     fig, ax = pyplot().subplots(figsize=(7, 4))
     for track, rs in tracks.items():
-        for phase, ls in (("peak", "-"), ("final", "--")):
+        for phase, ls in PHASES:
             rows = [r[phase]["attention"]["by_age_rank"] for r in rs
                     if "attention" in r.get(phase, {})]
             if rows:
-                k = min(len(x) for x in rows)
-                mean = np.mean([x[:k] for x in rows], axis=0) * k  # relative to uniform
-                ax.plot(mean, ls=ls, color=TRACK_COLORS.get(track), label=f"{track} {phase}")
+                mean = _head_mean(rows)
+                ax.plot(mean * len(mean), ls=ls, color=TRACK_COLORS.get(track),
+                        label=f"{track} {phase}")  # relative to uniform
     ax.axhline(1.0, color="grey", ls=":", lw=1)
     ax.axvline(N_MEMORY - 0.5, color="red", ls=":", lw=1, label="pushed shift entries | older")
-    ax.set_xlabel("entry age (0 = newest)")
-    ax.set_ylabel("mean attention weight x n (1 = uniform)")
-    ax.set_yscale("log")
+    ax.set(xlabel="entry age (0 = newest)", ylabel="mean attention weight x n (1 = uniform)",
+           yscale="log")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     save(fig, path)
@@ -370,18 +341,15 @@ def _fig_attention(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> No
 def _fig_curves(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None:
     fig, ax = pyplot().subplots(figsize=(7, 4))
     for track, rs in tracks.items():
-        for label, ls, get in (("peak", "-", lambda r: r["peak"].get("adaptation_curve")),
-                               ("final", "--", lambda r: r.get("final_curve"))):
-            pts = [p for r in rs for p in (get(r) or [])]
+        for phase, ls in PHASES:
+            pts = [p for r in rs for p in _curve(r, phase)]
             if not pts:
                 continue
             ns = sorted({int(p["n"]) for p in pts})
             ys = [finite_mean([p["d_shift"] for p in pts if int(p["n"]) == n]) for n in ns]
             ax.plot([max(n, 0.5) for n in ns], ys, ls=ls, marker="o", color=TRACK_COLORS.get(track),
-                    label=f"{track} {label}")
-    ax.set_xscale("log")
-    ax.set_xlabel("shift-world memories n (0 plotted at 0.5)")
-    ax.set_ylabel("D_shift^n")
+                    label=f"{track} {phase}")
+    ax.set(xscale="log", xlabel="shift-world memories n (0 plotted at 0.5)", ylabel="D_shift^n")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     save(fig, path)

@@ -23,8 +23,10 @@ the missing runs. ``LocalBackend.stop()`` starts no more jobs and sends the runn
 subprocesses a SIGTERM (each stops with a checkpoint): how ``train_online``'s floor and ceiling,
 jobs of this backend (``runners.online.beside``), follow their main run's stop. A run this
 backend started stops too, with a checkpoint, when the process that started it ends (killed,
-say): ``StopRequest`` compares its parent with ``RUNNERS_LAUNCHER_PID``. Each worker gets ``cores // workers`` torch threads (``TORCH_NUM_THREADS`` (read by
-``train_online``), ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` for a subprocess, ``torch.set_num_threads`` in process).
+say): ``StopRequest`` compares its parent with ``RUNNERS_LAUNCHER_PID``. Each worker gets
+``cores // workers`` torch threads (``TORCH_NUM_THREADS``, read by ``train_online``,
+``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` for a subprocess; ``torch.set_num_threads`` in
+process).
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -49,10 +51,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run of a sweep: its folder and the ``train_online`` arguments that create it.
-
-    ``args`` never include ``--out``/``--name``/``--resume``: ``execute`` adds them.
-    """
+    """One run of a sweep: its folder and the ``train_online`` arguments that create it (never
+    ``--out``/``--name``/``--resume``: ``execute`` adds them)."""
 
     name: str
     run_dir: str
@@ -127,34 +127,32 @@ def command_for(spec: RunSpec, state: str) -> list[str]:
     return [*spec.args, "--out", str(run_dir.parent), "--name", run_dir.name]
 
 
-def set_command(group: StackedSet, states: Sequence[str]) -> tuple[str, list[str]]:
-    """("resumed" | "started", the ``train_online`` arguments) of a stacked set not finished:
-    ``--resume`` of its first run continues all; a new one starts with ``--stack-seeds`` (its
-    stale folders moved aside). ``CliError`` where its folders are in different states."""
-    specs = group.runs
+def job_command(job: Job, states: Sequence[str]) -> tuple[str, list[str]]:
+    """("resumed" | "started", the ``train_online`` arguments) of a job not finished, its runs'
+    folders in ``states``: ``--resume`` of its first run continues all; otherwise its stale
+    folders are moved aside and it starts (a stacked set with ``--stack-seeds``). ``CliError``
+    where a set's folders are in different states."""
+    specs = runs_of(job)
     if all(st == "interrupted" for st in states):
-        return "resumed", ["--resume", specs[0].run_dir]
+        return "resumed", command_for(specs[0], "interrupted")
     for spec, st in zip(specs, states, strict=True):
         if st == "stale":
             move_aside(Path(spec.run_dir))
         elif st != "new":
             raise CliError(f"stacked runs {specs[0].name} ...: their folders are in different "
                            f"states ({', '.join(states)}); move them aside to start again")  # fmt: skip
+    if isinstance(job, RunSpec):
+        return "started", command_for(job, "new")
     first = list(specs[0].args)
     i = first.index("--seed")
     seeds = [s.args[s.args.index("--seed") + 1] for s in specs]
     return "started", [*first[:i], *first[i + 2 :], "--seed", seeds[0], "--stack-seeds",
                        *seeds[1:], "--out", str(Path(specs[0].run_dir).parent),
-                       "--name", group.name]  # fmt: skip
+                       "--name", job.name]  # fmt: skip
 
 
-def execute(
-    job: Job,
-    threads: int = 1,
-    log_dir: str | None = None,
-    in_process: bool = False,
-    live: set[subprocess.Popen[bytes]] | None = None,
-) -> list[RunResult]:
+def execute(job: Job, threads: int = 1, log_dir: str | None = None, in_process: bool = False,
+            live: set[subprocess.Popen[bytes]] | None = None) -> list[RunResult]:
     """Bring a job to completion: skip, resume or start it (module docstring); a result per
     run. The subprocess's output goes to ``log_dir/<job name>.log`` (appended, so a resumed run
     keeps its history) or, without ``log_dir``, to this process's output; the subprocess is in
@@ -178,25 +176,17 @@ def execute(
     return [RunResult(s.name, s.run_dir, action, code, seconds, log, cmd) for s in specs]
 
 
-def _execute(
-    job: Job, threads: int, log_dir: str | None, in_process: bool,
-    live: set[subprocess.Popen[bytes]] | None = None,
-) -> tuple[str, int, str, list[str]]:
+def _execute(job: Job, threads: int, log_dir: str | None, in_process: bool,
+             live: set[subprocess.Popen[bytes]] | None = None) -> tuple[str, int, str, list[str]]:
     """(action, exit code, log, command) of a claimed job."""
     states = [RunFolder(s.run_dir).state() for s in runs_of(job)]
     if all(st == "finished" for st in states):
         return "skipped", 0, "", []
-    if isinstance(job, StackedSet):
-        try:
-            action, argv = set_command(job, states)
-        except CliError as err:
-            print(f"error: {err}", flush=True)
-            return "started", 2, "", []
-    else:
-        if states[0] == "stale":
-            move_aside(Path(job.run_dir))
-        action = "resumed" if states[0] == "interrupted" else "started"
-        argv = command_for(job, "interrupted" if action == "resumed" else "new")
+    try:
+        action, argv = job_command(job, states)
+    except CliError as err:  # a stacked set's folders disagree
+        print(f"error: {err}", flush=True)
+        return "started", 2, "", []
     module = runs_of(job)[0].module
     if in_process:
         return action, _run_in_process(module, argv, threads), "", [module, *argv]
@@ -215,14 +205,12 @@ def call(cmd: list[str], threads: int, log: str | None = None,
         env[var] = str(threads)  # train_online reads TORCH_NUM_THREADS
     env.setdefault("TQDM_MININTERVAL", "30")  # keep logs short: one bar line per 30 s
     env[LAUNCHER_PID] = str(os.getpid())  # the run stops when this process ends (StopRequest)
-    path = str(REPO_ROOT)
-    env["PYTHONPATH"] = path + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     live = set() if live is None else live
-    with contextlib.ExitStack() as held:
-        fh = None
-        if log is not None:
-            Path(log).parent.mkdir(parents=True, exist_ok=True)
-            fh = held.enter_context(open(log, "a"))
+    if log is not None:
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") if log is not None else contextlib.nullcontext() as fh:
+        if fh is not None:
             fh.write(f"$ {' '.join(cmd)}\n")
             fh.flush()
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=fh, stderr=fh)
@@ -268,10 +256,22 @@ def print_progress(result: RunResult, done: int, total: int) -> None:
     elif result.action == "busy":
         status = "running in another process, not started here"
     where = f", log {result.log}" if result.log and not result.ok else ""
-    print(
-        f"[{done}/{total}] {result.action} {result.name}: {status} ({result.seconds:.0f} s){where}",
-        flush=True,
-    )
+    print(f"[{done}/{total}] {result.action} {result.name}: {status} ({result.seconds:.0f} s)"
+          f"{where}", flush=True)
+
+
+def _gather(jobs: Sequence[Job], finished: Iterable[list[RunResult]],
+            progress: Progress | None) -> list[RunResult]:
+    """The results of ``jobs``, each job's as it finishes (``finished``) passed run by run to
+    ``progress``; a result per run, in the jobs' order."""
+    results: dict[str, RunResult] = {}
+    total = sum(len(runs_of(j)) for j in jobs)
+    for batch in finished:
+        for res in batch:
+            results[res.name] = res
+            if progress is not None:
+                progress(res, len(results), total)
+    return [results[s.name] for j in jobs for s in runs_of(j)]
 
 
 class LocalBackend:
@@ -282,12 +282,8 @@ class LocalBackend:
     group): each stops cleanly with a checkpoint, and rerunning the sweep resumes them.
     """
 
-    def __init__(
-        self,
-        workers: int | None = None,
-        threads: int | None = None,
-        in_process: bool = False,
-    ) -> None:
+    def __init__(self, workers: int | None = None, threads: int | None = None,
+                 in_process: bool = False) -> None:
         self.workers = max(1, workers or usable_cores())
         self.threads = threads or threads_per_worker(self.workers)
         self.in_process = in_process
@@ -305,15 +301,9 @@ class LocalBackend:
         mode = "in-process" if self.in_process else "subprocess"
         return f"local: {self.workers} worker(s) x {self.threads} torch thread(s), {mode}"
 
-    def run(
-        self,
-        jobs: Sequence[Job],
-        log_dir: str | None = None,
-        progress: Progress | None = print_progress,
-    ) -> list[RunResult]:
+    def run(self, jobs: Sequence[Job], log_dir: str | None = None,
+            progress: Progress | None = print_progress) -> list[RunResult]:
         """Run every job (finished ones are skipped); a result per run, in the jobs' order."""
-        results: dict[str, RunResult] = {}
-        total = sum(len(runs_of(j)) for j in jobs)
         if self.in_process:
             fn: Callable[[Job], list[RunResult]] = self._in_worker_process
         else:
@@ -323,15 +313,8 @@ class LocalBackend:
                 return execute(job, self.threads, log_dir, live=self.live)
 
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            pending: set[Future[list[RunResult]]] = {pool.submit(fn, j) for j in jobs}
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    for res in fut.result():
-                        results[res.name] = res
-                        if progress is not None:
-                            progress(res, len(results), total)
-        return [results[s.name] for j in jobs for s in runs_of(j)]
+            futures = [pool.submit(fn, j) for j in jobs]
+            return _gather(jobs, (f.result() for f in as_completed(futures)), progress)
 
     def _in_worker_process(self, job: Job) -> list[RunResult]:
         """One job in a fresh spawned process (a clean torch/thread state per job)."""
@@ -352,19 +335,12 @@ class RayBackend:
     ``working_dir``, see docs/reproduce.md).
     """
 
-    def __init__(
-        self,
-        address: str | None = None,
-        threads: int = 1,
-        num_cpus: int | None = None,
-        working_dir: str | None = None,
-    ) -> None:
+    def __init__(self, address: str | None = None, threads: int = 1, num_cpus: int | None = None,
+                 working_dir: str | None = None) -> None:
         try:
             import ray
         except ImportError as exc:  # the optional extra is missing
-            raise CliError(
-                'the ray backend needs Ray: pip install -e ".[ray]"'
-            ) from exc
+            raise CliError('the ray backend needs Ray: pip install -e ".[ray]"') from exc
         self.ray = ray
         self.address = address
         self.threads = max(1, threads)
@@ -381,10 +357,9 @@ class RayBackend:
         ray = self.ray
         if ray.is_initialized():
             return
-        runtime_env = {"working_dir": self.working_dir} if self.working_dir else None
         kwargs: dict = {"include_dashboard": False, "log_to_driver": False}
-        if runtime_env:
-            kwargs["runtime_env"] = runtime_env
+        if self.working_dir:
+            kwargs["runtime_env"] = {"working_dir": self.working_dir}
         try:
             if self.address:
                 ray.init(address=self.address, **kwargs)
@@ -400,34 +375,27 @@ class RayBackend:
             self.ray.shutdown()
         self._owns = False
 
-    def run(
-        self,
-        jobs: Sequence[Job],
-        log_dir: str | None = None,
-        progress: Progress | None = print_progress,
-    ) -> list[RunResult]:
+    def run(self, jobs: Sequence[Job], log_dir: str | None = None,
+            progress: Progress | None = print_progress) -> list[RunResult]:
         """Submit every job as a task; collect them as they finish; a result per run, in the
         jobs' order."""
         ray = self.ray
         self._init()
         task = ray.remote(num_cpus=self.threads, max_retries=0)(_ray_execute)
-        total = sum(len(runs_of(j)) for j in jobs)
         pending = [task.remote([asdict(s) for s in runs_of(j)], isinstance(j, StackedSet),
                                self.threads, log_dir) for j in jobs]  # fmt: skip
-        results: dict[str, RunResult] = {}
-        try:
+
+        def finished() -> Iterator[list[RunResult]]:
             while pending:
-                done, pending = ray.wait(pending, num_returns=1)
-                for ref in done:
-                    for res in [RunResult(**r) for r in ray.get(ref)]:
-                        results[res.name] = res
-                        if progress is not None:
-                            progress(res, len(results), total)
+                (ref,), pending[:] = ray.wait(pending, num_returns=1)
+                yield [RunResult(**r) for r in ray.get(ref)]
+
+        try:
+            return _gather(jobs, finished(), progress)
         except KeyboardInterrupt:
             for ref in pending:
                 ray.cancel(ref)  # SIGINT to the task: train_online stops with a checkpoint
             raise
-        return [results[s.name] for j in jobs for s in runs_of(j)]
 
 
 def _ray_execute(runs: list[dict], stacked: bool, threads: int, log_dir: str | None) -> list[dict]:

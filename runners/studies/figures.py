@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from runners.cli import writing
+from runners.studies import stats
 from runners.studies.runs import RunRecord, TrackStats
 from runners.style import TRACK_COLORS, pyplot
 
@@ -27,18 +28,13 @@ def save(fig: Any, path: Path, dpi: int = 90) -> Path:
 
 def _band(records: Sequence[RunRecord], attr: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(steps, mean, std) over runs on the steps every run evaluated."""
-    common = set(records[0].steps.tolist())
-    for r in records[1:]:
-        common &= set(r.steps.tolist())
+    common = set.intersection(*(set(r.steps.tolist()) for r in records))
     steps = np.array(sorted(common), dtype=np.int64)
     rows = []
     for r in records:
         idx = {int(s): i for i, s in enumerate(r.steps)}
-        vals = getattr(r, attr)
-        rows.append([vals[idx[int(s)]] for s in steps])
-    arr = np.asarray(rows, dtype=np.float64)  # (runs, steps)
-    std = arr.std(axis=0, ddof=1) if arr.shape[0] > 1 else np.zeros(arr.shape[1])
-    return steps, arr.mean(axis=0), std
+        rows.append([getattr(r, attr)[idx[int(s)]] for s in steps])
+    return (steps, *stats.band(rows))  # (runs, steps) -> over the runs
 
 
 def fig_trajectories(tracks: Mapping[str, TrackStats], path: Path, attr: str = "d_shift",

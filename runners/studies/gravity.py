@@ -35,7 +35,7 @@ from runners.online.presets import PRESETS
 from runners.online.protocols import Worlds
 from runners.studies import backends, launch, stats
 from runners.studies.figures import save
-from runners.style import pyplot
+from runners.style import num, pct, pyplot
 
 #: The families whose gravity range the scale multiplies, by their train_online option.
 FAMILIES = {"train": "--train-gravity", "interp": "--interp-gravity", "extrap": "--extrap-gravity"}
@@ -97,7 +97,8 @@ def plan(opts: Options, passthrough: Sequence[str]) -> launch.Plan:
 
 
 def report(opts: Options, plan: launch.Plan, commands: list[str]) -> Path:
-    """``OUT/report.md`` of the finished runs, the others named as missing."""
+    """``OUT/report.md``, ``report.json`` and ``figures/dose_response.png`` of the finished
+    runs, the others named as missing."""
     runs, missing = launch.collect(
         plan, opts.out, lambda label, run_dir: load_gravity_run(run_dir, *label))
     meta = {
@@ -107,7 +108,16 @@ def report(opts: Options, plan: launch.Plan, commands: list[str]) -> Path:
         "commands": commands,
     }
     fams = {f"{s:g}": families(s) for s in sorted(dict.fromkeys(opts.scales))}
-    return write_report(opts.out, runs, meta, fams, missing)
+    result, body = (analyse(runs) if runs else {}), None
+    if runs:
+        fig_dose_response(result, Path(opts.out) / "figures" / "dose_response.png")
+        body = ["![D^50 and the oracle's margin against gravity](figures/dose_response.png)", "",
+                "Held-out worlds pooled (interp and extrap), D^50 (n = 50 transitions of memory; "
+                "the floor and the oracle have none), mean +- standard deviation over seeds:", "",
+                *table_lines(result, fams)]
+    return launch.write_report(
+        opts.out, "EPM-JEPA gravity study: what the world is worth against gravity's strength",
+        meta, missing, body, {"meta": meta, "families": fams, "missing": missing, "scales": result})
 
 
 #: What a row holds, in the report's column order: key -> column header.
@@ -155,6 +165,11 @@ def _get(d: Any, *keys: str) -> float:
     return float(d) if isinstance(d, (int, float)) and d is not None else math.nan
 
 
+def _below(x: float, ref: float) -> float:
+    """How far ``x`` is below ``ref``, as a share of ``ref`` (NaN unless ``ref`` > 0)."""
+    return (ref - x) / ref if ref > 0 else math.nan
+
+
 def load_gravity_run(run_dir: str | Path, scale: float, seed: str) -> GravityRun | None:
     """The run's numbers, or None when it has no summary with bounds (not finished, or a run
     without ``--bounds``)."""
@@ -165,23 +180,15 @@ def load_gravity_run(run_dir: str | Path, scale: float, seed: str) -> GravityRun
     bounds = summary.get("bounds")
     if not isinstance(bounds, Mapping):
         return None
-    floor = _get(bounds, "floor", "d", "pooled")
-    oracle = _get(bounds, "ceiling", "d", "pooled")
-    seen = _get(bounds, "perfect_physics", "d", "seen", "pooled")
-    told = _get(bounds, "perfect_physics", "d", "told", "pooled")
-    seen_mean = _get(bounds, "perfect_physics", "d", "seen_mean", "pooled")
-    told_mean = _get(bounds, "perfect_physics", "d", "told_mean", "pooled")
+    v = {k: _get(bounds, "perfect_physics", "d", k, "pooled")
+         for k in ("blind", "seen", "told", "seen_mean", "told_mean")}
+    floor, oracle = _get(bounds, "floor", "d", "pooled"), _get(bounds, "ceiling", "d", "pooled")
     values = {
-        "blind": _get(bounds, "perfect_physics", "d", "blind", "pooled"),
-        "seen": seen,
-        "told": told,
-        "worth": (seen - told) / seen if seen > 0 else math.nan,
-        "seen_mean": seen_mean,
-        "told_mean": told_mean,
-        "worth_mean": (seen_mean - told_mean) / seen_mean if seen_mean > 0 else math.nan,
-        "floor": floor,
-        "oracle": oracle,
-        "margin": (floor - oracle) / floor if floor > 0 else math.nan,
+        "blind": v["blind"], "seen": v["seen"], "told": v["told"],
+        "worth": _below(v["told"], v["seen"]),
+        "seen_mean": v["seen_mean"], "told_mean": v["told_mean"],
+        "worth_mean": _below(v["told_mean"], v["seen_mean"]),
+        "floor": floor, "oracle": oracle, "margin": _below(oracle, floor),
         **{m: _get(bounds, "memories", m, "d", "pooled") for m in ("same", "wrong", "own")},
         **{f"probe_{k}": _get(summary.get("held_out"), "gravity_probe", "e_agg", "held_out", key)
            for k, key in PROBE_KEYS.items()},
@@ -192,8 +199,7 @@ def load_gravity_run(run_dir: str | Path, scale: float, seed: str) -> GravityRun
 def analyse(runs: Sequence[GravityRun]) -> dict[str, Any]:
     """Per scale (ascending): {key: {"mean", "std", "n", "seeds": {seed: value}}}."""
     out: dict[str, Any] = {}
-    for scale in sorted({r.scale for r in runs}):
-        at = [r for r in runs if r.scale == scale]
+    for scale, at in sorted(stats.group(runs, lambda r: r.scale).items()):
         row: dict[str, Any] = {}
         for key in COLUMNS:
             vals = [r.values[key] for r in at if math.isfinite(r.values[key])]
@@ -204,25 +210,21 @@ def analyse(runs: Sequence[GravityRun]) -> dict[str, Any]:
     return out
 
 
-def _cell(block: Mapping[str, Any], pct: bool) -> str:
+def _cell(block: Mapping[str, Any], percent: bool) -> str:
+    """Mean +- std over seeds (one seed: the mean; none: "-"), a share as a percentage."""
     mean, std, n = block["mean"], block["std"], block["n"]
-    if not n:
-        return "-"
-    fmt = (lambda x: f"{100 * x:.1f}%") if pct else (lambda x: f"{x:.3f}")
-    return fmt(mean) + (f" +- {fmt(std)}" if n > 1 else "")
+    fmt = (lambda x: pct(x, 1)) if percent else num
+    return "-" if not n else fmt(mean) + (f" +- {fmt(std)}" if n > 1 else "")
 
 
 def table_lines(result: Mapping[str, Any], families: Mapping[str, Mapping[str, tuple[float, float]]]
                 ) -> list[str]:
     """The markdown table: one row per scale, the families' gravity ranges beside it."""
-    head = ["gravity x", "train / interp / extrap gravity", *COLUMNS.values(), "seeds"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for scale, row in result.items():
-        ranges = " / ".join(f"{lo:g}-{hi:g}" for lo, hi in families[scale].values())
-        cells = [_cell(row[k], pct=k in PERCENT) for k in COLUMNS]
-        lines.append(f"| {scale} | {ranges} | " + " | ".join(cells)
-                     + f" | {row['floor']['n']} |")
-    return lines
+    return launch.table(
+        ["gravity x", "train / interp / extrap gravity", *COLUMNS.values(), "seeds"],
+        ([scale, " / ".join(f"{lo:g}-{hi:g}" for lo, hi in families[scale].values()),
+          *(_cell(row[k], k in PERCENT) for k in COLUMNS), row["floor"]["n"]]
+         for scale, row in result.items()))
 
 
 def fig_dose_response(result: Mapping[str, Any], path: Path) -> Path:
@@ -257,25 +259,3 @@ def fig_dose_response(result: Mapping[str, Any], path: Path) -> Path:
               title="What the world is worth")
     right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1)
     return save(fig, path, dpi=110)
-
-
-def write_report(out_dir: str | Path, runs: Sequence[GravityRun], meta: Mapping[str, Any],
-                 families: Mapping[str, Mapping[str, tuple[float, float]]],
-                 missing: Sequence[str]) -> Path:
-    """``out_dir/report.md``, ``report.json`` and ``figures/dose_response.png``."""
-    out_dir = Path(out_dir)
-    lines = launch.study_header("EPM-JEPA gravity study: what the world is worth against gravity's "
-                         "strength", meta, missing)
-    result: dict[str, Any] = {}
-    if not runs:
-        lines += ["No run has finished yet.", ""]
-    else:
-        result = analyse(runs)
-        fig_dose_response(result, out_dir / "figures" / "dose_response.png")
-        lines += ["![D^50 and the oracle's margin against gravity](figures/dose_response.png)", "",
-                  "Held-out worlds pooled (interp and extrap), D^50 (n = 50 transitions of "
-                  "memory; the floor and the oracle have none), mean +- standard deviation "
-                  "over seeds:", ""]
-        lines += table_lines(result, families)
-    return launch.write_files(out_dir, lines, {"meta": dict(meta), "families": families,
-                                        "missing": list(missing), "scales": result})

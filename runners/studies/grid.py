@@ -87,11 +87,8 @@ def _safe(value: str) -> str:
 
 
 def parse_grid(specs: Iterable[str]) -> dict[str, list[str]]:
-    """Parse ``["track=A,B", "seed=42,43"]`` into ``{"track": ["A", "B"], "seed": ["42", "43"]}``.
-
-    Raises ``CliError`` (one line for the user) on a malformed item, an empty value list, a
-    repeated field or a repeated value.
-    """
+    """Parse ``["track=A,B", "seed=42,43"]`` into ``{"track": ["A", "B"], "seed": ["42", "43"]}``;
+    ``CliError`` (one line) on a malformed item, an empty value, a repeated field or value."""
     grid: dict[str, list[str]] = {}
     for spec in specs:
         key, sep, raw = spec.partition("=")
@@ -110,11 +107,9 @@ def parse_grid(specs: Iterable[str]) -> dict[str, list[str]]:
 
 
 def expand(grid: Mapping[str, Sequence[str]], *, prefix: str = "") -> list[Point]:
-    """Cartesian product of the grid, first field varying slowest (``itertools.product`` order).
-
-    ``prefix`` is prepended to every run name (e.g. ``"lambda_"``). An empty grid gives one
-    point with the name ``prefix + "default"``.
-    """
+    """Cartesian product of the grid, first field varying slowest (``itertools.product`` order),
+    ``prefix`` before every run name (e.g. ``"lambda_"``); an empty grid: one point, named
+    ``prefix + "default"``."""
     keys = list(grid)
     points = [Point(tuple(zip(keys, combo, strict=True)), prefix=prefix)
               for combo in itertools.product(*(grid[k] for k in keys))]

@@ -3,15 +3,15 @@
 labelled for its report, and the backend's jobs), the options passed to ``train_online``
 (``check_passthrough``), every run's typed config built and resolved before anything starts
 (``check_specs``), the runs of grid points (``make_specs``, ``plan_points``), running them
-(``run_specs``), and the report: the runs it reads (``collect``), its head and files
-(``study_header``, ``write_files``) and the failed runs (``report_failures``).
+(``run_specs``), and the report: the runs it reads (``collect``), its tables (``table``), its
+files (``write_report``, ``write_files``) and the failed runs (``report_failures``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -55,11 +55,9 @@ class Backend:
             return backends.LocalBackend(self.workers, self.threads, in_process=self.in_process)
         workers = self.workers or usable_cores()
         threads = self.threads or (1 if self.address else backends.threads_per_worker(workers))
-        return backends.RayBackend(
-            address=self.address, threads=threads,
-            num_cpus=None if self.address else usable_cores(),
-            working_dir=self.ray_working_dir,
-        )
+        return backends.RayBackend(address=self.address, threads=threads,
+                                   num_cpus=None if self.address else usable_cores(),
+                                   working_dir=self.ray_working_dir)
 
 
 #: How a command nests ``Backend``: its flags keep their names (``--backend``, ``--workers``).
@@ -88,7 +86,7 @@ class Seeded(Options):
     steps: int | None = None
     """training steps per run (default: train_online's; the switch is at 2/3)"""
     preset: Preset = "cpu"
-    """agent preset (the main job's)"""
+    """run preset (train_online's --preset)"""
 
     def seed_list(self) -> list[str]:
         """The seeds as text, each once, in order."""
@@ -159,23 +157,16 @@ def check_specs(specs: Sequence[backends.RunSpec]) -> None:
             raise CliError(f"run {spec.name}: --out and --name are set by the study")
 
 
-def make_specs(
-    points: Sequence[grid.Point], out: str | Path, common: Sequence[str] = ()
-) -> list[backends.RunSpec]:
+def make_specs(points: Sequence[grid.Point], out: str | Path,
+               common: Sequence[str] = ()) -> list[backends.RunSpec]:
     """One ``RunSpec`` per point: folder ``out/<name>``, arguments = point's + ``common``."""
     out = Path(out).resolve()
-    return [
-        backends.RunSpec(name=p.name, run_dir=str(out / p.name),
-                         args=tuple([*p.train_args(), *common]))
-        for p in points
-    ]
+    return [backends.RunSpec(name=p.name, run_dir=str(out / p.name),
+                             args=tuple([*p.train_args(), *common])) for p in points]
 
 
-def run_specs(
-    backend: backends.LocalBackend | backends.RayBackend,
-    jobs: Sequence[backends.Job],
-    log_dir: str | Path,
-) -> list[backends.RunResult]:
+def run_specs(backend: backends.LocalBackend | backends.RayBackend, jobs: Sequence[backends.Job],
+              log_dir: str | Path) -> list[backends.RunResult]:
     """Run (or skip) every job (a run, or a stacked set) on ``backend``, printing one line per
     run; shut Ray down after."""
     specs = [s for j in jobs for s in backends.runs_of(j)]
@@ -183,11 +174,8 @@ def run_specs(
     counts = {k: sum(v == k for v in todo.values()) for k in ("finished", "interrupted", "stale", "new")}
     sets = sum(isinstance(j, backends.StackedSet) for j in jobs)
     what = f"{sets} stacked set(s) of {len(specs)} run(s)" if sets else f"{len(specs)} run(s)"
-    print(
-        f"{what}: {counts['finished']} finished, {counts['interrupted']} to resume, "
-        f"{counts['new'] + counts['stale']} to start; {backend.describe()}",
-        flush=True,
-    )
+    print(f"{what}: {counts['finished']} finished, {counts['interrupted']} to resume, "
+          f"{counts['new'] + counts['stale']} to start; {backend.describe()}", flush=True)
     try:
         return backend.run(jobs, log_dir=str(log_dir))
     finally:
@@ -235,8 +223,6 @@ def collect(plan: Plan, out: str | Path,
 def study_commands(out: str | Path, command: str) -> list[str]:
     """The commands that made a study's runs: those of its previous ``report.json``, then
     ``command`` (each once)."""
-    import json
-
     try:
         before = json.loads((Path(out) / "report.json").read_text())["meta"]["commands"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -244,9 +230,21 @@ def study_commands(out: str | Path, command: str) -> list[str]:
     return list(dict.fromkeys([*(str(c) for c in before), command]))
 
 
-def study_header(title: str, meta: Mapping[str, Any], missing: Sequence[str]) -> list[str]:
-    """A study's report.md head: the title, its protocol (``meta``'s items, then each of
-    ``meta["commands"]`` in a code block; none without ``meta``) and the runs still missing."""
+def table(head: Sequence[Any], rows: Iterable[Sequence[Any]]) -> list[str]:
+    """A Markdown table's lines: its head, the rule under it and a line per row."""
+    return [row(head), "|" + "---|" * len(head), *map(row, rows)]
+
+
+def row(cells: Iterable[Any]) -> str:
+    """A Markdown table's line: ``| a | b |``."""
+    return "| " + " | ".join(map(str, cells)) + " |"
+
+
+def write_report(out_dir: str | Path, title: str, meta: Mapping[str, Any], missing: Sequence[str],
+                 body: Sequence[str] | None, payload: Mapping[str, Any]) -> Path:
+    """``out_dir/report.md``: the title, the protocol (``meta``'s items, then each of
+    ``meta["commands"]`` in a code block; none without ``meta``), the runs still missing and
+    ``body`` (None: no run has finished); ``out_dir/report.json``: ``payload``."""
     lines = [f"# {title}", ""]
     if meta:
         lines += ["## Protocol", ""]
@@ -258,26 +256,29 @@ def study_header(title: str, meta: Mapping[str, Any], missing: Sequence[str]) ->
         lines += [f"**Unfinished or missing runs ({len(missing)}):** "
                   + ", ".join(f"`{m}`" for m in missing) + ". Rerun the same command to finish "
                   "them; numbers below use what exists.", ""]
-    return lines
+    lines += ["No run has finished yet.", ""] if body is None else body
+    return write_files(Path(out_dir), lines, payload)
 
 
-def write_files(out_dir: Path, lines: Sequence[str], payload: Mapping[str, Any]) -> Path:
-    """``out_dir/report.md`` (``lines``) and ``out_dir/report.json`` (``payload``), each write
+def write_files(out_dir: Path, lines: Sequence[str], payload: Mapping[str, Any],
+                name: str = "report") -> Path:
+    """``out_dir/<name>.md`` (``lines``) and ``out_dir/<name>.json`` (``payload``), each write
     naming its file when it fails; the first's path."""
-    for name, text in (("report.md", "\n".join(lines).rstrip() + "\n"),
-                       ("report.json", json.dumps(payload, indent=2, default=jsonable) + "\n")):
-        with writing(out_dir / name):
-            (out_dir / name).write_text(text)
-    return out_dir / "report.md"
+    for path, text in ((out_dir / f"{name}.md", "\n".join(lines).rstrip() + "\n"),
+                       (out_dir / f"{name}.json", json.dumps(payload, indent=2, default=jsonable)
+                        + "\n")):
+        with writing(path):
+            path.write_text(text)
+    return out_dir / f"{name}.md"
 
 
 def jsonable(o: Any) -> Any:
-    """``json.dumps`` default for numpy values (anything else as text)."""
+    """``json.dumps`` default for numpy values and dataclasses (anything else as text)."""
     if isinstance(o, np.ndarray):
         return o.tolist()
     if isinstance(o, np.generic):
         return o.item()
-    return str(o)
+    return vars(o) if is_dataclass(o) else str(o)
 
 
 def report_failures(failed: Sequence[backends.RunResult]) -> int:

@@ -11,7 +11,7 @@ periodically; the "peak" is the lowest periodic evaluation. Without ``--data`` t
 datasets are generated once into ``OUT/data/paper.zarr``. One run folder per configuration under
 ``OUT/runs/<preset>-<steps>/``.
 
-``write_report`` turns the run records (``runners.studies.runs``) into ``report.md`` beside its
+``report`` turns the run records (``runners.studies.runs``) into ``report.md`` beside its
 figures (Fig. 2 per-seed bars, Fig. 3 trajectories with a mean +- std band per track,
 sigma_embed over training, the ablations) and ``report.json``, always with the paper's numbers
 (``PAPER_*``) side by side, and the deferred analyses (``analysis``: SVD spectrum and effective
@@ -22,9 +22,9 @@ cached in ``OUT/analysis/``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import tyro
 
@@ -34,7 +34,7 @@ from runners.cli import CliError
 from runners.studies import analysis, backends, grid, launch, stats
 from runners.studies.figures import fig_runs, fig_seed_bars, fig_trajectories
 from runners.studies.runs import RunRecord, TrackStats, by_track, load_run, pre_registered
-from runners.studies.stats import num, pct
+from runners.style import num, pct
 
 #: The train_online options the study sets itself, with its own option to use instead.
 OWNED = {"--protocol": "", "--source": "", "--switch": "", "--track": "--tracks",
@@ -52,7 +52,7 @@ class Options(launch.Seeded):
     steps: int = 10_000
     """training steps"""
     preset: Literal["paper", "tiny"] = "paper"
-    """agent preset (tiny is for smoke tests)"""
+    """run preset (train_online's --preset; tiny is for smoke tests)"""
     data: Annotated[str | None, tyro.conf.arg(metavar="PATH.zarr")] = None
     """the paper's datasets (runners.make_dataset); default: generate OUT/data/paper.zarr if missing"""
     tracks: tuple[Track, ...] = ("A", "B", "C")
@@ -169,7 +169,8 @@ def _records(opts: Options, plan: launch.Plan, role: str) -> dict[str, RunRecord
 
 
 def report(opts: Options, plan: launch.Plan, commands: list[str]) -> Path:
-    """``OUT/report.md``: the runs beside the paper's numbers, and the checkpoints' analyses."""
+    """``OUT/report.md`` beside its figures, and ``report.json``: the runs beside the paper's
+    numbers, the other experiments and the checkpoints' analyses."""
     main = list(_records(opts, plan, "main").values())
     out = Path(opts.out).resolve()
     missing = [Path(s.run_dir).relative_to(out).as_posix()
@@ -188,11 +189,29 @@ def report(opts: Options, plan: launch.Plan, commands: list[str]) -> Path:
     }
     if opts.ablations:
         meta["ablation steps"] = opts.ablation_steps
-    inp = ReportInput(
-        main=main, ablations=_records(opts, plan, "ablations"),
-        lambdas=_records(opts, plan, "lambdas"), kappas=_records(opts, plan, "kappas"),
-        analyses=analyses, meta=meta, missing=missing)
-    return write_report(opts.out, inp, title="EPM-JEPA reproduction report")
+    figs = Path(opts.out) / "figures"
+    figs.mkdir(parents=True, exist_ok=True)
+    tracks = by_track(main)
+    d, oc = pre_registered(tracks)
+    others = {role: _records(opts, plan, role) for role in ("ablations", "lambdas", "kappas")}
+    body = _main_section(tracks, d, oc, figs)
+    if others["ablations"]:
+        body += _ablation_section(others["ablations"], figs)
+    if others["lambdas"]:
+        body += _lambda_section(others["lambdas"], figs)
+    if others["kappas"]:
+        body += _sweep_section("Kappa sweep (track C, beyond the paper)", "kappa",
+                               others["kappas"], figs / "kappa_sweep.png")
+    if analyses:
+        body += analysis.report_section(analyses, figs)
+    payload = {"runs": [r.row() for r in main],
+               "tracks": {t: {"peak": ts.peak, "final": ts.final, "sigma": ts.sigma}
+                          for t, ts in tracks.items()},
+               "delta": d, "outcome": oc,
+               **{role: {k: r.row() for k, r in recs.items()} for role, recs in others.items()},
+               "analyses": analyses, "meta": meta, "missing": missing}
+    return launch.write_report(opts.out, "EPM-JEPA reproduction report", meta, missing, body,
+                               payload)
 
 
 # -- the paper's numbers (Section 4, Tables 1, 3, 4; Appendix B), shown beside ours ---------
@@ -221,36 +240,12 @@ PAPER_LAMBDA = {  # Table 4: (peak, final, sigma at peak), by lambda with two de
 
 
 # -- the report ----------------------------------------------------------------------------------
-@dataclass
-class ReportInput:
-    """Everything ``write_report`` needs; only ``main`` is required."""
-
-    main: list[RunRecord]
-    ablations: dict[str, RunRecord] = field(default_factory=dict)  # label -> run (Table 3)
-    lambdas: dict[str, RunRecord] = field(default_factory=dict)  # "0.05" -> run (Table 4)
-    kappas: dict[str, RunRecord] = field(default_factory=dict)  # "1.5" -> run
-    analyses: dict[str, Any] = field(default_factory=dict)  # from runners.studies.analysis
-    meta: dict[str, Any] = field(default_factory=dict)  # commands, data, steps, seeds, device
-    missing: list[str] = field(default_factory=list)  # runs that are not finished
-
-
 def main_table_markdown(tracks: Mapping[str, TrackStats]) -> list[str]:
     """Per-run table and per-track table with the paper's numbers beside ours."""
-    lines = ["### Per run", "",
-             "| track | seed | peak D_shift^50 | peak step | final D_shift^50 | final step | "
-             "sigma_embed at peak | settling (final - peak) |",
-             "|---|---|---|---|---|---|---|---|"]
-    for track, ts in tracks.items():
-        for r in ts.records:
-            flag = "" if r.finished else " (unfinished)"
-            lines.append(
-                f"| {track} | {r.seed}{flag} | {num(r.peak)} | {r.peak_step} | {num(r.final)} | "
-                f"{r.final_step} | {num(r.sigma_at_peak)} | {num(r.settling, 4)} |"
-            )
-    lines += ["", "### Per track, ours beside the paper (Table 1)", "",
-              "| track | seeds | ours: peak D_shift^50 mean +- std | ours: 95% CI | "
-              "ours: sigma_embed at peak | paper: D_shift | paper: 95% CI | paper: sigma_embed |",
-              "|---|---|---|---|---|---|---|---|"]
+    runs = ([track, f"{r.seed}{'' if r.finished else ' (unfinished)'}", num(r.peak, 4),
+             r.peak_step, num(r.final, 4), r.final_step, num(r.sigma_at_peak, 4),
+             num(r.settling, 4)] for track, ts in tracks.items() for r in ts.records)
+    rows = []
     for track, ts in tracks.items():
         p = PAPER_MAIN.get(track)
         paper = (
@@ -258,12 +253,15 @@ def main_table_markdown(tracks: Mapping[str, TrackStats]) -> list[str]:
              f"[{p['ci'][0]:.4f}, {p['ci'][1]:.4f}]", f"{p['sigma']:.4f}")
             if p else ("(not in paper)", "-", "-")
         )
-        lines.append(
-            f"| {track} | {ts.peak.n} | {ts.peak.mean:.4f} +- {ts.peak.std:.4f} | "
-            f"[{ts.peak.ci_low:.4f}, {ts.peak.ci_high:.4f}] | {ts.sigma.ms()} | "
-            f"{paper[0]} | {paper[1]} | {paper[2]} |"
-        )
-    return lines
+        rows.append([track, ts.peak.n, ts.peak.ms(), f"[{ts.peak.ci_low:.4f}, "
+                     f"{ts.peak.ci_high:.4f}]", ts.sigma.ms(), *paper])
+    return ["### Per run", "", *launch.table(
+        ["track", "seed", "peak D_shift^50", "peak step", "final D_shift^50", "final step",
+         "sigma_embed at peak", "settling (final - peak)"], runs),
+        "", "### Per track, ours beside the paper (Table 1)", "", *launch.table(
+        ["track", "seeds", "ours: peak D_shift^50 mean +- std", "ours: 95% CI",
+         "ours: sigma_embed at peak", "paper: D_shift", "paper: 95% CI", "paper: sigma_embed"],
+        rows)]
 
 
 def _main_section(tracks: Mapping[str, TrackStats], d: float, oc: str, figs: Path) -> list[str]:
@@ -273,18 +271,16 @@ def _main_section(tracks: Mapping[str, TrackStats], d: float, oc: str, figs: Pat
     if not tracks:
         return lines + ["No run has an evaluation yet.", ""]
     lines += main_table_markdown(tracks)
-    lines += ["", "### Pre-registered test: track C vs track B", ""]
-    lines += [
-        "| | delta = (D_B - D_C) / D_B | outcome |", "|---|---|---|",
-        f"| ours | {pct(d)} | {oc}: {_cell(stats.OUTCOME_TEXT.get(oc, 'needs B and C'))} |",
-        f"| paper | {pct(PAPER_DELTA)} | {PAPER_OUTCOME}: "
-        f"{_cell(stats.OUTCOME_TEXT[PAPER_OUTCOME])} |",
-        "",
-    ]
+    lines += ["", "### Pre-registered test: track C vs track B", "",
+              "| | delta = (D_B - D_C) / D_B | outcome |", "|---|---|---|",
+              f"| ours | {pct(d, 2)} | {oc}: "
+              f"{_escape(stats.OUTCOME_TEXT.get(oc, 'needs B and C'))} |",
+              f"| paper | {pct(PAPER_DELTA, 2)} | {PAPER_OUTCOME}: "
+              f"{_escape(stats.OUTCOME_TEXT[PAPER_OUTCOME])} |", ""]
     if FLOOR in tracks and WEIGHTS in tracks:
         sec = stats.delta(tracks[FLOOR].peak.mean, tracks[WEIGHTS].peak.mean)
-        lines += [f"Secondary (not pre-registered): (D_A - D_C) / D_A = {pct(sec)} "
-                  f"(paper: {pct(PAPER_SECONDARY_DELTA)} against track A's mean).", ""]
+        lines += [f"Secondary (not pre-registered): (D_A - D_C) / D_A = {pct(sec, 2)} "
+                  f"(paper: {pct(PAPER_SECONDARY_DELTA, 2)} against track A's mean).", ""]
     fig_seed_bars(tracks, figs / "fig2_seed_bars.png")
     fig_trajectories(tracks, figs / "fig3_trajectories.png")
     fig_trajectories(tracks, figs / "sigma_embed.png", attr="sigma", ylabel="sigma_embed")
@@ -294,90 +290,50 @@ def _main_section(tracks: Mapping[str, TrackStats], d: float, oc: str, figs: Pat
                     "![sigma_embed over training (Fig. 5)](figures/sigma_embed.png)", ""]
 
 
-def _payload(inp: ReportInput, tracks: Mapping[str, TrackStats], d: float,
-             oc: str) -> dict[str, Any]:  # fmt: skip
-    """report.json's content: the runs, each track's summaries, the pre-registered test, the
-    other experiments' runs, the analyses, ``meta`` and the missing runs."""
-    return {
-        "runs": [r.row() for r in inp.main],
-        "tracks": {t: {"peak": vars(ts.peak), "final": vars(ts.final), "sigma": vars(ts.sigma)}
-                   for t, ts in tracks.items()},
-        "delta": d, "outcome": oc,
-        "ablations": {k: r.row() for k, r in inp.ablations.items()},
-        "lambdas": {k: r.row() for k, r in inp.lambdas.items()},
-        "kappas": {k: r.row() for k, r in inp.kappas.items()},
-        "analyses": inp.analyses, "meta": inp.meta, "missing": inp.missing,
-    }
-
-
-def write_report(out_dir: str | Path, inp: ReportInput, title: str = "Reproduction report") -> Path:
-    """Write ``out_dir/report.md``, ``out_dir/report.json`` and ``out_dir/figures/*.png``."""
-    out_dir = Path(out_dir)
-    figs = out_dir / "figures"
-    figs.mkdir(parents=True, exist_ok=True)
-    tracks = by_track(inp.main)
-    d, oc = pre_registered(tracks)
-    lines = launch.study_header(title, inp.meta, inp.missing)
-    lines += _main_section(tracks, d, oc, figs)
-    if inp.ablations:
-        lines += _ablation_section(inp.ablations, figs)
-    if inp.lambdas:
-        lines += _lambda_section(inp.lambdas, figs)
-    if inp.kappas:
-        lines += _sweep_section("Kappa sweep (track C, beyond the paper)", "kappa", inp.kappas,
-                                figs / "kappa_sweep.png")
-    if inp.analyses:
-        lines += analysis.report_section(inp.analyses, figs)
-    return launch.write_files(out_dir, lines, _payload(inp, tracks, d, oc))
-
-
-def _cell(text: str) -> str:
+def _escape(text: str) -> str:
     """Text safe inside a Markdown table cell."""
     return text.replace("|", "\\|")
 
 
 def _ablation_section(runs: Mapping[str, RunRecord], figs: Path) -> list[str]:
-    lines = ["## Mechanism ablation: dual freeze of buffer and EMA target (Table 3)", "",
-             "| experiment | freeze step | ours: peak (step) | ours: final | ours: settling | "
-             "ours: sigma final | paper: peak | paper: final | paper: settling |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    """Table 3 beside the paper's, and the runs' trajectories."""
+    rows = []
     for label, r in runs.items():
         p = PAPER_ABLATION.get(label)
-        freeze = r.params.get("freeze_ema_at", "-")
-        lines.append(
-            f"| {label} (seed {r.seed}) | {freeze} | {num(r.peak)} ({r.peak_step}) | {num(r.final)} "
-            f"| {num(r.settling, sign='+')} | {num(r.final_sigma)} | "
-            + (" | ".join([f"{p[0]:.4f}", f"{p[1]:.4f}", f"+{p[2]:.4f}"]) if p else "- | - | -")
-            + " |"
-        )
+        rows.append([f"{label} (seed {r.seed})", r.params.get("freeze_ema_at", "-"),
+                     f"{num(r.peak, 4)} ({r.peak_step})", num(r.final, 4), num(r.settling, 4, "+"),
+                     num(r.final_sigma, 4),
+                     *([f"{p[0]:.4f}", f"{p[1]:.4f}", f"+{p[2]:.4f}"] if p else ["-"] * 3)])
     fig_runs(list(runs.items()), figs / "ablation_trajectories.png", "dual-freeze ablation")
-    lines += ["", "Settling = final - peak. The paper's two step-8000 replicates differed only by "
-              "GPU nondeterminism; ours are bit-deterministic on a CPU, so replicate 2 uses the "
-              "next seed.", "",
-              "![ablation trajectories (Fig. 4)](figures/ablation_trajectories.png)", ""]
-    return lines
+    return ["## Mechanism ablation: dual freeze of buffer and EMA target (Table 3)", "",
+            *launch.table(["experiment", "freeze step", "ours: peak (step)", "ours: final",
+                           "ours: settling", "ours: sigma final", "paper: peak", "paper: final",
+                           "paper: settling"], rows),
+            "", "Settling = final - peak. The paper's two step-8000 replicates differed only by "
+            "GPU nondeterminism; ours are bit-deterministic on a CPU, so replicate 2 uses the "
+            "next seed.", "",
+            "![ablation trajectories (Fig. 4)](figures/ablation_trajectories.png)", ""]
 
 
 def _lambda_section(runs: Mapping[str, RunRecord], figs: Path) -> list[str]:
-    lines = ["## LoRA regularisation sweep, track C (Table 4)", "",
-             "| lambda | ours: peak (step) | ours: final | ours: sigma at peak | paper: peak | "
-             "paper: final | paper: sigma at peak |", "|---|---|---|---|---|---|---|"]
+    """Table 4 beside the paper's, and the runs' trajectories."""
+    rows = []
     for lam, r in runs.items():
         p = PAPER_LAMBDA.get(lam)
-        lines.append(
-            f"| {lam} | {num(r.peak)} ({r.peak_step}) | {num(r.final)} | {num(r.sigma_at_peak)} | "
-            + (" | ".join(f"{v:.4f}" for v in p) if p else "- | - | -") + " |"
-        )
+        rows.append([lam, f"{num(r.peak, 4)} ({r.peak_step})", num(r.final, 4),
+                     num(r.sigma_at_peak, 4), *([f"{v:.4f}" for v in p] if p else ["-"] * 3)])
     fig_runs([(f"lambda {k}", r) for k, r in runs.items()], figs / "lambda_sweep.png",
              "lambda sweep (track C)")
-    return lines + ["", "![lambda sweep](figures/lambda_sweep.png)", ""]
+    return ["## LoRA regularisation sweep, track C (Table 4)", "", *launch.table(
+        ["lambda", "ours: peak (step)", "ours: final", "ours: sigma at peak", "paper: peak",
+         "paper: final", "paper: sigma at peak"], rows),
+        "", "![lambda sweep](figures/lambda_sweep.png)", ""]
 
 
 def _sweep_section(title: str, key: str, runs: Mapping[str, RunRecord], fig: Path) -> list[str]:
-    lines = [f"## {title}", "", f"| {key} | peak (step) | final | sigma at peak |",
-             "|---|---|---|---|"]
-    for value, r in runs.items():
-        lines.append(f"| {value} | {num(r.peak)} ({r.peak_step}) | {num(r.final)} | "
-                     f"{num(r.sigma_at_peak)} |")
+    """A sweep's runs (peak, final, sigma_embed at the peak) and their trajectories."""
+    rows = ([value, f"{num(r.peak, 4)} ({r.peak_step})", num(r.final, 4), num(r.sigma_at_peak, 4)]
+            for value, r in runs.items())
     fig_runs([(f"{key} {k}", r) for k, r in runs.items()], fig, title)
-    return lines + ["", f"![{title}](figures/{fig.name})", ""]
+    return [f"## {title}", "", *launch.table([key, "peak (step)", "final", "sigma at peak"], rows),
+            "", f"![{title}](figures/{fig.name})", ""]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,6 @@ class RunRecord:
     sigma: np.ndarray  # (E,) sigma_embed
     d_base: np.ndarray  # (E,)
     finished: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)
     # Collapse guard: evaluations with sigma_embed below this are not candidates for the peak
     # (in a collapsed phase all predictions are alike and D reads low for a degenerate reason).
     # 0 = the paper's plain "lowest periodic evaluation"; if no evaluation passes, all count.
@@ -138,10 +137,8 @@ class RunRecord:
         }
 
 
-def load_run(
-    run_dir: str | Path, params: Mapping[str, str] | None = None, n: int = HEADLINE_N,
-    min_sigma: float = 0.0,
-) -> RunRecord | None:
+def load_run(run_dir: str | Path, params: Mapping[str, str] | None = None, n: int = HEADLINE_N,
+             min_sigma: float = 0.0) -> RunRecord | None:
     """Read one run folder; None when it has no ``config.json`` (never started).
     ``min_sigma``: the peak's collapse guard (see ``RunRecord.min_sigma``)."""
     run_dir = Path(run_dir)
@@ -160,17 +157,11 @@ def load_run(
     for key in ("track", "seed"):
         params.setdefault(key, str(config.get(key, "?")))
     return RunRecord(
-        name=run_dir.name,
-        run_dir=str(run_dir),
-        config=config,
-        params=params,
-        steps=steps,
+        name=run_dir.name, run_dir=str(run_dir), config=config, params=params, steps=steps,
         d_shift=headline_column(evals, n) if e else nan,
         sigma=np.asarray(evals.get("sigma_embed", nan), dtype=np.float64),
         d_base=np.asarray(evals.get("d_base", nan), dtype=np.float64),
-        finished=folder.is_finished(),
-        min_sigma=min_sigma,
-    )
+        finished=folder.is_finished(), min_sigma=min_sigma)
 
 
 # -- aggregates over seeds ------------------------------------------------------------------
@@ -186,23 +177,21 @@ class TrackStats:
     peak_step: stats.Summary
 
 
+def _summaries(rs: Sequence[RunRecord]) -> dict[str, stats.Summary]:
+    """The runs' peak, final, sigma_embed at the peak and peak step, each over the runs."""
+    return {"peak": stats.summarize([r.peak for r in rs]),
+            "final": stats.summarize([r.final for r in rs]),
+            "sigma": stats.summarize([r.sigma_at_peak for r in rs]),
+            "peak_step": stats.summarize([r.peak_step for r in rs])}
+
+
 def by_track(records: Iterable[RunRecord]) -> dict[str, TrackStats]:
     """Group runs with evaluations by track (sorted), each with its summaries."""
-    groups: dict[str, list[RunRecord]] = {}
-    for r in records:
-        if r.has_evals:
-            groups.setdefault(r.track, []).append(r)
+    groups = stats.group((r for r in records if r.has_evals), lambda r: r.track)
     out = {}
     for track in sorted(groups):
         rs = sorted(groups[track], key=lambda r: (len(r.seed), r.seed))
-        out[track] = TrackStats(
-            track=track,
-            records=rs,
-            peak=stats.summarize([r.peak for r in rs]),
-            final=stats.summarize([r.final for r in rs]),
-            sigma=stats.summarize([r.sigma_at_peak for r in rs]),
-            peak_step=stats.summarize([r.peak_step for r in rs]),
-        )
+        out[track] = TrackStats(track=track, records=rs, **_summaries(rs))
     return out
 
 
@@ -216,19 +205,7 @@ def pre_registered(tracks: Mapping[str, TrackStats]) -> tuple[float, str]:
 
 def group_table(records: Sequence[RunRecord], keys: Sequence[str]) -> list[dict[str, Any]]:
     """Sweep aggregation: one row per combination of ``keys`` (seeds pooled), in first-seen order."""
-    groups: dict[tuple[str, ...], list[RunRecord]] = {}
-    for r in records:
-        groups.setdefault(tuple(r.params.get(k, "") for k in keys), []).append(r)
-    rows = []
-    for combo, rs in groups.items():
-        ok = [r for r in rs if r.has_evals]
-        rows.append({
-            **dict(zip(keys, combo, strict=True)),
-            "runs": len(rs),
-            "finished": sum(r.finished for r in rs),
-            "peak": stats.summarize([r.peak for r in ok]),
-            "final": stats.summarize([r.final for r in ok]),
-            "sigma": stats.summarize([r.sigma_at_peak for r in ok]),
-            "peak_step": stats.summarize([r.peak_step for r in ok]),
-        })
-    return rows
+    groups = stats.group(records, lambda r: tuple(r.params.get(k, "") for k in keys))
+    return [{**dict(zip(keys, combo, strict=True)), "runs": len(rs),
+             "finished": sum(r.finished for r in rs),
+             **_summaries([r for r in rs if r.has_evals])} for combo, rs in groups.items()]

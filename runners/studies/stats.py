@@ -19,14 +19,18 @@ float rounding (e.g. computed from 1.0 and 0.95) lands on the boundary, not besi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
 #: Default number of bootstrap resamples and the generator seed; fixed so reports are stable.
 N_BOOT = 10_000
 BOOT_SEED = 0
+
+T = TypeVar("T")
+K = TypeVar("K")
 
 OUTCOME_TEXT = {
     "A": "strong confirmation (delta >= 0.20)",
@@ -52,20 +56,23 @@ class Summary:
 
     def fmt(self, digits: int = 4) -> str:
         """``0.7848 +- 0.0078 [0.7776, 0.7931]`` (NaN-safe)."""
-        return (
-            f"{self.mean:.{digits}f} +- {self.std:.{digits}f} "
-            f"[{self.ci_low:.{digits}f}, {self.ci_high:.{digits}f}]"
-        )
+        return (f"{self.mean:.{digits}f} +- {self.std:.{digits}f} "
+                f"[{self.ci_low:.{digits}f}, {self.ci_high:.{digits}f}]")
 
 
-def num(x: float | None, digits: int = 4, sign: str = "") -> str:
-    """``x`` with ``digits`` decimals (``sign="+"``: signed); "-" for None or a non-finite ``x``."""
-    return "-" if x is None or not np.isfinite(x) else f"{x:{sign}.{digits}f}"
+def group(items: Iterable[T], key: Callable[[T], K]) -> dict[K, list[T]]:
+    """``items`` by ``key``, keys in the order first seen."""
+    out: dict[K, list[T]] = {}
+    for item in items:
+        out.setdefault(key(item), []).append(item)
+    return out
 
 
-def pct(x: float, sign: str = "") -> str:
-    """``x`` as a percentage with two decimals (``sign="+"``: signed); "-" when not finite."""
-    return "-" if not np.isfinite(x) else f"{100 * x:{sign}.2f}%"
+def band(rows: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and sample std (ddof=1; 0 for one row) over the rows of ``rows`` (runs, ...)."""
+    arr = np.asarray(rows, dtype=np.float64)
+    std = arr.std(axis=0, ddof=1) if arr.shape[0] > 1 else np.zeros(arr.shape[1:])
+    return arr.mean(axis=0), std
 
 
 def finite_mean(values: Sequence[float | None]) -> float:
@@ -75,10 +82,8 @@ def finite_mean(values: Sequence[float | None]) -> float:
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (ddof=1, as the paper's 0.7848 +- 0.0078).
-
-    One value gives std 0.0; no value gives (nan, nan).
-    """
+    """Mean and sample standard deviation (ddof=1, as the paper's 0.7848 +- 0.0078); one value
+    gives std 0.0, none (nan, nan)."""
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0:
         return float("nan"), float("nan")
@@ -86,13 +91,8 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return float(x.mean()), std
 
 
-def bootstrap_ci(
-    values: Sequence[float],
-    *,
-    level: float = 0.95,
-    n_boot: int = N_BOOT,
-    seed: int = BOOT_SEED,
-) -> tuple[float, float]:
+def bootstrap_ci(values: Sequence[float], *, level: float = 0.95, n_boot: int = N_BOOT,
+                 seed: int = BOOT_SEED) -> tuple[float, float]:
     """Percentile bootstrap CI of the mean: resample with replacement ``n_boot`` times.
 
     With a fixed ``seed`` the interval is deterministic. For three values the 95% interval is
@@ -131,10 +131,8 @@ def delta(d_b: float, d_c: float) -> float:
 
 
 def outcome(value: float) -> str:
-    """Outcome class "A"/"B"/"C"/"D" of a delta (module docstring for the exact boundaries).
-
-    NaN (a missing track) gives "?".
-    """
+    """Outcome class "A"/"B"/"C"/"D" of a delta (module docstring for the exact boundaries); NaN
+    (a missing track) gives "?"."""
     if not np.isfinite(value):
         return "?"
     d = round(float(value), 12)

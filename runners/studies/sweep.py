@@ -13,7 +13,6 @@ printed and written to ``OUT/sweep.md`` and ``OUT/sweep.json``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Annotated, Any
 
 import tyro
 
-from runners.cli import CliError, writing
+from runners.cli import CliError
 from runners.online.command import option_type
 from runners.studies import grid, launch, runs
 
@@ -64,35 +63,24 @@ def plan(opts: Options, passthrough: Sequence[str]) -> launch.Plan:
 
 def report(opts: Options, plan: launch.Plan, commands: list[str]) -> Path:
     """``OUT/sweep.md`` and ``OUT/sweep.json``: a row per point, seeds pooled; the table printed."""
-    out = Path(opts.out)
     keys = [k for k in plan.notes["grid"] if k != "seed"]
     records = [r for p, s in plan.runs if (r := runs.load_run(s.run_dir, p.params)) is not None]
     rows = runs.group_table(records, keys)
     table = group_table_markdown(rows, keys)
-    with writing(out / "sweep.md"):
-        (out / "sweep.md").write_text(f"# Sweep {out}\n\n{table}")
-    with writing(out / "sweep.json"):
-        (out / "sweep.json").write_text(json.dumps(
-            {**plan.notes, "runs": [r.row() for r in records],
-             "groups": [{k: (vars(v) if hasattr(v, "__dataclass_fields__") else v)
-                         for k, v in row.items()} for row in rows]},
-            indent=2, default=str) + "\n")
+    out = Path(opts.out)
+    path = launch.write_files(out, [f"# Sweep {out}", "", table],
+                              {**plan.notes, "runs": [r.row() for r in records], "groups": rows},
+                              name="sweep")
     print(f"\n{table}")
-    return out / "sweep.md"
+    return path
 
 
 def group_table_markdown(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> str:
     """The sweep's table as Markdown."""
-    head = [*keys, "runs (done)", "peak D_shift^50 mean +- std [95% CI]", "peak step",
-            "final D_shift^50", "sigma_embed at peak"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in rows:
-        cells = [str(row[k]) for k in keys] + [
-            f"{row['runs']} ({row['finished']})",
-            row["peak"].fmt() if row["peak"].n else "-",
-            f"{row['peak_step'].mean:.0f}" if row["peak_step"].n else "-",
-            row["final"].ms(),
-            row["sigma"].ms(),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(launch.table(
+        [*keys, "runs (done)", "peak D_shift^50 mean +- std [95% CI]", "peak step",
+         "final D_shift^50", "sigma_embed at peak"],
+        ([*(row[k] for k in keys), f"{row['runs']} ({row['finished']})",
+          row["peak"].fmt() if row["peak"].n else "-",
+          f"{row['peak_step'].mean:.0f}" if row["peak_step"].n else "-",
+          row["final"].ms(), row["sigma"].ms()] for row in rows))) + "\n"

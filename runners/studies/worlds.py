@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -48,9 +48,9 @@ from agent.config import TRACKS, Track
 from runners.cli import CliError
 from runners.studies import grid, launch, stats
 from runners.studies.figures import save
+from runners.studies.launch import table
 from runners.studies.runs import HEADLINE_N
-from runners.studies.stats import num, pct
-from runners.style import TRACK_COLORS, pyplot
+from runners.style import TRACK_COLORS, num, pct, pyplot
 
 #: The train_online options the study sets itself, with its own option to use instead.
 OWNED = {"--protocol": "", "--track": "--tracks", "--seed": "--seeds",
@@ -90,7 +90,8 @@ def plan(opts: Options, passthrough: Sequence[str]) -> launch.Plan:
 
 
 def report(opts: Options, plan: launch.Plan, commands: list[str]) -> Path:
-    """``OUT/report.md`` of the finished runs, the others named as missing."""
+    """``OUT/report.md``, ``report.json`` and ``figures/held_out_curves.png`` of the finished
+    runs, the others named as missing."""
     runs, missing = launch.collect(
         plan, opts.out, lambda label, run_dir: load_worlds_run(run_dir, *label))
     oracle = [f"oracle (track {opts.oracle_track})"] if opts.oracle_track != "none" else []
@@ -103,7 +104,12 @@ def report(opts: Options, plan: launch.Plan, commands: list[str]) -> Path:
                       "memory plus n own / same-world / wrong-world entries",
         "commands": commands,
     }
-    return write_report(opts.out, runs, meta, missing, title="EPM-JEPA worlds-protocol study")
+    result, body = (analyse(runs) if runs else {}), None
+    if runs:
+        fig_curves(runs, Path(opts.out) / "figures" / "held_out_curves.png")
+        body = ["![D^n over n per arm](figures/held_out_curves.png)", "", *report_lines(result)]
+    return launch.write_report(opts.out, "EPM-JEPA worlds-protocol study", meta, missing, body,
+                               {"meta": meta, "missing": missing, **result})
 
 
 #: The families a worlds run reports, and their pooled mean.
@@ -201,10 +207,21 @@ def _blind(pp: dict[str, Any] | None) -> dict[str, Any]:
     return {"blind": blind, "blind_per_h": np.asarray(fams["pooled"]["blind"][:-1], np.float64)}
 
 
-def _ratio(num: float, den: float) -> float:
-    if not (np.isfinite(num) and np.isfinite(den)) or den == 0.0:
+def _ratio(a: float, b: float) -> float:
+    if not (np.isfinite(a) and np.isfinite(b)) or b == 0.0:
         return math.nan
-    return num / den
+    return a / b
+
+
+def _share(d_a: float, d: float, d_o: float) -> float:
+    """The share of the oracle's gap below the floor that ``d`` closes (NaN: no gap)."""
+    return _ratio(d_a - d, d_a - d_o) if d_a > d_o else math.nan
+
+
+def _lowest(rows: Mapping[str, Any], value: Callable[[Any], float]) -> str | None:
+    """The key of the row with the lowest finite ``value`` (None: no row)."""
+    return min(rows, key=lambda k: value(rows[k]) if np.isfinite(value(rows[k])) else math.inf,
+               default=None)
 
 
 def _arm_summary(rs: Sequence[WorldsRun]) -> dict[str, Any]:
@@ -212,17 +229,12 @@ def _arm_summary(rs: Sequence[WorldsRun]) -> dict[str, Any]:
     per seed), D^50 per horizon and perfect world-blind physics per horizon."""
     fams: dict[str, Any] = {}
     for fam in (*FAMILIES, POOLED):
-        mems = sorted(set.intersection(*(set(r.curves.get(fam, {})) for r in rs)))
         fams[fam] = {}
-        for mem in mems:
-            arr = np.stack([r.curves[fam][mem] for r in rs])  # (seeds, ns)
-            fams[fam][mem] = {
-                "mean": arr.mean(axis=0).tolist(),
-                "std": (arr.std(axis=0, ddof=1) if len(rs) > 1
-                        else np.zeros(arr.shape[1])).tolist(),
-                "at_n": vars(stats.summarize([r.at(fam, mem) for r in rs])),
-                "per_seed": {r.seed: r.at(fam, mem) for r in rs},
-            }
+        for mem in sorted(set.intersection(*(set(r.curves.get(fam, {})) for r in rs))):
+            mean, std = stats.band([r.curves[fam][mem] for r in rs])  # (ns,) over seeds
+            fams[fam][mem] = {"mean": mean.tolist(), "std": std.tolist(),
+                              "at_n": vars(stats.summarize([r.at(fam, mem) for r in rs])),
+                              "per_seed": {r.seed: r.at(fam, mem) for r in rs}}
     per_h = [r.per_h for r in rs if r.per_h.size and r.horizons == rs[0].horizons]
     blind = [r.blind_per_h for r in rs if r.blind_per_h.size and r.horizons == rs[0].horizons]
     return {
@@ -237,8 +249,7 @@ def _arm_summary(rs: Sequence[WorldsRun]) -> dict[str, Any]:
 def _arm_d(arms: Mapping[str, list[WorldsRun]], arm: str, fam: str, mem: str = "own",
            n: int = HEADLINE_N) -> float:  # fmt: skip
     """D^n of one arm, family and memory: the mean over the arm's seeds (NaN: none)."""
-    rs = arms.get(arm, [])
-    return stats.finite_mean([r.at(fam, mem, n) for r in rs])
+    return stats.finite_mean([r.at(fam, mem, n) for r in arms.get(arm, [])])
 
 
 def _family_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[str],
@@ -261,16 +272,10 @@ def _family_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[s
             "wrong_gap": _ratio(_arm_d(arms, arm, fam, "wrong") - dn, dn),
             "same_gap": _ratio(_arm_d(arms, arm, fam, "same") - dn, dn),
         }
-    dl = (stats.delta(_arm_d(arms, tracks.INPUT, fam), _arm_d(arms, tracks.WEIGHTS, fam))
-          if {tracks.INPUT, tracks.WEIGHTS} <= set(arms) else math.nan)
+    # NaN where track B or C did not run
+    dl = stats.delta(_arm_d(arms, tracks.INPUT, fam), _arm_d(arms, tracks.WEIGHTS, fam))
     row["delta"], row["outcome"] = dl, stats.outcome(dl)
     return row
-
-
-def _best_memory_track(pooled: Mapping[str, Any]) -> str | None:
-    """The memory track with the lowest pooled own-memory D^50 (None: no memory track)."""
-    return min(pooled["tracks"], key=lambda a: pooled["tracks"][a]["d50"]
-               if np.isfinite(pooled["tracks"][a]["d50"]) else math.inf, default=None)
 
 
 def _own_targets(pooled: Mapping[str, Any], best: str | None) -> dict[str, Any]:
@@ -286,22 +291,20 @@ def _own_targets(pooled: Mapping[str, Any], best: str | None) -> dict[str, Any]:
     }
 
 
+def _target(value: float, goal: float) -> dict[str, Any]:
+    return {"value": value, "goal": goal, "met": bool(np.isfinite(value) and value >= goal)}
+
+
 def analyse(runs: Sequence[WorldsRun]) -> dict[str, Any]:
     """Every number of the report, as plain JSON-able data (module docstring for definitions)."""
-    arms: dict[str, list[WorldsRun]] = {}
-    for r in runs:
-        arms.setdefault(r.arm, []).append(r)
-    out: dict[str, Any] = {"arms": {}, "families": [*FAMILIES, POOLED], "n": HEADLINE_N}
-    for arm, rs in arms.items():
-        out["arms"][arm] = _arm_summary(rs)
+    arms = stats.group(runs, lambda r: r.arm)
     memory_arms = [a for a in arms if a not in (tracks.FLOOR, ORACLE)]
     metrics = {fam: _family_metrics(arms, memory_arms, fam) for fam in (*FAMILIES, POOLED)}
-    out["metrics"] = metrics
-    out["peer"] = peer_metrics(arms, memory_arms)
-    best = _best_memory_track(metrics[POOLED])
-    out["best_memory_track"] = best
-    out["targets"] = _own_targets(metrics[POOLED], best)
-    return out
+    best = _lowest(metrics[POOLED]["tracks"], lambda t: t["d50"])
+    return {"arms": {arm: _arm_summary(rs) for arm, rs in arms.items()},
+            "families": [*FAMILIES, POOLED], "n": HEADLINE_N, "metrics": metrics,
+            "peer": peer_metrics(arms, memory_arms), "best_memory_track": best,
+            "targets": _own_targets(metrics[POOLED], best)}
 
 
 #: The group-memory targets (issue 23), per seed on the pooled held-out worlds; the gravity
@@ -318,6 +321,17 @@ def _gravity_numbers(run: WorldsRun, fam: str) -> dict[str, float]:
             for feature, prefix in GRAVITY_FEATURES.items() for k in GRAVITY_KEYS}  # fmt: skip
 
 
+def _peer_seed(r: WorldsRun, fam: str, floor: WorldsRun | None,
+               ceiling: WorldsRun | None) -> dict[str, float]:  # fmt: skip
+    """One seed's peer memory on one family, beside the floor and the ceiling of its seed."""
+    d_a = floor.at(fam) if floor else math.nan
+    d_o = ceiling.at(fam) if ceiling else math.nan
+    peer, wrong = r.at(fam, "same"), r.at(fam, "wrong")
+    return {"peer": peer, "wrong": wrong, "own": r.at(fam), "d_A": d_a, "d_oracle": d_o,
+            "share": _share(d_a, peer, d_o), "wrong_gap": _ratio(wrong - peer, peer),
+            **_gravity_numbers(r, fam)}
+
+
 def peer_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[str]) -> dict[str, Any]:
     """The peer memory (``same``: other sequences of the world) against the floor and the
     ceiling, per family and per seed: D^50, the share of the oracle gap it closes, the
@@ -329,32 +343,19 @@ def peer_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[str]
     for fam in (*FAMILIES, POOLED):
         rows = {}
         for arm in memory_arms:
-            per_seed = {}
-            for r in arms[arm]:
-                a, o = floor.get(r.seed), ceiling.get(r.seed)
-                d_a = a.at(fam) if a else math.nan
-                d_o = o.at(fam) if o else math.nan
-                peer, wrong = r.at(fam, "same"), r.at(fam, "wrong")
-                per_seed[r.seed] = {
-                    "peer": peer, "wrong": wrong, "own": r.at(fam), "d_A": d_a, "d_oracle": d_o,
-                    "share": _ratio(d_a - peer, d_a - d_o) if d_a > d_o else math.nan,
-                    "wrong_gap": _ratio(wrong - peer, peer),
-                    **_gravity_numbers(r, fam),
-                }
+            per_seed = {r.seed: _peer_seed(r, fam, floor.get(r.seed), ceiling.get(r.seed))
+                        for r in arms[arm]}
             mean = {k: stats.finite_mean([v[k] for v in per_seed.values()]) for k in next(iter(
                 per_seed.values()))} if per_seed else {}
             if mean:  # shares of seed means, as the own-memory table
-                mean["share"] = (_ratio(mean["d_A"] - mean["peer"], mean["d_A"] - mean["d_oracle"])
-                                 if mean["d_A"] > mean["d_oracle"] else math.nan)
+                mean["share"] = _share(mean["d_A"], mean["peer"], mean["d_oracle"])
             rows[arm] = {"mean": mean, "per_seed": per_seed}
         dl = (stats.delta(rows[tracks.INPUT]["mean"]["peer"], rows[tracks.WEIGHTS]["mean"]["peer"])
               if {tracks.INPUT, tracks.WEIGHTS} <= set(rows) else math.nan)
         out["families"][fam] = {"tracks": rows, "delta": dl, "outcome": stats.outcome(dl)}
-    pooled = out["families"][POOLED]["tracks"]
-    best = min(pooled, key=lambda a: pooled[a]["mean"]["peer"]
-               if np.isfinite(pooled[a]["mean"]["peer"]) else math.inf, default=None)
+    best = _lowest(out["families"][POOLED]["tracks"], lambda t: t["mean"]["peer"])
     out["best"] = best
-    seeds = pooled[best]["per_seed"] if best else {}
+    seeds = out["families"][POOLED]["tracks"][best]["per_seed"] if best else {}
 
     def every(check: Any) -> bool:
         return bool(seeds) and all(check(v) for v in seeds.values())
@@ -371,17 +372,6 @@ def peer_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[str]
     return out
 
 
-def _target(value: float, goal: float) -> dict[str, Any]:
-    return {"value": value, "goal": goal, "met": bool(np.isfinite(value) and value >= goal)}
-
-
-def _ms(block: Mapping[str, Any] | None) -> str:
-    if not block:
-        return "-"
-    s = block["at_n"]
-    return f"{s['mean']:.4f} +- {s['std']:.4f}" if np.isfinite(s["mean"]) else "-"
-
-
 def _arm_label(arm: str) -> str:
     return "oracle (true physics)" if arm == ORACLE else f"track {arm}"
 
@@ -390,42 +380,41 @@ def _arm_order(arms: Mapping[str, Any]) -> list[str]:
     return sorted(arms, key=lambda a: (a == ORACLE, a))
 
 
+def _plot_arm(ax: Any, arm: str, rs: Sequence[WorldsRun], fam: str | None, memory: str) -> None:
+    """One arm's D^n over n on a panel, mean +- std over seeds: the switch world's (``fam``
+    None), or a family's with ``memory`` and the wrong-world control dashed (the floor and the
+    ceiling read no memory: their own curve, the same at every n)."""
+    color = ORACLE_COLOR if arm == ORACLE else TRACK_COLORS.get(arm)
+    for mem in ["own"] if fam is None or arm in (tracks.FLOOR, ORACLE) else [memory, "wrong"]:
+        if fam is None:
+            ns = rs[0].switch_ns
+            if not all(r.switch_ns == ns for r in rs) or not ns:
+                continue
+            curves = [r.switch_curve for r in rs]
+        elif any(mem not in r.curves.get(fam, {}) for r in rs):
+            continue
+        else:
+            ns, curves = rs[0].ns, [r.curves[fam][mem] for r in rs]
+        mean, std = stats.band(curves)
+        x, wrong = np.arange(len(ns)), mem == "wrong"
+        label = _arm_label(arm).split(" (")[0] + (" wrong world" if wrong else "")
+        ax.plot(x, mean, color=color, lw=1.2 if wrong else 2, ls="--" if wrong else "-",
+                marker="o", ms=3, label=label)
+        if not wrong:
+            ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.15)
+        ax.set_xticks(x, [str(n) for n in ns])
+
+
 def fig_curves(runs: Sequence[WorldsRun], path: Path, memory: str = "same") -> Path:
     """D^n over n per arm (mean +- std over seeds): the switch world, then each held-out family
     with ``memory`` (default the peer memory, ``same``; the floor and the ceiling read none);
     the memory tracks' wrong-world control dashed."""
     panels = [("switch world (own memory)", None), *((f"held-out {f}", f) for f in FAMILIES)]
     fig, axes = pyplot().subplots(1, len(panels), figsize=(5 * len(panels), 4), sharey=False)
-    arms: dict[str, list[WorldsRun]] = {}
-    for r in runs:
-        arms.setdefault(r.arm, []).append(r)
+    arms = stats.group(runs, lambda r: r.arm)
     for ax, (title, fam) in zip(axes, panels, strict=True):
         for arm in _arm_order(arms):
-            rs = arms[arm]
-            color = ORACLE_COLOR if arm == ORACLE else TRACK_COLORS.get(arm)
-            mems = ["own"] if fam is None else [memory, "wrong"]
-            if fam is not None and arm in (tracks.FLOOR, ORACLE):
-                mems = ["own"]  # no memory read: the same at every n
-            for mem in mems:
-                if fam is None:
-                    ns = np.asarray(rs[0].switch_ns)
-                    if not all(r.switch_ns == rs[0].switch_ns for r in rs) or ns.size == 0:
-                        continue
-                    arr = np.stack([r.switch_curve for r in rs])
-                else:
-                    if any(mem not in r.curves.get(fam, {}) for r in rs):
-                        continue
-                    ns = np.asarray(rs[0].ns)
-                    arr = np.stack([r.curves[fam][mem] for r in rs])
-                mean = arr.mean(axis=0)
-                std = arr.std(axis=0, ddof=1) if len(rs) > 1 else np.zeros_like(mean)
-                x = np.arange(ns.size)
-                label = f"{_arm_label(arm).split(' (')[0]}" + (" wrong world" if mem == "wrong" else "")
-                ax.plot(x, mean, color=color, lw=2 if mem != "wrong" else 1.2,
-                        ls="-" if mem != "wrong" else "--", marker="o", ms=3, label=label)
-                if mem != "wrong":
-                    ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.15)
-                ax.set_xticks(x, [str(n) for n in ns])
+            _plot_arm(ax, arm, arms[arm], fam, memory)
         blind = [r.blind[fam] for r in runs if fam is not None and fam in r.blind]
         if blind:  # every arm's latent; they agree to about 0.02
             ax.axhline(float(np.mean(blind)), color="k", ls=":", lw=1.2,
@@ -446,43 +435,39 @@ def perfect_physics_lines(arms: Mapping[str, Any], order: Sequence[str],
             and arms[a]["d50_per_horizon"]]  # fmt: skip
     if not rows:
         return []
-    lines = ["", "Perfect world-blind physics in each arm's latent (the simulator branched at the "
-             "input frame without gravity, rendered, encoded, scored by D; held-out worlds pooled, "
-             "mean over seeds; docs/definitions.md#perfect-physics-the-physics-ceiling) and the "
-             "arm's D^50 over it:", "",
-             "| arm | " + " | ".join(f"blind h = {h}" for h in hs) + " | "
-             + " | ".join(f"D / blind, h = {h}" for h in hs) + " |",
-             "|---|" + "---|" * (2 * len(hs))]
+    head = ["arm", *(f"blind h = {h}" for h in hs), *(f"D / blind, h = {h}" for h in hs)]
+    cells = []
     for arm in rows:
         b, d = arms[arm]["blind_per_horizon"], arms[arm]["d50_per_horizon"]
-        lines.append(f"| {_arm_label(arm)} | " + " | ".join(f"{x:.4f}" for x in b) + " | "
-                     + " | ".join(f"{_ratio(y, x):.2f}x" for y, x in zip(d, b, strict=True)) + " |")
-    return lines
+        cells.append([_arm_label(arm), *(f"{x:.4f}" for x in b),
+                      *(f"{_ratio(y, x):.2f}x" for y, x in zip(d, b, strict=True))])
+    return ["", "Perfect world-blind physics in each arm's latent (the simulator branched at the "
+            "input frame without gravity, rendered, encoded, scored by D; held-out worlds pooled, "
+            "mean over seeds; docs/definitions.md#perfect-physics-the-physics-ceiling) and the "
+            "arm's D^50 over it:", "", *table(head, cells)]
 
 
 def _own_at(arm: Mapping[str, Any], fam: str, n: int) -> str:
     """An arm's own-memory D^n on a family as "mean +- std" ("-": not measured)."""
     block = arm["families"][fam].get("own")
-    if not block:
+    if not block or n not in arm["ns"]:
         return "-"
-    i = arm["ns"].index(n) if n in arm["ns"] else None
-    if i is None:
-        return "-"
+    i = arm["ns"].index(n)
     return f"{block['mean'][i]:.4f} +- {block['std'][i]:.4f}"
 
 
 def curves_table_lines(arms: Mapping[str, Any], order: Sequence[str]) -> list[str]:
     """The held-out curves table: each arm's own-memory D^0 and D^50 per family."""
-    lines = [f"## Held-out worlds: D^{HEADLINE_N} (own memory), mean +- std over seeds", "",
-             "| arm | seeds | interp D^0 | interp D^50 | extrap D^0 | extrap D^50 | all D^50 |",
-             "|---|---|---|---|---|---|---|"]
+    head = ["arm", "seeds", "interp D^0", "interp D^50", "extrap D^0", "extrap D^50", "all D^50"]
+    rows = []
     for arm in order:
         a = arms[arm]
-        lines.append(f"| {_arm_label(arm)} | {len(a['seeds'])} | {_own_at(a, 'interp', 0)} | "
-                     f"{_own_at(a, 'interp', HEADLINE_N)} | {_own_at(a, 'extrap', 0)} | "
-                     f"{_own_at(a, 'extrap', HEADLINE_N)} | "
-                     f"{_ms(a['families'][POOLED].get('own'))} |")
-    return lines
+        own = a["families"][POOLED].get("own")
+        rows.append([_arm_label(arm), len(a["seeds"]),
+                     *(_own_at(a, fam, n) for fam in FAMILIES for n in (0, HEADLINE_N)),
+                     stats.Summary(**own["at_n"]).ms() if own else "-"])
+    return [f"## Held-out worlds: D^{HEADLINE_N} (own memory), mean +- std over seeds", "",
+            *table(head, rows)]
 
 
 def per_horizon_lines(arms: Mapping[str, Any], order: Sequence[str]) -> list[str]:
@@ -491,14 +476,11 @@ def per_horizon_lines(arms: Mapping[str, Any], order: Sequence[str]) -> list[str
     hs = next((arms[a]["horizons"] for a in order if arms[a]["d50_per_horizon"]), [])
     if not hs:
         return []
-    lines = ["", "Per horizon (held-out worlds pooled, own memory, n = 50, mean over seeds):",
-             "", "| arm | " + " | ".join(f"h = {h}" for h in hs) + " |",
-             "|---|" + "---|" * len(hs)]
-    for arm in order:
-        d = arms[arm]["d50_per_horizon"]
-        if d and arms[arm]["horizons"] == hs:
-            lines.append(f"| {_arm_label(arm)} | " + " | ".join(f"{x:.4f}" for x in d) + " |")
-    return lines + perfect_physics_lines(arms, order, hs)
+    rows = ([_arm_label(arm), *(f"{x:.4f}" for x in arms[arm]["d50_per_horizon"])]
+            for arm in order if arms[arm]["d50_per_horizon"] and arms[arm]["horizons"] == hs)
+    return ["", "Per horizon (held-out worlds pooled, own memory, n = 50, mean over seeds):", "",
+            *table(["arm", *(f"h = {h}" for h in hs)], rows),
+            *perfect_physics_lines(arms, order, hs)]
 
 
 def memory_lines(result: Mapping[str, Any]) -> list[str]:
@@ -511,62 +493,71 @@ def memory_lines(result: Mapping[str, Any]) -> list[str]:
              "above 1 means memory lowers the error more than the true physics does: it "
              "carries more than the world's parameters (a large same-world gap says what: the "
              "sequence's own history).", ""]
+    head = ["track", "D^0", "D^50", "memory drop", "oracle share", "wrong-world gap",
+            "same-world gap"]
     for fam in result["families"]:
         m = result["metrics"][fam]
-        lines += [f"**{fam}**: D_A {num(m['d_A'])}, D_oracle {num(m['d_oracle'])}, "
-                  f"oracle gain {pct(m['oracle_gain'], '+')}", "",
-                  "| track | D^0 | D^50 | memory drop | oracle share | wrong-world gap | "
-                  "same-world gap |", "|---|---|---|---|---|---|---|"]
-        for arm, t in sorted(m["tracks"].items()):
-            share = "-" if not np.isfinite(t["oracle_share"]) else f"{t['oracle_share']:.2f}"
-            lines.append(f"| {arm} | {num(t['d0'])} | {num(t['d50'])} | {pct(t['memory_drop'], '+')} | "
-                         f"{share} | {pct(t['wrong_gap'], '+')} | {pct(t['same_gap'], '+')} |")
-        lines.append("")
+        rows = ([arm, num(t["d0"], 4), num(t["d50"], 4), pct(t["memory_drop"], 2, "+"),
+                 num(t["oracle_share"], 2), pct(t["wrong_gap"], 2, "+"), pct(t["same_gap"], 2, "+")]
+                for arm, t in sorted(m["tracks"].items()))
+        lines += [f"**{fam}**: D_A {num(m['d_A'], 4)}, D_oracle {num(m['d_oracle'], 4)}, "
+                  f"oracle gain {pct(m['oracle_gain'], 2, '+')}", "", *table(head, rows), ""]
     return lines
 
 
 def delta_lines(result: Mapping[str, Any]) -> list[str]:
     """The pre-registered test's table: D_B, D_C, delta and its outcome per family."""
-    lines = ["## Pre-registered test on held-out worlds: delta = (D_B - D_C) / D_B at n = 50", "",
-             "| worlds | D_B | D_C | delta | outcome |", "|---|---|---|---|---|"]
+    rows = []
     for fam in result["families"]:
         m = result["metrics"][fam]
         tb, tc = m["tracks"].get(tracks.INPUT, {}), m["tracks"].get(tracks.WEIGHTS, {})
-        oc = m["outcome"]
-        lines.append(f"| {fam} | {num(tb.get('d50', math.nan))} | {num(tc.get('d50', math.nan))} | "
-                     f"{pct(m['delta'], '+')} | {oc}: "
-                     f"{stats.OUTCOME_TEXT.get(oc, 'needs B and C')} |")
-    return lines
+        rows.append([fam, num(tb.get("d50"), 4), num(tc.get("d50"), 4), pct(m["delta"], 2, "+"),
+                     f"{m['outcome']}: {stats.OUTCOME_TEXT.get(m['outcome'], 'needs B and C')}"])
+    return ["## Pre-registered test on held-out worlds: delta = (D_B - D_C) / D_B at n = 50", "",
+            *table(["worlds", "D_B", "D_C", "delta", "outcome"], rows)]
 
 
 def targets_lines(result: Mapping[str, Any]) -> list[str]:
     """The issue's targets table: each target's goal, measured value and whether it is met."""
     tg = result["targets"]
-    best = result["best_memory_track"]
+    rows = [["knowing the world matters: oracle gain", ">= 25%",
+             pct(tg["oracle_gain"]["value"], 2, "+"), _yes(tg["oracle_gain"]["met"])],
+            [f"memory adapts: best memory track ({result['best_memory_track']}) D^50 below D^0",
+             ">= 20%", pct(tg["memory_drop"]["value"], 2, "+"), _yes(tg["memory_drop"]["met"])],
+            ["... recovering the oracle's gain (share)", ">= 0.50",
+             num(tg["oracle_share"]["value"], 4), _yes(tg["oracle_share"]["met"])],
+            ["wrong-world memory worse than own", "> 0, every seed",
+             pct(tg["wrong_worse"]["value"], 2, "+"), _yes(tg["wrong_worse"]["met"])]]
     return ["", "## The issue's targets (held-out worlds pooled)", "",
-            "| target | goal | measured | met |", "|---|---|---|---|",
-            f"| knowing the world matters: oracle gain | >= 25% | "
-            f"{pct(tg['oracle_gain']['value'], '+')} | {_yes(tg['oracle_gain']['met'])} |",
-            f"| memory adapts: best memory track ({best}) D^50 below D^0 | >= 20% | "
-            f"{pct(tg['memory_drop']['value'], '+')} | {_yes(tg['memory_drop']['met'])} |",
-            f"| ... recovering the oracle's gain (share) | >= 0.50 | "
-            f"{num(tg['oracle_share']['value'])} | {_yes(tg['oracle_share']['met'])} |",
-            f"| wrong-world memory worse than own | > 0, every seed | "
-            f"{pct(tg['wrong_worse']['value'], '+')} | "
-            f"{_yes(tg['wrong_worse']['met'])} |", ""]
+            *table(["target", "goal", "measured", "met"], rows), ""]
 
 
 def report_lines(result: Mapping[str, Any]) -> list[str]:
     """The Markdown body: curves table, targets, oracle share, controls, pre-registered test."""
     arms = result["arms"]
     order = _arm_order(arms)
-    lines = curves_table_lines(arms, order)
-    lines += per_horizon_lines(arms, order)
-    lines += memory_lines(result)
-    lines += delta_lines(result)
-    lines += targets_lines(result)
+    lines = [*curves_table_lines(arms, order), *per_horizon_lines(arms, order),
+             *memory_lines(result), *delta_lines(result), *targets_lines(result)]
     if result.get("peer", {}).get("best"):
         lines += peer_lines(result["peer"])
+    return lines
+
+
+def _peer_family_lines(fam: str, block: Mapping[str, Any]) -> list[str]:
+    """One family's peer-memory table, then the pre-registered delta on it (where B and C ran)."""
+    head = ["track", "D_A", "D_oracle", "peer D^50", "own D^50", "wrong D^50", "share",
+            "wrong - peer", "gravity probe, e_agg", "gravity probe, entries"]
+    rows = []
+    for arm, row in sorted(block["tracks"].items()):
+        m = row["mean"]
+        rows.append([arm, *(num(m[k], 4) for k in ("d_A", "d_oracle", "peer", "own", "wrong")),
+                     num(m["share"], 2), pct(m["wrong_gap"], 2, "+"), _probe(m, "gravity"),
+                     _probe(m, "entries")])
+    lines = [f"**{fam}**", "", *table(head, rows), ""]
+    if np.isfinite(block["delta"]):  # tracks B and C both ran
+        oc = block["outcome"]
+        lines += [f"Pre-registered delta (D_B - D_C) / D_B on peer memory: "
+                  f"{pct(block['delta'], 2, '+')}, {oc}: {stats.OUTCOME_TEXT.get(oc, '')}.", ""]
     return lines
 
 
@@ -582,67 +573,34 @@ def peer_lines(peer: Mapping[str, Any]) -> list[str]:
              "statistics, within each family: direction cosine (mean error), strength R^2, share "
              "of worlds identified (docs/definitions.md#the-gravity-probe).", ""]
     for fam, block in peer["families"].items():
-        lines += [f"**{fam}**", "", "| track | D_A | D_oracle | peer D^50 | own D^50 | wrong D^50 | "
-                  "share | wrong - peer | gravity probe, e_agg | gravity probe, entries |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-        for arm, row in sorted(block["tracks"].items()):
-            m = row["mean"]
-            share = "-" if not np.isfinite(m["share"]) else f"{m['share']:.2f}"
-            lines.append(f"| {arm} | {num(m['d_A'])} | {num(m['d_oracle'])} | {num(m['peer'])} | "
-                         f"{num(m['own'])} | {num(m['wrong'])} | {share} | "
-                         f"{pct(m['wrong_gap'], '+')} | {_probe(m, 'gravity')} | "
-                         f"{_probe(m, 'entries')} |")
-        oc = block["outcome"]
-        lines.append("")
-        if np.isfinite(block["delta"]):  # tracks B and C both ran
-            lines += [f"Pre-registered delta (D_B - D_C) / D_B on peer memory: "
-                      f"{pct(block['delta'], '+')}, {oc}: {stats.OUTCOME_TEXT.get(oc, '')}.", ""]
-    best = peer["best"]
-    seeds = peer["families"][POOLED]["tracks"][best]["per_seed"]
-    lines += [f"Per seed, pooled, the best memory track by peer D^50 ({best}):", "",
-              "| seed | D_A | D_oracle | peer D^50 | wrong D^50 | share | gravity probe, e_agg | "
-              "gravity probe, entries |", "|---|---|---|---|---|---|---|---|"]
-    for seed, v in seeds.items():
-        share = "-" if not np.isfinite(v["share"]) else f"{v['share']:.2f}"
-        lines.append(f"| {seed} | {num(v['d_A'])} | {num(v['d_oracle'])} | {num(v['peer'])} | "
-                     f"{num(v['wrong'])} | {share} | {_probe(v, 'gravity')} | "
-                     f"{_probe(v, 'entries')} |")
-    t = peer["targets"]
-    lines += ["", "## The group-memory targets (pooled held-out worlds, every seed)", "",
-              "| target | met |", "|---|---|",
-              f"| the best memory track's ({best}) peer D^50 below track A's | "
-              f"{_yes(t['below_floor'])} |",
-              f"| it closes at least half the oracle gap | {_yes(t['half_the_gap'])} |",
-              f"| wrong-world memory worse than peer memory | {_yes(t['wrong_worse'])} |",
-              f"| the gravity probe on e_agg: direction cosine at least "
-              f"{PEER_TARGETS['direction_cos']}, strength R^2 at least "
-              f"{PEER_TARGETS['strength_r2']} | {_yes(t['gravity'])} |", ""]
-    return lines
+        lines += _peer_family_lines(fam, block)
+    best, t = peer["best"], peer["targets"]
+    head = ["seed", "D_A", "D_oracle", "peer D^50", "wrong D^50", "share", "gravity probe, e_agg",
+            "gravity probe, entries"]
+    rows = ([seed, *(num(v[k], 4) for k in ("d_A", "d_oracle", "peer", "wrong")),
+             num(v["share"], 2), _probe(v, "gravity"), _probe(v, "entries")]
+            for seed, v in peer["families"][POOLED]["tracks"][best]["per_seed"].items())
+    return lines + [
+        f"Per seed, pooled, the best memory track by peer D^50 ({best}):", "", *table(head, rows),
+        "", "## The group-memory targets (pooled held-out worlds, every seed)", "",
+        *table(["target", "met"], [
+            [f"the best memory track's ({best}) peer D^50 below track A's",
+             _yes(t["below_floor"])],
+            ["it closes at least half the oracle gap", _yes(t["half_the_gap"])],
+            ["wrong-world memory worse than peer memory", _yes(t["wrong_worse"])],
+            [f"the gravity probe on e_agg: direction cosine at least "
+             f"{PEER_TARGETS['direction_cos']}, strength R^2 at least "
+             f"{PEER_TARGETS['strength_r2']}", _yes(t["gravity"])]]), ""]
 
 
 def _probe(row: Mapping[str, float], prefix: str) -> str:
     """A gravity probe cell: direction cosine (mean error) / strength R^2 / worlds identified."""
     deg = row[f"{prefix}_direction_deg"]
-    return (f"{num(row[f'{prefix}_direction_cos'])} ("
+    return (f"{num(row[f'{prefix}_direction_cos'], 4)} ("
             + ("-" if not np.isfinite(deg) else f"{deg:.0f} deg")
-            + f") / {num(row[f'{prefix}_strength_r2'])} / {num(row[f'{prefix}_identified'])}")
+            + f") / {num(row[f'{prefix}_strength_r2'], 4)} / "
+            f"{num(row[f'{prefix}_identified'], 4)}")
 
 
 def _yes(met: bool) -> str:
     return "yes" if met else "**no**"
-
-
-def write_report(out_dir: str | Path, runs: Sequence[WorldsRun], meta: Mapping[str, Any],
-                 missing: Sequence[str], title: str) -> Path:
-    """``out_dir/report.md``, ``report.json`` and ``figures/held_out_curves.png``."""
-    out_dir = Path(out_dir)
-    lines = launch.study_header(title, meta, missing)
-    result: dict[str, Any] = {}
-    if not runs:
-        lines += ["No run has finished yet.", ""]
-    else:
-        result = analyse(runs)
-        fig_curves(runs, out_dir / "figures" / "held_out_curves.png")
-        lines += ["![D^n over n per arm](figures/held_out_curves.png)", ""]
-        lines += report_lines(result)
-    return launch.write_files(out_dir, lines, {"meta": dict(meta), "missing": list(missing), **result})

@@ -19,7 +19,7 @@ torch.set_num_threads(1)
 
 @pytest.fixture
 def tiny() -> AgentConfig:
-    return AgentConfig.from_preset("tiny", track="C")
+    return AgentConfig.of_size("tiny", track="C")
 
 
 @pytest.fixture

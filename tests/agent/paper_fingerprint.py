@@ -48,7 +48,7 @@ def fingerprint(track: str) -> dict[str, Any]:
     """Per-step losses, surprisal, boundary and memory size (``COLUMNS``), parameter sums after
     the steps, and a 2-point curve."""
     torch.manual_seed(0)
-    cfg = AgentConfig.from_preset("paper", track=track, total_steps=100, batch_size=16)
+    cfg = AgentConfig.of_size("paper", track=track, total_steps=100, batch_size=16)
     learner = Learner(cfg)
     base, shift = sequences(48, 1), sequences(24, 2)
     source = DatasetSource(base, cfg, seed=3)

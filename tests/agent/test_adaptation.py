@@ -36,7 +36,7 @@ def cfg_of(track: str = "C", **kw) -> AgentConfig:
     base = {"push_pair": "input", "context_frames": 2, "per_horizon": True, "batch_size": 4}
     if track != "A":
         base.update(memory_scope="group", group_size=1, memory_read="all")  # one memory a stream
-    return AgentConfig.from_preset("tiny", track=track, **{**base, **kw})
+    return AgentConfig.of_size("tiny", track=track, **{**base, **kw})
 
 
 def test_sequence_layout() -> None:

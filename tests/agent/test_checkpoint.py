@@ -28,7 +28,7 @@ def run(learner: Learner, src, n: int) -> dict[str, np.ndarray]:
 
 def make_cfg(track: str = "C") -> AgentConfig:
     # Frequent boundaries so the buffer and detector state matter for the resume.
-    return AgentConfig.from_preset(
+    return AgentConfig.of_size(
         "tiny", track=track, kappa=0.3, detector_warmup=2, total_steps=20
     )
 

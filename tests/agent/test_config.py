@@ -30,14 +30,14 @@ def test_defaults_are_the_papers_tables() -> None:
     [("A", 3e-3, 1.5), ("B", 2e-3, 2.0), ("C", 3e-3, 1.5), ("D", 3e-3, 1.5), ("E", 3e-3, 1.5)],
 )
 def test_track_defaults(track: str, lr: float, kappa: float) -> None:
-    cfg = AgentConfig.from_preset("paper", track=track)
+    cfg = AgentConfig.of_size("paper", track=track)
     assert (cfg.track, cfg.lr, cfg.kappa) == (track, lr, kappa)
     # Overrides win over the track's defaults.
-    assert AgentConfig.from_preset("paper", track=track, lr=1e-4).lr == 1e-4
+    assert AgentConfig.of_size("paper", track=track, lr=1e-4).lr == 1e-4
 
 
 def test_tiny_preset_is_small_and_json_round_trips() -> None:
-    cfg = AgentConfig.from_preset("tiny", track="B", lambda_reg=0.1, freeze_ema_at=5)
+    cfg = AgentConfig.of_size("tiny", track="B", lambda_reg=0.1, freeze_ema_at=5)
     assert cfg.hidden_dim < 1024 and cfg.track == "B" and cfg.lambda_reg == 0.1
     again = AgentConfig.from_dict(json.loads(cfg.to_json()))
     assert again == cfg and isinstance(again.horizons, tuple)
@@ -77,18 +77,18 @@ def test_tiny_preset_is_small_and_json_round_trips() -> None:
 )
 def test_bad_values_name_the_field(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=f"^{field}"):
-        AgentConfig.from_preset("paper", **{field: value})
+        AgentConfig.of_size("paper", **{field: value})
     with pytest.raises(ValueError, match=f"^{field}"):
         AgentConfig(**{field: value})
 
 
 def test_unknown_field_preset_and_track() -> None:
     with pytest.raises(ValueError, match="^learning_rate: unknown config field"):
-        AgentConfig.from_preset("paper", learning_rate=1.0)
-    with pytest.raises(ValueError, match="^preset"):
-        AgentConfig.from_preset("huge")
+        AgentConfig.of_size("paper", learning_rate=1.0)
+    with pytest.raises(ValueError, match="^size"):
+        AgentConfig.of_size("huge")
     with pytest.raises(ValueError, match="^track"):
-        AgentConfig.from_preset("paper", track="F")
+        AgentConfig.of_size("paper", track="F")
     with pytest.raises(ValueError, match="^lora_rank"):
         AgentConfig(latent_dim=8, hidden_dim=64, exp_dim=8, lora_rank=9, hyper_dim=2)
 
@@ -117,7 +117,7 @@ def test_a_removed_option_is_an_unknown_field() -> None:
     earlier version is refused by its version first: ``check_version``)."""
     from agent.config import check_version
 
-    cfg = AgentConfig.from_preset("tiny")
+    cfg = AgentConfig.of_size("tiny")
     with pytest.raises(ValueError, match="^code_cache: unknown config field"):
         AgentConfig.from_dict({**cfg.to_dict(), "code_cache": False})
     check_version(2, "x")

@@ -42,7 +42,7 @@ def test_per_horizon_predictor_and_lora_identity() -> None:
 @pytest.mark.parametrize("track", ["A", "B", "C", "D", "E"])
 def test_a_short_run_and_its_evaluation(track: str) -> None:
     frames = np.random.default_rng(0).integers(0, 256, size=(16, 24, 1, 64, 64), dtype=np.uint8)
-    cfg = AgentConfig.from_preset(
+    cfg = AgentConfig.of_size(
         "tiny", track=track, context_frames=3, per_horizon=True, push_pair="input",
         kappa=0.3, detector_warmup=2,
     )  # fmt: skip

@@ -13,7 +13,7 @@ from agent.step import StepSpec, context_latents
 
 
 def cfg_with(**kw) -> AgentConfig:
-    return AgentConfig.from_preset("tiny", push_pair="input", context_frames=2, batch_size=6,
+    return AgentConfig.of_size("tiny", push_pair="input", context_frames=2, batch_size=6,
                                    precision="fp32", **kw)  # fmt: skip
 
 

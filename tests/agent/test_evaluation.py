@@ -18,7 +18,7 @@ from agent import (
 
 
 def trained(track: str, frames: np.ndarray, steps: int = 3) -> Learner:
-    cfg = AgentConfig.from_preset("tiny", track=track, buffer_capacity=8)
+    cfg = AgentConfig.of_size("tiny", track=track, buffer_capacity=8)
     learner = Learner(cfg)
     src = DatasetSource(frames, cfg, seed=0)
     for _ in range(steps):
@@ -60,8 +60,8 @@ def test_curve_memory_matters_for_c_not_for_a(frames: np.ndarray) -> None:
 
 def test_empty_memory_c_equals_a(frames: np.ndarray) -> None:
     """With an untrained learner (empty buffer) and n = 0, C and A are the same predictor."""
-    a = Learner(AgentConfig.from_preset("tiny", track="A"))
-    c = Learner(AgentConfig.from_preset("tiny", track="C"))
+    a = Learner(AgentConfig.of_size("tiny", track="A"))
+    c = Learner(AgentConfig.of_size("tiny", track="C"))
     assert evaluate(a, data(frames), n=0) == evaluate(c, data(frames), n=0)
 
 
@@ -77,7 +77,7 @@ def test_target_reference_parts_and_drift(frames: np.ndarray) -> None:
     """``target_reference``: its D is ``evaluate``'s; with the EMA equal to the online encoder
     (step 0) both references coincide exactly; once the online encoder moves away from a
     fixed EMA the gap opens, the online reference moves and the EMA's does not."""
-    cfg = AgentConfig.from_preset("tiny", track="C", buffer_capacity=8)
+    cfg = AgentConfig.of_size("tiny", track="C", buffer_capacity=8)
     learner, d = Learner(cfg), data(frames)
     ref = target_reference(learner, d, n=5)
     assert ref.d_shift == evaluate(learner, d, n=5).d_shift
@@ -105,7 +105,7 @@ def test_sigma_z_and_sigma_target_are_the_spread_of_the_input_latents(
 ) -> None:
     """sigma_z and sigma_target: the spread of the shift test split's input frames (frame C-1)
     by the online encoder and by the EMA target, the same for every n; D unchanged by them."""
-    cfg = AgentConfig.from_preset("tiny", track="C", buffer_capacity=8,
+    cfg = AgentConfig.of_size("tiny", track="C", buffer_capacity=8,
                                   context_frames=context_frames)  # fmt: skip
     longer = np.concatenate([frames, frames[:, :1]], 1)  # C = 2: the input frame 1, h up to 20
     learner, d = Learner(cfg), data(frames if context_frames == 1 else longer)

@@ -20,7 +20,7 @@ def world_cfg(track: str = "C", **kw) -> AgentConfig:
     base = {"push_pair": "input", "memory_scope": "group", "batch_size": 6, "group_size": 3,
             "memory_write": "every", "buffer_capacity": 8, "context_frames": 2,
             "horizons": (2, 4), "per_horizon": True, "input_scale": 1 / 255}  # fmt: skip
-    return AgentConfig.from_preset("tiny", track=track, **{**base, **kw})
+    return AgentConfig.of_size("tiny", track=track, **{**base, **kw})
 
 
 def grouped_source(cfg: AgentConfig, seed: int = 0, residency=(2, 3)) -> StreamSource:
@@ -230,7 +230,7 @@ def test_an_entry_of_three_frames_is_three_consecutive_frames_up_to_the_input(
 ) -> None:
     """Frames carry their time in a pixel; an encoder returning it makes entries readable: each
     is (t-2, t-1, t) with t the writing step's input, whatever the context and the cache."""
-    cfg = AgentConfig.from_preset(
+    cfg = AgentConfig.of_size(
         "tiny", track="C", push_pair="input", context_frames=context, memory_scope="group",
         group_size=2, memory_write="every", entry_frames=3, stream_cache=cache,
     )  # fmt: skip

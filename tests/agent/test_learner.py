@@ -24,7 +24,7 @@ def fill_buffer(learner: Learner, n: int = 5) -> None:
 
 @pytest.mark.parametrize("track", list("ABCDE"))
 def test_update_runs_and_returns_device_tensors(track: str, frames: np.ndarray) -> None:
-    cfg = AgentConfig.from_preset("tiny", track=track)
+    cfg = AgentConfig.of_size("tiny", track=track)
     learner, src = Learner(cfg), DatasetSource(frames, cfg, seed=0)
     recs = [learner.update(src.next()) for _ in range(4)]
     assert learner.step == 4
@@ -36,7 +36,7 @@ def test_update_runs_and_returns_device_tensors(track: str, frames: np.ndarray) 
 
 
 def test_gradients_reach_every_trainable_part_and_not_the_target(frames: np.ndarray) -> None:
-    cfg = AgentConfig.from_preset("tiny", track="C")
+    cfg = AgentConfig.of_size("tiny", track="C")
     learner = Learner(cfg)
     fill_buffer(learner)  # non-empty memory: e_agg != 0, so the generators get gradients
     learner.update(DatasetSource(frames, cfg, seed=0).next())
@@ -59,7 +59,7 @@ def test_gradients_reach_every_trainable_part_and_not_the_target(frames: np.ndar
 def test_the_hinge_on_the_latents_is_the_one_a_step_reports(frames: np.ndarray) -> None:
     """regularise="latents": the step's loss/reg is the hinge on the online latents of the
     context frames of the batch it trained on (before the update), not on its predictions."""
-    cfg = AgentConfig.from_preset("tiny", track="A", regularise="latents")
+    cfg = AgentConfig.of_size("tiny", track="A", regularise="latents")
     learner, batch = Learner(cfg), DatasetSource(frames, cfg, seed=0).next()
     with torch.no_grad():
         z = context_latents(learner.nets, batch.frames, learner.spec)
@@ -72,7 +72,7 @@ def test_the_hinge_on_the_latents_is_the_one_a_step_reports(frames: np.ndarray) 
 def test_the_relative_error_is_the_one_a_step_reports(frames: np.ndarray) -> None:
     """pred_error="relative": the step's loss/pred is its objective's relative error (the
     same weights and batch under "mse" report another number)."""
-    cfg = AgentConfig.from_preset("tiny", track="A", pred_error="relative")
+    cfg = AgentConfig.of_size("tiny", track="A", pred_error="relative")
     assert Learner(cfg).spec.objective.relative
     got = [Learner(c).update(DatasetSource(frames, c, seed=0).next()).loss_pred.item()
            for c in (cfg, replace(cfg, pred_error="mse"))]
@@ -80,7 +80,7 @@ def test_the_relative_error_is_the_one_a_step_reports(frames: np.ndarray) -> Non
 
 
 def test_track_a_dummy_projection_is_frozen(frames: np.ndarray) -> None:
-    cfg = AgentConfig.from_preset("tiny", track="A")
+    cfg = AgentConfig.of_size("tiny", track="A")
     learner = Learner(cfg)
     before = learner.nets.modulator.proj_B.weight.clone()
     src = DatasetSource(frames, cfg, seed=0)
@@ -92,7 +92,7 @@ def test_track_a_dummy_projection_is_frozen(frames: np.ndarray) -> None:
 
 def test_invalid_samples_are_masked_everywhere(frames: np.ndarray) -> None:
     """A batch with invalid samples gives the same step as the batch of its valid samples."""
-    cfg = AgentConfig.from_preset("tiny", track="C", batch_size=8, detector_warmup=0)
+    cfg = AgentConfig.of_size("tiny", track="C", batch_size=8, detector_warmup=0)
     batch = DatasetSource(frames, cfg, seed=0).next()
     valid = torch.tensor([True, False, True, True, False, True, True, True])
     noisy = batch.frames.clone()
@@ -130,7 +130,7 @@ def test_invalid_samples_are_masked_everywhere(frames: np.ndarray) -> None:
 def test_surprisal_uses_the_base_predictor(frames: np.ndarray) -> None:
     """s_t = batch mean of mean_k ||zbar_k - P_base(z)||, with the weights of the step's forward
     (before the optimizer moves them), not the modulated prediction."""
-    cfg = AgentConfig.from_preset("tiny", track="C")
+    cfg = AgentConfig.of_size("tiny", track="C")
     learner = Learner(cfg)
     fill_buffer(learner)
     src = DatasetSource(frames, cfg, seed=0)
@@ -149,7 +149,7 @@ def test_surprisal_uses_the_base_predictor(frames: np.ndarray) -> None:
 
 
 def test_boundary_pushes_the_batch_mean_newest_pair(frames: np.ndarray) -> None:
-    cfg = AgentConfig.from_preset("tiny", track="B", detector_warmup=0, kappa=1e-6)
+    cfg = AgentConfig.of_size("tiny", track="B", detector_warmup=0, kappa=1e-6)
     learner = Learner(cfg)
     learner.freeze_weights()
     learner.detector.var.zero_()  # any surprisal above mu fires
@@ -168,7 +168,7 @@ def test_boundary_pushes_the_batch_mean_newest_pair(frames: np.ndarray) -> None:
 
 
 def test_freeze_controls(frames: np.ndarray) -> None:
-    cfg = AgentConfig.from_preset(
+    cfg = AgentConfig.of_size(
         "tiny", track="C", detector_warmup=0, kappa=1e-6, freeze_buffer_at=2, freeze_ema_at=1
     )
     learner = Learner(cfg)
@@ -200,7 +200,7 @@ def test_freeze_controls(frames: np.ndarray) -> None:
 
 @pytest.mark.bf16
 def test_bf16_runs_and_stays_close(frames: np.ndarray) -> None:
-    cfg = AgentConfig.from_preset("tiny", track="C")
+    cfg = AgentConfig.of_size("tiny", track="C")
     src = DatasetSource(frames, cfg, seed=0)
     batch = src.next()
     m32 = Learner(cfg).update(batch)
@@ -210,7 +210,7 @@ def test_bf16_runs_and_stays_close(frames: np.ndarray) -> None:
 
 
 def test_one_valid_or_identical_samples_give_finite_gradients(frames: np.ndarray) -> None:
-    cfg = AgentConfig.from_preset("tiny", track="C")
+    cfg = AgentConfig.of_size("tiny", track="C")
     learner = Learner(cfg)
     batch = DatasetSource(frames, cfg, seed=0).next()
     one = torch.zeros(cfg.batch_size, dtype=torch.bool)
@@ -223,7 +223,7 @@ def test_one_valid_or_identical_samples_give_finite_gradients(frames: np.ndarray
 
 
 def test_input_scale_is_applied_everywhere(frames: np.ndarray) -> None:
-    cfg = AgentConfig.from_preset("tiny", track="A")
+    cfg = AgentConfig.of_size("tiny", track="A")
     raw, unit = Learner(cfg), Learner(cfg.replace(input_scale=1 / 255))
     x = torch.from_numpy(frames[:4, 0])  # (4, 1, 64, 64) uint8
     assert torch.equal(raw.encode(x), raw.nets.encoder(x.float()))

@@ -38,8 +38,8 @@ def test_channels_last_encoder_computes_the_listings_forward() -> None:
 
 @pytest.mark.parametrize("track", ["C", "D", "E"])
 def test_empty_buffer_modulation_equals_track_a_bit_for_bit(track: str) -> None:
-    cfg_a = AgentConfig.from_preset("tiny", track="A")
-    cfg_x = AgentConfig.from_preset("tiny", track=track)
+    cfg_a = AgentConfig.of_size("tiny", track="A")
+    cfg_x = AgentConfig.of_size("tiny", track=track)
     a, x = build_networks(cfg_a), build_networks(cfg_x)
     # Same seed, same build order: same encoder and predictor.
     assert torch.equal(a.predictor.fc1.weight, x.predictor.fc1.weight)
@@ -69,7 +69,7 @@ def test_lora_equals_explicit_effective_weights() -> None:
 
 def test_parameter_counts_at_paper_config() -> None:
     counts = {
-        t: count_parameters(build_networks(AgentConfig.from_preset("paper", track=t)))
+        t: count_parameters(build_networks(AgentConfig.of_size("paper", track=t)))
         for t in "ABCDE"
     }
     assert counts["A"] == {"trainable": 304_944, "frozen": 66_560, "ema_target": 172_656}
@@ -103,8 +103,8 @@ def test_the_encoder_has_four_convolutions_and_the_map_encoder_is_gone() -> None
     """encoder_channels names the listing's four strided convolutions; the retired map encoder
     and any predictor choice (docs/archive.md, "Removed options") are unknown fields."""
     with pytest.raises(ValueError, match="^encoder_channels: must be four positive integers"):
-        AgentConfig.from_preset("tiny", track="A", encoder_channels=(4, 8))
-    cfg = AgentConfig.from_preset("tiny", track="A").to_dict()
+        AgentConfig.of_size("tiny", track="A", encoder_channels=(4, 8))
+    cfg = AgentConfig.of_size("tiny", track="A").to_dict()
     for name, value in (("encoder", "map"), ("predictor", "direct"), ("predictor", "rollout")):
         with pytest.raises(ValueError, match=f"^{name}: unknown config field"):
             AgentConfig.from_dict({**cfg, name: value})
@@ -124,7 +124,7 @@ def test_cfg_seed_sets_every_parts_init_and_leaves_the_global_rng_alone(
     def build(seed: int, global_seed: int) -> dict[str, torch.Tensor]:
         torch.manual_seed(global_seed)
         before = torch.get_rng_state()
-        nets = build_networks(AgentConfig.from_preset("tiny", track=track, seed=seed, **kw))
+        nets = build_networks(AgentConfig.of_size("tiny", track=track, seed=seed, **kw))
         assert torch.equal(torch.get_rng_state(), before), "build_networks moved the global RNG"
         # ... so the global stream goes on as if nothing had been built in between.
         expected = torch.Generator().manual_seed(global_seed).set_state(before)
@@ -136,7 +136,7 @@ def test_cfg_seed_sets_every_parts_init_and_leaves_the_global_rng_alone(
     for k in a:
         assert torch.equal(a[k], a_again[k]), f"{k}: the same cfg.seed gave another init"
 
-    nets = build_networks(AgentConfig.from_preset("tiny", track=track, seed=1, **kw))
+    nets = build_networks(AgentConfig.of_size("tiny", track=track, seed=1, **kw))
     norms = [name for name, m in nets.named_modules() if isinstance(m, torch.nn.LayerNorm)]
     constant = {f"{name}.{p}" for name in norms for p in ("weight", "bias")}
     parts = {k.split(".")[0] for k in a}

@@ -35,7 +35,7 @@ def memory_vs_input(
 
 def stream_cfg(context: int, scope: str = "global") -> AgentConfig:
     own = {"group_size": 1, "memory_read": "all"} if scope == "group" else {}
-    return AgentConfig.from_preset(
+    return AgentConfig.of_size(
         "tiny", track="C", push_pair="input", context_frames=context, kappa=0.05,
         detector_warmup=2, memory_scope=scope, **own,
     )  # fmt: skip

@@ -18,7 +18,7 @@ def own(track: str = "C", **kw) -> AgentConfig:
     """Each of 4 streams its own memory: group memory, groups of one, every entry read."""
     base = {"push_pair": "input", "memory_scope": "group", "group_size": 1, "memory_read": "all",
             "batch_size": 4}  # fmt: skip
-    return AgentConfig.from_preset("tiny", track=track, **{**base, **kw})
+    return AgentConfig.of_size("tiny", track=track, **{**base, **kw})
 
 
 def batch_of(cfg: AgentConfig, value: torch.Tensor, key=None, physics=None) -> Batch:
@@ -133,14 +133,14 @@ def test_the_oracle_reads_physics_instead_of_memory() -> None:
 
 def test_options_validate_and_round_trip() -> None:
     with pytest.raises(ValueError, match="oracle"):
-        AgentConfig.from_preset("tiny", track="A", oracle=True)
+        AgentConfig.of_size("tiny", track="A", oracle=True)
     with pytest.raises(ValueError, match="memory_scope"):
-        AgentConfig.from_preset("tiny", memory_scope="group")  # the paper's newest pair
+        AgentConfig.of_size("tiny", memory_scope="group")  # the paper's newest pair
     for gone in ("per_stream", "everywhere"):
         with pytest.raises(ValueError, match="memory_scope: expected one of global, group"):
-            AgentConfig.from_preset("tiny", memory_scope=gone, push_pair="input")
+            AgentConfig.of_size("tiny", memory_scope=gone, push_pair="input")
     with pytest.raises(ValueError, match="vary_memory"):
-        AgentConfig.from_preset("tiny", vary_memory=1)
+        AgentConfig.of_size("tiny", vary_memory=1)
     cfg = own(vary_memory=True, oracle=True, context_frames=2, per_horizon=True)
     assert AgentConfig.from_dict(cfg.to_dict()) == cfg
 

@@ -25,7 +25,7 @@ from agent import AgentConfig
 STORED = json.loads(STORE.read_text())
 RTOL, ATOL = 1e-4, 1e-6
 PUSHED = 4  # entries the fingerprint pushes at step 2, past the detector
-WARMUP = AgentConfig.from_preset("paper").detector_warmup  # updates before a boundary may fire
+WARMUP = AgentConfig.of_size("paper").detector_warmup  # updates before a boundary may fire
 
 
 @functools.cache

@@ -18,7 +18,7 @@ B, CAP = 6, 5
 
 
 def config(track: str, seed: int, **kw) -> AgentConfig:
-    return AgentConfig.from_preset(
+    return AgentConfig.of_size(
         "tiny", track=track, seed=seed, context_frames=2, horizons=(2, 4), per_horizon=True,
         input_scale=1 / 255, precision="fp32", **kw,
     )  # fmt: skip

@@ -18,7 +18,7 @@ def world_cfg(**kw) -> AgentConfig:
             "horizons": (2, 4), "per_horizon": True, "input_scale": 1 / 255, "vary_memory": True,
             "predictor_blocks": 2, "total_steps": 20, "settle": 0.2, "fit_updates": 2, "fit_batch": 6, "fit_worlds": 2,
             "reservoir_size": 40}  # fmt: skip
-    return AgentConfig.from_preset("tiny", **{**base, **kw})
+    return AgentConfig.of_size("tiny", **{**base, **kw})
 
 
 def source(cfg: AgentConfig, seed: int = 0) -> StreamSource:
@@ -138,7 +138,7 @@ def test_a_settled_learner_resumes_exactly() -> None:
 
 def test_settle_is_refused_where_it_cannot_work() -> None:
     with pytest.raises(ValueError, match="settle"):
-        AgentConfig.from_preset("tiny", settle=0.5)  # the paper's global memory
+        AgentConfig.of_size("tiny", settle=0.5)  # the paper's global memory
     with pytest.raises(ValueError, match="fit_batch"):
         world_cfg(fit_batch=7)
     with pytest.raises(ValueError, match="fit_worlds"):

@@ -104,7 +104,7 @@ def test_dataset_source_and_evaluation_read_zarr_lazily(
 def test_a_stream_across_scheduled_worlds_tags_each_valid_window_with_its_world() -> None:
     import env
 
-    cfg = AgentConfig.from_preset(
+    cfg = AgentConfig.of_size(
         "tiny", track="C", push_pair="input", context_frames=2, horizons=(1, 2), batch_size=3
     )
     vec = env.MovingMNISTVectorEnv(3, max_episode_steps=None)
@@ -130,7 +130,7 @@ def test_a_stream_over_worlds_on_a_device_gives_the_same_batches() -> None:
     every tag included, and its state dict round-trips to the same continuation."""
     import env
 
-    cfg = AgentConfig.from_preset("tiny", push_pair="input", batch_size=8, context_frames=2,
+    cfg = AgentConfig.of_size("tiny", push_pair="input", batch_size=8, context_frames=2,
                                   horizons=(2, 4), per_horizon=True)  # fmt: skip
 
     def source(device: str | None) -> StreamSource:

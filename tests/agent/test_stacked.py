@@ -14,7 +14,7 @@ SEEDS = (5, 8)
 
 
 def config(track: str, seed: int, **kw) -> AgentConfig:
-    return AgentConfig.from_preset(
+    return AgentConfig.of_size(
         "tiny", track=track, seed=seed, detector_warmup=0, push_pair="input",
         memory_scope="group", batch_size=8, group_size=4, memory_write="every", context_frames=2,
         horizons=(2, 4), per_horizon=True, input_scale=1 / 255, vary_memory=True,

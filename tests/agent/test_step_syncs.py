@@ -15,7 +15,7 @@ def test_the_plain_step_never_reads_a_tensor_on_the_host(
 ) -> None:
     """No .item()/bool()/float()/tolist() anywhere in the plain step (a GPU's default, where
     each would be a sync)."""
-    cfg = AgentConfig.from_preset("tiny", track=track, detector_warmup=0)
+    cfg = AgentConfig.of_size("tiny", track=track, detector_warmup=0)
     learner = Learner(cfg)
     src = DatasetSource(frames, cfg, seed=0)
     batches = [src.next() for _ in range(3)]
@@ -43,7 +43,7 @@ def device_world_step(track: str, device: str) -> tuple[Learner, object]:
     import env
     from agent import StreamSource
 
-    cfg = AgentConfig.from_preset(
+    cfg = AgentConfig.of_size(
         "tiny", track=track, detector_warmup=0, push_pair="input", memory_scope="group",
         batch_size=8, group_size=4, memory_write="every", context_frames=2, horizons=(2, 4),
         per_horizon=True, input_scale=1 / 255,

@@ -11,13 +11,13 @@ from agent.modulators import build_modulator
 @pytest.mark.parametrize("letter", list(tracks.TRACKS))
 @pytest.mark.parametrize("blocks", [0, 2])
 def test_a_track_reads_memory_exactly_when_its_modulator_does(letter: str, blocks: int) -> None:
-    cfg = AgentConfig.from_preset("tiny", track=letter, predictor_blocks=blocks)
+    cfg = AgentConfig.of_size("tiny", track=letter, predictor_blocks=blocks)
     assert build_modulator(cfg).uses_memory is tracks.reads_memory(letter)
 
 
 @pytest.mark.parametrize("letter", list(tracks.TRACKS))
 def test_the_preset_takes_the_tracks_lr_and_kappa(letter: str) -> None:
-    cfg = AgentConfig.from_preset("paper", track=letter)
+    cfg = AgentConfig.of_size("paper", track=letter)
     assert (cfg.lr, cfg.kappa) == (tracks.track(letter).lr, tracks.track(letter).kappa)
 
 
@@ -33,6 +33,6 @@ def test_an_unknown_track_is_one_error_naming_the_choices() -> None:
     with pytest.raises(ValueError, match=r"^track: unknown track 'F', expected one of A, B, C, D, E$"):
         tracks.track("F")
     with pytest.raises(ValueError, match="track: unknown track 'F'"):
-        AgentConfig.from_preset("tiny", track="F")
+        AgentConfig.of_size("tiny", track="F")
     with pytest.raises(ValueError, match="track A has no memory pathway"):
-        AgentConfig.from_preset("tiny", track="A", oracle=True)
+        AgentConfig.of_size("tiny", track="A", oracle=True)

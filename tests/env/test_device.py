@@ -157,7 +157,7 @@ def test_on_a_gpu_a_stream_step_never_waits_for_the_device() -> None:
     windows the source cuts from them (episode redraws and new worlds included)."""
     from agent import AgentConfig, StreamSource
 
-    cfg = AgentConfig.from_preset("tiny", push_pair="input", batch_size=8, context_frames=2,
+    cfg = AgentConfig.of_size("tiny", push_pair="input", batch_size=8, context_frames=2,
                                   horizons=(2, 4), per_horizon=True)  # fmt: skip
     vec = env.MovingMNISTVectorEnv(cfg.batch_size, max_episode_steps=None, device="cuda")
     sched = env.WorldSchedule(vec, "train", episode_steps=(6, 12), seed=0, group_size=4)

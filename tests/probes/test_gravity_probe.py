@@ -21,7 +21,7 @@ CODE = 3  # the pixels (row 0) a fake frame's code is written to
 def cfg_of(track: str = "C", **kw) -> AgentConfig:
     base = {"push_pair": "input", "memory_scope": "group", "batch_size": 4, "group_size": 2,
             "context_frames": 2, "horizons": (2, 4), "per_horizon": True}  # fmt: skip
-    return AgentConfig.from_preset("tiny", track=track, **{**base, **kw})
+    return AgentConfig.of_size("tiny", track=track, **{**base, **kw})
 
 
 def gravities(family: str, rng: np.random.Generator, worlds: int = WORLDS) -> np.ndarray:

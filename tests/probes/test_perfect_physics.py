@@ -23,7 +23,7 @@ N_MAX = 3
 
 @pytest.fixture(scope="module")
 def learner() -> Learner:
-    cfg = AgentConfig.from_preset("tiny", track="A", context_frames=2, horizons=(1, 2, 4),
+    cfg = AgentConfig.of_size("tiny", track="A", context_frames=2, horizons=(1, 2, 4),
                                   per_horizon=True)  # fmt: skip
     return Learner(cfg)
 
@@ -71,7 +71,7 @@ def test_perfect_physics_is_deterministic_and_leaves_the_worlds_alone(learner: L
 def test_the_branches_physics() -> None:
     """world-blind: no gravity; other: the next world of the same family, cyclically; none
     for a family of one world; told: the world's own."""
-    cfg = AgentConfig.from_preset("tiny", track="A")
+    cfg = AgentConfig.of_size("tiny", track="A")
     a, b = worlds_of(cfg, GRAVITY)
     (c,) = worlds_of(cfg, [env.PhysicsParams(0.7, 90.0)], "extrap")
     worlds = [a, c, b]
@@ -86,7 +86,7 @@ def test_the_branches_physics() -> None:
 
 
 def test_scenes_that_do_not_reproduce_the_frames_are_refused() -> None:
-    cfg = AgentConfig.from_preset("tiny", track="A")
+    cfg = AgentConfig.of_size("tiny", track="A")
     (w,) = worlds_of(cfg, GRAVITY[:1])
     i = input_index(cfg, N_MAX)
     assert np.array_equal(scenes_at(w, i).render(), w.frames[:, i])

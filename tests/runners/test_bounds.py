@@ -203,10 +203,10 @@ def test_bounds_are_jobs_of_the_main_runs_config_with_their_options(tmp_path: Pa
         folder = RunFolder(tmp_path / "main")
         folder.root.mkdir(exist_ok=True)
         cfg.save(folder.config)
-        for name, sub, _ in bounds.BOUNDS:
+        for name in bounds.BOUNDS:
             spec = beside.bound_spec(folder, cfg, name)
-            assert spec.run_dir == str(folder.root / sub) and spec.name == sub
-            made = build_config([*spec.args, "--out", str(folder.root), "--name", sub])
+            assert spec.run_dir == str(folder.root / name) and spec.name == name
+            made = build_config([*spec.args, "--out", str(folder.root), "--name", name])
             want = resolve(bounds.bound_config(cfg, name))
             assert dataclasses.replace(made, output=want.output) == want
 

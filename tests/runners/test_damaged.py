@@ -37,7 +37,7 @@ def other_track_checkpoint(path: Path) -> None:
     """A valid checkpoint, but of track A (the run is track C)."""
     from agent import AgentConfig, Learner, save_checkpoint
 
-    save_checkpoint(path, Learner(AgentConfig.from_preset("tiny", track="A")))
+    save_checkpoint(path, Learner(AgentConfig.of_size("tiny", track="A")))
 
 
 def damage(run: Path, kind: str) -> Path:

@@ -22,6 +22,7 @@ from runners.online.command import (
     TrainCommand,
     build_config,
     config_from_dict,
+    given_options,
     parse_command,
     resume_config,
 )
@@ -101,6 +102,19 @@ def test_the_defaults_follow_protocol_preset_track_and_device() -> None:
     # The worlds protocol's fast EMA target; the paper keeps its own.
     assert (build_config([]).agent.tau_base, build_config([]).agent.tau_end) == (0.98, 0.99)
     assert (build().agent.tau_base, build().agent.tau_end) == (0.996, 0.9999)
+
+
+def test_one_parse_then_defaults_then_the_file_then_the_options(tmp_path: Path) -> None:
+    """The choosing options, from the file or the command line, choose the defaults; the file's
+    values are set over them and the command line's over those, in one pass after the parse."""
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"preset": "paper", "track": "B", "lr": 0.002, "steps": 90}))
+    cfg = build_config(["--config", str(f), "--track", "D", "--steps", "120"])
+    assert cfg.preset == "paper" and cfg.agent.latent_dim == 64  # the file's preset chose
+    assert cfg.agent.track == "D" and cfg.agent.kappa == build("--track", "D").agent.kappa
+    assert cfg.agent.lr == 0.002 and cfg.schedule.steps == 120  # file over defaults, line over file
+    assert given_options(["--no-stagger", "--lr=0.1", "--steps", "5", "--lr", "2"]) == [
+        "stagger", "lr", "steps"]
 
 
 def test_the_retired_study_preset_is_refused_in_one_line() -> None:
@@ -430,7 +444,7 @@ def test_bf16_on_a_cpu_without_it_is_one_line(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(CliError, match="^--precision bf16: this CPU has no bf16 kernels"):
         build_config(["--device", "cpu", "--precision", "bf16"])
     with pytest.raises(ValueError, match="^precision: bf16 cannot run here"):
-        Learner(AgentConfig.from_preset("tiny", precision="bf16"))
+        Learner(AgentConfig.of_size("tiny", precision="bf16"))
 
 
 def test_a_removed_option_in_a_config_is_refused_naming_it() -> None:

@@ -65,7 +65,7 @@ def test_worlds_bad_options(argv: list[str], message: str) -> None:
 
 
 def test_switch_starts_every_stream_anew_in_the_held_world_for_good() -> None:
-    cfg = AgentConfig.from_preset("tiny", track="C", **{**Worlds.learner, "push_pair": "input"})
+    cfg = AgentConfig.of_size("tiny", track="C", **{**Worlds.learner, "push_pair": "input"})
     world = make_scheduled_feed(6, "train", (21, 40), cfg, "cpu", seed=3)
     for _ in range(5):
         world.next()
@@ -93,7 +93,7 @@ def test_switch_starts_every_stream_anew_in_the_held_world_for_good() -> None:
 
 
 def test_world_sets_are_deterministic_and_held_out() -> None:
-    cfg = AgentConfig.from_preset("tiny", track="C", **{**Worlds.learner, "push_pair": "input"})
+    cfg = AgentConfig.of_size("tiny", track="C", **{**Worlds.learner, "push_pair": "input"})
     shift = env.PhysicsParams(gravity=0.3, gravity_direction=45.0)
 
     def sets(seed: int):
@@ -117,7 +117,7 @@ def test_memory_write_every_pushes_each_valid_step() -> None:
     from agent import Learner
     from agent.sources import Batch
 
-    cfg = AgentConfig.from_preset(
+    cfg = AgentConfig.of_size(
         "tiny", track="C", push_pair="input", memory_scope="group", group_size=1,
         memory_read="all", memory_write="every", batch_size=3, buffer_capacity=4,
     )  # fmt: skip

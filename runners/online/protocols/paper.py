@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the config is read without torch and env; they come with a 
     from runners.online.switch import Switch
 
 Source = Literal["stream", "dataset"]
+NEEDS_DATA = "--source dataset needs --data PATH.zarr (written by runners.make_dataset)"
 
 
 @dataclass
@@ -87,15 +88,13 @@ class Paper:
             raise CliError(f"base_gravity: {err}") from None
         if self.source == "dataset":
             if not self.data:
-                raise CliError("--source dataset needs --data PATH.zarr (written by "
-                               "runners.make_dataset)")
+                raise CliError(NEEDS_DATA)
             for sw in switches:
                 if set(sw.params) != {"gravity"}:
-                    raise CliError(
-                        f"--source dataset: the switch at step {sw.step} changes "
-                        f"{', '.join(n for n in sw.params if n != 'gravity')}; the store only "
-                        f"holds its two gravities (use the stream source)"
-                    )
+                    others = ", ".join(n for n in sw.params if n != "gravity")
+                    raise CliError(f"--source dataset: the switch at step {sw.step} changes "
+                                   f"{others}; the store only holds its two gravities (use the "
+                                   "stream source)")
 
     def open_store(self) -> env.PaperDataset | None:
         """The ``--data`` store (None without one), every failure one line."""
@@ -113,8 +112,7 @@ class Paper:
             raise ValueError("a given env is for the worlds protocol's feed")
         if self.source == "dataset":
             if store is None:
-                raise CliError("--source dataset needs --data PATH.zarr (written by "
-                               "runners.make_dataset)")
+                raise CliError(NEEDS_DATA)
             check_store(cfg, self, store)
             return DatasetSplits(cfg.agent, self.data, store, device)
         vec_env = env.MovingMNISTVectorEnv(  # the streams of the base world
@@ -130,8 +128,8 @@ class Paper:
         """D_shift^n and D_base on the splits (``eval_data``)."""
         from runners.online.evaluation import Evaluator
 
-        s = cfg.schedule
-        return Evaluator(eval_data(cfg, self, store), s.eval_ns, list(cfg.agent.horizons))
+        return Evaluator(eval_data(cfg, self, store), cfg.schedule.eval_ns,
+                         list(cfg.agent.horizons))
 
 
 def eval_data(cfg: RunConfig, paper: Paper, store: env.PaperDataset | None = None) -> EvalData:
@@ -156,9 +154,8 @@ def eval_data(cfg: RunConfig, paper: Paper, store: env.PaperDataset | None = Non
     seq_len = a.context_frames + a.horizons[-1]
 
     def gen(n: int, s: int, physics: env.PhysicsParams, split: str) -> np.ndarray:
-        return env.generate_sequences(
-            n, seed=s, split=split, seq_len=seq_len, **physics.as_dict()
-        )["frames"]
+        seqs = env.generate_sequences(n, seed=s, split=split, seq_len=seq_len, **physics.as_dict())
+        return seqs["frames"]
 
     return EvalData(
         shift_train=gen(paper.eval_shift_train, seed, shift, "train"),
@@ -176,19 +173,13 @@ def check_store(cfg: RunConfig, paper: Paper, store: env.PaperDataset) -> None:
     g_base = split_view(store, "base", "train", path).gravity
     seq_len = int(split_frames(store, "base", "train", path).shape[1])
     if seq_len < cfg.agent.window:
-        raise CliError(
-            f"--data {path}: sequences of {seq_len} frames are shorter than a sample's window of "
-            f"{cfg.agent.window} (context_frames {cfg.agent.context_frames}, push_pair "
-            f"{cfg.agent.push_pair}); use the stream source"
-        )
+        raise CliError(f"--data {path}: sequences of {seq_len} frames are shorter than a sample's "
+                       f"window of {cfg.agent.window} (context_frames {cfg.agent.context_frames}, "
+                       f"push_pair {cfg.agent.push_pair}); use the stream source")
     if g_base != paper.base_gravity:
-        raise CliError(
-            f"--source dataset: the store's base world has gravity {g_base:g}, "
-            f"the run's base gravity is {paper.base_gravity:g}"
-        )
+        raise CliError(f"--source dataset: the store's base world has gravity {g_base:g}, "
+                       f"the run's base gravity is {paper.base_gravity:g}")
     for g in (cfg.physics_at(sw.step).gravity for sw in cfg.schedule.switches or ()):
         if g not in (g_base, g_shift):
-            raise CliError(
-                f"--source dataset: the store holds gravity {g_base:g} and {g_shift:g}; "
-                f"a switch to {g:g} needs the stream source"
-            )
+            raise CliError(f"--source dataset: the store holds gravity {g_base:g} and "
+                           f"{g_shift:g}; a switch to {g:g} needs the stream source")

@@ -144,16 +144,13 @@ class Worlds:
     def check(self, switches: tuple[Switch, ...]) -> None:
         """What the field types cannot check: one ``CliError`` line naming the option."""
         self.families()  # every family valid, no two sharing a world
-        lo, hi = self.episode_steps
-        if not 21 <= lo <= hi:
-            raise CliError(f"episode_steps must be LOW HIGH with 21 <= LOW <= HIGH, got {lo} {hi}")
-        r_lo, r_hi = self.residency
-        if not 1 <= r_lo <= r_hi:
-            raise CliError(f"residency must be LOW HIGH with 1 <= LOW <= HIGH, got {r_lo} {r_hi}")
-        if self.eval_world_seqs < 2:
-            raise CliError(f"eval_world_seqs must be at least 2, got {self.eval_world_seqs}")
-        if self.eval_worlds < 1:
-            raise CliError(f"eval_worlds must be at least 1, got {self.eval_worlds}")
+        for name, least in (("episode_steps", 21), ("residency", 1)):
+            lo, hi = getattr(self, name)
+            if not least <= lo <= hi:
+                raise CliError(f"{name} must be LOW HIGH with {least} <= LOW <= HIGH, got {lo} {hi}")
+        for name, least in (("eval_world_seqs", 2), ("eval_worlds", 1)):
+            if getattr(self, name) < least:
+                raise CliError(f"{name} must be at least {least}, got {getattr(self, name)}")
 
     def open_store(self) -> None:
         return None
