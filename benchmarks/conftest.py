@@ -53,69 +53,32 @@ N_SEQUENCES = 256  # sequences of the in-memory dataset the dataset source sampl
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("epm-jepa benchmarks")
-    group.addoption(
-        "--device",
-        default="auto",
-        choices=("auto", "cpu", "cuda"),
-        help="device of the learner benchmarks (auto: cuda when available)",
-    )
-    group.addoption(
-        "--bench-precision",
-        default="all",
-        choices=("all", *PRECISIONS),
-        help="precision(s) of the learner benchmarks",
-    )
-    group.addoption(
-        "--bench-tracks",
-        default=",".join(ALL_TRACKS),
-        help="comma-separated learner tracks (default A,B,C,D,E)",
-    )
-    group.addoption("--bench-steps", type=int, default=10, help="steps per timed round")
-    group.addoption("--bench-rounds", type=int, default=5, help="timed rounds")
-    group.addoption("--bench-warmup", type=int, default=2, help="untimed warmup rounds")
-    group.addoption(
-        "--bench-stat",
-        default="median",
-        choices=("median", "min"),
-        help="round statistic behind steps/s and ratios",
-    )
-    group.addoption(
-        "--bench-threads",
-        type=int,
-        default=None,
-        help="torch intra-op threads (default: torch's own choice)",
-    )
-    group.addoption(
-        "--bench-paired",
-        action="store_true",
-        help="measure the reference right before each learner benchmark",
-    )
-    group.addoption(
-        "--bench-set",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
+    add = parser.getgroup("epm-jepa benchmarks").addoption
+    add("--device", default="auto", choices=("auto", "cpu", "cuda"),
+        help="device of the learner benchmarks (auto: cuda when available)")
+    add("--bench-precision", default="all", choices=("all", *PRECISIONS),
+        help="precision(s) of the learner benchmarks")
+    add("--bench-tracks", default=",".join(ALL_TRACKS),
+        help="comma-separated learner tracks (default A,B,C,D,E)")
+    add("--bench-steps", type=int, default=10, help="steps per timed round")
+    add("--bench-rounds", type=int, default=5, help="timed rounds")
+    add("--bench-warmup", type=int, default=2, help="untimed warmup rounds")
+    add("--bench-stat", default="median", choices=("median", "min"),
+        help="round statistic behind steps/s and ratios")
+    add("--bench-threads", type=int, default=None,
+        help="torch intra-op threads (default: torch's own choice)")
+    add("--bench-paired", action="store_true",
+        help="measure the reference right before each learner benchmark")
+    add("--bench-set", action="append", default=[], metavar="FIELD=VALUE",
         help="end to end: a train_online field for the loop, as a --grid point gives it "
-        "(memory_read=all: --memory-read all); repeatable",
-    )
-    group.addoption(
-        "--bench-preset",
-        default="paper",
-        choices=("cpu", "gpu", "paper"),
-        help="end to end: the loop's learner preset (train_online --preset)",
-    )
-    group.addoption(
-        "--bench-seeds",
-        default="1,8",
-        help="stacked seeds: comma-separated seed counts (benchmarks/test_stacked_speed.py)",
-    )
-    group.addoption(
-        "--bench-capture",
-        action="store_true",
+        "(memory_read=all: --memory-read all); repeatable")
+    add("--bench-preset", default="paper", choices=("cpu", "gpu", "paper"),
+        help="end to end: the loop's run preset (train_online --preset)")
+    add("--bench-seeds", default="1,8",
+        help="stacked seeds: comma-separated seed counts (benchmarks/test_stacked_speed.py)")
+    add("--bench-capture", action="store_true",
         help="end to end: the loop's update as CUDA graphs (train_online --capture; add "
-        "--bench-set stream_cache=false)",
-    )
+        "--bench-set stream_cache=false)")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -91,16 +91,9 @@ def make_loop(
 @pytest.mark.parametrize("track", TRACKS)
 @pytest.mark.parametrize(("protocol", "source"), CASES, ids=[f"{p}-{s}" for p, s in CASES])
 def test_train_online_loop(
-    benchmark,
-    bench: BenchSettings,
-    base_sequences,
-    paper_store: str,
-    tmp_path,
-    protocol: str,
-    source: str,
-    track: str,
-    precision: str,
-) -> None:
+    benchmark, bench: BenchSettings, base_sequences, paper_store: str, tmp_path,
+    protocol: str, source: str, track: str, precision: str,
+) -> None:  # fmt: skip
     skip_unless_selected(bench, track, precision)
     data = paper_store if source == "dataset" else None
     loop = make_loop(tmp_path, bench, protocol, source, track, precision, data)
@@ -141,25 +134,13 @@ def test_train_online_loop(
         rate = steps / pick(stats.stats.data)
         ref_rate = steps / pick(ref_times[-bench.rounds :])
     record(
-        benchmark,
-        kind="e2e",
-        label=f"`train_online` loop, {protocol} protocol",
-        protocol=protocol,
-        track=track,
-        source=source,
-        precision=precision,
+        benchmark, kind="e2e", label=f"`train_online` loop, {protocol} protocol",
+        protocol=protocol, track=track, source=source, precision=precision,
         default_precision=precision == preferred_precision(bench.device.type),
-        batch_size=cfg.batch_size,
-        steps_per_s=rate,
-        reference_steps_per_s=ref_rate,
+        batch_size=cfg.batch_size, steps_per_s=rate, reference_steps_per_s=ref_rate,
         reference_track=track,
         ratio_to_reference=(rate / ref_rate) if rate and ref_rate else None,
-        steps_per_round=steps,
-        log_every=block,
-        stream_cache=cfg.stream_cache,
-        memory_scope=cfg.memory_scope,
-        group_size=cfg.group_size,
-        bench_set=list(bench.sets),
-        capture=bench.capture,
-        preset=bench.preset,
-    )
+        steps_per_round=steps, log_every=block, stream_cache=cfg.stream_cache,
+        memory_scope=cfg.memory_scope, group_size=cfg.group_size, bench_set=list(bench.sets),
+        capture=bench.capture, preset=bench.preset,
+    )  # fmt: skip

@@ -27,14 +27,17 @@ def test_the_plain_step_never_reads_a_tensor_on_the_host(
 
 
 def test_docs_show_the_step_as_it_is() -> None:
-    """docs/agent.md shows ``jepa_step`` verbatim (regenerate the block when the step changes)."""
+    """docs/agent.md shows ``jepa_step``, its ``forward`` and ``adamw_step`` verbatim (regenerate
+    the blocks when the step changes)."""
     import inspect
     from pathlib import Path
 
-    from agent.step import jepa_step
+    from agent.step import adamw_step, forward, jepa_step
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "agent.md").read_text()
     assert f"```python\n{inspect.getsource(jepa_step).rstrip()}\n```" in doc
+    pair = f"{inspect.getsource(forward).rstrip()}\n\n\n{inspect.getsource(adamw_step).rstrip()}"
+    assert f"```python\n{pair}\n```" in doc
 
 
 def device_world_step(track: str, device: str) -> tuple[Learner, object]:
