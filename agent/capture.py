@@ -1,35 +1,14 @@
 """The whole update as one CUDA graph: ``CapturedStep`` (``Learner(captured=True)``).
 
-A step of the small networks here is a few hundred kernel launches and their Python; replayed
-from a CUDA graph it is one launch. The captured region is everything ``Learner.update`` does on
-the device: ``learner.step_on`` (the memory view, ``agent.step.jepa_step``: forward, loss,
-backward, AdamW, EMA update, memory write, and the metrics; a ``StackedLearner``'s stacked step
-likewise). What changes from step to step enters through tensors the graph reads in place,
-written before each replay without waiting for the device:
-
-- the batch, copied into static buffers (device to device when the world is on the device);
-- the knobs: the learning rate and tau (0-dim tensors: the fused AdamW's tensor learning rate
-  and the EMA's tensor weight; float32 on a GPU, whose fused kernels take no other, float64 on
-  a CPU, where they compute as the plain step's Python floats do), the step (the memory
-  entries' time stamp);
-- ``vary_memory``'s draws, drawn eagerly from the learner's own generator into a buffer;
-- the step's flags (learning, EMA, memory writes) choose among graphs, one per combination.
-
-Every state the step changes is changed in place (the optimizer's, the memory's, the detector's,
-the weights), so the graph's writes are the learner's state. The first ``warmup`` steps run
-eagerly for each combination of the flags (the optimizer's state is created, the libraries
-initialise) on a side stream; the step at which a graph is captured is then replayed once, so
-every update runs exactly once. The metrics come back as graph-owned tensors and are copied out
-(one kernel) before the next replay. Loading a state dict replaces the learner's tensors: the
-graphs are dropped then.
-
-Where capture is off (a CPU, or ``capture=False``) the same path runs eagerly (tensor knobs,
-drawn memory, the same kernels): on a CPU the plain step's numbers bit for bit
-(``tests/agent/test_capture.py``). ``graph=CallGraph`` puts a stand-in in a CUDA graph's place,
-so the whole machinery (static inputs, warmup, graphs per flag combination, replay, copy-out,
-reset) runs, and is tested, on a CPU; only the CUDA graph itself (its recording, the side
-stream, the capturable AdamW's kernels) needs a GPU. The stream latent cache
-(``cfg.stream_cache``), Python dictionaries by stream time, cannot be replayed.
+docs/agent.md, "The update as one CUDA graph", says what the graph holds (everything
+``Learner.update`` does on the device), what enters it through tensors written before each replay
+(the batch, the knobs, ``vary_memory``'s draws), which flags choose among graphs, and why every
+update runs exactly once. Where capture is off (a CPU, or ``capture=False``) the same path runs
+eagerly: on a CPU the plain step's numbers bit for bit (``tests/agent/test_capture.py``).
+``graph=CallGraph`` puts a stand-in in a CUDA graph's place, so the whole machinery (static
+inputs, warmup, graphs per flag combination, replay, copy-out, reset) runs, and is tested, on a
+CPU; only the CUDA graph itself (its recording, the side stream, the capturable AdamW's kernels)
+needs a GPU.
 """
 
 from __future__ import annotations
@@ -91,6 +70,8 @@ class CapturedStep:
             raise ValueError(f"CUDA graphs need a CUDA device, the learner is on {device}")
         self.warmup = int(warmup)
         self.body = learner.step_on
+        # The fused AdamW's tensor lr and the EMA's tensor weight: float32 on a GPU (its fused
+        # kernels take no other), float64 on a CPU (computing as the plain step's floats do).
         knob = torch.float32 if device.type == "cuda" else torch.float64
         self.lr = torch.zeros((), dtype=knob, device=device)
         self.tau = torch.zeros((), dtype=knob, device=device)

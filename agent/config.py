@@ -4,14 +4,10 @@
 every size so the whole pipeline runs in seconds on a CPU. Invalid values raise ``ValueError``
 naming the field, at construction.
 
-Calls the paper leaves open (documented in docs/agent.md; the tracks' own in ``agent.tracks``):
-- ``input_scale`` defaults to 1.0: the encoder sees raw 0..255 pixel values. The paper does not
-  say; with [0, 1] inputs (1/255) the listing's encoder maps all frames to nearly the same latent
-  at init (batch std ~0.01-0.08) and the paper's gamma 0.75 / lambda 0.05 objective collapses at
-  once (D ~0.05, sigma_embed ~0.02), while raw inputs give latents with std ~0.7 at init and
-  D ~0.8, the paper's regime. See docs/agent.md.
-- ``total_steps`` defaults to 10,000 (the paper's 600 s budget was ~10,569 steps; its peak
-  D_shift is at step 10,000). Schedules run on steps, never on the wall clock.
+Calls the paper leaves open (the tracks' own in ``agent.tracks``) are documented in
+docs/agent.md, "Calls we made": among them ``input_scale`` 1.0 (the encoder sees raw 0..255
+pixel values; with [0, 1] inputs the paper's objective collapses at once) and ``total_steps``
+10,000 (the paper's 600 s budget was ~10,569 steps). Schedules run on steps, never on the clock.
 """
 
 from __future__ import annotations
@@ -38,7 +34,6 @@ MemoryRead = Literal["peer", "all"]
 Regularised = Literal["predictions", "latents"]
 PredError = Literal["mse", "relative"]
 TRACKS: tuple[str, ...] = get_args(Track)
-PRECISIONS: tuple[str, ...] = get_args(Precision)
 SIZES = ("paper", "tiny")
 # The oracle's input: the true physics of a sample's world, (gravity_x, gravity_y, restitution,
 # friction) as ``env.PHYSICS_FEATURES`` (a test keeps the two in step; agent never imports env).
@@ -65,12 +60,8 @@ def bf16_unsupported(device: Any = "cpu") -> str | None:
 
 def preferred_precision(device: Any = "cpu") -> str:
     """The fast precision for training on ``device``: "bf16" where bf16 runs natively
-    (``bf16_unsupported`` is None), else "fp32".
-
-    ``AgentConfig.precision`` itself defaults to "fp32" (exact: same seed, same numbers); this is
-    for entry points that want speed (see docs/agent.md, "Precision and speed": D_shift^50 after a
-    short training was unchanged within seed noise in bf16).
-    """
+    (``bf16_unsupported`` is None), else "fp32" (the runners' default; ``AgentConfig.precision``
+    stays "fp32": docs/agent.md, "Default precision")."""
     return "fp32" if bf16_unsupported(device) else "bf16"
 
 
@@ -192,7 +183,7 @@ class AgentConfig:
     per_horizon: bool = False  # one predicted latent per horizon (False: the paper's single one)
     push_pair: PushPair = "newest"  # memory pair: "newest" frames (paper) or "input" (the input's own)
     # "global" one FIFO of batch means (paper), "group" one FIFO per group of ``group_size``
-    # streams that share a world (agent/memory/group.py; group_size 1: each stream its own)
+    # streams that share a world (agent/memory/buffer.py; group_size 1: each stream its own)
     memory_scope: MemoryScope = "global"
     group_size: int = 1  # memory_scope "group": the streams that share a world and its memory
     # memory_scope "group": a sample reads its group's entries but those of its own episode
@@ -214,9 +205,9 @@ class AgentConfig:
     # its later horizons; the previous input's latent is the memory pair's older frame
     # (agent.sources; stream batches only). False: every latent recomputed at every step.
     stream_cache: bool = True
-    # Settle, then fit (docs/agent.md, "Settle, then fit"; agent.reservoir, agent.fit): after
-    # this fraction of total_steps the encoder and its EMA target are fixed, each step keeps its
-    # windows' latents in a reservoir and fits the predictor, modulator and memory pathway on
+    # Settle, then fit (docs/agent.md, "Settle, then fit"; agent.reservoir, agent.step.fit_update):
+    # after this fraction of total_steps the encoder and its EMA target are fixed, each step keeps
+    # its windows' latents in a reservoir and fits the predictor, modulator and memory pathway on
     # minibatches drawn from all of it (None: the encoder learns to the end; group memories only)
     settle: float | None = None
     fit_updates: int = 1  # settled: updates a step, each on a minibatch of the reservoir

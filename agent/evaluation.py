@@ -247,10 +247,7 @@ def shift_transitions(learner: Learner, shift_train: Any, n: int, seed: int = 0)
     are those training pushes, in the evaluation window (input frame C-1): the newest two (the
     paper: 19, 20), or the input frame and its predecessor (its first two frames when C = 1)."""
     cfg = learner.cfg
-    c, h = cfg.context_frames, cfg.horizons[-1]
-    cols = np.asarray((c + h - 2, c + h - 1) if cfg.push_pair == "newest" else (0, 1))
-    if cfg.push_pair == "input" and c >= 2:
-        cols = np.asarray((c - 2, c - 1))
+    cols = np.asarray(cfg.pair_offsets)  # the window positions of the pair training pushes
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, shift_train.shape[0], size=(n, cfg.batch_size))
     per = max(1, cfg.eval_batch_size // (2 * cfg.batch_size))  # transitions per chunk

@@ -18,7 +18,6 @@ import torch
 from agent.build import build_memory, build_networks, build_optimizer
 from agent.capture import CapturedStep
 from agent.config import PHYSICS_DIM, AgentConfig, bf16_unsupported
-from agent.fit import fit_update
 from agent.memory import Aggregate, ExperienceBuffer, GroupBuffer
 from agent.modulators import Modulated
 from agent.objective import StepMetrics
@@ -33,6 +32,7 @@ from agent.step import (
     encode,
     episode_key,
     fit_lr_at,
+    fit_update,
     jepa_step,
     knobs_at,
     modulated_prediction,
@@ -261,8 +261,8 @@ class Learner(BaseLearner):
     def fit(self, batch: Batch, knobs: Knobs) -> StepMetrics:
         """A settled step: the batch observed without learning (the detector, the memory and the
         metrics live; its windows into the reservoir), then ``cfg.fit_updates`` updates on
-        minibatches of the reservoir (``agent.fit``) unless the weights are frozen. The metrics
-        are the observed batch's, its ``loss_pred`` the fit updates' mean."""
+        minibatches of the reservoir (``agent.step.fit_update``) unless the weights are frozen.
+        The metrics are the observed batch's, its ``loss_pred`` the fit updates' mean."""
         cfg = self.cfg
         observe = knobs._replace(learn=False, ema=False)
         if not knobs.learn:

@@ -1,5 +1,6 @@
-"""Encoder and Predictor, as the paper's listings (sizes from the config, not globals), and
-the predictor of residual blocks (``BlockPredictor``, below).
+"""Encoder and Predictor, as the paper's listings (sizes from the config, not globals), the
+predictor of residual blocks (``BlockPredictor``, below), and the per-sample weight deltas the
+modulators add to a layer (``low_rank``, ``mixed``).
 """
 
 from __future__ import annotations
@@ -47,10 +48,6 @@ class Encoder(nn.Module):
         return cls(cfg.latent_dim, cfg.encoder_channels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(N, 1, 64, 64) float frames -> (N, latent_dim) (``encode``)."""
-        return self.encode(x)
-
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
         """(N, 1, 64, 64) float frames -> (N, latent_dim): the listing's
         ``norm(proj(conv(x).flatten(1)))``, the convolutions on a channels_last copy of x and the
         flatten before ``proj`` in NCHW order (``.contiguous()``)."""
@@ -192,3 +189,17 @@ class BlockPredictor(nn.Module):
 
 #: Either predictor (the listing's, or of residual blocks).
 AnyPredictor = Predictor | BlockPredictor
+
+
+# -- the per-sample weight deltas a modulator adds to a layer (tracks C and E) ----------------
+def low_rank(
+    x: torch.Tensor, v: torch.Tensor, delta: torch.Tensor, u: torch.Tensor
+) -> torch.Tensor:
+    """x (B, n) through U diag(delta_b) V^T per sample: ((x V) * delta) U^T."""
+    return (x @ v) * delta @ u.T
+
+
+def mixed(x: torch.Tensor, c: torch.Tensor, bases: torch.Tensor) -> torch.Tensor:
+    """x (B, n) through sum_j c_bj H_j per sample, bases (m * n, out) the H_j stacked:
+    (c_b (x) x_b) @ bases (never materialising (B, out, n))."""
+    return (c.unsqueeze(2) * x.unsqueeze(1)).flatten(1) @ bases

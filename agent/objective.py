@@ -116,21 +116,16 @@ def normalised_error(
     return overall, per_h, sums.excluded
 
 
-def sigma_embed(pred_sum: torch.Tensor, pred_sqsum: torch.Tensor, n: int) -> torch.Tensor:
-    """Mean per-dimension (unbiased) std of predictor outputs from their float64 sums and
-    squared sums (D,) over n samples."""
-    mean = pred_sum / n
-    var = (pred_sqsum - n * mean * mean) / max(n - 1, 1)
-    return var.clamp(min=0).sqrt().mean()
-
-
 def spread(*parts: torch.Tensor) -> torch.Tensor:
     """sigma_embed's statistic of any N samples (N, ...), e.g. latents or predictions, whole or
-    in parts (their sums added part by part): the mean over dimensions of their (unbiased) std
-    across the samples. The evaluations' sigma_embed, sigma_z and sigma_target."""
+    in parts (their float64 sums and squared sums added part by part): the mean over dimensions
+    of their (unbiased) std across the samples. The evaluations' sigma_embed, sigma_z and
+    sigma_target."""
     flat = [x.flatten(1).double() for x in parts]
     n = sum(f.shape[0] for f in flat)
-    return sigma_embed(sum(f.sum(0) for f in flat), sum(f.pow(2).sum(0) for f in flat), n)
+    mean = sum(f.sum(0) for f in flat) / n
+    var = (sum(f.pow(2).sum(0) for f in flat) - n * mean * mean) / max(n - 1, 1)
+    return var.clamp(min=0).sqrt().mean()
 
 
 # -- the objective ----------------------------------------------------------------------------

@@ -1,21 +1,14 @@
-"""Seeds stacked: S learners' networks of one configuration as one set of stacked parameters.
+"""Seeds stacked: S learners' networks of one configuration as one set of stacked parameters
+(docs/agent.md, "Seeds stacked").
 
-A study runs the same configuration from several seeds (each its own initialisation and world
-stream). On a GPU each of these small learners leaves the device mostly idle: a step is a few
-hundred kernels of a few microseconds each. Stacked, the S seeds' networks run as one: every
-parameter gets a leading seed dimension (``torch.func.stack_module_state``), and a function of
-the networks runs once per seed under ``torch.func.vmap`` (``SeedStack.map``), so each kernel
-does the S seeds' work at once.
-
-The layout is seed-major: a stacked batch of S seeds' B samples is (S * B, ...), seed s's rows
-at s * B .. (s + 1) * B - 1; ``map`` splits each tensor argument so, and the function sees one
-seed's rows, with that seed's parameters, as the networks it is written for. What it returns
-comes back with a leading seed dimension (S, ...).
-
-Exactness: the seeds share no parameter, so the gradient of the sum of the S seeds' losses is
-each seed's own gradient, and AdamW and the EMA update are elementwise: a stacked update is the
-S single updates. Under ``vmap`` the networks' kernels are batched ones (a grouped convolution,
-a batched matmul), equal to the single ones to rounding (``tests/agent/test_seeds.py``).
+Every parameter gets a leading seed dimension (``torch.func.stack_module_state``) and a function
+of the networks runs once per seed under ``torch.func.vmap`` (``SeedStack.map``): each kernel
+does the S seeds' work at once. Seed-major: seed s's rows of a stacked batch (S * B, ...) are
+s * B .. (s + 1) * B - 1; ``map`` splits each tensor argument so, and what the function returns
+comes back with a leading seed dimension (S, ...). The seeds share no parameter, so the gradient
+of the sum of their losses is each seed's own, and AdamW and the EMA update are elementwise: a
+stacked update is the S single updates, to the rounding of vmap's batched kernels
+(``tests/agent/test_seeds.py``).
 """
 
 from __future__ import annotations

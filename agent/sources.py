@@ -112,21 +112,16 @@ class DatasetSource:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rng.bit_generator.state = state["rng"]
-        self.shifted = int(state["shifted"] if "shifted" in state else state["world"])
+        self.shifted = int(state["shifted"])
 
 
 class StreamSource:
-    """Live frames from a vector env (NEXT_STEP autoreset), one env step per ``next()``.
-
-    Keeps the last W = ``cfg.window`` frames of each of the env's streams with the episode each
-    came from (the step after a ``terminated | truncated`` starts a new episode id). At step t a
-    stream's sample has its targets at t-15, t-10, t and its input at t-20 (its context frames
-    and memory pair before that); it is valid only if the whole window lies in one episode. The
-    memory pair must be the input's own (``cfg.push_pair == "input"``): the paper's newest pair
-    (t-1, t) is made of the sample's own targets and would leak the future into later
-    predictions. The first ``next()`` resets the env (``seed``) and steps W-2 times, so the
-    first batch's windows are full. ``shifted`` (num_envs,) int64, each stream's shift tag: set
-    by ``set_shifted``, or, with ``base_gravity``, 1 wherever ``infos["gravity"]`` differs.
+    """Live frames from a vector env (NEXT_STEP autoreset), one env step per ``next()``: the last
+    W = ``cfg.window`` frames of each stream with the episode each came from, a sample valid only
+    where its whole window lies in one episode (docs/agent.md, "Stream samples", which says why
+    the memory pair must be the input's own, ``push_pair="input"``). ``shifted`` (num_envs,)
+    int64, each stream's shift tag: set by ``set_shifted``, or, with ``base_gravity``, 1 wherever
+    ``infos["gravity"]`` differs.
 
     An env whose worlds live on a torch device (its ``device`` attribute, e.g.
     ``MovingMNISTVectorEnv(device="cuda")``) returns its frames there; the windows are kept and
@@ -260,19 +255,13 @@ class StreamSource:
 
 
 # -- the stream latent cache ------------------------------------------------------------------
-# LatentCache (``cfg.stream_cache``; docs/agent.md, "Stream batches share frames"): consecutive
-# stream batches share frames (a target returns at its shorter horizons, max(h) - h steps later;
-# the input frame of step t is the memory pair's older frame at step t + 1), so each frame is
-# encoded once per encoder and its latent kept by stream time (``Batch.clock``): the EMA-target
-# latent from the frame's arrival (at most max(h) - min(h) steps old: 15 in the paper), the
-# online latent of each input frame (the step's own, detached). A frame the cache does not hold
-# (the first steps, after a gap in the clock) is encoded exactly; nothing is read without a
-# clock; the state goes into the learner's checkpoint (a resumed run continues exactly).
+# LatentCache (``cfg.stream_cache``; docs/agent.md, "Stream batches share frames"): a stream frame
+# is encoded once per encoder and its latent kept by stream time (``Batch.clock``); a frame it does
+# not hold is encoded exactly, nothing is read without a clock, and its state is checkpointed.
 
 
 class LatentCache:
-    """Latents of recent stream frames by stream time. ``offsets``: the batch's window positions
-    (``cfg.frame_offsets``); ``window``: W (``cfg.window``), the newest frame at W - 1."""
+    """Latents of recent stream frames by stream time (the newest frame at ``cfg.window`` - 1)."""
 
     def __init__(self, cfg: AgentConfig) -> None:
         self.window = cfg.window

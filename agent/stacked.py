@@ -1,19 +1,12 @@
 """StackedLearner: S seeds of one learner configuration trained as one (``agent.seeds``).
 
-Each seed keeps what makes it that seed's run: its initial weights (``build_networks`` of its
-config), world memories, detector statistics, optimizer state, generator of memory draws and
-stream (its batch is given each step). What is shared is the work: the seeds' networks are one
-``SeedStack``, their forward runs once under ``torch.func.vmap``, their S losses are summed for
-one backward, and one fused AdamW and one EMA update act on the stacked tensors (each seed's own
-update: ``agent.seeds``).
-
-The layout is seed-major throughout: the stacked batch is (S * B, ...), seed s's streams at
-rows s * B .. (s + 1) * B - 1; the world memories and detectors are the S seeds' W groups each,
-seed s's at s * W .. (s + 1) * W - 1, so the group memory's and detector's own code, which keeps
-groups apart, keeps the seeds apart too. The stacked step is each seed's plain step
+docs/agent.md, "Seeds stacked", says what each seed keeps, what the seeds share (one forward
+under ``torch.func.vmap``, one backward of the summed losses, one fused AdamW and EMA update) and
+the seed-major layout (the batch (S * B, ...); the memories and detectors the S seeds' W groups
+each, seed s's at s * W .. (s + 1) * W - 1). The stacked step is each seed's plain step
 (``agent.step.jepa_step``) to rounding (``tests/agent/test_stacked.py``), for the worlds
-protocol's memory (``memory_scope="group"``) and the plain path: no stream latent cache, no work
-beside the encoder. Its controls, memory draws and view, update and states are ``BaseLearner``'s.
+protocol's memory (``memory_scope="group"``) without the stream latent cache. Its controls,
+memory draws and view, update and states are ``BaseLearner``'s.
 """
 
 from __future__ import annotations

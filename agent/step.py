@@ -27,7 +27,7 @@ from agent.memory.read import MemoryView
 from agent.modulators import Modulated
 from agent.networks import Encoder
 from agent.objective import Loss, Objective, StepMetrics, normalised_error, per_horizon
-from agent.reservoir import Reservoir
+from agent.reservoir import Draw, Reservoir
 from agent.sources import Batch, LatentCache
 
 
@@ -124,8 +124,8 @@ def tau_at(step: int, tau_base: float, tau_end: float, total_steps: int) -> floa
 
 
 def fit_lr_at(cfg: AgentConfig, step: int) -> float:
-    """The fit's rate at update ``step`` after the settle (``cfg.settle_at``, ``settle`` of the steps): ``cfg.fit_lr`` at
-    the settle, cosine to 0 at ``total_steps``; the run's own ``lr_at`` where ``fit_lr`` is None."""
+    """The fit's rate at update ``step``: ``cfg.fit_lr`` at the settle (``cfg.settle_at``), cosine
+    to 0 at ``total_steps``; the run's own ``lr_at`` where ``fit_lr`` is None."""
     at = cfg.settle_at
     if cfg.fit_lr is None or at is None:
         return lr_at(step, cfg.lr, cfg.total_steps, cfg.warmup_frac)
@@ -209,11 +209,9 @@ def forward(
     clock: int | None = None,
 ) -> Forward:  # fmt: skip
     """``jepa_step``'s forward on frames (B, F, 1, 64, 64) with 0/1 weights w (B,) (a stacked
-    step's, of one seed): the memory's codes, the EMA targets, the context latents and the
-    modulated prediction (with gradients when ``learn``), the loss (prediction error at every
-    horizon + variance hinge, invalid samples weighing 0) and the surprisal."""
-    with torch.set_grad_enabled(learn):
-        codes = memory_codes(nets, memory, spec)  # (.., cap, exp_dim) | None: experience enc.
+    step's, of one seed): the EMA targets, the context latents and the modulated prediction
+    (with gradients when ``learn``), the loss (prediction error at every horizon + variance
+    hinge, invalid samples weighing 0) and the surprisal."""
     with torch.no_grad(), spec.autocast():  # the EMA target's latents (B, K, D)
         if latents is None or clock is None:
             targets = target_latents(nets, frames, spec)
@@ -222,7 +220,7 @@ def forward(
             targets = latents.targets(clock, frames, partial(encode, nets.target.target, spec=spec))
     with spec.autocast(), torch.set_grad_enabled(learn):
         z = context_latents(nets, frames, spec)
-        mod, agg = modulated_prediction(nets, z, memory, spec, physics, codes)
+        mod, agg = modulated_prediction(nets, z, memory, spec, physics)
     pred, targets = mod.pred.float(), targets.float()  # (B, [K,] D), (B, K, D)
     loss = spec.objective(pred, targets, w, z)
     with torch.no_grad():
@@ -239,6 +237,18 @@ def adamw_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, lr: float |
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
+
+
+def fit_update(m: Model, draw: Draw, lr: float | torch.Tensor) -> torch.Tensor:
+    """A settled step's fit (docs/agent.md, "Settle, then fit"): one AdamW update of the
+    predictor, modulator and memory pathway on the reservoir's ``draw`` at ``lr``, the loss the
+    prediction error alone (MSE over horizons and dimensions; the fixed encoder gets no
+    gradient). Returns it detached, as the step's ``pred`` loss."""
+    with m.spec.autocast():
+        mod, _ = modulated_prediction(m.nets, draw.ctx, draw.memory, m.spec, draw.physics)
+    loss = (per_horizon(mod.pred.float()) - draw.target).pow(2).mean()
+    adamw_step(m.optimizer, loss, lr)  # the encoder's group (no gradient here) is skipped
+    return loss.detach()
 
 
 # ---------------------------------------------------------------------------- its pieces
@@ -442,7 +452,6 @@ def step_metrics(
     ws = w.view(seeds, -1)
     n_valid = ws.sum(1)
     size = m.buffer.size.view(seeds, -1)
-    shifted = (m.buffer.shifted.eq(1) & m.buffer.mask()).view(seeds, -1).sum(1)
     delta_abs, attn_entropy, norm_error = parts
     return StepMetrics(
         loss_total=loss.total.detach().view(seeds),
@@ -452,7 +461,7 @@ def step_metrics(
         threshold=m.detector.threshold.float().view(seeds, -1).mean(1),
         boundary=fired.float().view(seeds, -1).mean(1),
         buffer_size=size.float().mean(1),
-        shift_share=shifted.float() / size.sum(1).clamp(min=1).float(),
+        shift_share=m.buffer.shift_share(seeds),
         lr=as_metric(knobs.lr, w.device).expand(seeds),
         tau=as_metric(knobs.tau, w.device).expand(seeds),
         delta_abs=delta_abs.view(seeds),

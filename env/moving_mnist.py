@@ -9,112 +9,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from env.core import SceneBatch, int_at_least
-from env.digits import Digits, load_digits
-from env.physics import PHYSICS_FIELDS, PhysicsParams, check_physics_names
-
-RENDER_MODES = ("rgb_array", "human")
-
-
-def check_max_episode_steps(value: int | None) -> int | None:
-    """``None`` (endless) or a positive int, else ``ValueError``."""
-    if value is None:
-        return None
-    if not int_at_least(value, 1):
-        raise ValueError(f"max_episode_steps must be a positive integer or None, got {value!r}")
-    return int(value)
-
-
-def check_render_mode(render_mode: str | None) -> str | None:
-    if render_mode is not None and render_mode not in RENDER_MODES:
-        raise ValueError(f"render_mode must be one of {RENDER_MODES} or None, got {render_mode!r}")
-    return render_mode
-
-
-def physics_from_options(options: dict[str, Any] | None) -> dict[str, Any]:
-    """The physics parameters in reset ``options``; any other key raises ``ValueError``."""
-    if not options:
-        return {}
-    params = {k: v for k, v in options.items() if k != "reset_mask"}
-    check_physics_names(params)
-    return params
-
-
-class PygameWindow:
-    """A minimal pygame window showing a (H, W, 3) uint8 image scaled up; works headless with
-    ``SDL_VIDEODRIVER=dummy``."""
-
-    def __init__(self, caption: str, fps: int, scale: int = 4) -> None:
-        os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
-        import pygame  # imported lazily: only human rendering needs it
-
-        self._pygame = pygame
-        self.caption, self.fps, self.scale = caption, fps, scale
-        self._screen: Any = None
-        self._clock: Any = None
-
-    def show(self, rgb: np.ndarray) -> None:
-        pg = self._pygame
-        h, w = rgb.shape[:2]
-        size = (w * self.scale, h * self.scale)
-        if self._screen is None:
-            pg.display.init()
-            pg.display.set_caption(self.caption)
-            self._screen = pg.display.set_mode(size)
-            self._clock = pg.time.Clock()
-        surface = pg.surfarray.make_surface(np.ascontiguousarray(rgb.transpose(1, 0, 2)))
-        self._screen.blit(pg.transform.scale(surface, size), (0, 0))
-        pg.event.pump()
-        pg.display.flip()
-        self._clock.tick(self.fps)
-
-    def close(self) -> None:
-        if self._screen is not None:
-            self._pygame.display.quit()
-            self._screen = None
-
-
-class SceneEnv:
-    """What the single env and the vector env share: their scenes (``_scenes``, one a sub-env),
-    the checks of their arguments, the reset before any step and the frames shown to humans."""
-
-    metadata: dict[str, Any] = {"render_modes": list(RENDER_MODES), "render_fps": 10}
-
-    def _setup(self, num_scenes: int, physics: PhysicsParams, digits: Any, split: str,
-               n_digits: int, speed_range: tuple[float, float], max_episode_steps: int | None,
-               render_mode: str | None) -> spaces.Box:  # fmt: skip
-        """Check the arguments, build the scenes; the observation space of one scene."""
-        self.max_episode_steps = check_max_episode_steps(max_episode_steps)
-        self.render_mode = check_render_mode(render_mode)
-        self._scenes = SceneBatch(num_scenes, load_digits(digits), split, n_digits, speed_range,
-                                  physics)  # fmt: skip
-        self._has_reset = False
-        self._window: PygameWindow | None = None
-        size = self._scenes.canvas_size
-        return spaces.Box(0, 255, (1, size, size), np.uint8)
-
-    @property
-    def n_digits(self) -> int:
-        return self._scenes.n_digits
-
-    @property
-    def digits(self) -> Digits:
-        """The digit source."""
-        return self._scenes.digits
-
-    def _check_reset(self) -> None:
-        if not self._has_reset:
-            raise gym.error.ResetNeeded("call reset() before step()")
-
-    def _shown(self, obs: Any) -> Any:
-        """``obs``, drawn in the window first when rendering for humans."""
-        if self.render_mode == "human":
-            self.render()
-        return obs
-
-    def _close_window(self) -> None:
-        if self._window is not None:
-            self._window.close()  # reopens at the next show
+from env.digits import Digits
+from env.physics import PHYSICS_FIELDS, PhysicsParams
+from env.vector import (
+    PygameWindow,
+    SceneEnv,
+    physics_from_options,
+    rng_from_state,
+)
 
 
 class MovingMNISTEnv(SceneEnv, gym.Env[np.ndarray, np.int64]):
@@ -263,13 +165,6 @@ class MovingMNISTEnv(SceneEnv, gym.Env[np.ndarray, np.int64]):
         }
 
 
-def rng_from_state(state: dict[str, Any]) -> np.random.Generator:
-    """A Generator whose bit generator is restored from ``bit_generator.state``."""
-    bit_generator = getattr(np.random, state["bit_generator"])()
-    bit_generator.state = state
-    return np.random.Generator(bit_generator)
-
-
 def make_registered(**kwargs: Any) -> MovingMNISTEnv:
     """Entry point of ``gymnasium.make("MovingMNIST-v0")``.
 
@@ -283,4 +178,4 @@ def make_registered(**kwargs: Any) -> MovingMNISTEnv:
 
 make_registered.metadata = MovingMNISTEnv.metadata  # type: ignore[attr-defined]
 
-__all__ = ["MovingMNISTEnv", "PHYSICS_FIELDS", "make_registered", "rng_from_state"]
+__all__ = ["MovingMNISTEnv", "PHYSICS_FIELDS", "make_registered"]

@@ -29,9 +29,8 @@ from gymnasium.vector import VectorWrapper
 
 from env.blocks import EnvBlock
 from env.core import int_at_least
-from env.moving_mnist import rng_from_state
 from env.physics import PhysicsParams
-from env.vector import NO_EPISODE_LIMIT, MovingMNISTVectorEnv, check_mask
+from env.vector import NO_EPISODE_LIMIT, MovingMNISTVectorEnv, check_mask, rng_from_state
 
 
 @dataclass(frozen=True)

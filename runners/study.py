@@ -1,18 +1,11 @@
-"""Many-run studies, one command: ``python -m runners.study KIND [options]``.
-
-    python -m runners.study worlds             # tracks A-E and the oracle on the worlds protocol
-    python -m runners.study gravity            # the same protocol, every family's gravity scaled
-    python -m runners.study paper              # the paper's experiments beside its numbers
-    python -m runners.study sweep --grid track=A,C seed=42,43 --preset tiny --steps 2000
-    python -m runners.study KIND --help        # a kind's options
+"""Many-run studies, one command: ``python -m runners.study KIND [options]`` (docs/reproduce.md).
 
 A kind is a plug-in, the module ``runners.studies.<kind>``: its ``Options`` (extending
 ``launch.Options``), the ``train_online`` options it sets itself (``OWNED``), ``plan`` (its runs,
 labelled for its report) and ``report``. The rest is this command's, the same for every kind:
-other options go to every run once ``train_online``'s parser has read them; every run's config is
-resolved before anything is written (bad input: one line, exit status 2, no folder made);
-``--dry-run`` lists the runs; the runs run on the backend, finished ones skipped and interrupted
-ones resumed, so the same command finishes a stopped study; then the report.
+the pass-through options checked, every run's config resolved before anything is written,
+``--dry-run``, the runs on the backend (finished ones skipped, interrupted ones resumed), then
+the report.
 """
 
 from __future__ import annotations
@@ -26,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 
 from runners.cli import CliError, ensure_output_dir, parse, run_main, writing
+from runners.online.rundir import RunFolder
 from runners.studies import backends, launch
 
 PROG = "python -m runners.study"
@@ -62,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         launch.check_specs(plan.specs)
     if opts.dry_run:  # each run's state, name and train_online arguments
         for s in plan.specs:
-            print(f"{backends.run_state(s.run_dir):11s} {s.name}: train_online "
+            print(f"{RunFolder(s.run_dir).state():11s} {s.name}: train_online "
                   f"{' '.join(backends.command_for(s, 'new'))}")
         return 0
     backend = None if opts.report_only else opts.backend.make()

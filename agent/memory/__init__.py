@@ -1,8 +1,7 @@
 """Memory subsystem: boundary detector, experience buffer, experience encoder, aggregator."""
 
-from agent.memory.buffer import ExperienceBuffer
+from agent.memory.buffer import ExperienceBuffer, GroupBuffer
 from agent.memory.detector import BoundaryDetector
-from agent.memory.group import GroupBuffer
 from agent.memory.oracle import OracleContext
 from agent.memory.read import Aggregate, AttentionAggregator, ExperienceEncoder, MemoryView
 

@@ -14,8 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from agent.config import AgentConfig
-from agent.memory.buffer import ExperienceBuffer
-from agent.memory.group import GroupBuffer
+from agent.memory.buffer import ExperienceBuffer, GroupBuffer
 
 
 class MemoryView(NamedTuple):

@@ -1,5 +1,5 @@
-"""The modulator interface: how a track routes e_agg into the predictor, and the per-sample
-weight deltas tracks C and E act through."""
+"""The modulator interface: how a track routes e_agg into the predictor (the per-sample weight
+deltas tracks C and E act through: ``agent.networks.low_rank``, ``mixed``)."""
 
 from __future__ import annotations
 
@@ -28,16 +28,3 @@ class Modulator(nn.Module):
 
     def forward(self, predictor: AnyPredictor, z: torch.Tensor, e_agg: torch.Tensor) -> Modulated:
         raise NotImplementedError
-
-
-def low_rank(
-    x: torch.Tensor, v: torch.Tensor, delta: torch.Tensor, u: torch.Tensor
-) -> torch.Tensor:
-    """x (B, n) through U diag(delta_b) V^T per sample: ((x V) * delta) U^T."""
-    return (x @ v) * delta @ u.T
-
-
-def mixed(x: torch.Tensor, c: torch.Tensor, bases: torch.Tensor) -> torch.Tensor:
-    """x (B, n) through sum_j c_bj H_j per sample, bases (m * n, out) the H_j stacked:
-    (c_b (x) x_b) @ bases (never materialising (B, out, n))."""
-    return (c.unsqueeze(2) * x.unsqueeze(1)).flatten(1) @ bases

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from agent.modulators.base import Modulated, Modulator, low_rank, mixed
-from agent.networks import Block, BlockPredictor
+from agent.modulators.base import Modulated, Modulator
+from agent.networks import Block, BlockPredictor, low_rank, mixed
 
 
 class BlockResidual(Modulator):

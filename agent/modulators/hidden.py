@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from agent.modulators.base import Modulated, Modulator, low_rank, mixed
-from agent.networks import AnyPredictor
+from agent.modulators.base import Modulated, Modulator
+from agent.networks import AnyPredictor, low_rank, mixed
 
 
 class NoModulator(Modulator):

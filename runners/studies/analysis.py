@@ -1,23 +1,8 @@
-"""The analyses the paper deferred, on saved checkpoints: SVD spectra and buffer attention.
-
-For a run's ``checkpoints/best.pt`` (the peak: lowest D_shift^{50}) and ``checkpoints/latest.pt``
-(the end of the run), on the shift test split:
-
-- **SVD spectrum and effective rank** of the encoder latents (online encoder, every frame of
-  every test sequence: ``(N * 21, latent)``) and of the predictor outputs (the modulated
-  prediction for each of those latents, with the same 50 shift-world memories as D_shift^{50}).
-  Rows are centred; the effective rank is ``exp(H(p))`` with ``p = s / sum(s)`` the normalised
-  singular values (Roy & Vetterli, 2007): ``latent`` for a spread-out code, 1 for a collapse.
-- **Attention over buffer entries during shift-world inference**: the buffer is the training
-  buffer saved in the checkpoint plus 50 shift-world transitions pushed as the evaluation does;
-  the aggregator's weights (``AttentionAggregator`` returns them as ``Aggregate.attn``, shape
-  ``(B, capacity)``) are summed by world of origin (the buffer's ``world`` tag) and by entry age
-  (0 = the newest entry, from the FIFO pointer), and compared with uniform attention.
-- **Adaptation curve** D_shift^{n} for n in (0, 10, 25, 50, 100, 256) at the peak checkpoint,
-  through ``agent.adaptation_curve``.
-
-Results are cached per checkpoint (``<cache>/<run>.json``, keyed by the checkpoint's size and
-modification time) so rebuilding a report does not recompute them.
+"""The analyses the paper deferred, on a run's ``best.pt`` (the peak) and ``latest.pt`` (the end)
+on the shift test split: SVD spectra and effective rank (``exp(H(p))``, ``p = s / sum(s)``: Roy &
+Vetterli, 2007), buffer attention by world and age, the adaptation curve (docs/reproduce.md,
+"The deferred analyses"). Results are cached per checkpoint (``<cache>/<run>.json``, keyed by
+the checkpoint's size and modification time) so rebuilding a report does not recompute them.
 """
 
 from __future__ import annotations
@@ -127,7 +112,7 @@ def analyse_checkpoint(checkpoint: str | Path, frames: Mapping[str, np.ndarray],
         z = _encode(learner, test.reshape(-1, *test.shape[2:]))  # (N * 21, latent)
         pairs = shift_transitions(learner, frames["shift_train"], n)
         buffer = with_transitions(learner.buffer, pairs, n)
-        with learner.autocast():
+        with learner.spec.autocast():
             mod, agg = learner.predict(z, buffer)
     s_lat = singular_values(z.numpy())
     s_pred = singular_values(mod.pred.float().numpy())
@@ -155,11 +140,6 @@ def _adaptation_curve(learner: Any, frames: Mapping[str, np.ndarray]) -> list[di
             for r in adaptation_curve(learner, data, ns=ADAPT_NS)]
 
 
-def _stamp(path: Path) -> list[float]:
-    st = path.stat()
-    return [st.st_size, st.st_mtime]
-
-
 def analyse_run(run_dir: str | Path, frames: Callable[[], Mapping[str, np.ndarray]],
                 cache: str | Path) -> dict[str, Any] | None:
     """Peak (``best.pt``) and final (``latest.pt``) analyses of one run, cached in ``cache``;
@@ -170,7 +150,7 @@ def analyse_run(run_dir: str | Path, frames: Callable[[], Mapping[str, np.ndarra
     if not ckpts:
         return None
     cache_file = Path(cache) / f"{run_dir.name}.json"
-    stamps = {k: _stamp(p) for k, p in ckpts.items()}
+    stamps = {k: [p.stat().st_size, p.stat().st_mtime] for k, p in ckpts.items()}
     cached = folder.read_json(cache_file)
     if cached is not None and cached.get("stamps") == stamps:
         return cached

@@ -1,50 +1,37 @@
-"""Where the runs of a sweep or a study execute: a local pool of worker processes, or Ray tasks.
+"""Where the runs of a sweep or a study execute: a local pool of worker processes, or Ray tasks
+(docs/reproduce.md, "Where the runs run").
 
 Both backends run the same function on each job, ``execute(job)``: a job is one run
 (``RunSpec``) or a stacked set of runs equal but for their seed (``StackedSet``, trained as one
-model by ``train_online --stack-seeds``). It starts the job as a subprocess ``python -m
-runners.train_online ...`` (or, with ``in_process=True``, calls its ``main`` in the worker
-process) and returns a ``RunResult`` per run. Before starting, ``execute`` looks at the run
-folder (a set: every one of its folders, which must agree):
+model by ``train_online --stack-seeds``). ``execute`` claims the job's folders
+(``RunFolder.claim``: a point another sweep is running right now is ``busy``, not started
+twice), then by their state (``finished``, ``interrupted``, ``stale`` or ``new``:
+docs/reproduce.md) skips, resumes or starts it, a subprocess ``python -m runners.train_online
+...`` (or its ``main`` in the worker process), and returns a ``RunResult`` per run.
 
-- ``finished`` (``summary.json`` present and complete): skipped, nothing is started;
-- ``interrupted`` (``checkpoints/latest.pt`` present, no complete summary): ``--resume RUN_DIR``;
-- ``stale`` (the folder exists but holds no checkpoint: the run died before its first one):
-  moved aside to ``<name>.stale-<k>`` (never deleted) and started afresh;
-- ``new``: started with the point's arguments.
-
-``execute`` first claims the point, a set each of its folders (``RunFolder.claim``: an OS lock
-beside the run folder, held while the run executes): a point another sweep is running right now
-is reported ``busy`` and not started, so two sweeps on one output folder never run the same
-point twice.
-
-So rerunning the same sweep command after a crash, a Ctrl-C or a lost Ray node finishes exactly
-the missing runs. ``LocalBackend.stop()`` starts no more jobs and sends the running
-subprocesses a SIGTERM (each stops with a checkpoint): how ``train_online``'s floor and ceiling,
-jobs of this backend (``runners.online.beside``), follow their main run's stop. A run this
-backend started stops too, with a checkpoint, when the process that started it ends (killed,
-say): ``StopRequest`` compares its parent with ``RUNNERS_LAUNCHER_PID``. Each worker gets
-``cores // workers`` torch threads (``TORCH_NUM_THREADS``, read by ``train_online``,
-``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` for a subprocess; ``torch.set_num_threads`` in
-process).
+``LocalBackend.stop()`` starts no more jobs and sends the running subprocesses a SIGTERM (each
+stops with a checkpoint), as ``train_online``'s floor and ceiling follow their main run's stop
+(``runners.online.beside``). A run also stops, with a checkpoint, when the process that started
+it ends: ``StopRequest`` compares its parent with ``RUNNERS_LAUNCHER_PID``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
+import multiprocessing as mp
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 
 from runners.cli import CliError, usable_cores
 from runners.online.rundir import LAUNCHER_PID, RunFolder
 
-TRAIN_MODULE = "runners.train_online"
 #: The repository root (the folder holding ``runners/``): subprocesses run there.
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,7 +44,7 @@ class RunSpec:
     name: str
     run_dir: str
     args: tuple[str, ...]
-    module: str = TRAIN_MODULE
+    module: str = "runners.train_online"
 
 
 @dataclass(frozen=True)
@@ -92,22 +79,11 @@ class RunResult:
     returncode: int
     seconds: float
     log: str = ""
-    command: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         """True when the run is finished now (skipped because done, or exited 0 and complete)."""
-        return self.returncode == 0 and is_finished(self.run_dir)
-
-
-def is_finished(run_dir: str | Path) -> bool:
-    """The run's ``summary.json`` says it ran all its steps (``RunFolder.is_finished``)."""
-    return RunFolder(run_dir).is_finished()
-
-
-def run_state(run_dir: str | Path) -> str:
-    """``finished``, ``interrupted``, ``stale`` or ``new`` (module docstring)."""
-    return RunFolder(run_dir).state()
+        return self.returncode == 0 and RunFolder(self.run_dir).is_finished()
 
 
 def move_aside(run_dir: Path) -> Path:
@@ -128,10 +104,9 @@ def command_for(spec: RunSpec, state: str) -> list[str]:
 
 
 def job_command(job: Job, states: Sequence[str]) -> tuple[str, list[str]]:
-    """("resumed" | "started", the ``train_online`` arguments) of a job not finished, its runs'
-    folders in ``states``: ``--resume`` of its first run continues all; otherwise its stale
-    folders are moved aside and it starts (a stacked set with ``--stack-seeds``). ``CliError``
-    where a set's folders are in different states."""
+    """("resumed" | "started", the ``train_online`` arguments) of a job whose runs' folders are in
+    ``states``: ``--resume`` of its first run continues all; else its stale folders are moved
+    aside and it starts (a set with ``--stack-seeds``); ``CliError`` where a set's disagree."""
     specs = runs_of(job)
     if all(st == "interrupted" for st in states):
         return "resumed", command_for(specs[0], "interrupted")
@@ -153,46 +128,45 @@ def job_command(job: Job, states: Sequence[str]) -> tuple[str, list[str]]:
 
 def execute(job: Job, threads: int = 1, log_dir: str | None = None, in_process: bool = False,
             live: set[subprocess.Popen[bytes]] | None = None) -> list[RunResult]:
-    """Bring a job to completion: skip, resume or start it (module docstring); a result per
-    run. The subprocess's output goes to ``log_dir/<job name>.log`` (appended, so a resumed run
-    keeps its history) or, without ``log_dir``, to this process's output; the subprocess is in
-    ``live`` while it runs."""
+    """Bring a job to completion: skip, resume or start it (module docstring); a result per run.
+    Its output goes to ``log_dir/<job name>.log`` (appended: a resumed run keeps its history; no
+    ``log_dir``: this process's output), the subprocess in ``live`` while it runs."""
     t0 = time.perf_counter()
     specs = runs_of(job)
     for spec in specs:
         Path(spec.run_dir).parent.mkdir(parents=True, exist_ok=True)
     claims = [RunFolder(s.run_dir).claim() for s in specs]  # held until the job ends
-    log, cmd = "", []
+    log = ""
     try:
         if any(c is None for c in claims):
             action, code = "busy", 0  # another sweep runs it: skipped here
         else:
-            action, code, log, cmd = _execute(job, threads, log_dir, in_process, live)
+            action, code, log = _execute(job, threads, log_dir, in_process, live)
     finally:
         for c in claims:
             if c is not None:
                 c.release()
     seconds = 0.0 if action in ("busy", "skipped") else time.perf_counter() - t0
-    return [RunResult(s.name, s.run_dir, action, code, seconds, log, cmd) for s in specs]
+    return [RunResult(s.name, s.run_dir, action, code, seconds, log) for s in specs]
 
 
 def _execute(job: Job, threads: int, log_dir: str | None, in_process: bool,
-             live: set[subprocess.Popen[bytes]] | None = None) -> tuple[str, int, str, list[str]]:
-    """(action, exit code, log, command) of a claimed job."""
+             live: set[subprocess.Popen[bytes]] | None = None) -> tuple[str, int, str]:
+    """(action, exit code, log) of a claimed job."""
     states = [RunFolder(s.run_dir).state() for s in runs_of(job)]
     if all(st == "finished" for st in states):
-        return "skipped", 0, "", []
+        return "skipped", 0, ""
     try:
         action, argv = job_command(job, states)
     except CliError as err:  # a stacked set's folders disagree
         print(f"error: {err}", flush=True)
-        return "started", 2, "", []
+        return "started", 2, ""
     module = runs_of(job)[0].module
     if in_process:
-        return action, _run_in_process(module, argv, threads), "", [module, *argv]
+        return action, _run_in_process(module, argv, threads), ""
     cmd = [sys.executable, "-m", module, *argv]
     code, log = call(cmd, threads, log_dir and str(Path(log_dir) / f"{job.name}.log"), live)
-    return action, code, log, cmd
+    return action, code, log
 
 
 def call(cmd: list[str], threads: int, log: str | None = None,
@@ -223,8 +197,6 @@ def call(cmd: list[str], threads: int, log: str | None = None,
 
 def _run_in_process(module: str, argv: list[str], threads: int) -> int:
     """Call ``module.main(argv)`` here with ``threads`` torch threads; its exit code."""
-    import importlib
-
     import torch
 
     os.environ["TORCH_NUM_THREADS"] = str(max(1, threads))  # what train_online reads
@@ -250,11 +222,9 @@ Progress = Callable[[RunResult, int, int], None]
 
 def print_progress(result: RunResult, done: int, total: int) -> None:
     """Default progress line: ``[3/9] resumed track-C_seed-42: ok (312 s)``."""
-    status = "ok" if result.ok else f"FAILED (exit {result.returncode})"
-    if result.action == "skipped":
-        status = "already finished"
-    elif result.action == "busy":
-        status = "running in another process, not started here"
+    status = {"skipped": "already finished",
+              "busy": "running in another process, not started here"}.get(result.action)
+    status = status or ("ok" if result.ok else f"FAILED (exit {result.returncode})")
     where = f", log {result.log}" if result.log and not result.ok else ""
     print(f"[{done}/{total}] {result.action} {result.name}: {status} ({result.seconds:.0f} s)"
           f"{where}", flush=True)
@@ -275,12 +245,8 @@ def _gather(jobs: Sequence[Job], finished: Iterable[list[RunResult]],
 
 
 class LocalBackend:
-    """A pool of ``workers`` concurrent runs on this machine.
-
-    Each run is a subprocess (default) or, with ``in_process``, a call in a fresh worker
-    process; a thread per slot waits on it. Ctrl-C reaches the subprocesses too (same process
-    group): each stops cleanly with a checkpoint, and rerunning the sweep resumes them.
-    """
+    """A pool of ``workers`` concurrent runs on this machine, each a subprocess (default) or,
+    with ``in_process``, a call in a fresh worker process; a thread per slot waits on it."""
 
     def __init__(self, workers: int | None = None, threads: int | None = None,
                  in_process: bool = False) -> None:
@@ -318,22 +284,14 @@ class LocalBackend:
 
     def _in_worker_process(self, job: Job) -> list[RunResult]:
         """One job in a fresh spawned process (a clean torch/thread state per job)."""
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
         with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
             return ex.submit(execute, job, self.threads, None, True).result()
 
 
 class RayBackend:
-    """The same ``execute`` as Ray tasks, one per run, each reserving ``threads`` CPUs.
-
-    ``address=None`` starts a local Ray instance (``num_cpus`` cores, no dashboard); ``"auto"``
-    or ``"ray://host:10001"`` joins a cluster. The run folders are written by the workers, so on
-    a multi-node cluster ``--out`` must be on a filesystem every node sees (NFS, a mounted
-    bucket), and the workers need this repository (installed, or shipped with
-    ``working_dir``, see docs/reproduce.md).
-    """
+    """The same ``execute`` as Ray tasks, one per job, each reserving ``threads`` CPUs:
+    ``address=None`` starts a local Ray instance (``num_cpus`` cores, no dashboard), ``"auto"``
+    or ``"ray://host:10001"`` joins a cluster (docs/reproduce.md, "Ray backend")."""
 
     def __init__(self, address: str | None = None, threads: int = 1, num_cpus: int | None = None,
                  working_dir: str | None = None) -> None:
@@ -381,14 +339,13 @@ class RayBackend:
         jobs' order."""
         ray = self.ray
         self._init()
-        task = ray.remote(num_cpus=self.threads, max_retries=0)(_ray_execute)
-        pending = [task.remote([asdict(s) for s in runs_of(j)], isinstance(j, StackedSet),
-                               self.threads, log_dir) for j in jobs]  # fmt: skip
+        task = ray.remote(num_cpus=self.threads, max_retries=0)(execute)
+        pending = [task.remote(j, self.threads, log_dir) for j in jobs]
 
         def finished() -> Iterator[list[RunResult]]:
             while pending:
                 (ref,), pending[:] = ray.wait(pending, num_returns=1)
-                yield [RunResult(**r) for r in ray.get(ref)]
+                yield ray.get(ref)
 
         try:
             return _gather(jobs, finished(), progress)
@@ -396,10 +353,3 @@ class RayBackend:
             for ref in pending:
                 ray.cancel(ref)  # SIGINT to the task: train_online stops with a checkpoint
             raise
-
-
-def _ray_execute(runs: list[dict], stacked: bool, threads: int, log_dir: str | None) -> list[dict]:
-    """Ray task body: ``execute`` on plain dicts (no pickled classes cross the wire)."""
-    specs = tuple(RunSpec(**{**r, "args": tuple(r["args"])}) for r in runs)
-    job: Job = StackedSet(specs) if stacked else specs[0]
-    return [asdict(res) for res in execute(job, threads, log_dir)]

@@ -64,8 +64,7 @@ def fig_trajectories(tracks: Mapping[str, TrackStats], path: Path, attr: str = "
             ax.axhline(0.5, color="red", ls="--", lw=1, label="0.5 safety threshold")
     axes[0].set_title("full range")
     for ax in axes:
-        ax.set_xlabel("training step")
-        ax.set_ylabel(ylabel)
+        ax.set(xlabel="training step", ylabel=ylabel)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     return save(fig, path)
@@ -93,8 +92,8 @@ def fig_seed_bars(tracks: Mapping[str, TrackStats], path: Path) -> Path:
     if vals:
         ax.set_ylim(min(vals) - 0.05, max(vals) + 0.03)
     ax.set_xticks(ticks, labels, fontsize=8)
-    ax.set_ylabel("peak D_shift^50 (lower is better)")
-    ax.set_title("per-seed peak D_shift^50 (line, whisker: mean +- std)")
+    ax.set(ylabel="peak D_shift^50 (lower is better)",
+           title="per-seed peak D_shift^50 (line, whisker: mean +- std)")
     ax.grid(axis="y", alpha=0.3)
     return save(fig, path)
 

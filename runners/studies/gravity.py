@@ -1,21 +1,7 @@
 """The study ``gravity``: where the world matters, the worlds protocol with every family's
-gravity scaled, and its report: what the world is worth against gravity's strength.
-
-    python -m runners.study gravity                       # gravity x 0.5 1 1.5 2 2.5, seed 0
-    python -m runners.study gravity --scales 1 2 --seeds 0 1 2 --workers 2
-
-One ``python -m runners.train_online`` run (the worlds protocol with its bounds: the floor, the
-chosen track and the oracle on the same stream) per scale and seed, in
-``OUT/runs/<preset>-<steps>/gravity-<scale>_seed-<seed>``, with the training, interp and extrap
-families' gravity ranges and the mid-stream switch's gravity multiplied by the scale (directions,
-restitution and friction as they are). From each run's ``summary.json`` the report takes, pooled
-over the held-out families at n = 50 (docs/definitions.md): perfect physics in the run's own
-latent (world-blind; world-blind and the world's own from the state two frames show, sharp and
-hedged, and what the world is worth between each pair), the floor (track A), the oracle, the
-chosen track's peer / wrong-world / own memory and the gravity probe on e_agg (the held-out
-families' mean direction error, strength R^2 and share of worlds identified). Per scale: the
-mean and standard deviation over seeds, the oracle's margin below the floor, in
-``OUT/report.md`` and ``OUT/figures/dose_response.png``.
+gravity (and the switch's) scaled, one ``train_online`` run with its bounds per scale and seed;
+its report gives what the world is worth against gravity's strength, per scale the mean and
+standard deviation over seeds (docs/worlds_study.md, "The gravity study").
 """
 
 from __future__ import annotations
@@ -33,7 +19,7 @@ from runners.cli import CliError
 from runners.online.config import Schedule
 from runners.online.presets import PRESETS
 from runners.online.protocols import Worlds
-from runners.studies import backends, launch, stats
+from runners.studies import grid, launch, stats
 from runners.studies.figures import save
 from runners.style import num, pct, pyplot
 
@@ -84,23 +70,20 @@ def plan(opts: Options, passthrough: Sequence[str]) -> launch.Plan:
     if not opts.scales or any(s <= 0 for s in opts.scales):
         raise CliError("--scales must be positive numbers")
     steps = opts.steps or PRESETS[opts.preset].schedule.get("steps", Schedule.steps)
-    group = opts.group().resolve()
     common = ["--protocol", "worlds", "--preset", opts.preset, "--bounds", "--workers", "1",
               *opts.steps_args(), *passthrough]
     runs = []
     for scale in dict.fromkeys(opts.scales):
-        for seed in opts.seed_list():
-            name = f"gravity-{scale:g}_seed-{seed}"
-            runs.append(((scale, seed), backends.RunSpec(name=name, run_dir=str(group / name),
-                args=("--seed", seed, *scale_args(scale, steps), *common))))  # fmt: skip
+        points = [grid.Point((("seed", s),), f"gravity-{scale:g}_") for s in opts.seed_list()]
+        specs = launch.make_specs(points, opts.group(), [*scale_args(scale, steps), *common])
+        runs += [((scale, p.params["seed"]), spec) for p, spec in zip(points, specs, strict=True)]
     return launch.Plan(runs)
 
 
 def report(opts: Options, plan: launch.Plan, commands: list[str]) -> Path:
     """``OUT/report.md``, ``report.json`` and ``figures/dose_response.png`` of the finished
     runs, the others named as missing."""
-    runs, missing = launch.collect(
-        plan, opts.out, lambda label, run_dir: load_gravity_run(run_dir, *label))
+    runs, missing = launch.collect(plan, opts.out, load_gravity_run)
     meta = {
         "protocol": "worlds (train_online's default) with its bounds, every family's gravity "
                     "range and the switch's gravity times the scale",
@@ -182,18 +165,14 @@ def load_gravity_run(run_dir: str | Path, scale: float, seed: str) -> GravityRun
         return None
     v = {k: _get(bounds, "perfect_physics", "d", k, "pooled")
          for k in ("blind", "seen", "told", "seen_mean", "told_mean")}
-    floor, oracle = _get(bounds, "floor", "d", "pooled"), _get(bounds, "ceiling", "d", "pooled")
-    values = {
-        "blind": v["blind"], "seen": v["seen"], "told": v["told"],
-        "worth": _below(v["told"], v["seen"]),
-        "seen_mean": v["seen_mean"], "told_mean": v["told_mean"],
-        "worth_mean": _below(v["told_mean"], v["seen_mean"]),
-        "floor": floor, "oracle": oracle, "margin": _below(oracle, floor),
-        **{m: _get(bounds, "memories", m, "d", "pooled") for m in ("same", "wrong", "own")},
-        **{f"probe_{k}": _get(summary.get("held_out"), "gravity_probe", "e_agg", "held_out", key)
-           for k, key in PROBE_KEYS.items()},
-    }
-    return GravityRun(scale, seed, values)
+    v |= {"floor": _get(bounds, "floor", "d", "pooled"),
+          "oracle": _get(bounds, "ceiling", "d", "pooled"),
+          **{m: _get(bounds, "memories", m, "d", "pooled") for m in ("same", "wrong", "own")},
+          **{f"probe_{k}": _get(summary.get("held_out"), "gravity_probe", "e_agg", "held_out", key)
+             for k, key in PROBE_KEYS.items()}}
+    v |= {"worth": _below(v["told"], v["seen"]), "margin": _below(v["oracle"], v["floor"]),
+          "worth_mean": _below(v["told_mean"], v["seen_mean"])}
+    return GravityRun(scale, seed, {k: v[k] for k in COLUMNS})
 
 
 def analyse(runs: Sequence[GravityRun]) -> dict[str, Any]:
@@ -228,11 +207,8 @@ def table_lines(result: Mapping[str, Any], families: Mapping[str, Mapping[str, t
 
 
 def fig_dose_response(result: Mapping[str, Any], path: Path) -> Path:
-    """Left: D^50 of perfect physics (world-blind from the exact state, and the world's own from
-    the state two frames show), the floor, peer memory and the oracle against the gravity scale;
-    right: what the world is worth to perfect physics of two frames (told below seen), the
-    oracle's margin below the floor and peer memory's below wrong-world memory (seed means, bars
-    one standard deviation)."""
+    """The report's figure (docs/worlds_study.md, "The gravity study"): seed means, bars one
+    standard deviation."""
     xs = np.array([float(s) for s in result])
     fig, (left, right) = pyplot().subplots(1, 2, figsize=(10, 5))
 

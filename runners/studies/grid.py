@@ -1,13 +1,6 @@
-"""Grid expansion for sweeps: ``track=A,B,C seed=42,43 lambda_reg=0.05,0.1`` -> run points.
-
-A point is an ordered mapping ``{field: value}``; its run name is derived from it alone, so the
-same point always maps to the same run folder (that is what makes a sweep resumable)::
-
-    >>> [p.name for p in expand(parse_grid(["track=A,C", "seed=42"]))]
-    ['track-A_seed-42', 'track-C_seed-42']
-
-Every field is one of ``train_online``'s options (a run or ``AgentConfig`` field), passed to it
-as that option (``lr=1e-3`` as ``--lr 1e-3``, ``stream_cache=false`` as ``--no-stream-cache``).
+"""Grid expansion for sweeps: ``track=A,B,C seed=42,43 lambda_reg=0.05,0.1`` -> run points, each
+named from its point alone (so the same point is always the same run folder, what makes a sweep
+resumable), each field passed to ``train_online`` as its option (docs/reproduce.md, "study sweep").
 """
 
 from __future__ import annotations
@@ -21,6 +14,7 @@ from dataclasses import dataclass
 from runners.cli import CliError
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: What a run name writes as "-" (``1e-3`` and ``0.05`` stay as they are).
 _UNSAFE = re.compile(r"[^A-Za-z0-9.+-]")
 
 
@@ -39,7 +33,7 @@ class Point:
     @property
     def name(self) -> str:
         """Stable, readable, filesystem-safe run name, e.g. ``track-C_seed-42_lambda_reg-0.05``."""
-        body = "_".join(f"{k}-{_safe(v)}" for k, v in self.items) or "default"
+        body = "_".join(f"{k}-{_UNSAFE.sub('-', v) or 'empty'}" for k, v in self.items) or "default"
         return f"{self.prefix}{body}"
 
     def train_args(self) -> list[str]:
@@ -79,11 +73,6 @@ def option_tokens(name: str, value: str, where: str = "--grid") -> list[str]:
     if typing.get_origin(base) is tuple:
         return [option, *value.replace(",", " ").split()]
     return [option, value]
-
-
-def _safe(value: str) -> str:
-    """Make a value usable in a folder name; ``1e-3`` and ``0.05`` stay as they are."""
-    return _UNSAFE.sub("-", value) or "empty"
 
 
 def parse_grid(specs: Iterable[str]) -> dict[str, list[str]]:

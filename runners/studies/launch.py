@@ -1,10 +1,7 @@
-"""What every kind of study shares (``python -m runners.study KIND``): ``Options`` and
-``Seeded`` (the options each kind's extend, ``Backend`` among them), ``Plan`` (a kind's runs, each
-labelled for its report, and the backend's jobs), the options passed to ``train_online``
-(``check_passthrough``), every run's typed config built and resolved before anything starts
-(``check_specs``), the runs of grid points (``make_specs``, ``plan_points``), running them
-(``run_specs``), and the report: the runs it reads (``collect``), its tables (``table``), its
-files (``write_report``, ``write_files``) and the failed runs (``report_failures``).
+"""What every kind of study shares (``python -m runners.study KIND``): its options (``Options``,
+``Seeded``, ``Backend``), its ``Plan``, the checks before anything runs (``check_passthrough``,
+``check_specs``), the runs of grid points (``make_specs``, ``plan_points``), running them
+(``run_specs``), and the report: the runs it reads (``collect``), its tables and its files.
 """
 
 from __future__ import annotations
@@ -20,6 +17,7 @@ import tyro
 
 from runners.cli import CliError, usable_cores, writing
 from runners.online.config import Preset
+from runners.online.rundir import RunFolder
 from runners.studies import backends, grid
 
 #: train_online options a study sets itself (per run), so a user may not pass them through.
@@ -45,19 +43,16 @@ class Backend:
 
     def make(self) -> backends.LocalBackend | backends.RayBackend:
         """The backend the options ask for (``CliError`` on nonsense)."""
-        if self.workers is not None and self.workers < 1:
-            raise CliError(f"--workers must be at least 1, got {self.workers}")
-        if self.threads is not None and self.threads < 1:
-            raise CliError(f"--threads must be at least 1, got {self.threads}")
+        for name, value in (("workers", self.workers), ("threads", self.threads)):
+            if value is not None and value < 1:
+                raise CliError(f"--{name} must be at least 1, got {value}")
         if self.kind == "local":
             if self.address:
                 raise CliError("--address is for --backend ray")
             return backends.LocalBackend(self.workers, self.threads, in_process=self.in_process)
         workers = self.workers or usable_cores()
         threads = self.threads or (1 if self.address else backends.threads_per_worker(workers))
-        return backends.RayBackend(address=self.address, threads=threads,
-                                   num_cpus=None if self.address else usable_cores(),
-                                   working_dir=self.ray_working_dir)
+        return backends.RayBackend(self.address, threads, working_dir=self.ray_working_dir)
 
 
 #: How a command nests ``Backend``: its flags keep their names (``--backend``, ``--workers``).
@@ -142,10 +137,8 @@ def check_passthrough(extra: Sequence[str], owned: Mapping[str, str] | None = No
 
 
 def check_specs(specs: Sequence[backends.RunSpec]) -> None:
-    """Build and resolve the typed ``RunConfig`` of every run from the exact command line it
-    will get (the grid point's fields, the pass-through options, its --out/--name), touching
-    no folder: a bad value anywhere fails here, as one line naming the run, before any run
-    starts."""
+    """Build and resolve every run's typed ``RunConfig`` from the exact command line it will get,
+    touching no folder: a bad value fails here, one line naming the run, before any run starts."""
     from runners.online import command
 
     for spec in specs:
@@ -170,7 +163,7 @@ def run_specs(backend: backends.LocalBackend | backends.RayBackend, jobs: Sequen
     """Run (or skip) every job (a run, or a stacked set) on ``backend``, printing one line per
     run; shut Ray down after."""
     specs = [s for j in jobs for s in backends.runs_of(j)]
-    todo = {s: backends.run_state(s.run_dir) for s in specs}
+    todo = {s: RunFolder(s.run_dir).state() for s in specs}
     counts = {k: sum(v == k for v in todo.values()) for k in ("finished", "interrupted", "stale", "new")}
     sets = sum(isinstance(j, backends.StackedSet) for j in jobs)
     what = f"{sets} stacked set(s) of {len(specs)} run(s)" if sets else f"{len(specs)} run(s)"
@@ -207,12 +200,12 @@ def plan_points(points: Sequence[grid.Point], out: str | Path, common: Sequence[
 
 
 def collect(plan: Plan, out: str | Path,
-            load: Callable[[Any, str], Any]) -> tuple[list[Any], list[str]]:
-    """(``load(label, run_dir)`` of each finished run, the folders of the others relative to
+            load: Callable[..., Any]) -> tuple[list[Any], list[str]]:
+    """(``load(run_dir, *label)`` of each finished run, the folders of the others relative to
     ``out``): a run not finished, or one ``load`` reads as None, is missing."""
     found, missing = [], []
     for label, spec in plan.runs:
-        run = load(label, spec.run_dir) if backends.is_finished(spec.run_dir) else None
+        run = load(spec.run_dir, *label) if RunFolder(spec.run_dir).is_finished() else None
         if run is None:
             missing.append(Path(spec.run_dir).relative_to(Path(out).resolve()).as_posix())
         else:

@@ -1,22 +1,7 @@
-"""The study ``paper``: the paper's experiments end to end, ``reproduction/report.md`` beside
-the paper's numbers.
-
-    python -m runners.study paper                 # tracks A B C x seeds 42 43 44, 10,000 steps
-    python -m runners.study paper --ablations     # + Table 3 (dual freeze) and Table 4 (lambda)
-    python -m runners.study paper --tracks A B C D E --kappas 1.0 1.5 2.0 3.0   # beyond the paper
-
-The paper's protocol (Section 4.1): dataset mode (i.i.d. base-world training sequences, input
-frame 0, targets 5/10/20), no mid-run switch, D_shift^{50} on the shift test split evaluated
-periodically; the "peak" is the lowest periodic evaluation. Without ``--data`` the paper's
-datasets are generated once into ``OUT/data/paper.zarr``. One run folder per configuration under
-``OUT/runs/<preset>-<steps>/``.
-
-``report`` turns the run records (``runners.studies.runs``) into ``report.md`` beside its
-figures (Fig. 2 per-seed bars, Fig. 3 trajectories with a mean +- std band per track,
-sigma_embed over training, the ablations) and ``report.json``, always with the paper's numbers
-(``PAPER_*``) side by side, and the deferred analyses (``analysis``: SVD spectrum and effective
-rank, buffer attention, adaptation curve) of each main run's ``best`` and final checkpoints,
-cached in ``OUT/analysis/``.
+"""The study ``paper``: the paper's experiments end to end (its protocol, Section 4.1; the
+ablations on request), ``reproduction/report.md`` beside the paper's numbers (``PAPER_*``): what
+runs and what the report holds are in docs/reproduce.md, "study paper". The run records are
+``runners.studies.runs``'; the checkpoints' deferred analyses, ``analysis``.
 """
 
 from __future__ import annotations
@@ -31,7 +16,8 @@ import tyro
 from agent.config import Track
 from agent.tracks import FLOOR, WEIGHTS
 from runners.cli import CliError
-from runners.studies import analysis, backends, grid, launch, stats
+from runners.online.rundir import RunFolder
+from runners.studies import analysis, grid, launch, stats
 from runners.studies.figures import fig_runs, fig_seed_bars, fig_trajectories
 from runners.studies.runs import RunRecord, TrackStats, by_track, load_run, pre_registered
 from runners.style import num, pct
@@ -174,7 +160,7 @@ def report(opts: Options, plan: launch.Plan, commands: list[str]) -> Path:
     main = list(_records(opts, plan, "main").values())
     out = Path(opts.out).resolve()
     missing = [Path(s.run_dir).relative_to(out).as_posix()
-               for s in plan.specs if not backends.is_finished(s.run_dir)]
+               for s in plan.specs if not RunFolder(s.run_dir).is_finished()]
     analyses = {}
     if not opts.no_analysis:
         analyses = analysis.analyse_runs([r for r in main if r.finished], opts.data_path(),
@@ -248,11 +234,9 @@ def main_table_markdown(tracks: Mapping[str, TrackStats]) -> list[str]:
     rows = []
     for track, ts in tracks.items():
         p = PAPER_MAIN.get(track)
-        paper = (
-            (f"{p['mean']:.4f}" + (f" +- {p['std']:.4f}" if "std" in p else ""),
-             f"[{p['ci'][0]:.4f}, {p['ci'][1]:.4f}]", f"{p['sigma']:.4f}")
-            if p else ("(not in paper)", "-", "-")
-        )
+        paper = ((f"{p['mean']:.4f}" + (f" +- {p['std']:.4f}" if "std" in p else ""),
+                  f"[{p['ci'][0]:.4f}, {p['ci'][1]:.4f}]", f"{p['sigma']:.4f}")
+                 if p else ("(not in paper)", "-", "-"))
         rows.append([track, ts.peak.n, ts.peak.ms(), f"[{ts.peak.ci_low:.4f}, "
                      f"{ts.peak.ci_high:.4f}]", ts.sigma.ms(), *paper])
     return ["### Per run", "", *launch.table(

@@ -1,14 +1,8 @@
-"""Reading finished runs: one run folder's evaluation history, its peak and its end.
-
-A run folder (``runners.train_online``) holds ``config.json`` and ``run.zarr``, whose ``eval``
-group has one row per periodic evaluation (``eval/step``; ``eval/d_shift`` is ``(E, len(ns))``
-with the memory sizes in the attribute ``ns``; ``eval/sigma_embed``, ``eval/d_base``). From it:
-
-- peak: the lowest periodic D_shift^{50} (the paper's "peak"), its step, sigma_embed there;
-- final: the last evaluation (the end of the run), and the settling delta = final - peak.
-
-Their aggregates over seeds: per track (``by_track``, with the pre-registered test of track C
-against track B, ``pre_registered``) and per sweep point (``group_table``).
+"""Reading finished runs: one run folder's evaluation history (``run.zarr``'s ``eval`` group: a row
+per periodic evaluation, ``eval/d_shift`` ``(E, len(ns))`` with the memory sizes in its attribute
+``ns``), its peak (the lowest periodic D_shift^{50}) and its end (the last evaluation; settling =
+final - peak); their aggregates over seeds, per track (``by_track``, ``pre_registered``) and per
+sweep point (``group_table``).
 """
 
 from __future__ import annotations
@@ -30,31 +24,6 @@ from runners.studies import stats
 HEADLINE_N = 50
 
 
-def load_evals(run_dir: str | Path) -> dict[str, np.ndarray]:
-    """The ``eval`` group of ``run.zarr`` as numpy arrays (read only); {} when the run has no
-    store or no evaluation yet. A damaged store raises ``DamagedStoreError`` (a ``CliError``)
-    naming the damaged file: never an empty or wrong result."""
-    from runners.online.recorder import Recorder
-
-    if not RunFolder(run_dir).store.exists():
-        return {}
-    out = Recorder(run_dir, read_only=True).read_eval()
-    if out:
-        out["ns"] = np.asarray(out["ns"], dtype=np.int64)
-    return out
-
-
-def headline_column(evals: Mapping[str, np.ndarray], n: int = HEADLINE_N) -> np.ndarray:
-    """D_shift^{n} per evaluation (E,), NaN where the run did not evaluate that n."""
-    d = np.asarray(evals.get("d_shift", np.zeros((0, 0))), dtype=np.float64)
-    ns = list(np.asarray(evals.get("ns", [])).tolist())
-    if d.ndim == 1:  # a single-n store
-        return d
-    if n not in ns:
-        return np.full(d.shape[0], np.nan)
-    return d[:, ns.index(n)]
-
-
 @dataclass
 class RunRecord:
     """One run's evaluation history and where its peak is."""
@@ -66,11 +35,9 @@ class RunRecord:
     steps: np.ndarray  # (E,) learner steps at each evaluation
     d_shift: np.ndarray  # (E,) D_shift^{50}
     sigma: np.ndarray  # (E,) sigma_embed
-    d_base: np.ndarray  # (E,)
     finished: bool = True
-    # Collapse guard: evaluations with sigma_embed below this are not candidates for the peak
-    # (in a collapsed phase all predictions are alike and D reads low for a degenerate reason).
-    # 0 = the paper's plain "lowest periodic evaluation"; if no evaluation passes, all count.
+    # The collapse guard (docs/reproduce.md, "study paper"): evaluations with sigma_embed below
+    # it are no candidates for the peak (none passes: all count); 0: the paper's plain peak.
     min_sigma: float = 0.0
 
     @property
@@ -141,6 +108,8 @@ def load_run(run_dir: str | Path, params: Mapping[str, str] | None = None, n: in
              min_sigma: float = 0.0) -> RunRecord | None:
     """Read one run folder; None when it has no ``config.json`` (never started).
     ``min_sigma``: the peak's collapse guard (see ``RunRecord.min_sigma``)."""
+    from runners.online.recorder import Recorder
+
     run_dir = Path(run_dir)
     folder = RunFolder(run_dir)
     if not folder.config.exists():
@@ -149,18 +118,18 @@ def load_run(run_dir: str | Path, params: Mapping[str, str] | None = None, n: in
         config = flat(folder.read_config())
     except CliError as err:
         raise CliError(f"damaged: {err}") from None
-    evals = load_evals(run_dir)
+    # the eval group; a damaged store raises DamagedStoreError (a CliError) naming its file
+    evals = Recorder(run_dir, read_only=True).read_eval() if folder.store.exists() else {}
     steps = np.asarray(evals.get("step", np.zeros(0)), dtype=np.int64)
-    e = steps.shape[0]
-    nan = np.full(e, np.nan)
+    nan = np.full(steps.shape[0], np.nan)
+    ns = np.asarray(evals.get("ns", [])).tolist()
     params = {k: str(v) for k, v in (params or {}).items()}
     for key in ("track", "seed"):
         params.setdefault(key, str(config.get(key, "?")))
     return RunRecord(
         name=run_dir.name, run_dir=str(run_dir), config=config, params=params, steps=steps,
-        d_shift=headline_column(evals, n) if e else nan,
+        d_shift=np.asarray(evals["d_shift"], np.float64)[:, ns.index(n)] if n in ns else nan,
         sigma=np.asarray(evals.get("sigma_embed", nan), dtype=np.float64),
-        d_base=np.asarray(evals.get("d_base", nan), dtype=np.float64),
         finished=folder.is_finished(), min_sigma=min_sigma)
 
 

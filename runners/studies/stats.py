@@ -1,20 +1,8 @@
-"""Statistics for multi-seed reports: mean +- std, bootstrap CIs, and the pre-registered outcome.
+"""Statistics for multi-seed reports: mean +- std, bootstrap CIs, and the pre-registered outcome
+(its classes and boundaries: docs/definitions.md#pre-registered-outcome).
 
 Everything here is pure numpy on small arrays of per-seed numbers (one value per run), so a
 report is reproducible bit for bit: the bootstrap uses its own seeded generator.
-
-The pre-registered test (docs/definitions.md#pre-registered-outcome) compares track C with track B::
-
-    delta = (D_B - D_C) / D_B
-    delta >= 0.20          -> "A" (strong confirmation)
-    0.05 <= delta < 0.20   -> "B" (partial confirmation)
-    |delta| < 0.05         -> "C" (null result)
-    delta <= -0.05         -> "D" (falsified)
-
-The paper leaves delta == -0.05 exactly unclassified. We put it in "D": the boundaries mirror
-each other, and at +0.05 the closed side belongs to the non-null class ("B"), so at -0.05 it does
-too ("D"). Delta is rounded to 12 decimals before classification, so a value that is 0.05 up to
-float rounding (e.g. computed from 1.0 and 0.95) lands on the boundary, not beside it.
 """
 
 from __future__ import annotations
@@ -93,12 +81,9 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 def bootstrap_ci(values: Sequence[float], *, level: float = 0.95, n_boot: int = N_BOOT,
                  seed: int = BOOT_SEED) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean: resample with replacement ``n_boot`` times.
-
-    With a fixed ``seed`` the interval is deterministic. For three values the 95% interval is
-    exactly [min, max] (each extreme mean has probability 1/27 > 2.5%), which is how the paper's
-    CIs over three seeds read (track C: [0.7776, 0.7931]).
-    """
+    """Percentile bootstrap CI of the mean (``n_boot`` resamples, deterministic with ``seed``);
+    for three values the 95% interval is [min, max] (each extreme mean has probability 1/27 >
+    2.5%), as the paper's CIs over three seeds read."""
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0:
         return float("nan"), float("nan")

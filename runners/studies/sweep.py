@@ -1,14 +1,6 @@
-"""The study ``sweep``: a grid of configurations as ordinary, resumable run folders, aggregated.
-
-    python -m runners.study sweep --grid track=A,B,C seed=42,43,44 lambda_reg=0.05,0.1 \\
-        --out runs/my-sweep --preset tiny --steps 2000 --no-switch
-
-Every point of the cartesian product is one ``runners.train_online`` run in ``OUT/<name>``, the
-name derived from the point (``track-C_seed-42_lambda_reg-0.05``); a field in ``--grid`` goes
-to ``train_online`` as its option (``lr=1e-3`` as ``--lr 1e-3``). With ``--stack`` the points
-that differ only in their seed train as one stacked run (``train_online --stack-seeds``). The
-table (peak D_shift^{50} per point, seeds pooled into mean +- std and a bootstrap 95% CI) is
-printed and written to ``OUT/sweep.md`` and ``OUT/sweep.json``.
+"""The study ``sweep``: a grid of configurations as ordinary, resumable run folders, aggregated
+(peak D_shift^{50} per point, seeds pooled) into ``OUT/sweep.md`` and ``OUT/sweep.json``
+(docs/reproduce.md, "study sweep").
 """
 
 from __future__ import annotations

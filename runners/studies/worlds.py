@@ -1,35 +1,11 @@
 """The study ``worlds``: the comparison the paper could not make, tracks A-E and the oracle on
-the worlds protocol.
-
-    python -m runners.study worlds                        # tracks A-E + oracle x seeds 42 43 44
-    python -m runners.study worlds --tracks A B C --seeds 0 1 2 --workers 2
-    python -m runners.study worlds --device cuda --stack  # on a GPU: each arm's seeds stacked
-
-Every arm is one ``python -m runners.train_online`` run of its default worlds protocol (training
-across drawn worlds of the ``train`` family, every stream switched to a held-out world, the
-weights frozen) with one track, and the oracle is track C's pathway fed the true physics
-(``--oracle``); track A and the oracle are arms of their own, so no run trains its own bounds.
-The runs live in ``OUT/runs/<preset>-<steps>/``; with ``--stack`` each arm's seeds train as one
-stacked run (``train_online --stack-seeds``) in folders ``<arm>-s<seed>``, a job of the backend
-as a single run is.
+the worlds protocol, each arm and seed one ``train_online`` run (docs/worlds_study.md).
 
 ``OUT/report.md`` reads each finished run's held-out adaptation curves from its
-``summary.json``: D^n on worlds of the ``interp`` and ``extrap`` families, from an empty memory
-plus n entries of the world's own stream (``own``), of other sequences in the same world
-(``same``) or of another held-out world (``wrong``). From one run per arm and seed:
-
-- ``D_arm^n(family)``: mean over seeds of the own-memory curve; ``all`` is the mean of the two
-  families (each has the same number of worlds).
-- oracle gain: ``(D_A - D_oracle) / D_A`` at n = 50, what perfect knowledge of the world is
-  worth (the issue's target: at least 25%).
-- memory drop: ``(D^0 - D^50) / D^0`` of a memory track (target: at least 20%).
-- oracle share: ``(D_A - D^50) / (D_A - D_oracle)``, the part of the oracle's gain that memory
-  recovers (target: at least one half). Ratios are of seed means (a per-seed ratio explodes when
-  the oracle's gain is near zero); per-seed values are in ``report.json``.
-- wrong-world gap: ``(D_wrong^50 - D_own^50) / D_own^50`` (positive: memory of the right world
-  helps more than memory of another); likewise the same-world gap.
-- the pre-registered ``delta = (D_B - D_C) / D_B`` on the held-out worlds (``all``) at n = 50,
-  with its outcome class (``stats.outcome``), and per family.
+``summary.json`` (own, same and wrong memory: docs/worlds_study.md#what-it-reports) and reports
+the quantities of docs/definitions.md#worlds-study-quantities, then the peer memory. Ratios are
+of seed means (a per-seed ratio explodes when the oracle's gain is near zero); per-seed values
+are in ``report.json``.
 """
 
 from __future__ import annotations
@@ -92,8 +68,7 @@ def plan(opts: Options, passthrough: Sequence[str]) -> launch.Plan:
 def report(opts: Options, plan: launch.Plan, commands: list[str]) -> Path:
     """``OUT/report.md``, ``report.json`` and ``figures/held_out_curves.png`` of the finished
     runs, the others named as missing."""
-    runs, missing = launch.collect(
-        plan, opts.out, lambda label, run_dir: load_worlds_run(run_dir, *label))
+    runs, missing = launch.collect(plan, opts.out, load_worlds_run)
     oracle = [f"oracle (track {opts.oracle_track})"] if opts.oracle_track != "none" else []
     meta = {
         "protocol": "worlds (train_online's default): training across worlds of the train "
@@ -160,10 +135,8 @@ class WorldsRun:
 
 
 def load_worlds_run(run_dir: str | Path, arm: str, seed: str) -> WorldsRun | None:
-    """The held-out curves of a finished worlds run; None when it has no summary yet.
-
-    A summary of another protocol, or one without held-out curves, is a ``CliError``: the study
-    must never mix protocols silently."""
+    """The held-out curves of a finished worlds run; None when it has no summary yet, a
+    ``CliError`` for another protocol's or one without held-out curves (never mixed silently)."""
     path = Path(run_dir) / "summary.json"
     if not path.exists():
         return None
@@ -175,10 +148,8 @@ def load_worlds_run(run_dir: str | Path, arm: str, seed: str) -> WorldsRun | Non
     if summary.get("protocol") != "worlds" or not held:
         raise CliError(f"{path} is not a worlds-protocol run with held-out curves")
     ns = tuple(int(n) for n in held["ns"])
-    curves: dict[str, dict[str, np.ndarray]] = {}
-    for fam in FAMILIES:
-        curves[fam] = {m: np.asarray(v, dtype=np.float64)
-                       for m, v in held["families"].get(fam, {}).items()}
+    curves = {f: {m: np.asarray(v, np.float64) for m, v in held["families"].get(f, {}).items()}
+              for f in FAMILIES}
     pooled_mems = set.intersection(*(set(curves[f]) for f in FAMILIES))
     curves[POOLED] = {m: np.mean([curves[f][m] for f in FAMILIES], axis=0)
                       for m in sorted(pooled_mems)}
@@ -208,9 +179,7 @@ def _blind(pp: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _ratio(a: float, b: float) -> float:
-    if not (np.isfinite(a) and np.isfinite(b)) or b == 0.0:
-        return math.nan
-    return a / b
+    return a / b if np.isfinite(a) and np.isfinite(b) and b != 0.0 else math.nan
 
 
 def _share(d_a: float, d: float, d_o: float) -> float:
@@ -257,15 +226,14 @@ def _family_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[s
     """One family's own-memory numbers: D_A, D_oracle, the oracle gain, each memory track's
     drop, oracle share and wrong- and same-world gaps, and the delta with its outcome."""
     d_a, d_o = _arm_d(arms, tracks.FLOOR, fam), _arm_d(arms, ORACLE, fam)
-    row: dict[str, Any] = {"d_A": d_a, "d_oracle": d_o,
-                           "oracle_gain": _ratio(d_a - d_o, d_a), "tracks": {}}
+    gain = _ratio(d_a - d_o, d_a)
+    row: dict[str, Any] = {"d_A": d_a, "d_oracle": d_o, "oracle_gain": gain, "tracks": {}}
     for arm in memory_arms:
         d0, dn = _arm_d(arms, arm, fam, n=0), _arm_d(arms, arm, fam)
         row["tracks"][arm] = {
             "d0": d0, "d50": dn,
             "memory_drop": _ratio(d0 - dn, d0),
-            "oracle_share": (_ratio(d_a - dn, d_a - d_o)
-                             if _ratio(d_a - d_o, d_a) >= MIN_ORACLE_GAIN else math.nan),
+            "oracle_share": _ratio(d_a - dn, d_a - d_o) if gain >= MIN_ORACLE_GAIN else math.nan,
             "wrong_gap_per_seed": {
                 r.seed: _ratio(r.at(fam, "wrong") - r.at(fam), r.at(fam))
                 for r in arms[arm]},
@@ -296,7 +264,8 @@ def _target(value: float, goal: float) -> dict[str, Any]:
 
 
 def analyse(runs: Sequence[WorldsRun]) -> dict[str, Any]:
-    """Every number of the report, as plain JSON-able data (module docstring for definitions)."""
+    """Every number of the report, as plain JSON-able data (docs/definitions.md, the
+    worlds-study quantities)."""
     arms = stats.group(runs, lambda r: r.arm)
     memory_arms = [a for a in arms if a not in (tracks.FLOOR, ORACLE)]
     metrics = {fam: _family_metrics(arms, memory_arms, fam) for fam in (*FAMILIES, POOLED)}
@@ -333,10 +302,8 @@ def _peer_seed(r: WorldsRun, fam: str, floor: WorldsRun | None,
 
 
 def peer_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[str]) -> dict[str, Any]:
-    """The peer memory (``same``: other sequences of the world) against the floor and the
-    ceiling, per family and per seed: D^50, the share of the oracle gap it closes, the
-    wrong-world control against it, the gravity probe; the pre-registered delta on it; and the
-    group-memory targets for the best memory track by pooled peer D^50."""
+    """The peer memory (``same``) against the floor and the ceiling, per family and per seed, and
+    the group-memory targets for the best memory track (docs/worlds_study.md#what-it-reports)."""
     floor = {r.seed: r for r in arms.get(tracks.FLOOR, [])}
     ceiling = {r.seed: r for r in arms.get(ORACLE, [])}
     out: dict[str, Any] = {"families": {}}
@@ -345,16 +312,14 @@ def peer_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[str]
         for arm in memory_arms:
             per_seed = {r.seed: _peer_seed(r, fam, floor.get(r.seed), ceiling.get(r.seed))
                         for r in arms[arm]}
-            mean = {k: stats.finite_mean([v[k] for v in per_seed.values()]) for k in next(iter(
-                per_seed.values()))} if per_seed else {}
-            if mean:  # shares of seed means, as the own-memory table
-                mean["share"] = _share(mean["d_A"], mean["peer"], mean["d_oracle"])
+            vals = list(per_seed.values())  # an arm has a run at least
+            mean = {k: stats.finite_mean([v[k] for v in vals]) for k in vals[0]}
+            mean["share"] = _share(mean["d_A"], mean["peer"], mean["d_oracle"])  # of seed means
             rows[arm] = {"mean": mean, "per_seed": per_seed}
         dl = (stats.delta(rows[tracks.INPUT]["mean"]["peer"], rows[tracks.WEIGHTS]["mean"]["peer"])
               if {tracks.INPUT, tracks.WEIGHTS} <= set(rows) else math.nan)
         out["families"][fam] = {"tracks": rows, "delta": dl, "outcome": stats.outcome(dl)}
-    best = _lowest(out["families"][POOLED]["tracks"], lambda t: t["mean"]["peer"])
-    out["best"] = best
+    out["best"] = best = _lowest(out["families"][POOLED]["tracks"], lambda t: t["mean"]["peer"])
     seeds = out["families"][POOLED]["tracks"][best]["per_seed"] if best else {}
 
     def every(check: Any) -> bool:
@@ -381,9 +346,8 @@ def _arm_order(arms: Mapping[str, Any]) -> list[str]:
 
 
 def _plot_arm(ax: Any, arm: str, rs: Sequence[WorldsRun], fam: str | None, memory: str) -> None:
-    """One arm's D^n over n on a panel, mean +- std over seeds: the switch world's (``fam``
-    None), or a family's with ``memory`` and the wrong-world control dashed (the floor and the
-    ceiling read no memory: their own curve, the same at every n)."""
+    """One arm's curves on a panel of ``fig_curves``: the switch world's (``fam`` None), or a
+    family's (the floor and the ceiling read no memory: their own curve, the same at every n)."""
     color = ORACLE_COLOR if arm == ORACLE else TRACK_COLORS.get(arm)
     for mem in ["own"] if fam is None or arm in (tracks.FLOOR, ORACLE) else [memory, "wrong"]:
         if fam is None:
@@ -427,26 +391,6 @@ def fig_curves(runs: Sequence[WorldsRun], path: Path, memory: str = "same") -> P
     return save(fig, path, dpi=110)
 
 
-def perfect_physics_lines(arms: Mapping[str, Any], order: Sequence[str],
-                          hs: Sequence[int]) -> list[str]:  # fmt: skip
-    """Perfect world-blind physics in each arm's latent per horizon, and the arm's D^50 over it
-    (1: as precise as perfect physics that ignores the world); none before it was measured."""
-    rows = [a for a in order if arms[a].get("blind_per_horizon") and arms[a]["horizons"] == hs
-            and arms[a]["d50_per_horizon"]]  # fmt: skip
-    if not rows:
-        return []
-    head = ["arm", *(f"blind h = {h}" for h in hs), *(f"D / blind, h = {h}" for h in hs)]
-    cells = []
-    for arm in rows:
-        b, d = arms[arm]["blind_per_horizon"], arms[arm]["d50_per_horizon"]
-        cells.append([_arm_label(arm), *(f"{x:.4f}" for x in b),
-                      *(f"{_ratio(y, x):.2f}x" for y, x in zip(d, b, strict=True))])
-    return ["", "Perfect world-blind physics in each arm's latent (the simulator branched at the "
-            "input frame without gravity, rendered, encoded, scored by D; held-out worlds pooled, "
-            "mean over seeds; docs/definitions.md#perfect-physics-the-physics-ceiling) and the "
-            "arm's D^50 over it:", "", *table(head, cells)]
-
-
 def _own_at(arm: Mapping[str, Any], fam: str, n: int) -> str:
     """An arm's own-memory D^n on a family as "mean +- std" ("-": not measured)."""
     block = arm["families"][fam].get("own")
@@ -471,16 +415,30 @@ def curves_table_lines(arms: Mapping[str, Any], order: Sequence[str]) -> list[st
 
 
 def per_horizon_lines(arms: Mapping[str, Any], order: Sequence[str]) -> list[str]:
-    """Each arm's D^50 per horizon, then perfect world-blind physics per horizon (none before
-    the horizons were recorded)."""
+    """Each arm's D^50 per horizon, then perfect world-blind physics in its latent per horizon
+    and the arm's D^50 over it (1: as precise as perfect physics that ignores the world); none
+    before the horizons, or the physics, were recorded."""
     hs = next((arms[a]["horizons"] for a in order if arms[a]["d50_per_horizon"]), [])
     if not hs:
         return []
-    rows = ([_arm_label(arm), *(f"{x:.4f}" for x in arms[arm]["d50_per_horizon"])]
-            for arm in order if arms[arm]["d50_per_horizon"] and arms[arm]["horizons"] == hs)
-    return ["", "Per horizon (held-out worlds pooled, own memory, n = 50, mean over seeds):", "",
-            *table(["arm", *(f"h = {h}" for h in hs)], rows),
-            *perfect_physics_lines(arms, order, hs)]
+    shown = [a for a in order if arms[a]["d50_per_horizon"] and arms[a]["horizons"] == hs]
+    lines = ["", "Per horizon (held-out worlds pooled, own memory, n = 50, mean over seeds):", "",
+             *table(["arm", *(f"h = {h}" for h in hs)],
+                    ([_arm_label(a), *(f"{x:.4f}" for x in arms[a]["d50_per_horizon"])]
+                     for a in shown))]
+    blind = [(a, arms[a]["blind_per_horizon"], arms[a]["d50_per_horizon"]) for a in shown
+             if arms[a].get("blind_per_horizon")]
+    if not blind:
+        return lines
+    cells = ([_arm_label(a), *(f"{x:.4f}" for x in b),
+              *(f"{_ratio(y, x):.2f}x" for y, x in zip(d, b, strict=True))] for a, b, d in blind)
+    return lines + [
+        "", "Perfect world-blind physics in each arm's latent (the simulator branched at the "
+        "input frame without gravity, rendered, encoded, scored by D; held-out worlds pooled, "
+        "mean over seeds; docs/definitions.md#perfect-physics-the-physics-ceiling) and the "
+        "arm's D^50 over it:", "",
+        *table(["arm", *(f"blind h = {h}" for h in hs), *(f"D / blind, h = {h}" for h in hs)],
+               cells)]
 
 
 def memory_lines(result: Mapping[str, Any]) -> list[str]:

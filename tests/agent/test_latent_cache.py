@@ -22,13 +22,13 @@ def count_ema_frames(learner: Learner, monkeypatch: pytest.MonkeyPatch) -> list[
     """Frames the EMA encoder encodes at each call (the learner's target encoder, patched)."""
     calls: list[int] = []
     target = learner.nets.target.target
-    real = target.encode
+    real = target.forward
 
     def counted(x: torch.Tensor) -> torch.Tensor:
         calls.append(int(x.shape[0]))
         return real(x)
 
-    monkeypatch.setattr(target, "encode", counted)
+    monkeypatch.setattr(target, "forward", counted)
     return calls
 
 

@@ -15,7 +15,7 @@ from agent.objective import (
     normalised_error,
     pred_loss,
     reg_loss,
-    sigma_embed,
+    spread,
 )
 
 
@@ -118,7 +118,7 @@ def test_excluded_denominators_are_counted_not_averaged() -> None:
 
 def test_sigma_embed_and_stack() -> None:
     x = torch.randn(50, 4, dtype=torch.float64)
-    got = sigma_embed(x.sum(0), x.pow(2).sum(0), 50)
+    got = spread(x)
     torch.testing.assert_close(got, x.std(0).mean())
     recs = [
         StepMetrics(*[torch.tensor(float(i + j)) for j in range(len(StepMetrics.NAMES))])

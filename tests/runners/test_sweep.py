@@ -161,20 +161,20 @@ def _fake_run(root: Path, *, summary: dict | None, checkpoint: bool) -> Path:
 
 
 def test_run_states(tmp_path):
-    assert backends.run_state(tmp_path / "nothing") == "new"
+    assert RunFolder(tmp_path / "nothing").state() == "new"
     done = _fake_run(tmp_path / "done", summary={"steps": 20, "steps_done": 20, "stopped": None},
                      checkpoint=True)
-    assert backends.run_state(done) == "finished"
+    assert RunFolder(done).state() == "finished"
     paused = _fake_run(tmp_path / "paused",
                        summary={"steps": 20, "steps_done": 7, "stopped": "PAUSE file"},
                        checkpoint=True)
-    assert backends.run_state(paused) == "interrupted"
+    assert RunFolder(paused).state() == "interrupted"
     killed = _fake_run(tmp_path / "killed", summary=None, checkpoint=True)
-    assert backends.run_state(killed) == "interrupted"
+    assert RunFolder(killed).state() == "interrupted"
     (killed / "summary.json").write_text("{broken")
-    assert backends.run_state(killed) == "interrupted"
+    assert RunFolder(killed).state() == "interrupted"
     stale = _fake_run(tmp_path / "stale", summary=None, checkpoint=False)
-    assert backends.run_state(stale) == "stale"
+    assert RunFolder(stale).state() == "stale"
     spec = backends.RunSpec("killed", str(killed), ("--track", "A"))
     assert backends.command_for(spec, "interrupted") == ["--resume", str(killed)]
     assert backends.command_for(spec, "new")[-4:] == ["--out", str(tmp_path), "--name", "killed"]
@@ -205,7 +205,7 @@ def test_local_sweep_runs_skips_finished_runs_and_aggregates(tmp_path, capsys):
     assert sweep(argv) == 0
     for name in ("track-A_seed-1", "track-C_seed-1"):
         run = out / name
-        assert backends.is_finished(run)
+        assert RunFolder(run).is_finished()
         assert json.loads((run / "config.json").read_text())["schedule"]["steps"] == 20
         assert (_metrics_steps(run) == np.arange(20)).all()
         assert (out / "logs" / f"{name}.log").stat().st_size > 0
@@ -248,13 +248,14 @@ def test_interrupted_run_is_resumed_without_gap(tmp_path):
     _start_and_pause(paused)
     summary = RunFolder(paused.run_dir).read_summary()
     assert summary is not None and summary["stopped"] and summary["steps_done"] < 60
-    assert backends.run_state(paused.run_dir) == "interrupted"
+    assert RunFolder(paused.run_dir).state() == "interrupted"
 
     (res,) = backends.LocalBackend(workers=1, threads=1).run(
         [paused], log_dir=str(out / "logs"), progress=None)
     assert res.action == "resumed" and res.ok
-    assert res.command[-2:] == ["--resume", paused.run_dir]
-    assert backends.is_finished(paused.run_dir)
+    assert Path(res.log).read_text().startswith(f"$ {sys.executable} -m runners.train_online "
+                                                f"--resume {paused.run_dir}\n")
+    assert RunFolder(paused.run_dir).is_finished()
     assert (_metrics_steps(paused.run_dir) == np.arange(60)).all()  # no gap, no duplicate
     rec = runs.load_run(paused.run_dir)
     assert rec is not None and rec.final_step == 60 and rec.has_evals
