@@ -67,7 +67,6 @@ def parse(
     argv: Sequence[str] | None,
     prog: str | None = None,
     *,
-    default: Any = None,
     description: str | None = None,
     unknown: bool = False,
     config: Sequence[Any] = FLAGS,
@@ -75,20 +74,17 @@ def parse(
     """``tyro.cli(cls)`` on ``argv`` (default ``sys.argv[1:]``), a parse failure one
     ``CliError`` line (from tyro's parse-error event, before it prints its box); ``--help``
     prints and exits 0. With ``unknown``: (the config, the options it does not know, a leading
-    ``--`` dropped). Without ``default`` (a command's own options), a list option given no
-    value is an error where its default is not empty, and so is each empty group of a
-    repeatable one (``--grid`` alone)."""
+    ``--`` dropped). A list option given no value is an error where its default is not empty,
+    and so is each empty group of a repeatable one (``--grid`` alone)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    kwargs: dict[str, Any] = {} if default is None else {"default": default}
     try:
         with tyro_errors.on_parse_error(_raise):
             out = tyro.cli(cls, args=argv, prog=prog, description=description,
-                           return_unknown_args=unknown, config=tuple(config) or None,
-                           **kwargs)  # fmt: skip
+                           return_unknown_args=unknown, config=tuple(config) or None)
     except ValueError as err:  # a config dataclass's own validation, on the parsed values
         raise CliError(str(err)) from None
     cfg, extra = out if unknown else (out, [])
-    for f in dataclasses.fields(cfg) if default is None else ():
+    for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
         if isinstance(value, tuple) and ((f.default and value == ()) or () in value):
             raise CliError(f"--{f.name.replace('_', '-')} needs at least one value")

@@ -9,24 +9,29 @@
 - ``preset`` and ``device``.
 
 The command line is generated from these fields (``runners.online.command``); every field is an
-option under its own name (``--steps``, ``--lr``, ``--base-gravity``). Derived values are filled
-in once by ``resolve`` and the resolved config is saved next to the run as ``config.json``.
+option under its own name (``--steps``, ``--lr``, ``--base-gravity``). By that name a config is
+also read (``flat``: a config.json as one dict; ``FIELDS``: each name's part and type;
+``file_values``: a file's values, type-checked; ``with_values``: values set in their parts).
+Derived values are filled in once by ``resolve``; the resolved config is saved next to the run
+as ``config.json``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
+import typeguard
 import tyro
 
-from agent.config import VERSION, AgentConfig, bf16_unsupported
+from agent.config import VERSION, AgentConfig, bf16_unsupported, check_version
 from runners.cli import CliError
-from runners.online.protocols import Paper, Protocol, Worlds
+from runners.online.protocols import PROTOCOLS, Paper, Protocol, Worlds
 from runners.online.switch import Switch, physics_label
 
 if TYPE_CHECKING:  # env is imported on first use: it pulls in gymnasium
@@ -36,6 +41,7 @@ Preset = Literal["cpu", "gpu", "tiny", "paper"]
 Device = Literal["auto", "cpu", "cuda"]
 AfterSwitch = Literal["memory", "continual"]
 ProtocolName = Literal["worlds", "paper"]
+ALL_ITEMS = typeguard.CollectionCheckStrategy.ALL_ITEMS
 
 @dataclass
 class Schedule:
@@ -154,6 +160,7 @@ class RunConfig:
         tmp.replace(path)
 
 
+# -- the config by field name (the command line's view, and a file's) -------------------------
 def flat(data: Mapping[str, Any]) -> dict[str, Any]:
     """A config.json (nested, or flat as a hand-written one may be) as one dict by field name,
     the protocol's name under ``protocol``: for reports that read many runs' configs."""
@@ -167,6 +174,110 @@ def flat(data: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+def hints(cls: type) -> dict[str, Any]:
+    """The type of each field of ``cls``, tyro's markers (``Annotated``) taken off."""
+    types = typing.get_type_hints(cls, include_extras=True)
+    out = {}
+    for f in dataclasses.fields(cls):
+        hint = types[f.name]
+        while typing.get_origin(hint) is Annotated:
+            hint = get_args(hint)[0]
+        out[f.name] = hint
+    return out
+
+
+def _fields() -> dict[str, tuple[str, Any]]:
+    """Every option of a run, by field name: (the part of ``RunConfig`` holding it, its type)."""
+    parts = [("protocol", cls) for cls in PROTOCOLS.values()]
+    out: dict[str, tuple[str, Any]] = {}
+    for part, cls in [*parts, ("schedule", Schedule), ("output", Output), ("agent", AgentConfig)]:
+        out.update((n, (part, h)) for n, h in hints(cls).items())
+    top = hints(RunConfig)
+    out.update((n, ("", top[n])) for n in ("preset", "device", "capture", "bounds", "workers"))
+    del out["switches"]  # --switch, its own syntax
+    return out
+
+
+#: ``train_online``'s fields by name: (the part of ``RunConfig`` holding it, its type).
+FIELDS: dict[str, tuple[str, Any]] = _fields()
+
+
+def load_json(path: str, what: str = "--config") -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as err:
+        raise CliError(f"cannot read {what} {path}: {err.strerror or err}") from None
+    except json.JSONDecodeError as err:
+        raise CliError(f"{what} {path} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise CliError(f"{what} {path}: expected a JSON object of fields")
+    return data
+
+
+def file_values(data: Mapping[str, Any], where: str, saved: bool = False) -> dict[str, Any]:
+    """A config (nested as ``config.json``, or flat by field name) as one dict by field name,
+    each value checked against its field's type. A ``saved`` run's config, and any file that
+    says its version, must be of this version (``agent.config.check_version``)."""
+    values = flat(data)
+    version = values.pop("version", None)
+    if saved or version is not None:
+        try:
+            check_version(version, where)
+        except ValueError as err:
+            raise CliError(str(err)) from None
+    for name, value in values.items():
+        if name == "switches":
+            continue
+        if name not in FIELDS and name != "protocol":
+            raise CliError(f"unknown field {name!r} in {where}")
+        hint = ProtocolName if name == "protocol" else FIELDS[name][1]
+        values[name] = value = _tuples(value)
+        try:
+            typeguard.check_type(value, hint, collection_check_strategy=ALL_ITEMS)
+        except typeguard.TypeCheckError:
+            text = str(hint).replace("typing.", "") if get_args(hint) else hint.__name__
+            raise CliError(f"--{name.replace('_', '-')} expects {text}, got {value!r} (in "
+                           f"{where})") from None
+    return values
+
+
+def _tuples(value: Any) -> Any:
+    """JSON's lists as the config's tuples."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def with_values(cfg: RunConfig, values: Mapping[str, Any], where: str | None) -> RunConfig:
+    """``cfg`` with ``values`` by field name set in its parts (``where``: the file they come
+    from, None: the command line)."""
+    at = f" (in {where})" if where else ""
+    agent: dict[str, Any] = {}
+    own = {f.name for f in dataclasses.fields(cfg.protocol)}
+    for name, value in values.items():
+        if name == "switches":
+            try:
+                cfg.schedule.switches = None if value is None else tuple(
+                    Switch.from_json(v) for v in value)
+            except (ValueError, TypeError) as err:
+                raise CliError(f"switches: {err}{at}") from None
+            continue
+        if name == "protocol":
+            continue
+        part = FIELDS[name][0]
+        if part == "protocol" and name not in own:
+            option = "--" + name.replace("_", "-")
+            owner = next(k for k, cls in PROTOCOLS.items() if name in hints(cls))
+            raise CliError(f"{option} belongs to --protocol {owner}{at}")
+        if part == "agent":
+            agent[name] = value
+        else:
+            setattr(getattr(cfg, part) if part else cfg, name, value)
+    try:
+        cfg.agent = cfg.agent.replace(**agent)
+    except ValueError as err:
+        raise CliError(f"{err}{at}") from None
+    return cfg
 
 
 #: On a GPU the evaluations encode this many times more frames at once than the preset's
