@@ -114,6 +114,9 @@ class Curve:
     world: str = ""
     family: str = ""
     memory: str = ""
+    # at the n asked to be kept (``curve``'s ``keep``): the predictions (N, K, D), the EMA
+    # target's latents of the true future (N, K, D) and of the input frame (N, D)
+    kept: dict[str, torch.Tensor] | None = None
 
 
 def input_index(cfg: Any, n_max: int) -> int:
@@ -181,11 +184,12 @@ def _predictions(
 
 def curve(
     learner: Learner, enc: Encoded, views: Callable[[int], MemoryView], ns: tuple[int, ...],
-    physics: torch.Tensor | None = None, **labels: str,
+    physics: torch.Tensor | None = None, keep: int | None = None, **labels: str,
 ) -> Curve:  # fmt: skip
     """D^n of an encoded set (``encode``; "no change" its input latents z[:, -1]) through the
     memory ``views(n)`` for each n of ``ns`` (one that is the same object as the last n's scored
-    once); ``labels``: the curve's world, family and memory."""
+    once); ``labels``: the curve's world, family and memory; at n = ``keep`` the predictions and
+    the target latents are kept (``Curve.kept``)."""
     z, targets, zbar = enc
     out, last = Curve(list(ns), **labels), None
     if zbar is not None:
@@ -197,6 +201,8 @@ def curve(
             eps = learner.cfg.norm_eps
             sums = total([norm_error_sums(p, z[sl, -1], targets[sl], eps) for sl, p in parts])
             sigma = spread(*(p for _, p in parts))
+        if n == keep:
+            out.kept = {"pred": torch.cat([p for _, p in parts]), "target": targets, "input": zbar}
         d, d_h = norm_error(sums)
         out.d.append(float(d))
         out.d_per_h.append(d_h.tolist())
@@ -370,9 +376,10 @@ def _physics(learner: Learner, world: WorldSet, b: int) -> torch.Tensor:
 @torch.no_grad()
 def world_curves(
     learner: Learner, worlds: list[WorldSet], ns: tuple[int, ...] = WORLD_NS,
-    memories: tuple[str, ...] = MEMORIES, peers: int = 1,
+    memories: tuple[str, ...] = MEMORIES, peers: int = 1, keep: int | None = None,
 ) -> list[Curve]:  # fmt: skip
-    """D^n of the frozen learner on every world for every memory source (see the module doc).
+    """D^n of the frozen learner on every world for every memory source (see the module doc);
+    at n = ``keep`` each curve keeps its latents (``Curve.kept``, for ``runners.online.pixels``).
 
     ``same`` gives sample b the pairs of sequences b+1 .. b+peers of its world (the peer read
     of a group memory shared by peers + 1 streams: the newest n of their pairs, as their shared
@@ -400,7 +407,7 @@ def world_curves(
         for source in memories:
             views = (dict.fromkeys(ns, empty).__getitem__ if blind
                      else partial(sequence_memory, sources[source], i, frames=e))  # fmt: skip
-            out.append(curve(learner, enc, views, ns, _physics(learner, world, z.shape[0]),
+            out.append(curve(learner, enc, views, ns, _physics(learner, world, z.shape[0]), keep,
                              world=world.name, family=world.family, memory=source))  # fmt: skip
     return out
 

@@ -77,6 +77,8 @@ class Evaluate:
     """--world-probe: AdamW steps of each predictor (minibatches of 256, a one-cycle rate to 2e-3)"""
     probe_window: Literal["first", "input"] = "first"
     """--world-probe: each sequence's window starts at its first frame, or ends its context at the held-out evaluation's input frame (where D^n and perfect physics are measured)"""
+    predictions: Annotated[str | None, tyro.conf.arg(metavar="PNG")] = None
+    """worlds protocol: also draw the decoded predictions into PNG (the figure of a run's figures/predictions.png: a few sequences of each held-out family, true and decoded; the floor's and the ceiling's rows from the run folder's bounds, as they ended; docs/definitions.md#the-pixel-decoder)"""
     device: Device = "auto"
     """where the learner runs"""
     out: Annotated[str | None, tyro.conf.arg(metavar="FILE.json")] = None
@@ -136,6 +138,9 @@ def check_options(args: Evaluate, cfg: RunConfig) -> None:
     """Refuses (``CliError``) the options that do not fit the run's protocol or agent."""
     if args.world_probe and not cfg.protocol.many_worlds:
         raise CliError("--world-probe: a worlds-protocol run only")
+    if args.predictions and not (cfg.protocol.many_worlds and cfg.schedule.decoder_steps):
+        raise CliError("--predictions: a worlds-protocol run with a pixel decoder (--decoder-steps "
+                       "> 0) only")
     if args.probe_worlds < 1 or args.probe_steps < 1:
         raise CliError("--probe-worlds and --probe-steps must be at least 1")
     if args.target_reference and (cfg.protocol.many_worlds or cfg.agent.context_frames != 1):
@@ -175,6 +180,17 @@ def world_probe(
     return world_probe_report(
         learner, evaluator.sets.held_out, worlds=args.probe_worlds, cfg=probe_cfg,
         family=next(iter(evaluator.sets.families.values())))  # the training family
+
+
+def predictions(png: Path, strips: Path, folder: RunFolder | None, track: str) -> None:
+    """--predictions: the figure of ``strips``, with the run folder's bounds' rows."""
+    from runners.online.strips import load_strips, prediction_figure, run_strips
+
+    ensure_output_dir(png.parent, "the folder of --predictions")
+    bounds = {} if folder is None else {
+        name: run_strips(RunFolder(folder.root / name)) for name in ("floor", "ceiling")}
+    prediction_figure(png, {"main": load_strips(strips), **bounds}, track)
+    print(f"written: {png}")
 
 
 def print_report(args: Evaluate, rep: dict, ckpt: Path, cfg: RunConfig, step: int) -> None:
@@ -228,7 +244,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         horizons=list(agent_cfg.horizons),
     )
     if cfg.protocol.many_worlds:
-        rep["held_out"] = evaluator.report(learner, ns)
+        strips = out.with_name(out.name.removesuffix(".json").removesuffix(".eval") + ".strips.npz")
+        rep["held_out"] = evaluator.report(learner, ns, strips)
+        if args.predictions:
+            predictions(Path(args.predictions), strips, folder, agent_cfg.track)
     if args.world_probe:
         rep["world_probe"] = world_probe(args, learner, evaluator, agent_cfg, ns)
     if args.target_reference:

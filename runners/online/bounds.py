@@ -115,7 +115,30 @@ def bounds_report(main: dict[str, Any], floor: dict[str, Any], ceiling: dict[str
         "ceiling": {"run": ceiling["run_dir"], "d": d_o, "d_per_h": h_o},
         "memories": memories,
         "headline": HEADLINE_MEMORY if HEADLINE_MEMORY in memories else None,
+        "pixels": pixel_bounds(held, held_a, held_o),
     }
+
+
+def pixel_bounds(held: dict[str, Any], held_a: dict[str, Any], held_o: dict[str, Any]
+                 ) -> dict[str, Any] | None:  # fmt: skip
+    """The decoded predictions' digit position errors (px, ``runners.online.pixels``) of the
+    floor, the chosen track's memory sources and the ceiling, with the decoded true future and
+    "no change" of the chosen track's decoder: {label: {family: per horizon, then the mean}},
+    ``pooled`` the families' mean (None where a report has none)."""
+    got = [h.get("pixels") for h in (held, held_a, held_o)]
+    if not all(got):
+        return None
+    p, pa, po = got
+
+    def rows(px: dict[str, Any], key: str) -> dict[str, list[float]]:
+        out = {f: v[key] for f, v in px["families"].items()}
+        return {**out, "pooled": np.mean(list(out.values()), axis=0).tolist()}
+
+    return {"n": p["n"], "horizons": p["horizons"], "rows": {
+        "true future, decoded": rows(p, "decoded_true"), "no change": rows(p, "no_change"),
+        "floor (track A)": rows(pa, "own"),
+        **{MEMORY_LABELS.get(m, m): rows(p, m) for m in held["memories"]},
+        "ceiling (oracle)": rows(po, "own")}}
 
 
 def _ratios(h: dict[str, list[float]], pp: dict[str, Any], branch: str
@@ -238,5 +261,17 @@ def bounds_text(b: dict[str, Any]) -> list[str]:
     if head is not None:  # the headline memory's share per horizon, pooled
         shares = b["memories"][head]["share_per_h"].get("pooled", [])
         out.append(per_h("share of the gap per horizon (peer memory, pooled)", shares, pct))
-    return out + [per_h(label, pp[key]["pooled"], times) for key, label in RATIO_LABELS
-                  if "pooled" in pp.get(key, {})]
+    out += [per_h(label, pp[key]["pooled"], times) for key, label in RATIO_LABELS
+            if "pooled" in pp.get(key, {})]
+    return out + pixel_text(b.get("pixels"), fams, row)
+
+
+def pixel_text(px: dict[str, Any] | None, fams: list[str], row: Callable[..., str]) -> list[str]:
+    """The pixel errors at the largest horizon, a row per learner (none without them)."""
+    if not px:
+        return []
+    k = len(px["horizons"]) - 1  # the largest horizon's column (the mean is last)
+    h = px["horizons"][k]
+    return ["", f"where the decoded predictions put the digits at h={h}: mean distance from the "
+            f"true positions, px (n = {px['n']}; docs/definitions.md#the-pixel-decoder):",
+            *(row(label, (f"{v[f][k]:>16.1f}" for f in fams)) for label, v in px["rows"].items())]

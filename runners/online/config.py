@@ -73,6 +73,8 @@ class Schedule:
     """Steps per metrics block (one host sync, one zarr append, one progress-bar update)."""
     rolling_window: int = 100
     """Steps in the rolling stream error."""
+    decoder_steps: int = 1000
+    """Worlds protocol: AdamW steps of the pixel decoder that the held-out report at the end fits to draw the predictions (probes.decoder; about 8 s on one CPU core); 0: none."""
 
 
 @dataclass
@@ -325,6 +327,8 @@ def resolve(cfg: RunConfig) -> RunConfig:
             raise CliError(f"{name} must be at least 1, got {value}")
     if cfg.workers < 0:
         raise CliError(f"workers must be >= 0, got {cfg.workers}")
+    if s.decoder_steps < 0:
+        raise CliError(f"decoder_steps must be >= 0, got {s.decoder_steps}")
     if out.record_frames < 0:
         raise CliError(f"record_frames must be >= 0, got {out.record_frames}")
     if cfg.capture and cfg.agent.stream_cache:

@@ -21,6 +21,7 @@ import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ from agent import EvalData, EvalResult, Learner, adaptation_curve, tracks
 from agent.evaluation import (
     WorldSet,
     family_means,
+    input_index,
     reference_check,
     results,
     sequence_length,
@@ -40,6 +42,7 @@ from probes.digits import ProbeSet, probe_report
 from probes.gravity import gravity_probe
 from probes.perfect_physics import perfect_physics
 from probes.world import ProbeConfig, ProbeWorld, world_probe
+from runners.online.pixels import pixel_report
 from runners.online.world_sets import WorldSets, world_set
 
 
@@ -156,15 +159,16 @@ class WorldsEvaluator(CurveEvaluator):
     transitions before the input; D_base^n: the same on the training-family worlds (their mean).
     """
 
-    def __init__(self, sets: WorldSets, ns: Sequence[int], horizons: Sequence[int]) -> None:
+    def __init__(self, sets: WorldSets, ns: Sequence[int], horizons: Sequence[int],
+                 decoder_steps: int = 0) -> None:  # fmt: skip
         super().__init__(ns, horizons)
-        self.sets = sets
+        self.sets, self.decoder_steps = sets, decoder_steps
 
     def results(self, learner: Learner, ns: tuple[int, ...]) -> list[EvalResult]:
         (shift,) = world_curves(learner, [self.sets.shift], ns, ("own",))
         return results(shift, world_curves(learner, self.sets.base, ns, ("own",)))
 
-    def report(self, learner: Learner, ns: Sequence[int]) -> dict[str, Any]:
+    def report(self, learner: Learner, ns: Sequence[int], strips: Path | None = None) -> dict[str, Any]:
         """The held-out worlds' D^n for every memory source (``own``, ``same``, ``wrong``; only
         ``own`` for a learner without memory: track A, the oracle), per world and per family;
         ``gravity_probe``: gravity and the world's identity read from e_agg with n = max(ns)
@@ -174,11 +178,21 @@ class WorldsEvaluator(CurveEvaluator):
         D against the EMA target's own "no change" beside the paper's, and the online-target
         gap (``agent.evaluation.reference_check``); and ``perfect_physics``: D of the env's
         exact simulator in this learner's latent, world-blind and of another world
-        (``probes.perfect_physics``: the physics ceiling)."""
+        (``probes.perfect_physics``: the physics ceiling); ``pixels``: the predictions at
+        n = max(ns) decoded, the digits' position errors in pixels (``runners.online.pixels``;
+        its strips written to ``strips``, an .npz, when given; None with ``decoder_steps`` 0)."""
         cfg = learner.cfg
         reads = tracks.reads_memory(cfg.track) and not cfg.oracle
         memories = ("own", "same", "wrong") if reads else ("own",)
-        curves = world_curves(learner, self.sets.held_out, tuple(ns), memories, peers(cfg))
+        decoded = self.decoder_steps > 0
+        curves = world_curves(learner, self.sets.held_out, tuple(ns), memories, peers(cfg),
+                              keep=max(ns) if decoded else None)  # fmt: skip
+        pixels = None
+        if decoded:
+            pixels, shown = pixel_report(learner, self.sets, curves, max(ns),
+                                         input_index(cfg, max(ns)), self.decoder_steps)  # fmt: skip
+            if strips is not None:
+                np.savez_compressed(strips, **shown)
         return {
             "ns": [int(n) for n in ns], "horizons": self.horizons, "memories": list(memories),
             "families": family_means(curves),
@@ -189,6 +203,7 @@ class WorldsEvaluator(CurveEvaluator):
                 for w in self.sets.held_out if w.name == c.world
             ],
             "probes": probes(learner, self.sets),
+            "pixels": pixels,
             "reference": reference_check(learner, self.sets.held_out),
             "perfect_physics": perfect_physics(  # seen_mean's worlds: the training family
                 learner, self.sets.held_out, max(ns), family=next(iter(self.sets.families.values())),

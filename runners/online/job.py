@@ -28,6 +28,7 @@ from runners.online.evaluation import WorldsEvaluator
 from runners.online.loop import OnlineLoop
 from runners.online.plots import bounds_figure, make_figures
 from runners.online.rundir import RunFolder, StopRequest
+from runners.online.strips import prediction_figure, run_strips
 from runners.online.summary import build_summary, curve_report, format_table, write_summary
 from runners.online.switch import physics_label
 
@@ -104,7 +105,11 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
             return 0
         s["bounds"] = bounds.bounds_report(s, found["floor"], found["ceiling"],
                                            cfg.schedule.headline_n)
-        bounds_figure(folder, s, {k: RunFolder(v["run_dir"]) for k, v in found.items()})
+        runs = {k: RunFolder(v["run_dir"]) for k, v in found.items()}
+        bounds_figure(folder, s, runs)
+        prediction_figure(folder.figures / "predictions.png", {
+            "main": run_strips(folder), **{k: run_strips(r) for k, r in runs.items()}},
+            cfg.agent.track)
     end(folder.root, s)  # once, complete: the run folder is finished from here on
     return 0
 
@@ -224,9 +229,13 @@ def finish(loop: OnlineLoop) -> dict[str, Any]:
             data=cfg.protocol.data or "generated in memory (env.generate_sequences)",
             horizons=list(cfg.agent.horizons))
         if isinstance(loop.evaluator, WorldsEvaluator):  # the held-out worlds' D^n per memory
-            rep["held_out"] = loop.evaluator.report(loop.learner, cfg.schedule.final_ns)
+            rep["held_out"] = loop.evaluator.report(loop.learner, cfg.schedule.final_ns,
+                                                    RunFolder.strips_path(folder.latest))
         path.write_text(json.dumps(rep, indent=2) + "\n")
-    return summarise(loop, final_curve=rep["curve"], stopped=None, held_out=rep.get("held_out"))
+    s = summarise(loop, final_curve=rep["curve"], stopped=None, held_out=rep.get("held_out"))
+    prediction_figure(folder.figures / "predictions.png", {"main": run_strips(folder)},
+                      cfg.agent.track)  # its own rows (with its bounds: ``train``)
+    return s
 
 
 def summarise(loop: OnlineLoop, *, final_curve: list[dict[str, Any]] | None,

@@ -68,7 +68,7 @@ def _over_steps(ax: Axes, cfg: dict[str, Any], title: str, ylabel: str,
         ax.legend(loc=legend, fontsize=fontsize)
 
 
-def _finish(fig: plt.Figure, path: Path) -> Path:
+def save_figure(fig: plt.Figure, path: Path) -> Path:
     """Save and close ``fig``; a failed write raises ``OSError`` naming ``path``."""
     try:
         fig.tight_layout()
@@ -327,7 +327,7 @@ def make_figures(run_dir: str | Path) -> list[Path]:
     where = f"{protocol.where()}, then " if protocol.many_worlds else f"{protocol.where()}: "
     fig.suptitle(f"Track {cfg.get('track')} ({cfg.get('preset')} preset, {where}{sw}, "
                  f"{cfg.get('after_switch')} mode after the switch", fontsize=11)
-    written = [_finish(fig, out / "overview.png")]
+    written = [save_figure(fig, out / "overview.png")]
     singles = [("sigma_embed.png", plot_sigma, ev), ("losses.png", plot_losses, m)]
     delta = m.get("mod/delta_abs")
     if delta is not None and np.isfinite(delta).any():
@@ -335,7 +335,7 @@ def make_figures(run_dir: str | Path) -> list[Path]:
     for name, fn, data in singles:
         fig, ax = plt.subplots(figsize=(8, 4))
         fn(ax, data, cfg)
-        written.append(_finish(fig, out / name))
+        written.append(save_figure(fig, out / name))
     return written
 
 
@@ -393,4 +393,4 @@ def bounds_figure(main: RunFolder, s: dict[str, Any], runs: dict[str, RunFolder]
     right.set_ylabel("D^n on held-out worlds (lower is better)")
     right.set_title("Held-out worlds: memory between the floor and the ceiling", pad=10)
     right.legend(loc="best", fontsize=7)
-    return _finish(fig, main.figures / "bounds.png")
+    return save_figure(fig, main.figures / "bounds.png")

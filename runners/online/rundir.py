@@ -72,6 +72,12 @@ class RunFolder:
         """Where an adaptation curve of ``checkpoint`` is written: ``<name>.eval.json`` beside it."""
         return checkpoint.with_suffix(".eval.json")
 
+    @staticmethod
+    def strips_path(checkpoint: Path) -> Path:
+        """Where the decoded strips of ``checkpoint``'s held-out report are written:
+        ``<name>.strips.npz`` beside it (``runners.online.pixels``)."""
+        return checkpoint.with_suffix(".strips.npz")
+
     @property
     def claim_path(self) -> Path:
         """The sweep's claim on this run: ``<out>/.<name>.claim`` beside the folder."""

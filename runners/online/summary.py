@@ -262,11 +262,12 @@ def curve_table(s: dict[str, Any]) -> Table | None:
 
 def held_out_tables(held: dict[str, Any] | None, when: str) -> list[Table]:
     """The held-out worlds' D^n per family and memory, then the probes, the gravity probe, the
-    reference check and perfect physics (those ``held`` holds; none without it)."""
+    reference check, perfect physics and the decoded predictions' pixel errors (those ``held``
+    holds; none without it)."""
     if not held:
         return []
     ns, probes = held["ns"], held.get("probes")
-    ref, pp = held.get("reference"), held.get("perfect_physics")
+    ref, pp, px = held.get("reference"), held.get("perfect_physics"), held.get("pixels")
     targets = list(next(iter(probes.values()))) if probes else []
     found = [
         Table(f"held-out worlds {when}, D^n (n = " + " ".join(map(str, ns)) + ")",
@@ -284,6 +285,8 @@ def held_out_tables(held: dict[str, Any] | None, when: str) -> list[Table]:
         _by_horizon(REFERENCE_CAPTION, "", held["horizons"], REFERENCE_ROWS, ref) if ref else None,
         _by_horizon(PERFECT_PHYSICS_CAPTION, "physics", pp["horizons"], PERFECT_PHYSICS_ROWS,
                     pp["families"]) if pp else None,
+        _by_horizon(PIXEL_CAPTION.format(n=px["n"]), "decoded", px["horizons"], PIXEL_ROWS,
+                    px["families"]) if px else None,
     ]
     return [t for t in found if t is not None]
 
@@ -328,6 +331,12 @@ PERFECT_PHYSICS_ROWS = {"exact": "the world's own physics", "blind": "world-blin
 PERFECT_PHYSICS_CAPTION = ("perfect physics in this latent: the simulator branched at the input "
                            "frame, rendered, encoded by the EMA target, scored by D "
                            "(docs/definitions.md#perfect-physics-the-physics-ceiling)")
+
+#: The rows of the decoded predictions' digit position errors (runners.online.pixels).
+PIXEL_ROWS = {"decoded_true": "the true future", "no_change": "no change (the input)",
+              "own": "own memory", "same": "peer memory", "wrong": "wrong-world memory"}
+PIXEL_CAPTION = ("where the decoded predictions put the digits: mean distance from the true "
+                 "positions in px (held-out worlds, n = {n}; docs/definitions.md#the-pixel-decoder)")
 
 #: The world probe's rows (probes.world).
 WORLD_PROBE_ROWS = {"latent": "D, the latents only", "latent_world": "D, the latents and the world",

@@ -180,4 +180,4 @@ class Worlds:
             world_seqs=self.eval_world_seqs, worlds_per_family=self.eval_worlds,
             seed=cfg.agent.seed + s.eval_seed_offset, families=self.families(),
         )  # fmt: skip
-        return WorldsEvaluator(sets, s.eval_ns, list(cfg.agent.horizons))
+        return WorldsEvaluator(sets, s.eval_ns, list(cfg.agent.horizons), s.decoder_steps)
