@@ -98,7 +98,7 @@ def prediction_figure(path: Path, found: dict[str, dict[str, np.ndarray] | None]
         ax.set_xticks([(c // (k + 1)) * ((k + 1) * 64 + GAP) + (c % (k + 1)) * 64 + 32
                        for c in range(seqs * (k + 1))], heads * seqs, fontsize=8)
         ax.tick_params(length=0)
-        ax.set_title(f"{fam} worlds (held out; the family's strongest gravity), {seqs} sequences: "
+        ax.set_title(f"{fam} worlds (held out; the family's strongest gravity), {seqs} sequences:\n"
                      "each decoded prediction (magenta) over the true future (green; white where "
                      "they agree)", fontsize=10)
     return save_figure(fig, path)

@@ -209,7 +209,9 @@ def format_markdown(s: dict[str, Any]) -> str:
                                             "counted)." if guard else ")."), ""]
     return "\n".join([*lines, "Figures: `figures/overview.png` (the story), "
                       "`figures/sigma_embed.png`, `figures/losses.png`"
-                      + (", `figures/bounds.png`" if b else "") + ".", ""])
+                      + (", `figures/bounds.png`" if b else "")
+                      + (", `figures/predictions.png`" if (s["held_out"] or {}).get("pixels")
+                         else "") + ".", ""])
 
 
 def top_table(s: dict[str, Any]) -> Table:
