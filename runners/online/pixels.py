@@ -87,7 +87,7 @@ def pixel_report(learner: Learner, sets: WorldSets, curves: Sequence[Curve], n: 
                 strips[f"{fam}/input"] = frames[:, i, 0]
                 strips[f"{fam}/true"] = frames[:, [i + h for h in hs], 0]
         for name, latents in kept.items():
-            frames = decode(dec, latents)  # (N, K, 1, 64, 64)
+            frames = decode(dec, latents).cpu()  # (N, K, 1, 64, 64)
             err = position_error(digit_positions(frames.flatten(0, 1), sprites),
                                  future.reshape(-1, *future.shape[2:]))  # fmt: skip
             errors.setdefault(fam, {}).setdefault(name, []).append(err.view(-1, len(hs)))
