@@ -25,11 +25,18 @@ from runners.cli import CliError, os_error_message
 from runners.online import beside, bounds
 from runners.online.config import RunConfig, describe, precision_note
 from runners.online.evaluation import WorldsEvaluator
+from runners.online.events import write_ending
 from runners.online.loop import OnlineLoop
 from runners.online.plots import bounds_figure, make_figures
 from runners.online.rundir import RunFolder, StopRequest
 from runners.online.strips import prediction_figure, run_strips
-from runners.online.summary import build_summary, curve_report, format_table, write_summary
+from runners.online.summary import (
+    build_summary,
+    curve_report,
+    format_markdown,
+    format_table,
+    write_summary,
+)
 from runners.online.switch import physics_label
 
 PROG = "train_online"
@@ -115,7 +122,8 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
 
 
 def end(root: Any, s: dict[str, Any]) -> None:
-    """Write a finished run's summary and print it."""
+    """Write a finished run's summary, and its ending in TensorBoard, and print it."""
+    write_ending(root, s, format_markdown(s))
     write_summary(root, s)
     print(format_table(s))
     print(f"run folder: {root}")
@@ -126,6 +134,7 @@ def stopped(loops: list[OnlineLoop], reason: str | None, written: str) -> None:
     ``stopped``, and how to continue them (``--resume`` on the first)."""
     for loop in loops:
         loop.checkpoint()
+        loop.close()
         write_summary(loop.folder.root, summarise(loop, final_curve=None, stopped=reason))
     first = loops[0]
     print(f"{PROG}: stopped by {reason} at step {first.step_count} of {first.cfg.schedule.steps} "
@@ -233,6 +242,7 @@ def finish(loop: OnlineLoop) -> dict[str, Any]:
                                                     RunFolder.strips_path(folder.latest))
         path.write_text(json.dumps(rep, indent=2) + "\n")
     s = summarise(loop, final_curve=rep["curve"], stopped=None, held_out=rep.get("held_out"))
+    loop.close()
     prediction_figure(folder.figures / "predictions.png", {"main": run_strips(folder)},
                       cfg.agent.track)  # its own rows (with its bounds: ``train``)
     return s

@@ -13,8 +13,9 @@ Per step (``step()``):
      (``learner.freeze_weights()``): from then on only experience changes the predictions.
   2. update: ``feed.next()`` -> ``learner.update(batch)`` -> ``StepMetrics`` (device tensors).
   3. record: metrics stay on the device until a flush stacks them (one host sync per block) and
-     appends them to ``run.zarr`` with the world's physics of each step; every N-th frame batch
-     too with ``record_frames``.
+     appends them to ``run.zarr`` with the world's physics of each step, and to the run's
+     TensorBoard events (``runners.online.events``); every N-th frame batch too with
+     ``record_frames``.
   4. periodic work (``Cadence``): flush every ``log_every`` steps; evaluate every
      ``eval_every`` steps, at each switch (before it applies) and at the end, but only what can
      change: once the weights are frozen, an evaluation that reads only the weights (the worlds
@@ -173,6 +174,7 @@ class OnlineLoop:
         self.feed = parts.feed
         self.vec_env: env.MovingMNISTVectorEnv | None = parts.feed.vec_env  # None: stored data
         self.recorder: Recorder = parts.recorder
+        self.events = parts.events
         self.evaluator: CurveEvaluator = parts.evaluator
         self.stop = stop or StopRequest(folder.pause)
         self.log = log
@@ -304,6 +306,7 @@ class OnlineLoop:
             values = np.asarray([getattr(p, name) for p in self.pending_physics], np.float32)
             block[f"physics/{name}"] = np.where(many, np.float32(np.nan), values)
         self.recorder.append_metrics(steps, block)
+        self.events.metrics(steps, block)
         self.records.update(steps, block, self.phase_starts)
         self.pending.clear()
         self.pending_physics.clear()
@@ -333,6 +336,7 @@ class OnlineLoop:
         self.sync_learner()
         rec = self.evaluator(self.learner)
         self.recorder.append_eval(**vars(rec))
+        self.events.evaluation(rec)
         self.evals.append(rec.as_recorded())  # what a resume reads back (EvalRecord.rows)
         head = rec.d(self.cfg.schedule.headline_n)
         guard = self.cfg.schedule.best_min_sigma or 0.0  # the collapse guard (resolved by the config)
@@ -343,8 +347,10 @@ class OnlineLoop:
         return rec
 
     def checkpoint(self) -> None:
-        """Flush metrics, then write latest.pt atomically (metrics never lag the checkpoint)."""
+        """Flush metrics, then write latest.pt atomically (metrics and events never lag the
+        checkpoint)."""
         self.flush()
+        self.events.flush()
         self.sync_learner()
         self._save(self.folder.latest)
         self.saved_step = self.step_count
@@ -358,7 +364,7 @@ class OnlineLoop:
 
     # -- resume ----------------------------------------------------------------------------
     def restore(self) -> None:
-        """Load ``latest.pt`` into the parts and cut run.zarr back to its step."""
+        """Load ``latest.pt`` into the parts and cut run.zarr and the events back to its step."""
         latest = self.folder.latest
         try:
             # The dataset world's split must match the checkpoint's step before its source
@@ -376,6 +382,7 @@ class OnlineLoop:
             self.recorder.truncate(s)
         except RecorderError as err:
             raise CliError(f"cannot resume {self.folder.root}: {err}") from None
+        self.events.open(s)
         self.best, self.best_step = float(extra.get("best", math.inf)), int(extra.get("best_step", -1))
         self.elapsed = float(extra.get("elapsed", 0.0))
         self.view = extra["view"] if isinstance(extra.get("view"), dict) else {}
@@ -401,5 +408,6 @@ class OnlineLoop:
             self.log(f"removed {self.folder.pause} (it stopped the previous session)")
 
     def close(self) -> None:
-        """Flush what is pending (no checkpoint)."""
+        """Flush what is pending (no checkpoint) and close the events."""
         self.flush()
+        self.events.close()

@@ -9,7 +9,8 @@ own factory so a caller (the visualizer, a test, a benchmark) can build or repla
 - ``make_learner``: ``agent.Learner`` of the run's ``AgentConfig``;
 - the protocol's ``feed``: the streams the learner lives in and their batches
   (``runners.online.feeds``), and its ``evaluator`` (``runners.online.protocols``);
-- ``Recorder``: the run's ``run.zarr`` (``runners.online.recorder``).
+- ``Recorder``: the run's ``run.zarr`` (``runners.online.recorder``), and ``Events``: the same
+  in TensorBoard (``runners.online.events``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from agent import Learner
 from runners.cli import CliError
 from runners.online.config import RunConfig, device_name
 from runners.online.evaluation import CurveEvaluator
+from runners.online.events import Events
 from runners.online.feeds import Feed
 from runners.online.recorder import Recorder
 from runners.online.rundir import RunFolder
@@ -60,6 +62,7 @@ class RunParts:
     feed: Feed
     recorder: Recorder
     evaluator: CurveEvaluator
+    events: Events
 
 
 def build_run_parts(cfg: RunConfig, folder: RunFolder, vec_env: Any = None) -> RunParts:
@@ -69,4 +72,4 @@ def build_run_parts(cfg: RunConfig, folder: RunFolder, vec_env: Any = None) -> R
     store = cfg.protocol.open_store()
     return RunParts(device=device, learner=make_learner(cfg, device),
                     feed=cfg.protocol.feed(cfg, device, store, vec_env), recorder=Recorder(folder),
-                    evaluator=cfg.protocol.evaluator(cfg, store))
+                    evaluator=cfg.protocol.evaluator(cfg, store), events=Events(folder.root))

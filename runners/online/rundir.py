@@ -8,6 +8,7 @@ A run folder ``<out>/<name>/`` holds::
     checkpoints/<name>.eval.json   an adaptation curve of that checkpoint (``evaluate``)
     figures/*.png          ``runners.online.plots``
     summary.json, summary.md   written at the end (and when stopped early, with ``stopped``)
+    events.out.tfevents.*  TensorBoard's events (``runners.online.events``; ``*.ending``: the end)
     PAUSE                  create it to stop the run between two steps
     .lock                  held (an OS lock) by the one process that writes the folder
 

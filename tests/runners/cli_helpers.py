@@ -199,3 +199,47 @@ def main_error(main, argv: list[str], prog: str) -> subprocess.CompletedProcess[
     finally:
         sys.argv = saved
     raise AssertionError(f"{prog} {' '.join(argv)}: run_main returned without exiting")
+
+
+# -- a run's TensorBoard events ----------------------------------------------------------------
+
+
+def read_events(run: Path) -> Any:
+    """``run``'s TensorBoard events as TensorBoard reads them (its ``EventAccumulator``, every
+    event kept: no sampling), what an earlier session wrote after a resume's step purged."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run), size_guidance={"scalars": 0, "images": 0, "tensors": 0})
+    acc.Reload()
+    return acc
+
+
+def event_scalars(acc: Any, tag: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps int64, values float32) of one scalar tag, in the order written."""
+    events = acc.Scalars(tag)
+    return (np.asarray([e.step for e in events], np.int64),
+            np.asarray([e.value for e in events], np.float32))
+
+
+def assert_events_are_the_store(run: Path) -> Any:
+    """``run``'s events hold every metric of its run.zarr at step row + 1, each step once, and
+    every evaluation's D_shift^n, D_base and spreads at its step, the same float32 numbers (a
+    value that is not finite is not written). Returns the events."""
+    acc, store = read_events(run), store_arrays(run, "metrics", "eval")
+    rows = store["metrics/step"]
+    assert np.array_equal(rows, np.arange(len(rows)))
+    for key, values in store.items():
+        if not key.startswith("metrics/") or key == "metrics/step":
+            continue
+        steps, got = event_scalars(acc, key.removeprefix("metrics/"))
+        finite = np.isfinite(values)
+        np.testing.assert_array_equal(steps, rows[finite] + 1, err_msg=key, strict=True)
+        np.testing.assert_array_equal(got, values[finite], err_msg=key, strict=True)
+    ns = zarr.open_group(str(run / "run.zarr"), mode="r")["eval"].attrs["ns"]
+    columns = {f"D_shift^{n}": store["eval/d_shift"][:, j] for j, n in enumerate(ns)}
+    columns |= {"D_base": store["eval/d_base"], "sigma_embed": store["eval/sigma_embed"]}
+    for name, values in columns.items():
+        steps, got = event_scalars(acc, f"eval/{name}")
+        np.testing.assert_array_equal(steps, store["eval/step"], err_msg=name, strict=True)
+        np.testing.assert_array_equal(got, values, err_msg=name, strict=True)
+    return acc

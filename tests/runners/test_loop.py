@@ -22,7 +22,7 @@ from runners.online.parts import build_run_parts
 from runners.online.recorder import Recorder
 from runners.online.rundir import RunFolder, StopRequest
 from runners.studies import backends
-from tests.runners.cli_helpers import assert_same_checkpoint
+from tests.runners.cli_helpers import assert_events_are_the_store, assert_same_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 # A short worlds-protocol run's own options (a switch into a held-out world at step 30).
@@ -311,7 +311,8 @@ def test_lock_is_released_when_the_holder_is_killed(
 ) -> None:
     """A run killed outright (SIGKILL) after its first checkpoint: the OS releases the folder's
     lock, and ``--resume`` continues it from the checkpoint (the steps after it lost and
-    recorded again) to exactly what the run done in one go records."""
+    recorded again) to exactly what the run done in one go records, its TensorBoard events
+    included (each step once)."""
     # The worlds run of one_go (--steps does not change it: in memory mode the learner's
     # schedule ends at the switch), alone, with no end in sight.
     argv = [*tiny_argv(*WORLDS, protocol="worlds"), "--no-bounds", "--out", str(tmp_path),
@@ -337,6 +338,7 @@ def test_lock_is_released_when_the_holder_is_killed(
     assert resumed.returncode == 0, err
     assert "resuming at step 20 of 60" in out or "resuming at step 40 of 60" in out, out
     assert_same_records(one_go("worlds"), root, checkpoint=True)
+    assert_events_are_the_store(root)
 
 
 def test_a_claimed_point_is_not_run_twice(tmp_path: Path) -> None:

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from runners.online.events import ending_scalars
 from runners.online.rundir import RunFolder
-from tests.runners.cli_helpers import TINY_WORLDS, cli
+from tests.runners.cli_helpers import TINY_WORLDS, assert_events_are_the_store, cli, event_scalars
 
 TINY = [a for a in TINY_WORLDS if a != "--no-bounds"]
 ROWS = {"decoded_true", "no_change", "own", "same", "wrong"}
@@ -45,6 +46,15 @@ def test_a_run_draws_what_each_learner_predicts_and_the_decoder_changes_nothing(
         assert strips["interp/true"].shape == (3, k, 64, 64) and strips["interp/same"].dtype == np.uint8
         assert list(strips["horizons"]) == px["horizons"]
     assert (run / "figures" / "predictions.png").stat().st_size > 10_000
+    # In TensorBoard: the run's steps, and at its last step its ending (the bounds' pixel rows
+    # among its numbers) with the strips' figure.
+    acc = assert_events_are_the_store(run)
+    ending = ending_scalars(s)
+    assert "pixels/h8/pooled/ceiling (oracle)" in ending and "bounds/D^50/pooled/floor" in ending
+    for tag, value in ending.items():
+        steps, got = event_scalars(acc, tag)
+        assert list(steps) == [40] and got[0] == np.float32(value), tag
+    assert "figures/predictions" in acc.Tags()["images"]
     # runners.evaluate draws the same on demand: the same checkpoint, the same numbers.
     ev = cli("evaluate", str(run), "--predictions", str(tmp_path / "p.png"),
              "--out", str(tmp_path / "p.json"))  # fmt: skip
