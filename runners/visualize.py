@@ -123,6 +123,8 @@ class Visualize:
     """draw only the final frame (benchmark)"""
     window: int = 600
     """steps shown in the charts"""
+    predictions: bool = True
+    """draw each track's predictions as frames (a pixel decoder fit beside each track, shown 3 times a second); they cost about 7% of the steps per second and a third of the redraws (docs/visualize.md#what-it-predicts): --no-predictions leaves them out"""
     screenshot: Annotated[str | None, tyro.conf.arg(metavar="PNG")] = None
     """write the final frame here"""
     video: Annotated[str | None, tyro.conf.arg(metavar="DIR")] = None
@@ -431,7 +433,9 @@ def make_app(args: Visualize, loops: list[OnlineLoop], root: Path, target: tuple
         screenshot=Path(args.screenshot) if args.screenshot else None,
         video_dir=Path(args.video) if args.video else None, shots_dir=root / "screenshots",
     )  # fmt: skip
-    return App([LoopDriver(lp, records=i == 0) for i, lp in enumerate(loops)], app_cfg, surface)
+    drivers = [LoopDriver(lp, records=i == 0, predictions=args.predictions)
+               for i, lp in enumerate(loops)]  # fmt: skip
+    return App(drivers, app_cfg, surface)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

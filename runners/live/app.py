@@ -29,7 +29,7 @@ from typing import Protocol
 import numpy as np
 import pygame
 
-from runners.live.model import History, Snapshot, TrackView, WorldView, world_label
+from runners.live.model import History, Predictions, Snapshot, TrackView, WorldView, world_label
 from runners.live.screen import Screen
 
 GRAVITY_STEP = 0.05
@@ -77,6 +77,7 @@ class TrackDriver(Protocol):
     def buffer_worlds(self) -> np.ndarray: ...  # (n,) world tags, oldest first
     def attention(self) -> np.ndarray | None: ...  # (n,) weights of the current query
     def wrong_world(self) -> tuple[float, float] | None: ...  # (peer D, wrong-world D) or None
+    def predictions(self) -> Predictions | None: ...  # the shown streams' future, decoded
 
     # the physics (worlds protocol: ``set_physics`` holds every stream in that world; a
     # paper-protocol driver: ``held`` is False, ``stream_physics`` None)
@@ -346,7 +347,7 @@ class App:
             TrackView(name=d.name, history=self.histories[d.name], capacity=d.capacity,
                       buffer_worlds=d.buffer_worlds(), attention=d.attention(),
                       wrong_world=d.wrong_world(), frozen=d.frozen, generates=d.generates,
-                      buffer_title=d.buffer_title)  # fmt: skip
+                      buffer_title=d.buffer_title, predictions=d.predictions())  # fmt: skip
             for d in self.drivers
         ]
         return Snapshot(step=self.step, steps_per_s=self._rate, world=world, tracks=tracks,

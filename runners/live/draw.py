@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pygame
 
+from runners.live import model
 from runners.style import SCREEN_TRACK_COLORS, num
 
 Color = tuple[int, int, int]
@@ -208,10 +209,25 @@ def draw_arrow(surf: pygame.Surface, center: tuple[int, int], length: float, ang
         pygame.draw.line(surf, color, tip, end, width)
 
 
-def frame_surface(frame: np.ndarray, size: int) -> pygame.Surface:
-    """A ``(64, 64)`` uint8 frame as a grey ``size`` x ``size`` surface (nearest upscaling)."""
+def frame_surface(frame: np.ndarray, size: int, smooth: bool = False) -> pygame.Surface:
+    """A ``(64, 64)`` uint8 frame as a grey ``size`` x ``size`` surface (nearest scaling;
+    ``smooth``: averaged, which keeps thin strokes in a tile smaller than the frame)."""
     rgb = np.repeat(np.asarray(frame, np.uint8).T[:, :, None], 3, axis=2)  # (W, H, 3)
-    return pygame.transform.scale(pygame.surfarray.make_surface(rgb), (size, size))
+    return _scaled(pygame.surfarray.make_surface(rgb), size, smooth)
+
+
+def overlay_surface(pred: np.ndarray, true: np.ndarray, size: int) -> pygame.Surface:
+    """A decoded frame in magenta over the true one in green (``model.overlay``: white where
+    they agree), both ``(64, 64)`` uint8, as a ``size`` x ``size`` surface (averaged scaling)."""
+    rgb = (model.overlay(np.asarray(pred, np.float64), np.asarray(true, np.float64)) * 255.0)
+    surf = pygame.surfarray.make_surface(rgb.round().astype(np.uint8).transpose(1, 0, 2))
+    return _scaled(surf, size, True)
+
+
+def _scaled(surf: pygame.Surface, size: int, smooth: bool) -> pygame.Surface:
+    if surf.get_size() == (size, size):
+        return surf
+    return (pygame.transform.smoothscale if smooth else pygame.transform.scale)(surf, (size, size))
 
 
 def draw_buffer(surf: pygame.Surface, rect: pygame.Rect, worlds: np.ndarray,

@@ -17,6 +17,10 @@ beyond the step metrics is read from public attributes, at redraw time only:
   reading the next group that lives in a different world), at most ``WRONG_HZ`` times per
   second, smoothed over the readings (``WRONG_SMOOTH``); none while the streams are held in
   one world;
+- what the track predicts, drawn as frames (``live.predictions``): a pixel decoder fit online
+  beside the learner (after every few steps, on its EMA target's latents of the step's batch),
+  and the learner's prediction of the shown streams on the last step's batch decoded, at most
+  ``PRED_HZ`` times per second (off: ``predictions=False``);
 - interactive physics changes: ``loop.enter`` (paper: ``vec_env.set_physics`` and
   ``source.set_shifted``; worlds: ``ScheduledStreams.enter``, which holds every stream in the world
   and ends its episode), the loop's own switches covering only the scripted schedule.
@@ -43,12 +47,14 @@ from agent.step import (
     target_latents,
     world_key,
 )
-from runners.live.model import NORM_ERROR
+from runners.live.model import NORM_ERROR, Predictions
+from runners.live.predictions import LivePredictions
 from runners.online.loop import OnlineLoop
 
 ATTN_HZ = 4.0
 WRONG_HZ = 2.0
 WRONG_SMOOTH = 0.8  # each reading's weight in the shown value is 1 - WRONG_SMOOTH
+PRED_HZ = 3.0
 ATTN_STREAMS = 16
 SHOWN_STREAMS = 4
 
@@ -56,7 +62,7 @@ SHOWN_STREAMS = 4
 class LoopDriver:
     """One track's ``OnlineLoop`` seen through the ``app.TrackDriver`` interface."""
 
-    def __init__(self, loop: OnlineLoop, records: bool = True) -> None:
+    def __init__(self, loop: OnlineLoop, records: bool = True, predictions: bool = True) -> None:
         self.loop = loop
         self.records = records  # R records frames in this track's run (one is enough)
         self.learner = loop.learner
@@ -87,6 +93,12 @@ class LoopDriver:
         if n < step * SHOWN_STREAMS:  # fewer worlds than tiles: the first streams
             step = 1
         self.shown = np.arange(0, n, step)[:SHOWN_STREAMS]
+        self._live = None  # the decoder fit beside the learner (``live.predictions``)
+        if predictions:
+            self._live = LivePredictions(self.learner, self.shown, int(agent.seed))
+        self._pred: Predictions | None = None
+        self._pred_t = -1.0
+        self._pred_step = -1  # the step whose batch ``_pred`` shows
 
     # ----------------------------------------------------------------- state
     @property
@@ -102,6 +114,8 @@ class LoopDriver:
         batch = self.loop.prepare()  # ``loop.step()``, keeping the batch for ``wrong_world``
         result = self.loop.complete(batch, self.learner.update(batch))
         self._batch = batch
+        if self._live is not None:
+            self._live.learn(batch)
         self._pending.append(result.metrics)
 
     def drain(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -187,6 +201,21 @@ class LoopDriver:
             self._wrong = (a * self._wrong[0] + (1 - a) * reading[0],
                            a * self._wrong[1] + (1 - a) * reading[1])
         return self._wrong
+
+    def predictions(self) -> Predictions | None:
+        """The shown streams' true future and the learner's prediction of it, decoded, on the
+        last step's batch (``live.predictions``), made again at most ``PRED_HZ`` times per
+        second and only after a new step; None before the first step and with the predictions
+        off."""
+        if self._live is None or self._batch is None:
+            return None
+        now = time.perf_counter()
+        fresh = self._pred is not None and now - self._pred_t < 1.0 / PRED_HZ
+        if fresh or self._pred_step == self.step_count:
+            return self._pred
+        self._pred_t, self._pred_step = now, self.step_count
+        self._pred = self._live.show(self._batch)
+        return self._pred
 
     # ----------------------------------------------------------------- control
     def physics(self) -> tuple[float, float]:

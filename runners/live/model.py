@@ -91,6 +91,29 @@ class History:
         return float(self._cols[key][(self._n - 1) % self.window]) if self._n else float("nan")
 
 
+def overlay(pred: np.ndarray, true: np.ndarray) -> np.ndarray:
+    """A decoded frame ``pred`` in magenta, scaled to its brightest pixel (a blurred prediction is
+    dim), over the true one ``true`` in green, white where they agree: (H, W, 3) float in [0, 1]
+    of two uint8 frames (H, W). The colouring of figures/predictions.png
+    (``runners.online.strips``) and of the view's predictions."""
+    pred = pred / max(1.0, float(pred.max()))
+    return np.stack([pred, true / 255.0, pred], -1)
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """What a track predicts for the shown streams, drawn as frames (``live.predictions``): the
+    true frames at each horizon of the last step's batch and the track's predicted latents there
+    through a pixel decoder fit beside it."""
+
+    step: int  # the learner step whose batch it is
+    horizons: tuple[int, ...]  # (K,) frames ahead of the input frame
+    true: np.ndarray  # (S, K, 64, 64) uint8: the true frame at each horizon
+    decoded: np.ndarray  # (S, K, 64, 64) uint8: the predicted latent there, decoded
+    loss: float  # the decoder's fit loss (binary cross-entropy) at its last step
+    pairs: int  # (latent, frame) pairs the decoder is fit on
+
+
 def world_label(gravity: float, direction: float, family: str = "") -> str:
     """A world as the view's lines name it: "g 0.30 @ 45 deg (interp)" (its family if known)."""
     return f"g {gravity:.2f} @ {direction:.0f} deg" + (f" ({family})" if family else "")
@@ -115,6 +138,9 @@ class TrackView:
     generates: str = ""
     #: what ``buffer_worlds`` is: the one buffer (paper), or one stream's own memory (worlds)
     buffer_title: str = "buffer"
+    #: the shown streams' true future and the track's prediction of it, decoded; None: none
+    #: yet (before the first step), or the view's predictions are off
+    predictions: Predictions | None = None
 
 
 @dataclass

@@ -5,21 +5,25 @@
 | header: step, steps/s, phase, gravity, mode, PAUSED / REC                                  |
 +----------------------+---------------------------------------------------------------------+
 | stream tiles (2x2)   | track A            | track C            | ...  (one column per track) |
-| (worlds: an arrow    |                    |                    |                             |
-|  per stream)         |                    |                    |                             |
-| gravity arrow        |  surprisal + thr.  |  surprisal + thr.  |                             |
-| switch marker        |  rolling error     |  rolling error     |                             |
-| error, all tracks    |  buffer fill/shift |  buffer fill/shift |                             |
-|                      |  generated |scale| |  generated |scale| |                             |
-|                      |  buffer cells      |  buffer cells      |                             |
-+----------------------+---------------------------------------------------------------------+
+| (worlds: an arrow    |  surprisal + thr.  |  surprisal + thr.  |                             |
+|  per stream)         |  rolling error     |  rolling error     |                             |
+| gravity arrow        |  buffer fill/shift |  buffer fill/shift |                             |
+| switch marker        |  generated |scale| |  generated |scale| |                             |
+| error, all tracks    |  buffer cells      |  buffer cells      |                             |
++----------------------+--------------------+--------------------+-----------------------------+
+| true future: a row   | A's prediction,    | C's prediction,    |  (the band: the same rows   |
+| per horizon, a tile  | decoded (magenta)  | decoded, over the  |   and tiles in every panel) |
+| per shown stream     | over the truth     | truth              |                             |
++----------------------+--------------------+--------------------+-----------------------------+
 | keys                                                                                       |
 +--------------------------------------------------------------------------------------------+
 ```
 All tracks share the x axis (the last ``History.window`` steps), so their curves line up.
 Under the worlds protocol (``WorldView.streams`` set) each stream tile carries its own world's
 arrow (direction and length from its gravity, blue for a training-family world, orange for any
-other) and the panel below shows the target world that G holds every stream in.
+other) and the panel below shows the target world that G holds every stream in. The band along
+the bottom (``Screen._predictions``) shows what each track predicts for the shown streams, its
+predicted latents decoded (``live.predictions``), under its column.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import pygame
 
 from runners.live import draw, model
 from runners.live.draw import Chart, Fonts, Series
-from runners.live.model import Snapshot, TrackView, world_label
+from runners.live.model import Predictions, Snapshot, TrackView, world_label
 from runners.style import num, pct
 
 SIZE = (1280, 720)
@@ -39,6 +43,15 @@ HEADER_H = 34
 FOOTER_H = 22
 LEFT_W = 292
 GAP = 8
+#: the predictions band along the bottom: its height, a row title's and a row label's width
+PRED_H = 164
+PRED_TITLE_H = 17
+PRED_LABEL_W = 30
+#: a track column's memory cells panel, and the left column's world panel below the streams
+BUFFER_H = 100
+WORLD_PANEL_H = 92
+#: the all-tracks error chart's least height (the stream tiles shrink to leave it)
+ERROR_CHART_MIN_H = 124
 #: steps during which the "physics just switched" marker stays on
 SWITCH_MARK_STEPS = 150
 #: the error charts' top: above 2x "no change" the value does not matter, the shape below does
@@ -70,6 +83,9 @@ class Screen:
         self.surface = surface
         self.fonts = fonts or Fonts()
         self.chart_rect: pygame.Rect | None = None  # union of the track charts (tests read it)
+        self.pred_rects: list[pygame.Rect] = []  # the predictions band's panels (tests read it)
+        # each panel's tiles, made again only for new predictions or a new tile size
+        self._tiles: dict[str, tuple[Predictions, int, list[list[pygame.Surface]]]] = {}
 
     # ----------------------------------------------------------------- whole frame
     def draw(self, snap: Snapshot) -> None:
@@ -78,10 +94,13 @@ class Screen:
         w, h = s.get_size()
         self._header(pygame.Rect(0, 0, w, HEADER_H), snap)
         body = pygame.Rect(GAP, HEADER_H + GAP, w - 2 * GAP, h - HEADER_H - FOOTER_H - 2 * GAP)
-        left = pygame.Rect(body.left, body.top, LEFT_W, body.height)
+        upper = body.height - PRED_H - GAP
+        left = pygame.Rect(body.left, body.top, LEFT_W, upper)
         self._world(left, snap)
-        tracks = pygame.Rect(left.right + GAP, body.top, body.right - left.right - GAP, body.height)
+        tracks = pygame.Rect(left.right + GAP, body.top, body.right - left.right - GAP, upper)
         self._tracks(tracks, snap)
+        band = pygame.Rect(body.left, body.bottom - PRED_H, body.width, PRED_H)
+        self._predictions(band, tracks, snap)
         keys = WORLDS_KEYS_HELP if snap.world.worlds else KEYS_HELP
         self.fonts.blit(s, keys, (GAP, h - FOOTER_H // 2), 16, draw.DIM, "midleft")
 
@@ -133,14 +152,16 @@ class Screen:
         else:
             title = "stream (identical for all tracks)"
         f.blit(s, title, (rect.left + 6, rect.top + 4), 16, draw.DIM)
-        tile = (rect.width - 12 - 4) // 2
+        free = rect.height - 22 - 8 - WORLD_PANEL_H - 6 - ERROR_CHART_MIN_H
+        tile = min((rect.width - 12 - 4) // 2, free // 2)
+        left = rect.left + (rect.width - 2 * tile - 4) // 2  # the tiles centred
         top = rect.top + 22
         last_switch = wv.switches[-1] if wv.switches else None
         since = snap.step - last_switch[0] if last_switch else None
         just = since is not None and 0 <= since < SWITCH_MARK_STEPS
         for i in range(min(len(wv.frames), 4)):
             r, c = divmod(i, 2)
-            tr = pygame.Rect(rect.left + 6 + c * (tile + 4), top + r * (tile + 4), tile, tile)
+            tr = pygame.Rect(left + c * (tile + 4), top + r * (tile + 4), tile, tile)
             s.blit(draw.frame_surface(wv.frames[i], tile), tr)
             if wv.worlds:
                 if i < len(wv.streams):
@@ -151,7 +172,7 @@ class Screen:
             if just:
                 pygame.draw.rect(s, draw.SWITCH, tr, 3)
         # gravity arrow (worlds: the held or target world) and the switch marker
-        gr = pygame.Rect(rect.left + 6, top + 2 * (tile + 4) + 4, rect.width - 12, 92)
+        gr = pygame.Rect(rect.left + 6, top + 2 * (tile + 4) + 4, rect.width - 12, WORLD_PANEL_H)
         self._world_panel(gr, snap, last_switch, just)
         self._error_chart(rect, gr, snap)
 
@@ -239,16 +260,12 @@ class Screen:
     def _tracks(self, rect: pygame.Rect, snap: Snapshot) -> None:
         """One column a track: its title bar, its charts and its memory buffer."""
         s, f = self.surface, self.fonts
-        n = max(len(snap.tracks), 1)
-        col_w = (rect.width - (n - 1) * GAP) // n
-        charts_top = rect.top + 24
-        buffer_h = 176
+        charts_top, buffer_h = rect.top + 24, BUFFER_H
         n_charts = 4 if any(t.generates for t in snap.tracks) else 3  # a LoRA chart where any
         chart_h = (rect.height - 24 - buffer_h - n_charts * 4) // n_charts
         self.chart_rect = pygame.Rect(rect.left, charts_top, rect.width, n_charts * (chart_h + 4))
         names = _world_names(snap)
-        for i, t in enumerate(snap.tracks):
-            col = pygame.Rect(rect.left + i * (col_w + GAP), rect.top, col_w, rect.height)
+        for t, col in zip(snap.tracks, _columns(rect, len(snap.tracks)), strict=False):
             self._track_title(col, t)
             y = charts_top
             for chart in self._track_charts(t, snap, n_charts, names):
@@ -327,6 +344,69 @@ class Screen:
         grid = pygame.Rect(br.left + 4, br.top + 18, br.width - 8, br.height - 22)
         draw.draw_buffer(s, grid, t.buffer_worlds, t.attention, t.capacity)
 
+    # ----------------------------------------------------------------- predictions band
+    def _predictions(self, band: pygame.Rect, tracks: pygame.Rect, snap: Snapshot) -> None:
+        """The bottom band: the shown streams' true future at each horizon in grey (under the
+        streams, left) and under each track's column its prediction of it, decoded, in magenta
+        over the true future in green; a row per horizon, a tile per shown stream in the
+        streams' order, the same rows and tiles in every panel."""
+        first = next((t.predictions for t in snap.tracks if t.predictions is not None), None)
+        n, k = (4, 3) if first is None else first.true.shape[:2]  # streams, horizons
+        left = pygame.Rect(band.left, band.top, LEFT_W, band.height)
+        cols = _columns(pygame.Rect(tracks.left, band.top, tracks.width, band.height),
+                        len(snap.tracks))  # fmt: skip
+        fit_h = (band.height - PRED_TITLE_H - 2) // k - 2
+        fit_w = min(r.width - PRED_LABEL_W - 4 for r in (left, *cols)) // n - 2
+        tile = max(8, min(fit_h, fit_w))
+        self.pred_rects = [left, *cols]
+        self._pred_panel(left, "", "true future (all tracks)", first, tile)
+        for t, col in zip(snap.tracks, cols, strict=False):
+            self._pred_panel(col, t.name, "predicted (magenta), true (green)",
+                             t.predictions, tile)  # fmt: skip
+
+    def _pred_panel(self, rect: pygame.Rect, track: str, title: str, pred: Predictions | None,
+                    tile: int) -> None:  # fmt: skip
+        """One panel of the band (``track`` "": the true future alone)."""
+        s, f = self.surface, self.fonts
+        pygame.draw.rect(s, draw.PANEL, rect)
+        r = f.blit(s, title, (rect.left + 4, rect.top + 2), 14, draw.DIM)
+        if pred is None:
+            f.blit(s, "n/a", rect.center, 16, draw.GRID, "center")
+            return
+        loss = f.render(f"decoder loss {num(pred.loss, 3)}", 14, draw.DIM)
+        if track and r.right + 8 + loss.get_width() <= rect.right - 4:  # where there is room
+            s.blit(loss, loss.get_rect(topright=(rect.right - 4, rect.top + 2)))
+        rows = self._pred_tiles(track, pred, tile)
+        x = rect.left + (rect.width - PRED_LABEL_W - len(rows[0]) * (tile + 2)) // 2  # centred
+        for j, (h, row) in enumerate(zip(pred.horizons, rows, strict=True)):
+            y = rect.top + PRED_TITLE_H + j * (tile + 2)
+            f.blit(s, f"+{h}", (x + PRED_LABEL_W - 6, y + tile // 2), 14, draw.DIM, "midright")
+            for i, surf in enumerate(row):
+                s.blit(surf, (x + PRED_LABEL_W + i * (tile + 2), y))
+
+    def _pred_tiles(self, track: str, pred: Predictions,
+                    tile: int) -> list[list[pygame.Surface]]:  # fmt: skip
+        """A panel's tiles by horizon, then stream (``track`` "": the true future in grey)."""
+        cached = self._tiles.get(track)
+        if cached is not None and cached[0] is pred and cached[1] == tile:
+            return cached[2]
+        n, k = pred.true.shape[:2]
+        if track:
+            rows = [[draw.overlay_surface(pred.decoded[i, j], pred.true[i, j], tile)
+                     for i in range(n)] for j in range(k)]  # fmt: skip
+        else:
+            rows = [[draw.frame_surface(pred.true[i, j], tile, smooth=True) for i in range(n)]
+                    for j in range(k)]  # fmt: skip
+        self._tiles[track] = (pred, tile, rows)
+        return rows
+
+
+def _columns(rect: pygame.Rect, n: int) -> list[pygame.Rect]:
+    """``rect`` split into ``n`` columns (at least one) a ``GAP`` apart: the tracks'."""
+    n = max(n, 1)
+    width = (rect.width - (n - 1) * GAP) // n
+    return [pygame.Rect(rect.left + i * (width + GAP), rect.top, width, rect.height)
+            for i in range(n)]  # fmt: skip
 
 
 def _world_names(snap: Snapshot) -> tuple[str, str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from runners.live.model import overlay
 from runners.online.plots import plt, save_figure
 from runners.online.rundir import RunFolder
 
@@ -51,13 +52,6 @@ def _mosaic(tiles: list[list[np.ndarray | None]], seqs: int, cols: int) -> np.nd
     return out
 
 
-def _overlay(pred: np.ndarray, true: np.ndarray) -> np.ndarray:
-    """A decoded frame in magenta, scaled to its brightest pixel (a blurred prediction is dim),
-    over the true one in green: white where they agree."""
-    pred = pred / max(1.0, float(pred.max()))
-    return np.stack([pred, true / 255.0, pred], -1)
-
-
 def _rows(found: dict[str, dict[str, np.ndarray] | None], fam: str, track: str
           ) -> tuple[list[str], list[list[np.ndarray | None]]]:  # fmt: skip
     """A family's row labels and tiles: the input and true frames in grey, then each learner's
@@ -75,7 +69,7 @@ def _rows(found: dict[str, dict[str, np.ndarray] | None], fam: str, track: str
             tiles.append([t for s in range(len(true)) for t in (grey[0][s], *grey[1][s])])
         else:
             tiles.append([t for s in range(len(true))
-                          for t in (None, *(_overlay(p, q) for p, q in zip(strip[s], true[s], strict=True)))])
+                          for t in (None, *(overlay(p, q) for p, q in zip(strip[s], true[s], strict=True)))])
     return labels, tiles
 
 

@@ -24,7 +24,11 @@ from runners.live.model import (
     SHIFT_SHARE,
     SURPRISAL,
     THRESHOLD,
+    Predictions,
 )
+
+#: The fake predictions' horizons (frames ahead).
+FAKE_HORIZONS = (2, 4, 8)
 
 #: The fake training worlds (``worlds=True``): gravity in this range, pointing within
 #: ``FAKE_SPREAD`` degrees of an axis, for an episode of ``FAKE_EPISODE`` steps (low, high).
@@ -183,6 +187,21 @@ class FakeDriver:
         logits += 0.3 * self._rng.standard_normal(n)
         w = np.exp(logits - logits.max())
         return w / w.sum()
+
+    def predictions(self) -> Predictions | None:
+        """The newest frames moved down h px as the "true future" at each horizon h, and a
+        blurred copy as the prediction, the worse the less memory the track has (A: not
+        moved at all); None before the first step."""
+        if self.step_count == 0:
+            return None
+        now = self.world.frames().astype(np.float64)  # (S, 64, 64)
+        memory = {"A": 0.0, "B": 0.5, "C": 1.0}.get(self.name, 0.7)
+        true = np.stack([np.roll(now, h, axis=1) for h in FAKE_HORIZONS], 1)
+        moved = np.stack([np.roll(now, round(memory * h), axis=1) for h in FAKE_HORIZONS], 1)
+        blurred = sum(np.roll(moved, d, axis=a) for d in (-2, 0, 2) for a in (2, 3)) / 6
+        return Predictions(step=self.step_count, horizons=FAKE_HORIZONS,
+                           true=true.astype(np.uint8), decoded=blurred.astype(np.uint8),
+                           loss=0.2, pairs=64)  # fmt: skip
 
     def wrong_world(self) -> tuple[float, float] | None:
         # worlds protocol, a memory track, streams in their own worlds: another world's memory
