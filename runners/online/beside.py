@@ -20,6 +20,7 @@ main folder continues every one.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from runners.cli import CliError, usable_cores
@@ -27,6 +28,9 @@ from runners.online import bounds
 from runners.online.config import RunConfig
 from runners.online.rundir import RunFolder, StopRequest
 from runners.studies.backends import LocalBackend, RunResult, RunSpec
+
+#: How often a stop of the main process is looked for while the bounds train (seconds).
+WATCH_S = 0.2
 
 
 def workers_for(cfg: RunConfig) -> int:
@@ -53,8 +57,10 @@ class Bounds:
     they train after it) and returns their summaries; leaving the ``with`` block early stops
     them and waits."""
 
-    def __init__(self, cfg: RunConfig, folder: RunFolder, workers: int, threads: int) -> None:
+    def __init__(self, cfg: RunConfig, folder: RunFolder, workers: int, threads: int,
+                 stop: StopRequest | None = None) -> None:  # fmt: skip
         self.folder = folder
+        self.stop = stop  # this process's: a stop of it is passed on (``_watch``)
         self.names = pending(folder)
         self.beside = workers > 1 and bool(self.names)
         self.backend = LocalBackend(max(1, min(workers - 1, len(self.names))), threads)
@@ -63,10 +69,21 @@ class Bounds:
         self.thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Start the bounds' jobs (nothing to start: nothing happens)."""
+        """Start the bounds' jobs (nothing to start: nothing happens), and the watch that passes
+        a stop of this process on to them."""
         if self.thread is None and self.jobs:
             self.thread = threading.Thread(target=self._run, name="bounds", daemon=True)
             self.thread.start()
+            threading.Thread(target=self._watch, name="bounds-stop", daemon=True).start()
+
+    def _watch(self) -> None:
+        """While the bounds run, a stop of this process (``self.stop``: Ctrl-C, SIGTERM, the
+        main folder's PAUSE) reaches them within ``WATCH_S``, whatever this process's main
+        thread is doing (training, or writing its own ending while the bounds still train)."""
+        while self.running:
+            if self.stop is not None and self.stop.requested and not self.backend.stopping:
+                self.backend.stop()
+            time.sleep(WATCH_S)
 
     @property
     def running(self) -> bool:
@@ -98,6 +115,7 @@ class Bounds:
         """Wait for the bounds (passing a stop request of this process on to them); their
         summaries by name, or None when a stop cut one short. ``CliError`` when one failed,
         naming its log."""
+        self.stop = stop
         if not stop.requested:
             self.start()
         while self.running:

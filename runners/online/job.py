@@ -96,7 +96,7 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
         others = None
         if bounds.wanted(cfg):
             others = held.enter_context(beside.Bounds(cfg, folder, beside.workers_for(cfg),
-                                                      torch.get_num_threads()))  # fmt: skip
+                                                      torch.get_num_threads(), stop))  # fmt: skip
         s = run(cfg, folder, stop, resume=resume,
                 opened=None if others is None else lambda: _start(others))
         if s is None:
