@@ -182,6 +182,7 @@ def track_config(args: Visualize, name: str, from_dir: Path | None, protocol: st
                "--steps", str(steps), "--record-frames", "0",
                "--eval-every", str(args.eval_every or steps + 1)]
     tokens += ["--oracle"] if name == ORACLE else []
+    tokens += ["--decoder-steps", "0"]  # no held-out report here: the view's decoder draws
     # no scripted switch: the G key makes them
     tokens += [t for sw in args.switch for t in ("--switch", str(sw))] or ["--no-switch"]
     if "source" in {f.name for f in dataclasses.fields(PROTOCOLS[protocol])}:

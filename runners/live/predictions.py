@@ -50,9 +50,10 @@ HIDDEN = 128
 #: The decoder learns after every LEARN_EVERY-th learner step: PUSH target frames of the batch
 #: (a few streams', at every horizon) into the ring, then FIT_STEPS AdamW steps of BATCH pairs
 #: at a constant rate LR. Measured on the cpu preset's latents: 200 such steps bring the
-#: decoder's loss on frames it has not seen to within 10% of the held-out report's fit (1,000
-#: steps of 128 at width 256; a rate of 3e-3 needs about twice the steps); a learn costs about
-#: a seventh of a learner step, so a fortieth of the track's time.
+#: decoder's loss on frames it has not seen to within 10% of a 1,000-step fit of 128 at width
+#: 256 (the held-out report's before it standardised its latents; a rate of 3e-3 needs about
+#: twice the steps); a learn costs about a seventh of a learner step, so a fortieth of the
+#: track's time.
 LEARN_EVERY = 6
 PUSH = 24
 FIT_STEPS = 1

@@ -73,8 +73,8 @@ class Schedule:
     """Steps per metrics block (one host sync, one zarr append, one progress-bar update)."""
     rolling_window: int = 100
     """Steps in the rolling stream error."""
-    decoder_steps: int = 1000
-    """Worlds protocol: AdamW steps of the pixel decoder that the held-out report at the end fits to draw the predictions (probes.decoder; about 8 s on one CPU core); 0: none."""
+    decoder_steps: int = 4000
+    """Worlds protocol: AdamW steps of the pixel decoder that the held-out report at the end fits to draw the predictions (probes.decoder; about 30 s on one CPU core); 0: none."""
 
 
 @dataclass

@@ -42,7 +42,7 @@ from probes.digits import ProbeSet, probe_report
 from probes.gravity import gravity_probe
 from probes.perfect_physics import perfect_physics
 from probes.world import ProbeConfig, ProbeWorld, world_probe
-from runners.online.pixels import pixel_report
+from runners.online.pixels import DecoderThread, pixel_report
 from runners.online.world_sets import WorldSets, world_set
 
 
@@ -137,6 +137,13 @@ class CurveEvaluator:
         """The periodic evaluation at the learner's current step."""
         return EvalRecord.from_results(learner.step, self.curve(learner), self.horizons)
 
+    def weights_final(self, learner: Learner) -> None:
+        """Told that the learner's weights will not change again (they froze): work on them
+        may start early. Nothing here."""
+
+    def close(self) -> None:
+        """Stop what ``weights_final`` started. Nothing here."""
+
 
 class Evaluator(CurveEvaluator):
     """The paper protocol's evaluations of one learner on fixed splits (``agent.EvalData``)."""
@@ -163,6 +170,21 @@ class WorldsEvaluator(CurveEvaluator):
                  decoder_steps: int = 0) -> None:  # fmt: skip
         super().__init__(ns, horizons)
         self.sets, self.decoder_steps = sets, decoder_steps
+        self.decoder: DecoderThread | None = None  # started when the weights are final
+
+    def weights_final(self, learner: Learner) -> None:
+        """Start the held-out report's pixel decoder on the final target encoder, so that it
+        fits beside the rest of the run (``runners.online.pixels.DecoderThread``)."""
+        if self.decoder_steps and self.decoder is None:
+            self.decoder = self._decoder(learner)
+
+    def close(self) -> None:
+        if self.decoder is not None:
+            self.decoder.stop()
+            self.decoder = None
+
+    def _decoder(self, learner: Learner) -> DecoderThread:
+        return DecoderThread(learner, self.sets.families, self.sets.seed, self.decoder_steps)
 
     def results(self, learner: Learner, ns: tuple[int, ...]) -> list[EvalResult]:
         (shift,) = world_curves(learner, [self.sets.shift], ns, ("own",))
@@ -185,32 +207,40 @@ class WorldsEvaluator(CurveEvaluator):
         reads = tracks.reads_memory(cfg.track) and not cfg.oracle
         memories = ("own", "same", "wrong") if reads else ("own",)
         decoded = self.decoder_steps > 0
-        curves = world_curves(learner, self.sets.held_out, tuple(ns), memories, peers(cfg),
-                              keep=max(ns) if decoded else None)  # fmt: skip
-        pixels = None
-        if decoded:
-            pixels, shown = pixel_report(learner, self.sets, curves, max(ns),
-                                         input_index(cfg, max(ns)), self.decoder_steps)  # fmt: skip
-            if strips is not None:
-                np.savez_compressed(strips, **shown)
-        return {
-            "ns": [int(n) for n in ns], "horizons": self.horizons, "memories": list(memories),
-            "families": family_means(curves),
-            "worlds": [
-                {"world": c.world, "family": c.family, "memory": c.memory,
-                 "physics": [float(x) for x in w.physics], "d": c.d, "d_per_h": c.d_per_h}
-                for c in curves
-                for w in self.sets.held_out if w.name == c.world
-            ],
-            "probes": probes(learner, self.sets),
-            "pixels": pixels,
-            "reference": reference_check(learner, self.sets.held_out),
-            "perfect_physics": perfect_physics(  # seen_mean's worlds: the training family
-                learner, self.sets.held_out, max(ns), family=next(iter(self.sets.families.values())),
-                seed=self.sets.seed),
-            "gravity_probe": None if memories == ("own",) else gravity_probe_report(
-                learner, n=max(ns), seed=self.sets.seed, families=self.sets.families),
-        }  # fmt: skip
+        if self.decoder is not None and not self.decoder.made_for(learner):
+            self.close()  # (weights changed after all: a checkpoint loaded into the learner)
+        # the decoder fits in a thread meanwhile (started when the weights froze, or now)
+        decoder = self.decoder or (self._decoder(learner) if decoded else None)
+        try:
+            curves = world_curves(learner, self.sets.held_out, tuple(ns), memories, peers(cfg),
+                                  keep=max(ns) if decoded else None)  # fmt: skip
+            out = {
+                "ns": [int(n) for n in ns], "horizons": self.horizons, "memories": list(memories),
+                "families": family_means(curves),
+                "worlds": [
+                    {"world": c.world, "family": c.family, "memory": c.memory,
+                     "physics": [float(x) for x in w.physics], "d": c.d, "d_per_h": c.d_per_h}
+                    for c in curves
+                    for w in self.sets.held_out if w.name == c.world
+                ],
+                "probes": probes(learner, self.sets),
+                "pixels": None,
+                "reference": reference_check(learner, self.sets.held_out),
+                "perfect_physics": perfect_physics(  # seen_mean's worlds: the training family
+                    learner, self.sets.held_out, max(ns),
+                    family=next(iter(self.sets.families.values())), seed=self.sets.seed),
+                "gravity_probe": None if memories == ("own",) else gravity_probe_report(
+                    learner, n=max(ns), seed=self.sets.seed, families=self.sets.families),
+            }  # fmt: skip
+            if decoder is not None:
+                out["pixels"], shown = pixel_report(learner, self.sets, curves, max(ns),
+                                                    input_index(cfg, max(ns)), decoder.result())  # fmt: skip
+                if strips is not None:
+                    np.savez_compressed(strips, **shown)
+        finally:
+            if decoder is not None and decoder is not self.decoder:
+                decoder.stop()
+        return out
 
 
 def gravity_probe_report(learner: Learner, *, n: int, seed: int,

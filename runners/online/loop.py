@@ -260,7 +260,13 @@ class OnlineLoop:
         if s in self.switch_at:
             self.enter(self.cfg.physics_at(s))
             if self.frozen:
-                self.learner.freeze_weights()
+                self.freeze()
+
+    def freeze(self) -> None:
+        """Freeze the learner's weights (``memory`` mode) and tell the evaluator they are final
+        (the held-out report's pixel decoder starts fitting on them)."""
+        self.learner.freeze_weights()
+        self.evaluator.weights_final(self.learner)
 
     def complete(self, batch: Batch, metrics: StepMetrics) -> StepResult:
         """A step's second half, once the learner has updated on ``batch`` with ``metrics``:
@@ -398,7 +404,7 @@ class OnlineLoop:
             except (TypeError, ValueError) as err:
                 raise CliError(f"cannot resume: {latest}: damaged physics ({err})") from None
         if self.frozen:
-            self.learner.freeze_weights()
+            self.freeze()
         if s:
             m = self.recorder.read_metrics()
             self.records.update(m["step"], {k: v for k, v in m.items() if k != "step"}, self.phase_starts)
@@ -408,6 +414,8 @@ class OnlineLoop:
             self.log(f"removed {self.folder.pause} (it stopped the previous session)")
 
     def close(self) -> None:
-        """Flush what is pending (no checkpoint) and close the events."""
+        """Flush what is pending (no checkpoint), close the events and stop the evaluator's
+        work on the final weights."""
         self.flush()
         self.events.close()
+        self.evaluator.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +11,7 @@ import torch
 import env
 from probes.decoder import (
     DecoderConfig,
+    DecoderFit,
     PixelDecoder,
     decode,
     digit_positions,
@@ -59,6 +62,32 @@ def test_fit_is_deterministic_leaves_the_global_generator_and_sends_no_gradient(
     assert source.weight.grad is None and not any(p.requires_grad for p in a.parameters())
     other = fit_decoder(z, x, DecoderConfig(steps=5, batch=8, hidden=32, seed=1))
     assert not torch.equal(other.net[0].weight, a.net[0].weight)
+
+
+def test_a_fit_in_a_thread_is_the_same_while_the_caller_draws_and_a_stop_ends_it() -> None:
+    frames, _, _ = _scenes(8, steps=4)
+    x = torch.from_numpy(frames.reshape(-1, 1, 64, 64))
+    z = torch.randn(x.shape[0], 6) * 0.05 + 3.0  # a latent's own scale and offset
+    cfg = DecoderConfig(steps=200, batch=8, hidden=32)
+    here = fit_decoder(z, x, cfg)
+    assert torch.allclose(here.center, z.mean(0)) and torch.allclose(here.scale, z.std(0, correction=0))
+    fit, out = DecoderFit(z.shape[1], z.shape[0], cfg), []
+    worker = threading.Thread(target=lambda: out.append(fit.run(z, x)))
+    worker.start()
+    while worker.is_alive():  # the caller draws from the global generators meanwhile
+        torch.randn(64)
+        np.random.rand()
+    worker.join()
+    for p, q in zip(here.state_dict().values(), out[0].state_dict().values(), strict=True):
+        assert torch.equal(p, q)
+    stop = threading.Event()
+    stop.set()
+    stopped = DecoderFit(z.shape[1], z.shape[0], cfg)
+    untouched = [p.clone() for p in stopped.decoder.parameters()]
+    assert stopped.run(z, x, stop) is None
+    assert all(torch.equal(p, q) for p, q in zip(untouched, stopped.decoder.parameters(), strict=True))
+    with pytest.raises(ValueError, match="drawn for 32 frames"):
+        DecoderFit(z.shape[1], z.shape[0], cfg).run(z[:5], x[:5])
 
 
 def test_a_fit_learns_the_frames_it_is_shown() -> None:

@@ -105,5 +105,17 @@ def test_the_report_leaves_the_learner_and_the_generators_as_they_were(tmp_path:
     assert np.array_equal(np.random.get_state()[1], rngs[1])
     again = evaluator.report(learner, cfg.schedule.final_ns)["pixels"]
     assert again == px  # deterministic
+    # Started early, when the weights froze (a thread beside the run): the same decoder.
+    evaluator.weights_final(learner)
+    assert evaluator.decoder is not None
+    assert evaluator.report(learner, cfg.schedule.final_ns)["pixels"] == px
+    # Weights that changed after all (a checkpoint loaded into the learner): fit again on them.
+    with torch.no_grad():
+        next(learner.nets.target.target.parameters()).mul_(1.5)
+    changed = evaluator.report(learner, cfg.schedule.final_ns)["pixels"]
+    fresh = cfg.protocol.evaluator(cfg).report(learner, cfg.schedule.final_ns)["pixels"]
+    assert changed == fresh and changed != px
+    evaluator.close()
+    assert evaluator.decoder is None
     with np.load(strips) as z:
         assert {"interp/true", "extrap/no_change"} <= set(z)
