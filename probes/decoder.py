@@ -34,7 +34,7 @@ class DecoderConfig:
     """The decoder's size and its fit (the defaults: docs/definitions.md#the-pixel-decoder)."""
 
     hidden: int = 256  # the width of its two hidden layers
-    steps: int = 4000  # AdamW steps of the fit
+    steps: int = 1000  # AdamW steps of the fit
     batch: int = 128  # frames a step
     lr: float = 2e-2  # peak rate (cosine to 0)
     seed: int = 0  # init and batches (the fit leaves the global generators as they were)

@@ -45,10 +45,11 @@ from runners.online.world_sets import WorldSets
 
 #: Sequences of each held-out family in the strips.
 STRIP_SEQS = 3
-#: The decoder's fit data: at most FIT_WORLDS worlds of the training family, FIT_SEQS sequences
-#: of FIT_LEN frames each (65,536 frames; a quarter as many placed the digits 0.2 px further
-#: off), fewer for a fit that draws fewer frames than that (``--preset tiny``).
-FIT_WORLDS, FIT_SEQS, FIT_LEN = 64, 128, 8
+#: The decoder's fit data: WORLDS_PER_1000_STEPS worlds of the training family for every 1,000
+#: steps of its fit (each frame drawn about 8 times), at most FIT_WORLDS, FIT_SEQS sequences of
+#: FIT_LEN frames each (65,536 frames at 4,000 steps; at 4,000 steps a quarter as many frames
+#: placed the digits 0.2 px further off).
+FIT_WORLDS, WORLDS_PER_1000_STEPS, FIT_SEQS, FIT_LEN = 64, 16, 128, 8
 
 
 def fit_frames(families: dict[str, env.WorldFamily], seed: int, worlds: int) -> torch.Tensor:
@@ -64,8 +65,8 @@ def fit_frames(families: dict[str, env.WorldFamily], seed: int, worlds: int) -> 
 
 
 class DecoderThread:
-    """A decoder fit in ``steps`` on ``fit_frames`` (enough whole worlds for the frames its steps
-    draw, at most FIT_WORLDS: 65,536 frames) through the learner's EMA target, in a thread
+    """A decoder fit in ``steps`` on ``fit_frames`` (WORLDS_PER_1000_STEPS worlds a 1,000 steps,
+    at most FIT_WORLDS) through the learner's EMA target, in a thread
     beside whatever the caller does meanwhile: the decoder's init and batches drawn here
     (``probes.decoder.DecoderFit``), the frames drawn and encoded and the steps taken there
     (the EMA target only read, and no global generator touched). ``result`` waits for (the
@@ -80,7 +81,7 @@ class DecoderThread:
     def __init__(self, learner: Learner, families: dict[str, env.WorldFamily], seed: int,
                  steps: int) -> None:  # fmt: skip
         cfg = DecoderConfig(steps=steps, seed=seed)
-        worlds = min(FIT_WORLDS, -(-steps * cfg.batch // (FIT_SEQS * FIT_LEN)))
+        worlds = min(FIT_WORLDS, -(-steps * WORLDS_PER_1000_STEPS // 1000))
         m = worlds * FIT_SEQS * FIT_LEN
         fit = DecoderFit(learner.cfg.latent_dim, m, cfg)
         self._target = [t.detach().clone() for t in _target_state(learner)]

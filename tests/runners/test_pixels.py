@@ -26,6 +26,7 @@ def test_a_run_draws_what_each_learner_predicts_and_the_decoder_changes_nothing(
     s = json.loads((run / "summary.json").read_text())
     px = s["held_out"]["pixels"]
     assert px["n"] == max(s["held_out"]["ns"]) and px["decoder"]["steps"] == 20
+    assert px["decoder"]["frames"] == 1 * 128 * 8  # one drawn world: 16 a 1,000 steps
     k = len(px["horizons"])
     assert set(px["families"]) == {"interp", "extrap"}
     for rows in px["families"].values():
