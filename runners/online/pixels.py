@@ -2,13 +2,13 @@
 
 After the held-out curves (``agent.evaluation.world_curves``, the latents of memory size n
 kept), a pixel decoder (``probes.decoder``) is fit on frames of freshly drawn worlds of the
-training family, with the training digits (the stream's: ``FIT_WORLDS`` worlds of ``FIT_SEQS``
-sequences of ``FIT_LEN`` frames, drawn from the evaluation seed), through the learner's EMA
-target encoder (a probe: it shapes nothing), and the kept latents are decoded
-(docs/definitions.md#the-pixel-decoder). Fit on the evaluation worlds' own 8,784 frames instead,
-it learned their digits and placed held-out ones a third further off. For each held-out family, per
-horizon and then their mean (last), the mean distance in pixels of the decoded digits from
-where the simulator puts them at the future frame:
+training family, with the training digits (the stream's; ``fit_frames``, drawn from the
+evaluation seed), through the learner's EMA target encoder (a probe: it shapes nothing), and
+the kept latents are decoded (docs/definitions.md#the-pixel-decoder). Fit on the evaluation
+worlds' own 8,784 frames instead, it learned their digits and placed held-out ones a third
+further off. For each held-out family, per horizon and then their mean (last), the mean
+distance in pixels of the decoded digits from where the simulator puts them at the future
+frame:
 
 - ``decoded_true``: the true future frame's latent, decoded: what the decoder and the latent
   can place at all, the floor under every other number;
@@ -66,8 +66,8 @@ def fit_frames(families: dict[str, env.WorldFamily], seed: int, worlds: int) -> 
 
 class DecoderThread:
     """A decoder fit in ``steps`` on ``fit_frames`` (WORLDS_PER_1000_STEPS worlds a 1,000 steps,
-    at most FIT_WORLDS) through the learner's EMA target, in a thread
-    beside whatever the caller does meanwhile: the decoder's init and batches drawn here
+    at most FIT_WORLDS) through the learner's EMA target, in a thread beside whatever the
+    caller does meanwhile: the decoder's init and batches drawn here
     (``probes.decoder.DecoderFit``), the frames drawn and encoded and the steps taken there
     (the EMA target only read, and no global generator touched). ``result`` waits for (the
     decoder, what was fit: frames, parameters, hidden width, steps, batch); ``stop`` ends the
