@@ -52,9 +52,6 @@ STRIP_SEQS = 3
 #: FIT_LEN frames each (65,536 frames at 4,000 steps; at 4,000 steps a quarter as many frames
 #: placed the digits 0.2 px further off).
 FIT_WORLDS, WORLDS_PER_1000_STEPS, FIT_SEQS, FIT_LEN = 64, 16, 128, 8
-#: How long the report waits for the decoder's idle thread before it takes the rest of the fit
-#: at its own priority (seconds; in the default run on two cores the bounds wait 10-40 s).
-PATIENCE_S = 300.0
 
 
 def fit_worlds(families: dict[str, env.WorldFamily], seed: int,
@@ -73,25 +70,24 @@ def fit_worlds(families: dict[str, env.WorldFamily], seed: int,
 
 class DecoderThread:
     """A decoder fit in ``steps`` on ``fit_worlds`` (WORLDS_PER_1000_STEPS worlds a 1,000 steps,
-    at most FIT_WORLDS) through the learner's EMA target, beside whatever the caller does
-    meanwhile, on the cores that work leaves idle: the decoder's init and batches drawn here
-    (``probes.decoder.DecoderFit``); the frames drawn and encoded and the steps taken, a few
-    milliseconds' piece at a time, by a thread that runs only where a core would otherwise idle
-    (``background``; the EMA target only read, and no global generator touched). ``result``
-    waits for it up to ``patience`` seconds, then takes what is left in the caller's thread (a
-    machine kept busy by other work holds the report back no longer), and returns (the decoder,
-    what was fit: frames, parameters, hidden width, steps, batch); ``stop`` ends the fit at its
-    next piece.
+    at most FIT_WORLDS) through the learner's EMA target, in a thread beside whatever the
+    caller does meanwhile, on cores the caller's work leaves idle: the decoder's init and
+    batches drawn here (``probes.decoder.DecoderFit``); the frames drawn and encoded and the
+    steps taken, a small piece at a time, by a thread that runs only where a core would
+    otherwise idle (``background``; the EMA target only read, and no global generator touched).
+    ``result`` takes over what is left in the caller's thread, so a machine busy with other work
+    cannot hold the decoder back, and returns (the decoder, what was fit: frames, parameters,
+    hidden width, steps, batch); ``stop`` ends the fit at its next piece.
 
     The decoder is the same bit for bit whichever thread took which piece, and whenever it runs
     once the target encoder is final: a run starts it when its weights freeze (``WorldsEvaluator.
     weights_final``). A worlds run trains three learners in three processes on two cores
-    (``runners.online.beside``): fit at the normal priority, the bounds' decoders took the cores
-    from the main run (the run 5% slower); idle, they fit once the bounds are done, beside the
-    main run's last steps, on the core it leaves free, while the bounds wait for them."""
+    (``runners.online.beside``): at their normal priority the bounds' decoders took the cores
+    from the main run and made it 8% slower; idle, they fit once the bounds are done, beside
+    the main run's last steps, on the core it leaves free."""
 
     def __init__(self, learner: Learner, families: dict[str, env.WorldFamily], seed: int,
-                 steps: int, patience: float = PATIENCE_S) -> None:  # fmt: skip
+                 steps: int) -> None:  # fmt: skip
         cfg = DecoderConfig(steps=steps, seed=seed)
         worlds = min(FIT_WORLDS, -(-steps * WORLDS_PER_1000_STEPS // 1000))
         m = worlds * FIT_SEQS * FIT_LEN
@@ -99,7 +95,7 @@ class DecoderThread:
         self._target = [t.detach().clone() for t in _target_state(learner)]
         self.info = {"frames": m, "hidden": cfg.hidden, "steps": cfg.steps, "batch": cfg.batch,
                      "parameters": sum(p.numel() for p in self._fit.decoder.parameters())}  # fmt: skip
-        self._work, self.patience = self._pieces(learner, families, seed, worlds), patience
+        self._work = self._pieces(learner, families, seed, worlds)
         self._handed, self._stop = threading.Event(), threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="pixel-decoder", daemon=True)
@@ -134,9 +130,8 @@ class DecoderThread:
             a.shape == b.shape and torch.equal(a, b) for a, b in zip(now, self._target, strict=True))
 
     def result(self) -> tuple[PixelDecoder, dict[str, Any]]:
-        """The fit decoder and what was fit: the thread waited for up to ``patience`` s, then
-        stopped at its next piece and what it left done here (its error raised here)."""
-        self._thread.join(self.patience)
+        """The fit decoder and what was fit: the thread stopped at its next piece, and what it
+        left done here (its error raised here)."""
         self._handed.set()
         self._thread.join()
         if self._error is not None:

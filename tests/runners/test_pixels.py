@@ -142,9 +142,10 @@ def test_the_decoder_is_the_same_whichever_thread_fits_which_piece() -> None:
     z = torch.cat([learner.encode(frames[i:i + step], target=True)
                    for i in range(0, frames.shape[0], step)])  # fmt: skip
     alone = fit_decoder(z, frames, DecoderConfig(steps=60, seed=args[1]))
-    handed = pixels.DecoderThread(learner, *args, patience=0.0)  # the rest taken here at once
-    ran = pixels.DecoderThread(learner, *args)  # its result waits for its thread to finish
-    for thread in (handed, ran):
+    ran = pixels.DecoderThread(learner, *args)
+    ran._thread.join()  # the thread took every piece, on a core left idle
+    handed = pixels.DecoderThread(learner, *args)  # its result asked for at once
+    for thread in (handed, ran):  # handed: what its thread left taken in this one
         dec, info = thread.result()
         assert info["frames"] == frames.shape[0] and info["steps"] == 60
         for p, q in zip(alone.state_dict().values(), dec.state_dict().values(), strict=True):
@@ -167,6 +168,8 @@ def test_the_decoder_thread_runs_only_where_a_core_would_idle(monkeypatch: pytes
         yield from draw(*a)
 
     monkeypatch.setattr(pixels, "fit_worlds", watched)
-    pixels.DecoderThread(learner, *args).result()  # (waits for the thread)
+    thread = pixels.DecoderThread(learner, *args)
+    thread._thread.join()
+    thread.result()
     assert seen == [os.SCHED_IDLE]  # the thread's own policy
     assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the caller's, as it was
