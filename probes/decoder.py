@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,9 +69,9 @@ class DecoderFit:
     for a seed.
 
     Made in two halves: constructing it draws the decoder's init and every batch from
-    ``cfg.seed`` (the global generators left as they were); ``steps`` (or ``run``) then takes
-    the steps on the data and draws from no generator, so it may run in a thread of its own
-    beside other work, and be handed from one thread to another (``runners.online.pixels``). The latents are data here: no gradient reaches whatever
+    ``cfg.seed`` (the global generators left as they were); ``run`` then takes the steps on the
+    data and draws from no generator, so it may run in a thread of its own beside other work
+    (``runners.online.pixels``). The latents are data here: no gradient reaches whatever
     computed them."""
 
     def __init__(self, latent_dim: int, m: int, cfg: DecoderConfig) -> None:
@@ -82,11 +81,10 @@ class DecoderFit:
             self.rows = torch.randint(0, m, (cfg.steps, cfg.batch))
         self.m, self.lr = m, cfg.lr
 
-    def steps(self, latents: torch.Tensor, frames: torch.Tensor) -> Iterator[None]:
-        """The fit on ``latents`` and ``frames`` (M of each) as a generator: it yields before
-        each step, and once it is exhausted ``decoder`` is fit (in eval mode, frozen). It may be
-        continued in another thread than the one that began it (each step's grad mode is its
-        own), never in two at once."""
+    def run(self, latents: torch.Tensor, frames: torch.Tensor,
+            stop: threading.Event | None = None) -> PixelDecoder | None:  # fmt: skip
+        """The decoder fit on ``latents`` and ``frames`` (M of each), in eval mode and frozen;
+        None when ``stop`` was set before the end (checked every step)."""
         if latents.shape[0] != self.m or frames.shape[0] != self.m:
             raise ValueError(f"a fit drawn for {self.m} frames, given {latents.shape[0]} latents "
                              f"and {frames.shape[0]} frames")  # fmt: skip
@@ -96,26 +94,18 @@ class DecoderFit:
         with torch.no_grad():
             dec.center.copy_(z.mean(0))
             dec.scale.copy_(z.std(0, correction=0).clamp(min=1e-6))
-        opt = torch.optim.AdamW(dec.parameters(), lr=self.lr, weight_decay=0.0)
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, len(self.rows))
-        for idx in self.rows:
-            yield
-            with torch.enable_grad():
+        with torch.enable_grad():
+            opt = torch.optim.AdamW(dec.parameters(), lr=self.lr, weight_decay=0.0)
+            sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, len(self.rows))
+            for idx in self.rows:
+                if stop is not None and stop.is_set():
+                    return None
                 loss = F.binary_cross_entropy_with_logits(dec(z[idx]), ink[idx])
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
                 sched.step()
-        dec.eval().requires_grad_(False)
-
-    def run(self, latents: torch.Tensor, frames: torch.Tensor,
-            stop: threading.Event | None = None) -> PixelDecoder | None:  # fmt: skip
-        """``steps`` to the end: the decoder fit; None when ``stop`` was set before the end
-        (checked every step)."""
-        for _ in self.steps(latents, frames):
-            if stop is not None and stop.is_set():
-                return None
-        return self.decoder
+        return dec.eval().requires_grad_(False)
 
 
 def fit_decoder(latents: torch.Tensor, frames: torch.Tensor, cfg: DecoderConfig) -> PixelDecoder:

@@ -2,7 +2,7 @@
 
 After the held-out curves (``agent.evaluation.world_curves``, the latents of memory size n
 kept), a pixel decoder (``probes.decoder``) is fit on frames of freshly drawn worlds of the
-training family, with the training digits (the stream's; ``fit_worlds``, drawn from the
+training family, with the training digits (the stream's; ``fit_frames``, drawn from the
 evaluation seed), through the learner's EMA target encoder (a probe: it shapes nothing), and
 the kept latents are decoded (docs/definitions.md#the-pixel-decoder). Fit on the evaluation
 worlds' own 8,784 frames instead, it learned their digits and placed held-out ones a third
@@ -23,10 +23,8 @@ frames and the decoded ones (uint8), for ``runners.online.strips``.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -54,74 +52,57 @@ STRIP_SEQS = 3
 FIT_WORLDS, WORLDS_PER_1000_STEPS, FIT_SEQS, FIT_LEN = 64, 16, 128, 8
 
 
-def fit_worlds(families: dict[str, env.WorldFamily], seed: int,
-               worlds: int) -> Iterator[torch.Tensor]:  # fmt: skip
-    """The decoder's fit frames a world at a time, each (FIT_SEQS * FIT_LEN, 1, 64, 64) uint8:
-    ``worlds`` worlds of the first (the training) family with the training digits (the
-    stream's), drawn from ``seed`` apart from every evaluation world. Draws from no global
-    generator."""
-    family = next(iter(families.values()))
+def fit_frames(families: dict[str, env.WorldFamily], seed: int, worlds: int) -> torch.Tensor:
+    """(worlds * FIT_SEQS * FIT_LEN, 1, 64, 64) uint8: the decoder's fit frames, drawn from
+    ``seed`` apart from every evaluation world, of ``worlds`` worlds of the first (the training)
+    family with the training digits (the stream's). Draws from no global generator."""
+    family = families[next(iter(families))]
     rng = np.random.default_rng([seed, 0xDEC0])
-    for i, physics in enumerate(family.sample(rng, worlds)):
-        yield torch.from_numpy(env.generate_sequences(
-            FIT_SEQS, seed=[seed, 0xDEC0, i], split="train", seq_len=FIT_LEN,
-            **physics.as_dict())["frames"].reshape(-1, 1, 64, 64))  # fmt: skip
+    return torch.from_numpy(np.concatenate([
+        env.generate_sequences(FIT_SEQS, seed=[seed, 0xDEC0, i], split="train", seq_len=FIT_LEN,
+                               **physics.as_dict())["frames"].reshape(-1, 1, 64, 64)
+        for i, physics in enumerate(family.sample(rng, worlds))]))  # fmt: skip
 
 
 class DecoderThread:
-    """A decoder fit in ``steps`` on ``fit_worlds`` (WORLDS_PER_1000_STEPS worlds a 1,000 steps,
+    """A decoder fit in ``steps`` on ``fit_frames`` (WORLDS_PER_1000_STEPS worlds a 1,000 steps,
     at most FIT_WORLDS) through the learner's EMA target, in a thread beside whatever the
-    caller does meanwhile, on cores the caller's work leaves idle: the decoder's init and
-    batches drawn here (``probes.decoder.DecoderFit``); the frames drawn and encoded and the
-    steps taken, a small piece at a time, by a thread that runs only where a core would
-    otherwise idle (``background``; the EMA target only read, and no global generator touched).
-    ``result`` takes over what is left in the caller's thread, so a machine busy with other work
-    cannot hold the decoder back, and returns (the decoder, what was fit: frames, parameters,
-    hidden width, steps, batch); ``stop`` ends the fit at its next piece.
+    caller does meanwhile: the decoder's init and batches drawn here
+    (``probes.decoder.DecoderFit``), the frames drawn and encoded and the steps taken there
+    (the EMA target only read, and no global generator touched). ``result`` waits for (the
+    decoder, what was fit: frames, parameters, hidden width, steps, batch); ``stop`` ends the
+    fit at its next step.
 
-    The decoder is the same bit for bit whichever thread took which piece, and whenever it runs
-    once the target encoder is final: a run starts it when its weights freeze (``WorldsEvaluator.
-    weights_final``). A worlds run trains three learners in three processes on two cores
-    (``runners.online.beside``): at their normal priority the bounds' decoders took the cores
-    from the main run and made it 8% slower; idle, they fit once the bounds are done, beside
-    the main run's last steps, on the core it leaves free."""
+    The decoder is the same whatever runs beside it, and whenever it runs once the target
+    encoder is final: a run starts it when its weights freeze (``WorldsEvaluator.
+    weights_final``), so on a CPU (one intra-op thread a process) it takes the core that the
+    bounds, done before the main run, leave idle."""
 
     def __init__(self, learner: Learner, families: dict[str, env.WorldFamily], seed: int,
                  steps: int) -> None:  # fmt: skip
         cfg = DecoderConfig(steps=steps, seed=seed)
         worlds = min(FIT_WORLDS, -(-steps * WORLDS_PER_1000_STEPS // 1000))
         m = worlds * FIT_SEQS * FIT_LEN
-        self._fit = DecoderFit(learner.cfg.latent_dim, m, cfg)
+        fit = DecoderFit(learner.cfg.latent_dim, m, cfg)
         self._target = [t.detach().clone() for t in _target_state(learner)]
         self.info = {"frames": m, "hidden": cfg.hidden, "steps": cfg.steps, "batch": cfg.batch,
-                     "parameters": sum(p.numel() for p in self._fit.decoder.parameters())}  # fmt: skip
-        self._work = self._pieces(learner, families, seed, worlds)
-        self._handed, self._stop = threading.Event(), threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="pixel-decoder", daemon=True)
+                     "parameters": sum(p.numel() for p in fit.decoder.parameters())}  # fmt: skip
+        self._stop = threading.Event()
+        self._out: list[PixelDecoder | BaseException | None] = []
+        self._thread = threading.Thread(target=self._run, name="pixel-decoder", daemon=True,
+                                        args=(fit, learner, families, seed, worlds))  # fmt: skip
         self._thread.start()
 
-    def _pieces(self, learner: Learner, families: dict[str, env.WorldFamily], seed: int,
-                worlds: int) -> Iterator[None]:  # fmt: skip
-        """The whole fit, yielding between pieces of a few milliseconds each."""
-        frames = []
-        for world in fit_worlds(families, seed, worlds):
-            frames.append(world)
-            yield
-        x, z, chunk = torch.cat(frames), [], learner.cfg.eval_batch_size
-        for i in range(0, x.shape[0], chunk):
-            z.append(learner.encode(x[i:i + chunk], target=True))
-            yield
-        yield from self._fit.steps(torch.cat(z), x)
-
-    def _run(self) -> None:
+    def _run(self, fit: DecoderFit, learner: Learner, families: dict[str, env.WorldFamily],
+             seed: int, worlds: int) -> None:  # fmt: skip
         try:
-            background()
-            for _ in self._work:
-                if self._handed.is_set() or self._stop.is_set():
-                    return
+            frames = fit_frames(families, seed, worlds)
+            step = learner.cfg.eval_batch_size
+            z = torch.cat([learner.encode(frames[i:i + step], target=True)
+                           for i in range(0, frames.shape[0], step)])  # fmt: skip
+            self._out.append(fit.run(z, frames, self._stop))
         except BaseException as err:  # noqa: BLE001 (handed to ``result``)
-            self._error = err
+            self._out.append(err)
 
     def made_for(self, learner: Learner) -> bool:
         """Whether ``learner``'s EMA target is still the one the fit's latents came from."""
@@ -130,30 +111,19 @@ class DecoderThread:
             a.shape == b.shape and torch.equal(a, b) for a, b in zip(now, self._target, strict=True))
 
     def result(self) -> tuple[PixelDecoder, dict[str, Any]]:
-        """The fit decoder and what was fit: the thread stopped at its next piece, and what it
-        left done here (its error raised here)."""
-        self._handed.set()
+        """The fit decoder and what was fit, once the thread is done (its error raised here)."""
         self._thread.join()
-        if self._error is not None:
-            raise self._error
-        if self._stop.is_set():
+        (dec,) = self._out
+        if isinstance(dec, BaseException):
+            raise dec
+        if dec is None:
             raise RuntimeError("the pixel decoder's fit was stopped")
-        for _ in self._work:
-            pass
-        return self._fit.decoder, self.info
+        return dec, self.info
 
     def stop(self) -> None:
-        """End the fit at its next piece and wait for the thread."""
+        """End the fit at its next step and wait for the thread."""
         self._stop.set()
         self._thread.join()
-
-
-def background() -> None:
-    """The calling thread to run only where a core would otherwise idle: Linux's SCHED_IDLE
-    (elsewhere, as it was)."""
-    if hasattr(os, "SCHED_IDLE"):
-        with contextlib.suppress(OSError):  # (a hint: the decoder is the same without it)
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
 def _target_state(learner: Learner) -> list[torch.Tensor]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -121,55 +120,3 @@ def test_the_report_leaves_the_learner_and_the_generators_as_they_were(tmp_path:
     assert evaluator.decoder is None
     with np.load(strips) as z:
         assert {"interp/true", "extrap/no_change"} <= set(z)
-
-
-def _decoder_thread(steps: int):  # noqa: ANN202 (the learner, the thread's inputs)
-    from agent import Learner
-    from runners.online.command import build_config
-
-    cfg = build_config([*TINY_WORLDS, "--steps", "20"])
-    sets = cfg.protocol.evaluator(cfg).sets
-    return Learner(cfg.agent), (sets.families, sets.seed, steps)
-
-
-def test_the_decoder_is_the_same_whichever_thread_fits_which_piece() -> None:
-    from probes.decoder import DecoderConfig, fit_decoder
-    from runners.online import pixels
-
-    learner, args = _decoder_thread(60)
-    frames = torch.cat(list(pixels.fit_worlds(args[0], args[1], 1)))
-    step = learner.cfg.eval_batch_size  # (encoded as the thread does, a batch at a time)
-    z = torch.cat([learner.encode(frames[i:i + step], target=True)
-                   for i in range(0, frames.shape[0], step)])  # fmt: skip
-    alone = fit_decoder(z, frames, DecoderConfig(steps=60, seed=args[1]))
-    ran = pixels.DecoderThread(learner, *args)
-    ran._thread.join()  # the thread took every piece, on a core left idle
-    handed = pixels.DecoderThread(learner, *args)  # its result asked for at once
-    for thread in (handed, ran):  # handed: what its thread left taken in this one
-        dec, info = thread.result()
-        assert info["frames"] == frames.shape[0] and info["steps"] == 60
-        for p, q in zip(alone.state_dict().values(), dec.state_dict().values(), strict=True):
-            assert torch.equal(p, q)
-    stopped = pixels.DecoderThread(learner, *args)
-    stopped.stop()
-    with pytest.raises(RuntimeError, match="stopped"):
-        stopped.result()
-
-
-@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
-def test_the_decoder_thread_runs_only_where_a_core_would_idle(monkeypatch: pytest.MonkeyPatch) -> None:
-    from runners.online import pixels
-
-    learner, args = _decoder_thread(10)
-    seen, draw = [], pixels.fit_worlds
-
-    def watched(*a: object):  # noqa: ANN202
-        seen.append(os.sched_getscheduler(0))
-        yield from draw(*a)
-
-    monkeypatch.setattr(pixels, "fit_worlds", watched)
-    thread = pixels.DecoderThread(learner, *args)
-    thread._thread.join()
-    thread.result()
-    assert seen == [os.SCHED_IDLE]  # the thread's own policy
-    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the caller's, as it was
