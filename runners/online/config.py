@@ -74,7 +74,7 @@ class Schedule:
     rolling_window: int = 100
     """Steps in the rolling stream error."""
     decoder_steps: int = 1000
-    """Worlds protocol: AdamW steps of the pixel decoder that the held-out report fits to draw the predictions (probes.decoder; from the freeze on, in a thread). 1000: about 10 s of one CPU core a learner, the decoded true future about 4 px from the truth; 4000: within 3 px on average, about 35 s a learner (the default run a fifth to a third slower); 0: none."""
+    """Worlds protocol: AdamW steps of the pixel decoder that the held-out report fits to draw the predictions (probes.decoder; from the freeze on, in a process of its own on idle cores). 1000: about 10 s of one CPU core a learner, the decoded true future about 4 px from the truth; 4000: within 3 px on average, about 35 s a learner (the default run a fifth to a third slower); 0: none."""
 
 
 @dataclass

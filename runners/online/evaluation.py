@@ -42,7 +42,7 @@ from probes.digits import ProbeSet, probe_report
 from probes.gravity import gravity_probe
 from probes.perfect_physics import perfect_physics
 from probes.world import ProbeConfig, ProbeWorld, world_probe
-from runners.online.pixels import DecoderThread, pixel_report
+from runners.online.pixels import DecoderProcess, pixel_report
 from runners.online.world_sets import WorldSets, world_set
 
 
@@ -170,11 +170,11 @@ class WorldsEvaluator(CurveEvaluator):
                  decoder_steps: int = 0) -> None:  # fmt: skip
         super().__init__(ns, horizons)
         self.sets, self.decoder_steps = sets, decoder_steps
-        self.decoder: DecoderThread | None = None  # started when the weights are final
+        self.decoder: DecoderProcess | None = None  # started when the weights are final
 
     def weights_final(self, learner: Learner) -> None:
         """Start the held-out report's pixel decoder on the final target encoder, so that it
-        fits beside the rest of the run (``runners.online.pixels.DecoderThread``)."""
+        fits beside the rest of the run (``runners.online.pixels.DecoderProcess``)."""
         if self.decoder_steps and self.decoder is None:
             self.decoder = self._decoder(learner)
 
@@ -183,8 +183,8 @@ class WorldsEvaluator(CurveEvaluator):
             self.decoder.stop()
             self.decoder = None
 
-    def _decoder(self, learner: Learner) -> DecoderThread:
-        return DecoderThread(learner, self.sets.families, self.sets.seed, self.decoder_steps)
+    def _decoder(self, learner: Learner) -> DecoderProcess:
+        return DecoderProcess(learner, self.sets.families, self.sets.seed, self.decoder_steps)
 
     def results(self, learner: Learner, ns: tuple[int, ...]) -> list[EvalResult]:
         (shift,) = world_curves(learner, [self.sets.shift], ns, ("own",))
@@ -209,7 +209,7 @@ class WorldsEvaluator(CurveEvaluator):
         decoded = self.decoder_steps > 0
         if self.decoder is not None and not self.decoder.made_for(learner):
             self.close()  # (weights changed after all: a checkpoint loaded into the learner)
-        # the decoder fits in a thread meanwhile (started when the weights froze, or now)
+        # the decoder fits in its own process meanwhile (started when the weights froze, or now)
         decoder = self.decoder or (self._decoder(learner) if decoded else None)
         try:
             curves = world_curves(learner, self.sets.held_out, tuple(ns), memories, peers(cfg),

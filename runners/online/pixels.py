@@ -23,26 +23,32 @@ frames and the decoded ones (uint8), for ``runners.online.strips``.
 
 from __future__ import annotations
 
-import threading
+import contextlib
+import multiprocessing as mp
+import os
 from collections.abc import Sequence
+from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
 import torch
 
 import env
-from agent import Learner
+from agent import AgentConfig, Learner
 from agent.evaluation import Curve
 from probes.decoder import (
     DecoderConfig,
-    DecoderFit,
     PixelDecoder,
     decode,
     digit_positions,
+    fit_decoder,
     position_error,
 )
 from runners.online.world_sets import WorldSets
 
+#: How long the report waits for the decoder's process before it ends it and fits the decoder
+#: itself (seconds; in the default run on two cores the bounds wait 10-40 s).
+PATIENCE_S = 300.0
 #: Sequences of each held-out family in the strips.
 STRIP_SEQS = 3
 #: The decoder's fit data: WORLDS_PER_1000_STEPS worlds of the training family for every 1,000
@@ -64,45 +70,42 @@ def fit_frames(families: dict[str, env.WorldFamily], seed: int, worlds: int) -> 
         for i, physics in enumerate(family.sample(rng, worlds))]))  # fmt: skip
 
 
-class DecoderThread:
+class DecoderProcess:
     """A decoder fit in ``steps`` on ``fit_frames`` (WORLDS_PER_1000_STEPS worlds a 1,000 steps,
-    at most FIT_WORLDS) through the learner's EMA target, in a thread beside whatever the
-    caller does meanwhile: the decoder's init and batches drawn here
-    (``probes.decoder.DecoderFit``), the frames drawn and encoded and the steps taken there
-    (the EMA target only read, and no global generator touched). ``result`` waits for (the
-    decoder, what was fit: frames, parameters, hidden width, steps, batch); ``stop`` ends the
-    fit at its next step.
+    at most FIT_WORLDS) through the learner's EMA target, beside whatever the caller does
+    meanwhile, on the cores that work leaves idle: in a process of its own (``multiprocessing``,
+    spawned) of Linux's idle scheduling class (``background``) and one torch thread, given the
+    config, a copy of the EMA target and the learner's device (``fit``). ``result`` waits for it
+    up to ``patience`` seconds, then ends it and fits here (a machine kept busy by other work holds
+    the report back no longer), and returns (the decoder, what was fit: frames, parameters,
+    hidden width, steps, batch); ``stop`` ends the process.
 
-    The decoder is the same whatever runs beside it, and whenever it runs once the target
-    encoder is final: a run starts it when its weights freeze (``WorldsEvaluator.
-    weights_final``), so on a CPU (one intra-op thread a process) it takes the core that the
-    bounds, done before the main run, leave idle."""
+    A process, not a thread: a thread of the idle class that is starved while it holds the GIL
+    stalls every thread of its process. A worlds run trains three learners in three processes on
+    two cores (``runners.online.beside``): fit at the normal priority, the bounds' decoders took
+    CPU from the main run (5% slower); idle, they fit once the bounds are done, on the core the
+    main run leaves free. The decoder is the same wherever it is fit once the target encoder is
+    final: a run starts it when its weights freeze (``WorldsEvaluator.weights_final``)."""
 
     def __init__(self, learner: Learner, families: dict[str, env.WorldFamily], seed: int,
-                 steps: int) -> None:  # fmt: skip
-        cfg = DecoderConfig(steps=steps, seed=seed)
-        worlds = min(FIT_WORLDS, -(-steps * WORLDS_PER_1000_STEPS // 1000))
-        m = worlds * FIT_SEQS * FIT_LEN
-        fit = DecoderFit(learner.cfg.latent_dim, m, cfg)
+                 steps: int, patience: float = PATIENCE_S) -> None:  # fmt: skip
         self._target = [t.detach().clone() for t in _target_state(learner)]
-        self.info = {"frames": m, "hidden": cfg.hidden, "steps": cfg.steps, "batch": cfg.batch,
-                     "parameters": sum(p.numel() for p in fit.decoder.parameters())}  # fmt: skip
-        self._stop = threading.Event()
-        self._out: list[PixelDecoder | BaseException | None] = []
-        self._thread = threading.Thread(target=self._run, name="pixel-decoder", daemon=True,
-                                        args=(fit, learner, families, seed, worlds))  # fmt: skip
-        self._thread.start()
-
-    def _run(self, fit: DecoderFit, learner: Learner, families: dict[str, env.WorldFamily],
-             seed: int, worlds: int) -> None:  # fmt: skip
-        try:
-            frames = fit_frames(families, seed, worlds)
-            step = learner.cfg.eval_batch_size
-            z = torch.cat([learner.encode(frames[i:i + step], target=True)
-                           for i in range(0, frames.shape[0], step)])  # fmt: skip
-            self._out.append(fit.run(z, frames, self._stop))
-        except BaseException as err:  # noqa: BLE001 (handed to ``result``)
-            self._out.append(err)
+        self._args = (learner.cfg, {k: v.detach().cpu() for k, v in
+                                    learner.nets.target.target.state_dict().items()},
+                      families, seed, steps, str(learner.device))  # fmt: skip
+        self.patience, self._got, self._stopped = patience, None, False
+        worlds = min(FIT_WORLDS, -(-steps * WORLDS_PER_1000_STEPS // 1000))
+        cfg = DecoderConfig(steps=steps, seed=seed)
+        self.info = {"frames": worlds * FIT_SEQS * FIT_LEN, "hidden": cfg.hidden,
+                     "steps": cfg.steps, "batch": cfg.batch,
+                     "parameters": sum(p.numel() for p in _shell(learner.cfg.latent_dim,
+                                                                 cfg.hidden).parameters())}  # fmt: skip
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=_child, args=(child, *self._args), daemon=True,
+                                 name="pixel-decoder")  # fmt: skip
+        self._proc.start()
+        child.close()
 
     def made_for(self, learner: Learner) -> bool:
         """Whether ``learner``'s EMA target is still the one the fit's latents came from."""
@@ -111,19 +114,78 @@ class DecoderThread:
             a.shape == b.shape and torch.equal(a, b) for a, b in zip(now, self._target, strict=True))
 
     def result(self) -> tuple[PixelDecoder, dict[str, Any]]:
-        """The fit decoder and what was fit, once the thread is done (its error raised here)."""
-        self._thread.join()
-        (dec,) = self._out
-        if isinstance(dec, BaseException):
-            raise dec
-        if dec is None:
-            raise RuntimeError("the pixel decoder's fit was stopped")
-        return dec, self.info
+        """The fit decoder and what was fit: the process's, or after ``patience`` s this
+        thread's (the process's error raised here)."""
+        if self._got is None:
+            if self._stopped:
+                raise RuntimeError("the pixel decoder's fit was stopped")
+            got = None
+            try:
+                if self._conn.poll(self.patience):
+                    got = self._conn.recv()
+            except EOFError:
+                got = ("error", "its process ended without a result")
+            self.stop()
+            if got is None:
+                with torch.random.fork_rng(devices=[]):  # (a learner's init drawn, then undone)
+                    got = ("decoder", fit(*self._args).state_dict())
+            self._got = got
+        kind, what = self._got
+        if kind == "error":
+            raise RuntimeError(f"the pixel decoder's fit failed: {what}")
+        dec = _shell(self._args[0].latent_dim, self.info["hidden"])
+        dec.load_state_dict({k: torch.as_tensor(v) for k, v in what.items()}, assign=True)
+        return dec.eval().requires_grad_(False), self.info
 
     def stop(self) -> None:
-        """End the fit at its next step and wait for the thread."""
-        self._stop.set()
-        self._thread.join()
+        """End the process (if it still runs) and wait for it."""
+        self._stopped = True
+        if self._proc.is_alive():
+            self._proc.terminate()
+        self._proc.join()
+        self._conn.close()
+
+
+def fit(cfg: AgentConfig, target: dict[str, torch.Tensor], families: dict[str, env.WorldFamily],
+        seed: int, steps: int, device: str = "cpu") -> PixelDecoder:  # fmt: skip
+    """The decoder of ``DecoderProcess``, fit here: a learner of ``cfg`` on ``device`` with the
+    EMA target ``target`` encodes ``fit_frames``."""
+    learner = Learner(cfg, device=device)
+    learner.nets.target.target.load_state_dict(target)
+    worlds = min(FIT_WORLDS, -(-steps * WORLDS_PER_1000_STEPS // 1000))
+    frames = fit_frames(families, seed, worlds)
+    step = cfg.eval_batch_size
+    z = torch.cat([learner.encode(frames[i:i + step], target=True)
+                   for i in range(0, frames.shape[0], step)])  # fmt: skip
+    return fit_decoder(z, frames, DecoderConfig(steps=steps, seed=seed))
+
+
+def _shell(latent_dim: int, hidden: int) -> PixelDecoder:
+    """A decoder without values (on the meta device: no generator drawn), to load one into."""
+    with torch.device("meta"):
+        return PixelDecoder(latent_dim, hidden)
+
+
+def _child(conn: Connection, *args: Any) -> None:
+    """The decoder's process: ``fit`` in the idle class on one torch thread, sent back as arrays
+    (a tensor would be sent as a handle to this process's memory, gone once it ends)."""
+    background()
+    torch.set_num_threads(1)
+    try:
+        out = ("decoder", {k: v.cpu().numpy() for k, v in fit(*args).state_dict().items()})
+    except Exception as err:  # noqa: BLE001 (sent to ``result``)
+        out = ("error", f"{type(err).__name__}: {err}")
+    with contextlib.suppress(BrokenPipeError, OSError):  # (the parent gone: nothing to tell)
+        conn.send(out)
+    conn.close()
+
+
+def background() -> None:
+    """The calling process to run only where a core would otherwise idle: Linux's SCHED_IDLE
+    (elsewhere, or where refused, as it was; the decoder is the same)."""
+    if hasattr(os, "SCHED_IDLE"):
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
 def _target_state(learner: Learner) -> list[torch.Tensor]:
@@ -135,7 +197,7 @@ def pixel_report(learner: Learner, sets: WorldSets, curves: Sequence[Curve], n: 
                  ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:  # fmt: skip
     """(the report, the strips) of the curves' latents kept at memory size ``n`` (the module
     doc); ``i`` the input frame's index in the held-out sequences; ``fitted``: the decoder and
-    what was fit (``DecoderThread.result``)."""
+    what was fit (``DecoderProcess.result``)."""
     dec, info = fitted
     hs = list(learner.cfg.horizons)
     worlds = {w.name: w for w in sets.held_out}

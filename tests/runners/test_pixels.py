@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -106,7 +108,7 @@ def test_the_report_leaves_the_learner_and_the_generators_as_they_were(tmp_path:
     assert np.array_equal(np.random.get_state()[1], rngs[1])
     again = evaluator.report(learner, cfg.schedule.final_ns)["pixels"]
     assert again == px  # deterministic
-    # Started early, when the weights froze (a thread beside the run): the same decoder.
+    # Started early, when the weights froze (a process beside the run): the same decoder.
     evaluator.weights_final(learner)
     assert evaluator.decoder is not None
     assert evaluator.report(learner, cfg.schedule.final_ns)["pixels"] == px
@@ -120,3 +122,46 @@ def test_the_report_leaves_the_learner_and_the_generators_as_they_were(tmp_path:
     assert evaluator.decoder is None
     with np.load(strips) as z:
         assert {"interp/true", "extrap/no_change"} <= set(z)
+
+
+def _fit_args(steps: int):  # noqa: ANN202 (the learner, the fit's other inputs)
+    from agent import Learner
+    from runners.online.command import build_config
+
+    cfg = build_config([*TINY_WORLDS, "--steps", "20"])
+    sets = cfg.protocol.evaluator(cfg).sets
+    return Learner(cfg.agent), (sets.families, sets.seed, steps)
+
+
+def test_the_decoder_fit_in_its_own_process_is_the_one_fit_here() -> None:
+    from runners.online import pixels
+
+    learner, args = _fit_args(40)
+    target = learner.nets.target.target.state_dict()
+    here = pixels.fit(learner.cfg, target, *args).state_dict()
+    away = pixels.DecoderProcess(learner, *args)  # its result waits for its process
+    ended = pixels.DecoderProcess(learner, *args, patience=0.0)  # ended at once, fit here
+    for fitted in (away, ended):
+        dec, info = fitted.result()
+        assert info["steps"] == 40 and info["frames"] == 1 * 128 * 8
+        assert not any(p.requires_grad for p in dec.parameters())
+        for p, q in zip(here.values(), dec.state_dict().values(), strict=True):
+            assert torch.equal(p, q)
+        fitted.stop()  # (a second time: nothing left to end)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_the_decoder_process_runs_only_where_a_core_would_idle() -> None:
+    from runners.online import pixels
+
+    learner, args = _fit_args(4000)
+    away = pixels.DecoderProcess(learner, *args)
+    deadline, policy = time.monotonic() + 120, None
+    while policy != os.SCHED_IDLE and time.monotonic() < deadline:
+        policy = os.sched_getscheduler(away._proc.pid)
+        time.sleep(0.05)
+    away.stop()
+    assert policy == os.SCHED_IDLE
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # this process's, as it was
+    with pytest.raises(RuntimeError, match="stopped"):
+        away.result()
