@@ -82,15 +82,19 @@ def build_memory(
                                  frames=cfg.entry_frames)  # fmt: skip
 
 
-def build_optimizer(cfg: AgentConfig, nets: Networks) -> torch.optim.Optimizer:
+def build_optimizer(cfg: AgentConfig, nets: Networks, encoder: bool = True) -> torch.optim.Optimizer:
     """AdamW, one parameter group (lr is set per step by the schedule); with
-    ``encoder_lr_scale`` below 1 the encoder's parameters a second group, its ``lr_scale``.
+    ``encoder_lr_scale`` below 1 the encoder's parameters a second group, its ``lr_scale``;
+    without the encoder's parameters at all with ``encoder=False`` (a head's: ``agent.heads``).
 
     The fused kernel (CPU and CUDA) keeps its step counters on the device: no per-parameter
     ``.item()`` and one kernel for all parameters.
     """
     params: list = nets.trainable()
-    if cfg.encoder_lr_scale != 1.0:  # the encoder its own group, its rate scaled (jepa_step)
+    if not encoder:
+        enc = {id(p) for p in nets.encoder.parameters()}
+        params = [p for p in params if id(p) not in enc]
+    elif cfg.encoder_lr_scale != 1.0:  # the encoder its own group, its rate scaled (jepa_step)
         enc = {id(p) for p in nets.encoder.parameters()}
         params = [{"params": [p for p in params if id(p) in enc], "lr_scale": cfg.encoder_lr_scale},
                   {"params": [p for p in params if id(p) not in enc]}]  # fmt: skip

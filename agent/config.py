@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from agent.tracks import HeadName
 from agent.tracks import Letter as Track
 from agent.tracks import reads_memory
 from agent.tracks import track as track_named
@@ -33,6 +34,7 @@ MemoryScope = Literal["global", "group"]
 MemoryRead = Literal["peer", "all"]
 Regularised = Literal["predictions", "latents"]
 PredError = Literal["mse", "relative"]
+HeadStart = Literal["copy", "fresh"]
 TRACKS: tuple[str, ...] = get_args(Track)
 SIZES = ("paper", "tiny")
 # The oracle's input: the true physics of a sample's world, (gravity_x, gravity_y, restitution,
@@ -217,14 +219,22 @@ class AgentConfig:
     fit_batch: int = 256  # settled: windows a minibatch
     fit_worlds: int = 16  # settled: worlds a minibatch mixes, fit_batch / fit_worlds windows each
     reservoir_size: int = 32768  # settled: windows kept (a uniform sample since the settle)
+    # One latent, every head (agent.heads): from the settle on, these predictors fit beside the
+    # track's own on the same minibatches of the same reservoir, each conditioned its way: a
+    # track's letter, or "oracle" (the true physics in place of memory; the first track that
+    # reads memory's modulation, ``tracks.ceiling_track``); needs settle
+    heads: tuple[HeadName, ...] = ()
+    # where a head starts at the settle: a "copy" of the track's predictor with its own
+    # conditioning at zero (every head predicts the same there), or "fresh" (its own init)
+    head_start: HeadStart = "copy"
 
     # ----------------------------------------------------------------------------------
     def __post_init__(self) -> None:
         # JSON turns tuples into lists: accept any sequence, store a tuple.
-        for name in ("horizons", "encoder_channels"):
+        for name in ("horizons", "encoder_channels", "heads"):
             value = getattr(self, name)
             if not isinstance(value, (list, tuple)):
-                raise ValueError(f"{name}: expected a sequence of ints, got {value!r}")
+                raise ValueError(f"{name}: expected a sequence, got {value!r}")
             object.__setattr__(self, name, tuple(value))
         self._validate()
 
@@ -287,6 +297,7 @@ class AgentConfig:
                       "writes up to group_size entries into a world's memory)")  # fmt: skip
         if self.settle is not None and not group:
             self._bad("settle", "the reservoir keeps windows of worlds: memory_scope 'group'")
+        self._validate_heads()
         if self.settle is not None and self.fit_batch % self.fit_worlds:
             self._bad("fit_batch", f"must be a multiple of fit_worlds={self.fit_worlds}")
         if self.encoder_batch is not None and (
@@ -302,6 +313,18 @@ class AgentConfig:
         if self.hyper_dim > self.exp_dim:
             self._bad("hyper_dim", f"larger than exp_dim={self.exp_dim}")
 
+    def _validate_heads(self) -> None:
+        """``heads``: known names, each once, not the track's own, with a reservoir to fit."""
+        names = get_args(HeadName)
+        if unknown := [h for h in self.heads if h not in names]:
+            self._bad("heads", f"unknown head {unknown[0]!r}, expected of {', '.join(names)}")
+        if len(set(self.heads)) != len(self.heads):
+            self._bad("heads", "each head once")
+        if self.head_name in self.heads:
+            self._bad("heads", f"{self.head_name!r} is this learner's own predictor")
+        if self.heads and self.settle is None:
+            self._bad("heads", "heads fit on the settled reservoir: set settle")
+
     def _bad(self, name: str, why: str) -> None:
         raise ValueError(f"{name}: {why} (got {getattr(self, name)!r})")
 
@@ -312,6 +335,11 @@ class AgentConfig:
         if self.settle is None or self.total_steps is None:
             return None
         return int(round(self.settle * self.total_steps))
+
+    @property
+    def head_name(self) -> str:
+        """This learner's own predictor as a head's name: its track, or "oracle"."""
+        return "oracle" if self.oracle else self.track
 
     @property
     def encoder_stride(self) -> int:

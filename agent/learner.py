@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from agent import heads as head_parts
 from agent.build import build_memory, build_networks, build_optimizer
 from agent.capture import CapturedStep
 from agent.config import PHYSICS_DIM, AgentConfig, bf16_unsupported
@@ -68,6 +69,8 @@ class BaseLearner:
         self.groups = streams // cfg.group_size
         self.step = 0
         self.weights_frozen = False  # memory mode (``freeze_weights``)
+        # The heads fit beside this learner's predictor from the settle on (agent.heads), by name.
+        self.heads: dict[str, Learner] = {}
         # Draws of how much memory each training sample sees (cfg.vary_memory), on the device.
         self.memory_rngs = [torch.Generator(self.device).manual_seed(c.seed) for c in cfgs]
         # Latents of stream frames shared between consecutive batches (cfg.stream_cache).
@@ -82,11 +85,13 @@ class BaseLearner:
     # ---------------------------------------------------------------- controls
     def freeze_weights(self) -> None:
         """Stop weight and EMA updates; detector and buffer stay live (``memory`` mode)."""
-        self.weights_frozen = True
+        for learner in (self, *self.heads.values()):
+            learner.weights_frozen = True
 
     def unfreeze_weights(self) -> None:
         """Undo ``freeze_weights``."""
-        self.weights_frozen = False
+        for learner in (self, *self.heads.values()):
+            learner.weights_frozen = False
 
     def knobs(self) -> Knobs:
         """This step's schedule values and flags (every seed's: one schedule)."""
@@ -141,7 +146,13 @@ class BaseLearner:
         else:
             metrics = self.step_on(batch.to(self.device), knobs)
         self.step += 1
+        for head in self.heads.values():
+            head.step = self.step
         return metrics
+
+    def every_head(self) -> dict[str, Learner]:
+        """This learner's own predictor and its heads, by head name (``cfg.head_name`` first)."""
+        return {self.cfg.head_name: self, **self.heads}
 
     # ---------------------------------------------------------------- state
     def state_dicts(self) -> list[dict[str, Any]]:
@@ -169,6 +180,8 @@ class BaseLearner:
         self._load_parts(states)
         self.step = steps.pop()
         self.weights_frozen = bool(states[0]["manual_freeze"])
+        for head in self.heads.values():
+            head.step, head.weights_frozen = self.step, self.weights_frozen
         for g, st in zip(self.memory_rngs, states, strict=True):
             g.set_state(st["memory_rng"].cpu())
         if self.latents is not None:
@@ -199,6 +212,7 @@ class Learner(BaseLearner):
             raise ValueError("encoder_batch: not measured with the captured step (use --no-capture)")
         # The step as a CUDA graph (agent.capture), or None: the plain step.
         self.captured = CapturedStep(self) if captured else None
+        self.heads = head_parts.build_heads(self)
 
     @property
     def model(self) -> Model:
@@ -264,6 +278,8 @@ class Learner(BaseLearner):
         minibatches of the reservoir (``agent.step.fit_update``) unless the weights are frozen.
         The metrics are the observed batch's, its ``loss_pred`` the fit updates' mean."""
         cfg = self.cfg
+        if self.step == self.settle_at:
+            head_parts.start(self)
         observe = knobs._replace(learn=False, ema=False)
         if not knobs.learn:
             return self.step_on(batch, observe)
@@ -274,6 +290,8 @@ class Learner(BaseLearner):
             draw = self.reservoir.draw(cfg.fit_worlds, each, cfg.buffer_capacity, peer,
                                        cfg.vary_memory)  # fmt: skip
             total = total + fit_update(self.model, draw, fit_lr_at(cfg, self.step))
+            for head in self.heads.values():  # the same draw: the heads' differences are paired
+                fit_update(head.model, draw, fit_lr_at(head.cfg, self.step))
         return metrics._replace(loss_pred=total / cfg.fit_updates)
 
     # ---------------------------------------------------------------- state
@@ -285,8 +303,17 @@ class Learner(BaseLearner):
         self.load_state_dicts([state])
 
     def _parts(self) -> list[dict[str, Any]]:
-        return [{name: getattr(self, name).state_dict() for name in _PARTS}]
+        parts = {name: getattr(self, name).state_dict() for name in _PARTS}
+        if self.heads:  # (a learner without heads: the state of a stack's seed, key for key)
+            parts["heads"] = {name: head_parts.state_dict(h) for name, h in self.heads.items()}
+        return [parts]
 
     def _load_parts(self, states: Sequence[dict[str, Any]]) -> None:
         for name in _PARTS:
             getattr(self, name).load_state_dict(states[0][name])
+        saved = states[0].get("heads", {})
+        if set(saved) != set(self.heads):
+            raise ValueError(f"the state holds heads {sorted(saved)}, this learner has "
+                             f"{sorted(self.heads)}")  # fmt: skip
+        for name, head in self.heads.items():
+            head_parts.load_state_dict(head, saved[name])

@@ -219,7 +219,16 @@ class Objective:
         self, pred: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, z: torch.Tensor
     ) -> Loss:
         """The loss of pred against targets for the online context latents z (B, [C,] D)."""
-        current = z[:, -1] if z.dim() == 3 else z
         return compute_loss(pred, targets, self.gamma, self.lambda_reg, weight,
                             z if self.on_latents else None,
-                            current if self.relative else None)
+                            _current(z) if self.relative else None)
+
+    def prediction(self, pred: torch.Tensor, targets: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """The prediction error alone (``pred_loss``: every sample valid), relative where the
+        step's is: the settled fit's loss (``agent.step.fit_update``)."""
+        return pred_loss(pred, targets, None, _current(z) if self.relative else None)
+
+
+def _current(z: torch.Tensor) -> torch.Tensor:
+    """The input frame's latent (B, D) of the context latents z (B, [C,] D)."""
+    return z[:, -1] if z.dim() == 3 else z

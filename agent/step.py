@@ -242,11 +242,12 @@ def adamw_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, lr: float |
 def fit_update(m: Model, draw: Draw, lr: float | torch.Tensor) -> torch.Tensor:
     """A settled step's fit (docs/agent.md, "Settle, then fit"): one AdamW update of the
     predictor, modulator and memory pathway on the reservoir's ``draw`` at ``lr``, the loss the
-    prediction error alone (MSE over horizons and dimensions; the fixed encoder gets no
-    gradient). Returns it detached, as the step's ``pred`` loss."""
+    prediction error alone (the step's: MSE over horizons and dimensions, each horizon's
+    relative with ``pred_error="relative"``; the fixed encoder gets no gradient). Returns it
+    detached, as the step's ``pred`` loss."""
     with m.spec.autocast():
         mod, _ = modulated_prediction(m.nets, draw.ctx, draw.memory, m.spec, draw.physics)
-    loss = (per_horizon(mod.pred.float()) - draw.target).pow(2).mean()
+    loss = m.spec.objective.prediction(mod.pred.float(), draw.target, draw.ctx)
     adamw_step(m.optimizer, loss, lr)  # the encoder's group (no gradient here) is skipped
     return loss.detach()
 

@@ -69,6 +69,13 @@ def ceiling_track(letters: Iterable[str]) -> str:
     return next((t for t in letters if reads_memory(t)), MEMORY_DEFAULT)
 
 
+#: The oracle as a head's name (``agent.heads``): the ceiling, beside the tracks' letters.
+ORACLE = "oracle"
+#: What a head (``AgentConfig.heads``) may be: a track, or the oracle.
+HeadName = Literal["A", "B", "C", "D", "E", "oracle"]
+assert get_args(HeadName) == (*get_args(Letter), ORACLE)
+
+
 #: The paper's question: experience added to the predictor's input (B) against experience
 #: rewriting its weights (C); its delta is (D_B - D_C) / D_B.
 INPUT = "B"
