@@ -21,9 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from agent.tracks import HeadName
+from agent.tracks import HeadName, reads_memory
 from agent.tracks import Letter as Track
-from agent.tracks import reads_memory
 from agent.tracks import track as track_named
 
 # The choices of the config's text fields, each typed where it is declared (tyro's choices).
