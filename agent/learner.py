@@ -9,6 +9,7 @@ of seeds (``agent.stacked.StackedLearner``) shares.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 from collections.abc import Sequence
 from typing import Any
@@ -213,6 +214,8 @@ class Learner(BaseLearner):
         # The step as a CUDA graph (agent.capture), or None: the plain step.
         self.captured = CapturedStep(self) if captured else None
         self.heads = head_parts.build_heads(self)
+        # The thread the heads fit in, beside this learner's own fit (agent.heads.fit_beside).
+        self.head_worker: concurrent.futures.ThreadPoolExecutor | None = None
 
     @property
     def model(self) -> Model:
@@ -289,9 +292,12 @@ class Learner(BaseLearner):
         for _ in range(cfg.fit_updates):
             draw = self.reservoir.draw(cfg.fit_worlds, each, cfg.buffer_capacity, peer,
                                        cfg.vary_memory)  # fmt: skip
+            # the same draw for every head (their differences paired), the heads' updates in a
+            # thread beside this one's (independent tensors: the same numbers, on two cores)
+            heads = head_parts.fit_beside(self, draw) if self.heads else None
             total = total + fit_update(self.model, draw, fit_lr_at(cfg, self.step))
-            for head in self.heads.values():  # the same draw: the heads' differences are paired
-                fit_update(head.model, draw, fit_lr_at(head.cfg, self.step))
+            if heads is not None:
+                heads.result()
         return metrics._replace(loss_pred=total / cfg.fit_updates)
 
     # ---------------------------------------------------------------- state

@@ -35,9 +35,24 @@ HEADLINE_MEMORY = "same"
 
 
 def wanted(cfg: RunConfig) -> bool:
-    """Whether this run trains its bounds: ``--bounds`` under the worlds protocol, and not for
-    a run that is itself a bound (the oracle)."""
-    return bool(cfg.bounds) and cfg.protocol.many_worlds and not cfg.agent.oracle
+    """Whether this run trains its bounds as runs of their own: ``--bounds`` under the worlds
+    protocol, not for a run that is itself a bound (the oracle), and not where they fit as
+    heads on the run's settled latent (``agent.heads``: a run that settles)."""
+    return (bool(cfg.bounds) and cfg.protocol.many_worlds and not cfg.agent.oracle
+            and cfg.agent.settle is None)
+
+
+def from_heads(s: dict[str, Any], n: int) -> dict[str, Any] | None:
+    """The bounds section of a run whose floor and ceiling are heads on its latent
+    (``agent.heads``): ``bounds_report`` of its held-out report and its heads' (the run itself
+    where it is the floor or the ceiling); None without both."""
+    held = s.get("held_out") or {}
+    every = {**(held.get("heads") or {}), s["head"]: held}
+    if "A" not in every or "oracle" not in every:
+        return None
+    where = f"{s['run_dir']} (head %s)"
+    return bounds_report(s, {"held_out": every["A"], "run_dir": where % "A"},
+                         {"held_out": every["oracle"], "run_dir": where % "oracle"}, n)
 
 
 def bound_config(cfg: RunConfig, name: str) -> RunConfig:

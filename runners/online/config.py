@@ -316,6 +316,11 @@ def device_name(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+#: The heads that bound a worlds run (``--bounds``): the floor (track A) and the ceiling (the
+#: oracle), by their head names (``agent.heads``).
+BOUND_HEADS = ("A", "oracle")
+
+
 def resolve(cfg: RunConfig) -> RunConfig:
     """Check what the field types cannot, fill in the derived values; ``CliError`` naming the
     option. Resolving a resolved config changes nothing."""
@@ -367,6 +372,11 @@ def resolve(cfg: RunConfig) -> RunConfig:
         raise CliError(f"--name must be a plain folder name, got {out.name!r}")
     if cfg.agent.total_steps is None:
         cfg.agent = cfg.agent.replace(total_steps=schedule_horizon(cfg))
+    if cfg.bounds and cfg.protocol.many_worlds and cfg.agent.settle is not None:
+        # the floor and the ceiling as heads on the run's one settled latent (agent.heads)
+        own, heads = cfg.agent.head_name, cfg.agent.heads
+        bounds = tuple(h for h in BOUND_HEADS if h != own and h not in heads)
+        cfg.agent = cfg.agent.replace(heads=bounds + heads)
     if cfg.agent.precision == "bf16":
         why = bf16_unsupported(device_name(cfg.device))
         if why:

@@ -204,8 +204,7 @@ class WorldsEvaluator(CurveEvaluator):
         n = max(ns) decoded, the digits' position errors in pixels (``runners.online.pixels``;
         its strips written to ``strips``, an .npz, when given; None with ``decoder_steps`` 0)."""
         cfg = learner.cfg
-        reads = tracks.reads_memory(cfg.track) and not cfg.oracle
-        memories = ("own", "same", "wrong") if reads else ("own",)
+        memories = memories_of(cfg)
         decoded = self.decoder_steps > 0
         if self.decoder is not None and not self.decoder.made_for(learner):
             self.close()  # (weights changed after all: a checkpoint loaded into the learner)
@@ -215,14 +214,7 @@ class WorldsEvaluator(CurveEvaluator):
             curves = world_curves(learner, self.sets.held_out, tuple(ns), memories, peers(cfg),
                                   keep=max(ns) if decoded else None)  # fmt: skip
             out = {
-                "ns": [int(n) for n in ns], "horizons": self.horizons, "memories": list(memories),
-                "families": family_means(curves),
-                "worlds": [
-                    {"world": c.world, "family": c.family, "memory": c.memory,
-                     "physics": [float(x) for x in w.physics], "d": c.d, "d_per_h": c.d_per_h}
-                    for c in curves
-                    for w in self.sets.held_out if w.name == c.world
-                ],
+                **self._curves_report(ns, memories, curves),
                 "probes": probes(learner, self.sets),
                 "pixels": None,
                 "reference": reference_check(learner, self.sets.held_out),
@@ -232,15 +224,60 @@ class WorldsEvaluator(CurveEvaluator):
                 "gravity_probe": None if memories == ("own",) else gravity_probe_report(
                     learner, n=max(ns), seed=self.sets.seed, families=self.sets.families),
             }  # fmt: skip
-            if decoder is not None:
-                out["pixels"], shown = pixel_report(learner, self.sets, curves, max(ns),
-                                                    input_index(cfg, max(ns)), decoder.result())  # fmt: skip
-                if strips is not None:
-                    np.savez_compressed(strips, **shown)
+            fitted = decoder.result() if decoder is not None else None
+            i, shown = input_index(cfg, max(ns)), {}
+            if fitted is not None:
+                out["pixels"], shown = pixel_report(learner, self.sets, curves, max(ns), i, fitted)
+            if learner.heads:  # every head on the same latent: the same windows, the decoder
+                out["heads"] = {}
+                for name, head in learner.heads.items():
+                    out["heads"][name], head_shown = self.head_report(
+                        head, ns, fitted, out["perfect_physics"])
+                    shown |= {f"heads/{name}/{k}": v for k, v in head_shown.items()}
+            if fitted is not None and strips is not None:
+                np.savez_compressed(strips, **shown)
         finally:
             if decoder is not None and decoder is not self.decoder:
                 decoder.stop()
         return out
+
+    def head_report(self, head: Learner, ns: Sequence[int],
+                    fitted: tuple[Any, dict[str, Any]] | None,
+                    perfect: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """A head's held-out report (``agent.heads``; ``report``'s D^n per memory source, world
+        and family, and its decoded predictions by the trainer's decoder ``fitted``) and its
+        strips; ``perfect``: the trainer's perfect physics, the same in the shared latent."""
+        cfg = head.cfg
+        memories = memories_of(cfg)
+        curves = world_curves(head, self.sets.held_out, tuple(ns), memories, peers(cfg),
+                              keep=max(ns) if fitted is not None else None)  # fmt: skip
+        out = {**self._curves_report(ns, memories, curves), "track": cfg.track,
+               "oracle": cfg.oracle, "perfect_physics": perfect, "pixels": None}  # fmt: skip
+        shown: dict[str, np.ndarray] = {}
+        if fitted is not None:
+            out["pixels"], shown = pixel_report(head, self.sets, curves, max(ns),
+                                                input_index(cfg, max(ns)), fitted)  # fmt: skip
+        return out, shown
+
+    def _curves_report(self, ns: Sequence[int], memories: tuple[str, ...],
+                       curves: list[Any]) -> dict[str, Any]:  # fmt: skip
+        """D^n of held-out curves, per family and per world."""
+        return {
+            "ns": [int(n) for n in ns], "horizons": self.horizons, "memories": list(memories),
+            "families": family_means(curves),
+            "worlds": [
+                {"world": c.world, "family": c.family, "memory": c.memory,
+                 "physics": [float(x) for x in w.physics], "d": c.d, "d_per_h": c.d_per_h}
+                for c in curves
+                for w in self.sets.held_out if w.name == c.world
+            ],
+        }  # fmt: skip
+
+
+def memories_of(cfg: Any) -> tuple[str, ...]:
+    """The memory sources a learner's held-out report scores: all three for a learner that reads
+    memory, ``own`` alone (its one D) for track A and the oracle."""
+    return ("own", "same", "wrong") if tracks.reads_memory(cfg.track) and not cfg.oracle else ("own",)
 
 
 def gravity_probe_report(learner: Learner, *, n: int, seed: int,

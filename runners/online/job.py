@@ -29,7 +29,7 @@ from runners.online.events import write_ending
 from runners.online.loop import OnlineLoop
 from runners.online.plots import bounds_figure, make_figures
 from runners.online.rundir import RunFolder, StopRequest
-from runners.online.strips import prediction_figure, run_strips
+from runners.online.strips import prediction_figure, run_strips, split_strips
 from runners.online.summary import (
     build_summary,
     curve_report,
@@ -101,6 +101,9 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
                 opened=None if others is None else lambda: _start(others))
         if s is None:
             return 0  # the bounds beside it are stopped on the way out
+        if (b := bounds.from_heads(s, cfg.schedule.headline_n)) is not None:
+            s["bounds"] = b  # the floor and the ceiling fit as heads on the run's latent
+            bounds_figure(folder, s, {})
         if others is not None:
             if others.running:
                 print(f"{PROG}: waiting for the bounds")
@@ -243,8 +246,8 @@ def finish(loop: OnlineLoop) -> dict[str, Any]:
         path.write_text(json.dumps(rep, indent=2) + "\n")
     s = summarise(loop, final_curve=rep["curve"], stopped=None, held_out=rep.get("held_out"))
     loop.close()
-    prediction_figure(folder.figures / "predictions.png", {"main": run_strips(folder)},
-                      cfg.agent.track)  # its own rows (with its bounds: ``train``)
+    prediction_figure(folder.figures / "predictions.png", split_strips(run_strips(folder)),
+                      cfg.agent.track)  # its own rows and its heads' (bounds as runs: ``train``)
     return s
 
 

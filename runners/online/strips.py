@@ -38,6 +38,26 @@ def run_strips(run: RunFolder) -> dict[str, np.ndarray] | None:
     return load_strips(RunFolder.strips_path(run.latest))
 
 
+def split_strips(strips: dict[str, np.ndarray] | None) -> dict[str, dict[str, np.ndarray] | None]:
+    """The strips of a run whose floor and ceiling are heads on its latent (``agent.heads``;
+    theirs under ``heads/<name>/``) by ``prediction_figure``'s run names: ``main``, ``floor``,
+    ``ceiling``."""
+    if strips is None:
+        return {"main": None}
+    out: dict[str, dict[str, np.ndarray] | None] = {"main": {}}
+    for key, value in strips.items():
+        if key.startswith("heads/"):
+            _, name, rest = key.split("/", 2)
+            out.setdefault(HEAD_RUNS.get(name, name), {})[rest] = value
+        else:
+            out["main"][key] = value
+    return out
+
+
+#: The heads that ``prediction_figure`` draws, by the run names of its rows.
+HEAD_RUNS = {"A": "floor", "oracle": "ceiling"}
+
+
 def _mosaic(tiles: list[list[np.ndarray | None]], seqs: int, cols: int) -> np.ndarray:
     """Rows of RGB tiles (each 64 x 64 x 3 in [0, 1], or None: blank) as one image on white, a
     gap between sequences."""

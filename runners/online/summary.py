@@ -71,7 +71,7 @@ def build_summary(
     n_shift = int(round(size * float(records.last.get("memory/shift_share", 0.0)))) if size else 0
     return {
         "run_dir": str(run_dir), "protocol": cfg.protocol.kind, "track": cfg.agent.track,
-        "preset": cfg.preset, "source": cfg.protocol.source, "seed": cfg.agent.seed, "after_switch": cfg.schedule.after_switch,
+        "head": cfg.agent.head_name, "preset": cfg.preset, "source": cfg.protocol.source, "seed": cfg.agent.seed, "after_switch": cfg.schedule.after_switch,
         "switches": [sw.to_json() for sw in switches_from_json(cfg.schedule.switches)],
         "switch_world_family": family_of(cfg.shift_physics, cfg.protocol.families())
         if cfg.protocol.many_worlds and fs is not None else None,

@@ -10,7 +10,7 @@ import torch
 from agent import Learner
 from agent import heads as head_parts
 from agent.memory.read import MemoryView
-from agent.step import fit_update, modulated_prediction
+from agent.step import fit_lr_at, fit_update, modulated_prediction
 from tests.agent.test_settle_fit import source, world_cfg
 
 
@@ -90,6 +90,32 @@ def test_a_head_fits_the_same_whichever_heads_fit_beside_it(batches: list) -> No
     run(one, batches)
     run(two, batches)
     assert nets_equal(one.heads["A"].nets, two.heads["A"].nets)
+
+
+def test_heads_fit_beside_the_learner_as_they_would_after_it(batches: list,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The heads' updates run in a worker thread beside the learner's own: the same numbers as
+    one after the other in the caller's thread (its intra-op threads, one here, not the
+    default)."""
+    import concurrent.futures
+
+    beside = Learner(world_cfg(heads=("A", "oracle")))
+    run(beside, batches)
+    assert beside.head_worker is not None
+
+    def after(trainer: Learner, draw) -> concurrent.futures.Future:
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        for head in trainer.heads.values():
+            fit_update(head.model, draw, fit_lr_at(head.cfg, trainer.step))
+        done.set_result(None)
+        return done
+
+    monkeypatch.setattr(head_parts, "fit_beside", after)
+    serial = Learner(world_cfg(heads=("A", "oracle")))
+    run(serial, batches)
+    assert serial.head_worker is None
+    for name in ("C", "A", "oracle"):
+        assert nets_equal(beside.every_head()[name].nets, serial.every_head()[name].nets), name
 
 
 def test_a_learner_with_heads_resumes_exactly(batches: list) -> None:

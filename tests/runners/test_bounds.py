@@ -229,3 +229,49 @@ def test_bounds_stopped_before_they_start_train_later_and_are_read_when_finished
     again = beside.Bounds(cfg, folder, 3, 1)
     assert again.names == [] and not again.beside  # finished ones are read, not rerun
     assert again.join(StopRequest()) == found
+
+
+SETTLED = [*TINY, "--settle", "0.5", "--fit-batch", "8", "--fit-worlds", "2"]
+
+
+def test_a_settled_run_fits_its_floor_and_ceiling_as_heads_on_its_latent(tmp_path: Path) -> None:
+    """A run that settles fits the floor and the ceiling as heads in its own process
+    (``agent.heads``): no bound runs, the bounds from its heads' held-out reports, and the
+    chosen track bit for bit as the run without them (--no-bounds)."""
+    res = cli("train_online", *SETTLED, "--steps", "60", "--out", str(tmp_path), "--name", "run")
+    assert res.returncode == 0, res.stderr
+    alone = cli("train_online", *SETTLED, "--no-bounds", "--steps", "60", "--out", str(tmp_path),
+                "--name", "alone")  # fmt: skip
+    assert alone.returncode == 0, alone.stderr
+    run = tmp_path / "run"
+    assert not (run / "floor").exists() and not (run / "ceiling").exists()
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["agent"]["heads"] == ["A", "oracle"]
+    s = json.loads((run / "summary.json").read_text())
+    lone = json.loads((tmp_path / "alone" / "summary.json").read_text())
+    assert s["held_out"]["families"] == lone["held_out"]["families"]  # the heads changed nothing
+    heads = s["held_out"]["heads"]
+    assert set(heads) == {"A", "oracle"} and heads["oracle"]["oracle"]
+    assert heads["A"]["memories"] == ["own"] == heads["oracle"]["memories"]
+    b = s["bounds"]
+    assert b["floor"]["d"]["pooled"] == pytest.approx(np.mean(
+        [heads["A"]["families"][f]["own"][0] for f in ("interp", "extrap")]))  # fmt: skip
+    assert b["floor"]["run"].endswith("(head A)") and b["ceiling"]["run"].endswith("(head oracle)")
+    assert bounds.story(b) in res.stdout
+    assert (run / "figures" / "bounds.png").stat().st_size > 10_000
+    # the heads' decoded predictions, by the run's one decoder, drawn beside the track's
+    px = b["pixels"]["rows"]
+    assert {"floor (track A)", "ceiling (oracle)", "peer memory"} <= set(px)
+    from runners.online.strips import run_strips, split_strips
+
+    found = split_strips(run_strips(RunFolder(run)))
+    assert set(found) == {"main", "floor", "ceiling"} and "interp/own" in found["floor"]
+    # the floor head's D^n is the learner's head A scored again from the checkpoint
+    from agent.evaluation import family_means, world_curves
+
+    learner = checkpoint_learner(run / "checkpoints" / "latest.pt")
+    sets = resolve(build_config(["--config", str(run / "config.json")])).protocol.evaluator(
+        resolve(build_config(["--config", str(run / "config.json")]))).sets
+    again = family_means(world_curves(learner.heads["A"], sets.held_out, tuple(s["held_out"]["ns"]),
+                                      ("own",)))  # fmt: skip
+    assert again["interp"]["own"] == pytest.approx(heads["A"]["families"]["interp"]["own"], rel=1e-6)
