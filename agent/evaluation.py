@@ -117,6 +117,9 @@ class Curve:
     # at the n asked to be kept (``curve``'s ``keep``): the predictions (N, K, D), the EMA
     # target's latents of the true future (N, K, D) and of the input frame (N, D)
     kept: dict[str, torch.Tensor] | None = None
+    # at each n asked for (``curve``'s ``samples``): each sample's ratio per horizon (N, K)
+    # float64 and whether it is included (N, K) bool (D's parts, for paired intervals)
+    samples: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
 
 def input_index(cfg: Any, n_max: int) -> int:
@@ -184,12 +187,14 @@ def _predictions(
 
 def curve(
     learner: Learner, enc: Encoded, views: Callable[[int], MemoryView], ns: tuple[int, ...],
-    physics: torch.Tensor | None = None, keep: int | None = None, **labels: str,
+    physics: torch.Tensor | None = None, keep: int | None = None,
+    samples: tuple[int, ...] = (), **labels: str,
 ) -> Curve:  # fmt: skip
     """D^n of an encoded set (``encode``; "no change" its input latents z[:, -1]) through the
     memory ``views(n)`` for each n of ``ns`` (one that is the same object as the last n's scored
     once); ``labels``: the curve's world, family and memory; at n = ``keep`` the predictions and
-    the target latents are kept (``Curve.kept``)."""
+    the target latents are kept (``Curve.kept``), at each n of ``samples`` each sample's part
+    of D (``Curve.samples``: ``sample_ratios``)."""
     z, targets, zbar = enc
     out, last = Curve(list(ns), **labels), None
     if zbar is not None:
@@ -203,12 +208,28 @@ def curve(
             sigma = spread(*(p for _, p in parts))
         if n == keep:
             out.kept = {"pred": torch.cat([p for _, p in parts]), "target": targets, "input": zbar}
+        if n in samples:
+            pred = torch.cat([p for _, p in parts])
+            out.samples[n] = sample_ratios(pred, z[:, -1], targets, learner.cfg.norm_eps)
         d, d_h = norm_error(sums)
         out.d.append(float(d))
         out.d_per_h.append(d_h.tolist())
         out.sigma_embed.append(float(sigma))
         out.excluded.append(int(sums.excluded))
     return out
+
+
+def sample_ratios(pred: torch.Tensor, z: torch.Tensor, targets: torch.Tensor, eps: float
+                  ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Each sample's D ratio per horizon, ``||zbar_k - zhat|| / ||zbar_k - z||`` (N, K) float64,
+    and whether it counts (N, K) bool: its denominator at least ``eps`` (D of the samples is the
+    mean over horizons of each horizon's mean over the counted ones: ``norm_error_sums``)."""
+    pred, z, targets = pred.float(), z.float(), targets.float()
+    num = torch.linalg.vector_norm(targets - per_horizon(pred), dim=-1)
+    den = torch.linalg.vector_norm(targets - z.unsqueeze(1), dim=-1)
+    ok = den >= eps
+    ratio = torch.where(ok, num / torch.where(ok, den, torch.ones_like(den)), 0.0)
+    return ratio.double().cpu().numpy(), ok.cpu().numpy()
 
 
 @torch.no_grad()
@@ -377,19 +398,21 @@ def _physics(learner: Learner, world: WorldSet, b: int) -> torch.Tensor:
 def world_curves(
     learner: Learner, worlds: list[WorldSet], ns: tuple[int, ...] = WORLD_NS,
     memories: tuple[str, ...] = MEMORIES, peers: int = 1, keep: int | None = None,
+    samples: tuple[int, ...] = (),
 ) -> list[Curve]:  # fmt: skip
     """D^n of the frozen learner on every world for every memory source (see the module doc);
-    at n = ``keep`` each curve keeps its latents (``Curve.kept``, for ``runners.online.pixels``).
+    at n = ``keep`` each curve keeps its latents (``Curve.kept``, for ``runners.online.pixels``),
+    at each n of ``samples`` each sample's part of D (``Curve.samples``, for paired intervals).
 
     ``same`` gives sample b the pairs of sequences b+1 .. b+peers of its world (the peer read
     of a group memory shared by peers + 1 streams: the newest n of their pairs, as their shared
-    FIFO holds them), ``wrong`` those of sequences b .. b+peers-1 of the next world in
-    ``worlds`` (cyclically; needs two worlds). The learner is not changed.
+    FIFO holds them), ``wrong`` those of sequences b .. b+peers-1 of ``wrong_world``'s (another
+    world of its family, the farthest in gravity; needs two worlds a family). The learner is not
+    changed.
     """
     if unknown := sorted(set(memories) - set(MEMORIES)):
         raise ValueError(f"memories: unknown source {unknown[0]!r}, expected {MEMORIES}")
-    if "wrong" in memories and len(worlds) < 2:
-        raise ValueError("memories: the 'wrong' control needs at least two worlds")
+    wrong = wrong_worlds(worlds) if "wrong" in memories else None
     cfg = learner.cfg
     i, e = input_index(cfg, max(ns, default=0)), cfg.entry_frames
     # A learner that reads no memory (track A, the oracle) has one D for every n and source:
@@ -399,7 +422,8 @@ def world_curves(
     encoded = [encode(learner, w.frames, i, first, input_target=True) for w in worlds]
     out = []
     for wi, (world, enc) in enumerate(zip(worlds, encoded, strict=True)):
-        z, other = enc[0], encoded[(wi + 1) % len(worlds)][0]
+        z = enc[0]
+        other = encoded[wrong[wi]][0] if wrong is not None else z
         rows = torch.arange(z.shape[0], device=other.device)
         sources = {"own": z, "same": [z.roll(-p, dims=0) for p in range(1, peers + 1)],
                    "wrong": [other[(rows + p) % other.shape[0]] for p in range(peers)]}  # fmt: skip
@@ -408,7 +432,24 @@ def world_curves(
             views = (dict.fromkeys(ns, empty).__getitem__ if blind
                      else partial(sequence_memory, sources[source], i, frames=e))  # fmt: skip
             out.append(curve(learner, enc, views, ns, _physics(learner, world, z.shape[0]), keep,
-                             world=world.name, family=world.family, memory=source))  # fmt: skip
+                             samples, world=world.name, family=world.family, memory=source))  # fmt: skip
+    return out
+
+
+def wrong_worlds(worlds: list[WorldSet]) -> list[int]:
+    """For each world, the index of the world whose memory is its control (``wrong``): the
+    world of its family whose gravity vector (the physics' first two numbers) is the farthest
+    from its own (the first of equals), so that the control is never a near-duplicate of the
+    world. ValueError where a family has one world."""
+    out = []
+    for w in worlds:
+        others = [j for j, o in enumerate(worlds) if o.family == w.family and o is not w]
+        if not others:
+            raise ValueError(f"memories: the 'wrong' control needs two worlds of each family, "
+                             f"{w.family!r} has one")  # fmt: skip
+        g = np.asarray(w.physics[:2], np.float64)
+        out.append(max(others, key=lambda j: (
+            float(np.hypot(*(np.asarray(worlds[j].physics[:2], np.float64) - g))), -j)))
     return out
 
 

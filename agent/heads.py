@@ -23,7 +23,7 @@ predicts what the trainer's base predictor does and what it fits after is all th
 from __future__ import annotations
 
 import concurrent.futures
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -34,8 +34,8 @@ from agent.config import AgentConfig
 from agent.reservoir import Draw
 from agent.step import fit_lr_at, fit_update
 
-if TYPE_CHECKING:
-    from agent.learner import Learner
+#: A learner with heads (``agent.learner.Learner``; not imported: the learner imports this).
+Learner = Any
 
 
 def head_config(cfg: AgentConfig, name: str) -> AgentConfig:
@@ -48,13 +48,11 @@ def head_config(cfg: AgentConfig, name: str) -> AgentConfig:
 
 
 def build_heads(trainer: Learner) -> dict[str, Learner]:
-    """The heads of ``trainer`` (``trainer.cfg.heads``, in order), sharing its encoder, EMA
-    target, memory, reservoir and latent cache."""
-    from agent.learner import Learner
-
+    """The heads of ``trainer`` (``trainer.cfg.heads``, in order), each a learner of its class,
+    sharing its encoder, EMA target, memory, reservoir and latent cache."""
     out = {}
     for name in trainer.cfg.heads:
-        head = Learner(head_config(trainer.cfg, name), trainer.device)
+        head = type(trainer)(head_config(trainer.cfg, name), trainer.device)
         head.nets.encoder, head.nets.target = trainer.nets.encoder, trainer.nets.target
         head.detector, head.buffer = trainer.detector, trainer.buffer
         head.reservoir, head.latents = trainer.reservoir, trainer.latents

@@ -183,13 +183,16 @@ def world_probe(
 
 
 def predictions(png: Path, strips: Path, folder: RunFolder | None, track: str) -> None:
-    """--predictions: the figure of ``strips``, with the run folder's bounds' rows."""
-    from runners.online.strips import load_strips, prediction_figure, run_strips
+    """--predictions: the figure of ``strips`` (its heads' rows with them), with the run
+    folder's bounds' rows where they are runs of their own."""
+    from runners.online.strips import load_strips, prediction_figure, run_strips, split_strips
 
     ensure_output_dir(png.parent, "the folder of --predictions")
-    bounds = {} if folder is None else {
-        name: run_strips(RunFolder(folder.root / name)) for name in ("floor", "ceiling")}
-    prediction_figure(png, {"main": load_strips(strips), **bounds}, track)
+    found = split_strips(load_strips(strips))
+    if folder is not None:
+        for name in ("floor", "ceiling"):
+            found.setdefault(name, run_strips(RunFolder(folder.root / name)))
+    prediction_figure(png, found, track)
     print(f"written: {png}")
 
 

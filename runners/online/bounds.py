@@ -1,15 +1,14 @@
 """The floor and the ceiling beside the chosen track: what memory is measured against.
 
-A run of the worlds protocol trains, by default (``--bounds``), two more learners on the same
-stream (the same seed: the same worlds, digits and switch, whatever the learner does):
+A run of the worlds protocol that settles fits, by default (``--bounds``), two more heads on its
+one latent (``agent.heads``; ``runners.online.config.BOUND_HEADS``), scored on the same windows:
 
-- the **floor**: track A, the same learner without a memory pathway;
+- the **floor**: track A, the same predictor without a memory pathway;
 - the **ceiling**: the chosen track's modulation fed the true physics of each sample's world in
   place of e_agg (the oracle; track C's when the chosen track is A).
 
-Each is a complete run folder inside the main one (``floor/``, ``ceiling/``), trained after the
-chosen track and resumed like it. The main summary then gains ``bounds``: the three learners'
-held-out D^n, and how far the memory moved the chosen track from the floor towards the ceiling,
+The main summary then gains ``bounds`` (``from_heads``): the three heads' held-out D^n, and how
+far the memory moved the chosen track from the floor towards the ceiling,
 ``(D_A - D_memory) / (D_A - D_oracle)`` (docs/definitions.md#the-share-of-the-oracle-gap), per
 family and per horizon, for each memory source; its first line says it for the headline: n
 transitions from other sequences of the same world (the peer memory).
@@ -17,29 +16,16 @@ transitions from other sequences of the same world (the peer memory).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
-from agent import tracks
-from runners.online.config import RunConfig
 from runners.style import pct, times
 
-#: The bound runs, in the order they are trained, each in the subfolder of its name.
-BOUNDS = ("floor", "ceiling")
 #: The memory source of the headline (agent.evaluation: ``same``, the peer memory).
 HEADLINE_MEMORY = "same"
-
-
-def wanted(cfg: RunConfig) -> bool:
-    """Whether this run trains its bounds as runs of their own: ``--bounds`` under the worlds
-    protocol, not for a run that is itself a bound (the oracle), and not where they fit as
-    heads on the run's settled latent (``agent.heads``: a run that settles)."""
-    return (bool(cfg.bounds) and cfg.protocol.many_worlds and not cfg.agent.oracle
-            and cfg.agent.settle is None)
 
 
 def from_heads(s: dict[str, Any], n: int) -> dict[str, Any] | None:
@@ -53,26 +39,6 @@ def from_heads(s: dict[str, Any], n: int) -> dict[str, Any] | None:
     where = f"{s['run_dir']} (head %s)"
     return bounds_report(s, {"held_out": every["A"], "run_dir": where % "A"},
                          {"held_out": every["oracle"], "run_dir": where % "oracle"}, n)
-
-
-def bound_config(cfg: RunConfig, name: str) -> RunConfig:
-    """The config of bound ``name`` ("floor" or "ceiling") of the run ``cfg``: the same run with
-    track A, or with the oracle (track C's for a track A run), and no bounds of its own."""
-    agent = cfg.agent
-    if name == "floor":
-        agent = agent.replace(track=tracks.FLOOR)
-    elif name == "ceiling":
-        agent = agent.replace(track=tracks.ceiling_track([agent.track]), oracle=True)
-    else:
-        raise ValueError(f"unknown bound {name!r}")
-    return dataclasses.replace(cfg, agent=agent, bounds=False)
-
-
-def bound_options(cfg: RunConfig, name: str) -> tuple[str, ...]:
-    """The ``train_online`` options that make bound ``name`` of the run ``cfg`` from its
-    ``config.json``: ``bound_config`` as a command line."""
-    agent = bound_config(cfg, name).agent
-    return ("--no-bounds", "--track", agent.track, *(("--oracle",) if agent.oracle else ()))
 
 
 def _family_d(held: dict[str, Any], memory: str, j: int) -> dict[str, float]:
@@ -131,6 +97,7 @@ def bounds_report(main: dict[str, Any], floor: dict[str, Any], ceiling: dict[str
         "memories": memories,
         "headline": HEADLINE_MEMORY if HEADLINE_MEMORY in memories else None,
         "pixels": pixel_bounds(held, held_a, held_o),
+        "intervals": held.get("intervals"),
     }
 
 
@@ -278,7 +245,48 @@ def bounds_text(b: dict[str, Any]) -> list[str]:
         out.append(per_h("share of the gap per horizon (peer memory, pooled)", shares, pct))
     out += [per_h(label, pp[key]["pooled"], times) for key, label in RATIO_LABELS
             if "pooled" in pp.get(key, {})]
-    return out + pixel_text(b.get("pixels"), fams, row)
+    return out + interval_text(b.get("intervals"), fams) + pixel_text(b.get("pixels"), fams, row)
+
+
+#: The rows of ``interval_text`` for each head that reads memory: (key, memory source, label).
+INTERVAL_ROWS = (("share", "same", "peer memory"), ("share", "own", "own memory"),
+                 ("share", "wrong", "wrong-world memory"),
+                 ("share_own", "same", "peer, from its own D^0"),
+                 ("carried", None, "carried (wrong - peer)"),
+                 ("d0_vs_floor", None, "D^0 against the floor"))  # fmt: skip
+
+
+def interval_text(iv: dict[str, Any] | None, fams: list[str]) -> list[str]:
+    """The paired intervals (``runners.online.intervals``) as aligned rows: the oracle's margin,
+    then each head's shares: the value and its 95% interval in percent."""
+    if not iv:
+        return []
+
+    def row(label: str, cells: Iterable[str]) -> str:
+        return "  " + f"{label:<34}" + "".join(cells)
+
+    def cell(ci: dict[str, Any]) -> str:
+        if ci["low"] is None:
+            return f" {pct(ci['value'], missing='n/a'):>17}"
+        lo, hi = (f"{100 * ci[k]:.0f}" for k in ("low", "high"))
+        return f" {pct(ci['value']) + f' [{lo}, {hi}]':>17}"
+
+    out = ["", f"paired 95% intervals at n = {iv['n']} (a bootstrap of the held-out worlds and their "
+           "sequences, every head on the same samples; docs/definitions.md#paired-intervals):",
+           row("", (f" {f:>17}" for f in fams)),
+           row("the oracle's margin", (cell(iv["margin"][f]) for f in fams))]
+    for name, h in iv["heads"].items():
+        for key, mem, label in INTERVAL_ROWS:
+            got = h.get(key)
+            got = got.get(mem) if got is not None and mem is not None else got
+            if got is not None:
+                out.append(row(f"{_head_label(name)}, {label}", (cell(got[f]) for f in fams)))
+    return out
+
+
+def _head_label(name: str) -> str:
+    """A head's name as the tables say it: "track C", "oracle"."""
+    return name if name == "oracle" else f"track {name}"
 
 
 def pixel_text(px: dict[str, Any] | None, fams: list[str], row: Callable[..., str]) -> list[str]:

@@ -38,7 +38,7 @@ from runners.online.switch import SwitchArg
 
 TRAIN_PROG = "python -m runners.train_online"
 #: What may change on --resume (the rest belongs to the run and is read from its config.json).
-RESUMABLE = ("steps", "switches", "device", "eval_every", "checkpoint_every", "bounds", "workers")
+RESUMABLE = ("steps", "switches", "device", "eval_every", "checkpoint_every")
 
 
 @dataclass
@@ -46,8 +46,8 @@ class TrainCommand:
     """Online EPM-JEPA training with a mid-stream physics switch (defaults: the worlds protocol,
     track C: the streams live in groups of 8 that share a training world and one memory for 2-6
     episodes, then a new world is drawn; at 2/3 of the run every stream moves to a held-out
-    world and the weights freeze; beside it the floor (track A) and the ceiling (the oracle)
-    train on the same stream; --protocol paper: the paper's gravity 0 -> 0.5). The options
+    world and the weights freeze; from the settle on the floor (track A) and the ceiling (the
+    oracle) fit beside it as heads on its latent; --protocol paper: the paper's gravity 0 -> 0.5). The options
     override --config FILE's values; the defaults shown are the worlds protocol's, the cpu
     preset's and track C's (--protocol, --preset, --track, --source and --device choose
     others)."""
@@ -71,7 +71,7 @@ class TrainCommand:
     config: Annotated[str | None, tyro.conf.arg(metavar="FILE")] = None
     """JSON of the config's fields, nested as config.json or flat; a run's config.json works as is (derived values included)."""
     resume: Annotated[str | None, tyro.conf.arg(metavar="RUN_DIR")] = None
-    """Continue a stopped run (only --steps, --switch, --device, --eval-every, --checkpoint-every, --bounds and --workers may change)."""
+    """Continue a stopped run (only --steps, --switch, --device, --eval-every and --checkpoint-every may change)."""
     stack_seeds: tuple[int, ...] = ()
     """Train these seeds too, stacked with --seed as one model in this process (agent.stacked; each seed its own world stream and run folder, NAME-s<SEED> for every seed with --name); the worlds protocol with --no-bounds and --no-stream-cache. For a GPU: on a CPU it is slower than one run after another."""
 

@@ -48,7 +48,7 @@ class Schedule:
     """When things happen: steps, switches, evaluations, checkpoints."""
 
     steps: int = 4500
-    """Online steps (one learner update each); calibrated so the default run tells the whole story, its floor and ceiling included (beside it), in about 2 minutes on a 2-core CPU (--preset gpu: 6,000)."""
+    """Online steps (one learner update each); calibrated so the default run tells the whole story, its floor and ceiling included (heads on its latent), in about 3.5 minutes on a 2-core CPU (--preset gpu: 6,000)."""
     switches: tyro.conf.Suppress[tuple[Switch, ...] | None] = None
     """Physics switches (set by --switch); None: one at 2/3 of the run (worlds: gravity 0.3 towards 45 degrees, a held-out world; paper: gravity 0.5)."""
     after_switch: AfterSwitch = "memory"
@@ -108,9 +108,7 @@ class RunConfig:
     capture: bool = False
     """Each learner's update replayed from CUDA graphs (agent.capture; on a CPU the same step runs eagerly); needs --no-stream-cache."""
     bounds: bool = True
-    """Worlds protocol: also train the floor (track A) and the ceiling (the oracle) on the same stream, in the run folder's floor/ and ceiling/, and report the chosen track between them (--no-bounds: the chosen track alone)."""
-    workers: int = 0
-    """Runs trained at once: the chosen track in this process, its bounds (--bounds) each in a process of its own beside it (jobs of the launcher: runners.online.beside); 0: all three where this process may use two CPU cores or more, else one after another; 1: one after another. The numbers do not depend on it."""
+    """Worlds protocol: also fit the floor (track A) and the ceiling (the oracle) as heads on the run's settled latent (--heads A oracle; a run without --settle has none), and report the chosen track between them (--no-bounds: the chosen track alone)."""
 
     # -- derived ---------------------------------------------------------------------------
     @property
@@ -197,7 +195,7 @@ def _fields() -> dict[str, tuple[str, Any]]:
     for part, cls in [*parts, ("schedule", Schedule), ("output", Output), ("agent", AgentConfig)]:
         out.update((n, (part, h)) for n, h in hints(cls).items())
     top = hints(RunConfig)
-    out.update((n, ("", top[n])) for n in ("preset", "device", "capture", "bounds", "workers"))
+    out.update((n, ("", top[n])) for n in ("preset", "device", "capture", "bounds"))
     del out["switches"]  # --switch, its own syntax
     return out
 
@@ -330,8 +328,6 @@ def resolve(cfg: RunConfig) -> RunConfig:
     for name, value in [(n, getattr(s, n)) for n in positive]:
         if value < 1:
             raise CliError(f"{name} must be at least 1, got {value}")
-    if cfg.workers < 0:
-        raise CliError(f"workers must be >= 0, got {cfg.workers}")
     if s.decoder_steps < 0:
         raise CliError(f"decoder_steps must be >= 0, got {s.decoder_steps}")
     if out.record_frames < 0:

@@ -30,6 +30,7 @@ import torch
 import env
 from agent import EvalData, EvalResult, Learner, adaptation_curve, tracks
 from agent.evaluation import (
+    Curve,
     WorldSet,
     family_means,
     input_index,
@@ -42,6 +43,7 @@ from probes.digits import ProbeSet, probe_report
 from probes.gravity import gravity_probe
 from probes.perfect_physics import perfect_physics
 from probes.world import ProbeConfig, ProbeWorld, world_probe
+from runners.online.intervals import paired_intervals
 from runners.online.pixels import DecoderProcess, pixel_report
 from runners.online.world_sets import WorldSets, world_set
 
@@ -212,7 +214,7 @@ class WorldsEvaluator(CurveEvaluator):
         decoder = self.decoder or (self._decoder(learner) if decoded else None)
         try:
             curves = world_curves(learner, self.sets.held_out, tuple(ns), memories, peers(cfg),
-                                  keep=max(ns) if decoded else None)  # fmt: skip
+                                  keep=max(ns) if decoded else None, samples=(0, max(ns)))  # fmt: skip
             out = {
                 **self._curves_report(ns, memories, curves),
                 "probes": probes(learner, self.sets),
@@ -229,11 +231,12 @@ class WorldsEvaluator(CurveEvaluator):
             if fitted is not None:
                 out["pixels"], shown = pixel_report(learner, self.sets, curves, max(ns), i, fitted)
             if learner.heads:  # every head on the same latent: the same windows, the decoder
-                out["heads"] = {}
+                out["heads"], every = {}, {cfg.head_name: curves}
                 for name, head in learner.heads.items():
-                    out["heads"][name], head_shown = self.head_report(
+                    out["heads"][name], head_shown, every[name] = self.head_report(
                         head, ns, fitted, out["perfect_physics"])
                     shown |= {f"heads/{name}/{k}": v for k, v in head_shown.items()}
+                out["intervals"] = paired_intervals(every, max(ns), self.sets.seed)
             if fitted is not None and strips is not None:
                 np.savez_compressed(strips, **shown)
         finally:
@@ -243,21 +246,24 @@ class WorldsEvaluator(CurveEvaluator):
 
     def head_report(self, head: Learner, ns: Sequence[int],
                     fitted: tuple[Any, dict[str, Any]] | None,
-                    perfect: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+                    perfect: dict[str, Any] | None
+                    ) -> tuple[dict[str, Any], dict[str, np.ndarray], list[Curve]]:  # fmt: skip
         """A head's held-out report (``agent.heads``; ``report``'s D^n per memory source, world
-        and family, and its decoded predictions by the trainer's decoder ``fitted``) and its
-        strips; ``perfect``: the trainer's perfect physics, the same in the shared latent."""
+        and family, and its decoded predictions by the trainer's decoder ``fitted``), its
+        strips and its curves (their samples at 0 and max(ns), for ``paired_intervals``);
+        ``perfect``: the trainer's perfect physics, the same in the shared latent."""
         cfg = head.cfg
         memories = memories_of(cfg)
         curves = world_curves(head, self.sets.held_out, tuple(ns), memories, peers(cfg),
-                              keep=max(ns) if fitted is not None else None)  # fmt: skip
+                              keep=max(ns) if fitted is not None else None,
+                              samples=(0, max(ns)))  # fmt: skip
         out = {**self._curves_report(ns, memories, curves), "track": cfg.track,
                "oracle": cfg.oracle, "perfect_physics": perfect, "pixels": None}  # fmt: skip
         shown: dict[str, np.ndarray] = {}
         if fitted is not None:
             out["pixels"], shown = pixel_report(head, self.sets, curves, max(ns),
                                                 input_index(cfg, max(ns)), fitted)  # fmt: skip
-        return out, shown
+        return out, shown, curves
 
     def _curves_report(self, ns: Sequence[int], memories: tuple[str, ...],
                        curves: list[Any]) -> dict[str, Any]:  # fmt: skip

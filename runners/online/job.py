@@ -9,20 +9,17 @@ or, when stopped (Ctrl-C, SIGTERM, a PAUSE file), with a checkpoint and a summar
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
-import torch
 from tqdm import tqdm
 
 from runners.cli import CliError, os_error_message
-from runners.online import beside, bounds
+from runners.online import bounds
 from runners.online.config import RunConfig, describe, precision_note
 from runners.online.evaluation import WorldsEvaluator
 from runners.online.events import write_ending
@@ -87,39 +84,17 @@ def progress_bar(steps: int, done: int) -> tqdm:
 
 def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool) -> int:
     """Run (or continue) the online run in ``folder`` (held by this process) to its end or to a
-    stop request, and its bounds (``runners.online.bounds``: the floor and the ceiling, in
-    ``folder``'s ``floor/`` and ``ceiling/``), jobs of the launcher (``runners.online.beside``):
-    beside it with ``workers`` > 1, else after it; 0 either way (a stopped run is continued
-    with ``--resume``)."""
-    found = None
-    with contextlib.ExitStack() as held:
-        others = None
-        if bounds.wanted(cfg):
-            others = held.enter_context(beside.Bounds(cfg, folder, beside.workers_for(cfg),
-                                                      torch.get_num_threads(), stop))  # fmt: skip
-        s = run(cfg, folder, stop, resume=resume,
-                opened=None if others is None else lambda: _start(others))
-        if s is None:
-            return 0  # the bounds beside it are stopped on the way out
-        if (b := bounds.from_heads(s, cfg.schedule.headline_n)) is not None:
-            s["bounds"] = b  # the floor and the ceiling fit as heads on the run's latent
-            bounds_figure(folder, s, {})
-        if others is not None:
-            if others.running:
-                print(f"{PROG}: waiting for the bounds")
-            found = others.join(stop)
-    if bounds.wanted(cfg):
-        if found is None:  # stopped: the bound run holds a checkpoint, the main run is complete
-            print(f"{PROG}: stopped while training the bounds; continue with:\n"
-                  f"  python -m runners.{PROG} --resume {folder.root}")
-            return 0
-        s["bounds"] = bounds.bounds_report(s, found["floor"], found["ceiling"],
-                                           cfg.schedule.headline_n)
-        runs = {k: RunFolder(v["run_dir"]) for k, v in found.items()}
-        bounds_figure(folder, s, runs)
-        prediction_figure(folder.figures / "predictions.png", {
-            "main": run_strips(folder), **{k: run_strips(r) for k, r in runs.items()}},
-            cfg.agent.track)
+    stop request; at its end, with its floor and ceiling as heads on its latent
+    (``agent.heads``), the bounds (``runners.online.bounds``). 0 either way (a stopped run is
+    continued with ``--resume``)."""
+    s = run(cfg, folder, stop, resume=resume)
+    if s is None:
+        return 0
+    if (b := bounds.from_heads(s, cfg.schedule.headline_n)) is not None:
+        s["bounds"] = b  # the floor and the ceiling fit as heads on the run's latent
+        bounds_figure(folder, s)
+    elif cfg.bounds and cfg.protocol.many_worlds:
+        print(f"{PROG}: no floor or ceiling: they fit as heads on a settled latent (--settle)")
     end(folder.root, s)  # once, complete: the run folder is finished from here on
     return 0
 
@@ -145,19 +120,10 @@ def stopped(loops: list[OnlineLoop], reason: str | None, written: str) -> None:
           f"  python -m runners.{PROG} --resume {first.folder.root}")
 
 
-def _start(others: beside.Bounds) -> None:
-    """Say where the bounds train; start them now where they train beside the run."""
-    if others.names:
-        print(f"{PROG}: {others.describe()}")
-    if others.beside:
-        others.start()
-
-
-def run(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool,
-        opened: Callable[[], None] | None = None) -> dict[str, Any] | None:
+def run(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool
+        ) -> dict[str, Any] | None:  # fmt: skip
     """Run (or continue) one run to its end (its summary, for the caller to write) or to a stop
-    request (None: a checkpoint and a summary marked stopped are written); ``opened`` is called
-    once the loop is open (its config saved)."""
+    request (None: a checkpoint and a summary marked stopped are written)."""
     stop.pause_file = folder.pause
     try:
         loop = OnlineLoop.open(cfg, folder, resume=resume, stop=stop, log=print)
@@ -172,8 +138,6 @@ def run(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool,
         if loop.step_count > cfg.schedule.steps:
             raise CliError(f"--steps {cfg.schedule.steps} is below the {loop.step_count} steps this run has done")
         print(f"{PROG}: resuming at step {loop.step_count} of {cfg.schedule.steps}")
-    if opened is not None:
-        opened()
     try:
         reason = iterate(loop)
     except OSError as err:  # a full or vanished disk mid-run: say what survived
@@ -196,9 +160,6 @@ def train_stacked(cfgs: list[RunConfig], folders: list[RunFolder], stop: StopReq
     ``--resume`` on the first)."""
     from runners.online.stacked import open_stacked
 
-    if any(bounds.wanted(c) for c in cfgs):
-        raise CliError("stacked seeds train the chosen track alone: add --no-bounds "
-                       "(the floor and the ceiling are runs of their own)")  # fmt: skip
     stop.pause_file = folders[0].pause
     stack = open_stacked(cfgs, folders, resume=resume, stop=stop, log=print)
     loops = stack.loops

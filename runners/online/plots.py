@@ -358,16 +358,13 @@ def _after_switch_error(run: RunFolder, window: int = 50) -> tuple[np.ndarray, n
     return np.arange(len(after)), rolling
 
 
-def bounds_figure(main: RunFolder, s: dict[str, Any], runs: dict[str, RunFolder]) -> Path:
-    """figures/bounds.png: left, the stream error after the switch of the chosen track, the
-    floor and the ceiling (one scale, the same stream); right, the chosen track's held-out D^n
-    over n for each memory source, between the floor's and the ceiling's (pooled families)."""
+def bounds_figure(main: RunFolder, s: dict[str, Any]) -> Path:
+    """figures/bounds.png: left, the stream error after the switch of the chosen track; right,
+    its held-out D^n over n for each memory source, between the floor's and the ceiling's
+    (pooled families)."""
     b = s["bounds"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.6))
-    lines = [(main, PHASE_COLORS[1], f"track {b['track']}", 1.6),
-             *((run, *BOUND_STYLES[name], 1.4) for name, run in runs.items())]
-    for run, color, label, lw in lines:
-        left.plot(*_after_switch_error(run), lw=lw, color=color, label=label)
+    left.plot(*_after_switch_error(main), lw=1.6, color=PHASE_COLORS[1], label=f"track {b['track']}")
     left.set_xscale("symlog", linthresh=10.0)
     left.set_xlabel("steps since the switch (symlog)")
     left.set_ylabel("normalised error on the stream (rolling mean, 50 steps)")

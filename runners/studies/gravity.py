@@ -70,7 +70,7 @@ def plan(opts: Options, passthrough: Sequence[str]) -> launch.Plan:
     if not opts.scales or any(s <= 0 for s in opts.scales):
         raise CliError("--scales must be positive numbers")
     steps = opts.steps or PRESETS[opts.preset].schedule.get("steps", Schedule.steps)
-    common = ["--protocol", "worlds", "--preset", opts.preset, "--bounds", "--workers", "1",
+    common = ["--protocol", "worlds", "--preset", opts.preset, "--bounds",
               *opts.steps_args(), *passthrough]
     runs = []
     for scale in dict.fromkeys(opts.scales):

@@ -43,10 +43,9 @@ def plan(opts: Options, passthrough: Sequence[str]) -> launch.Plan:
     bad = [f for f in fields if f != "switches" and option_type(f.replace("-", "_")) is None]
     if bad:  # every field is an option of train_online (a run or agent field)
         raise CliError(f"unknown --grid field(s): {', '.join(bad)} (not a run or agent field)")
-    # A sweep's points are its arms: no run trains its own floor and ceiling (unless --bounds:
-    # then after it, as the sweep's workers fill the cores).
-    common = ["--no-bounds", *(["--workers", "1"] if "--bounds" in passthrough else []),
-              *passthrough]
+    # A sweep's points are its arms: no run fits its own floor and ceiling (unless --bounds:
+    # then as heads on its latent).
+    common = ["--no-bounds", *passthrough]
     points = grid.expand(fields, prefix=opts.prefix)
     specs, jobs = launch.plan_points(points, opts.out, common, opts.stack)
     return launch.Plan(list(zip(points, specs, strict=True)), jobs,

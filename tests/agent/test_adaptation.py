@@ -16,6 +16,7 @@ from agent.evaluation import (
     sequence_length,
     sequence_memory,
     world_curves,
+    wrong_worlds,
 )
 
 NS = (0, 1, 3)
@@ -25,7 +26,7 @@ def worlds(cfg: AgentConfig, n: int = 5) -> list[WorldSet]:
     rng = np.random.default_rng(0)
     length = sequence_length(cfg, max(NS))
     out = []
-    for k, fam in enumerate(("interp", "interp", "extrap")):
+    for k, fam in enumerate(("interp", "interp", "extrap", "extrap")):
         frames = rng.integers(0, 256, (n, length, 1, 64, 64), dtype=np.uint8)
         physics = np.asarray([0.1 * k, 0.2, 1.0, 0.0])
         out.append(WorldSet(f"{fam}-{k}", fam, physics, frames))
@@ -51,7 +52,7 @@ def test_memory_curves_start_together_and_differ_after() -> None:
     learner = Learner(cfg)
     ws = worlds(cfg)
     curves = world_curves(learner, ws, NS)
-    assert len(curves) == 3 * 3
+    assert len(curves) == 4 * 3
     by = {(c.world, c.memory): c for c in curves}
     for w in ws:
         d0 = {by[(w.name, m)].d[0] for m in ("own", "same", "wrong")}
@@ -61,7 +62,8 @@ def test_memory_curves_start_together_and_differ_after() -> None:
     assert world_curves(learner, ws, NS) == curves  # deterministic, learner untouched
     means = family_means(curves)
     assert set(means) == {"interp", "extrap"}
-    assert means["extrap"]["own"] == by[("extrap-2", "own")].d
+    extrap = np.mean([by[("extrap-2", "own")].d, by[("extrap-3", "own")].d], axis=0)
+    assert np.allclose(means["extrap"]["own"], extrap)
     interp = np.mean([by[("interp-0", "own")].d, by[("interp-1", "own")].d], axis=0)
     assert np.allclose(means["interp"]["own"], interp)
 
@@ -145,8 +147,20 @@ def test_bad_requests() -> None:
     cfg = cfg_of()
     with pytest.raises(ValueError, match="unknown source"):
         world_curves(Learner(cfg), worlds(cfg), NS, ("elsewhere",))
-    with pytest.raises(ValueError, match="two worlds"):
-        world_curves(Learner(cfg), worlds(cfg)[:1], NS)
+    with pytest.raises(ValueError, match="two worlds of each family, 'extrap' has one"):
+        world_curves(Learner(cfg), worlds(cfg)[:3], NS)
+
+
+def test_the_wrong_world_is_the_farthest_world_of_the_same_family() -> None:
+    """The control's memory comes from another world of the sample's family, the one farthest
+    in gravity (never a near-duplicate of the world, never another family's)."""
+    def world(name: str, fam: str, gx: float, gy: float) -> WorldSet:
+        return WorldSet(name, fam, np.asarray([gx, gy, 1.0, 0.0]), None)
+
+    ws = [world("i0", "interp", 0.2, 0.0), world("i1", "interp", 0.21, 0.01),
+          world("e0", "extrap", 0.7, 0.0), world("i2", "interp", -0.2, 0.0),
+          world("e1", "extrap", 0.0, -0.7)]  # fmt: skip
+    assert wrong_worlds(ws) == [3, 3, 4, 1, 2]
 
 
 def test_reference_check_is_exact_where_the_encoders_agree() -> None:
@@ -194,3 +208,16 @@ def test_peer_curves_read_more_sequences_of_the_world() -> None:
         assert one[(w.name, "own")] == three[(w.name, "own")]
         assert one[(w.name, "same")][0] == three[(w.name, "same")][0]  # n = 0: empty
         assert one[(w.name, "same")][2] != three[(w.name, "same")][2]
+
+
+def test_each_samples_part_of_d_adds_up_to_the_curves_d() -> None:
+    """``samples``: each sample's ratio per horizon and whether it counts; each horizon's mean
+    over the counted samples, then the mean over horizons, is the curve's D at that n."""
+    cfg = cfg_of("C")
+    curves = world_curves(Learner(cfg), worlds(cfg), NS, samples=(0, 3))
+    for c in curves:
+        assert set(c.samples) == {0, 3}
+        for n, (ratio, ok) in c.samples.items():
+            assert ratio.shape == ok.shape == (5, cfg.n_horizons)
+            d = np.mean([ratio[ok[:, k], k].mean() for k in range(cfg.n_horizons)])
+            assert d == pytest.approx(c.d[NS.index(n)], rel=1e-6)

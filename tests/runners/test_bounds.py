@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from pathlib import Path
@@ -11,30 +10,34 @@ import numpy as np
 import pytest
 
 from agent.checkpoint import learner_from_checkpoint as checkpoint_learner
-from runners.online import beside, bounds
+from runners.online import bounds
 from runners.online.command import build_config
 from runners.online.config import resolve
-from runners.online.rundir import RunFolder, StopRequest
+from runners.online.rundir import RunFolder
 from tests.runners.cli_helpers import TINY_WORLDS, cli
 
 TINY = [a for a in TINY_WORLDS if a != "--no-bounds"]
 
 
-def test_the_bounds_are_the_same_run_without_memory_and_with_the_true_physics() -> None:
-    cfg = build_config(["--preset", "tiny", "--track", "B", "--steps", "60"])
-    floor, ceiling = bounds.bound_config(cfg, "floor"), bounds.bound_config(cfg, "ceiling")
-    assert (floor.agent.track, floor.agent.oracle) == ("A", False)
-    assert (ceiling.agent.track, ceiling.agent.oracle) == ("B", True)
-    assert not floor.bounds and not ceiling.bounds and bounds.wanted(cfg)
-    for other in (floor, ceiling):  # the same stream: seed, worlds, schedule
-        assert other.agent.seed == cfg.agent.seed and other.protocol == cfg.protocol
-        assert other.schedule == cfg.schedule
-        assert other.agent.replace(track="B", oracle=False) == cfg.agent
-    a = build_config(["--preset", "tiny", "--track", "A"])
-    assert bounds.bound_config(a, "ceiling").agent.track == "C"
-    assert not bounds.wanted(build_config(["--preset", "tiny", "--no-bounds"]))
-    assert not bounds.wanted(build_config(["--preset", "tiny", "--protocol", "paper"]))
-    assert not bounds.wanted(build_config(["--preset", "tiny", "--oracle"]))
+def test_a_settled_worlds_run_fits_its_bounds_as_heads() -> None:
+    """--bounds (the default) adds the floor (A) and the ceiling (oracle) to the heads of a
+    worlds run that settles, never the run's own; nothing without a settle, --no-bounds, or
+    under the paper protocol."""
+    def heads(*argv: str) -> tuple[str, ...]:
+        return resolve(build_config(["--preset", "tiny", *argv])).agent.heads
+
+    assert heads("--settle", "0.5") == ("A", "oracle")
+    assert heads("--settle", "0.5", "--track", "A") == ("oracle",)
+    assert heads("--settle", "0.5", "--oracle") == ("A",)
+    assert heads("--settle", "0.5", "--heads", "B", "E") == ("A", "oracle", "B", "E")
+    assert heads("--settle", "0.5", "--heads", "oracle", "B") == ("A", "oracle", "B")
+    assert heads("--settle", "0.5", "--no-bounds") == ()
+    assert heads() == () and heads("--protocol", "paper") == ()
+    oracle = resolve(build_config(["--preset", "tiny", "--settle", "0.5", "--track", "B"]))
+    assert oracle.agent.heads == ("A", "oracle")  # B's oracle: tracks.ceiling_track
+    from agent.heads import head_config
+
+    assert (head_config(oracle.agent, "oracle").track, head_config(oracle.agent, "oracle").oracle) == ("B", True)
 
 
 def test_share_of_the_gap() -> None:
@@ -144,100 +147,13 @@ def _perfect_physics(run: Path, branches: tuple[str, ...]) -> dict:
     return perfect_physics(learner, sets.held_out, max(cfg.schedule.final_ns), branches)
 
 
-def test_the_default_run_trains_floor_and_ceiling_and_tells_the_story(tmp_path: Path) -> None:
-    res = cli("train_online", *TINY, "--steps", "60", "--out", str(tmp_path), "--name", "run")
-    assert res.returncode == 0, res.stderr
-    run = tmp_path / "run"
-    s = json.loads((run / "summary.json").read_text())
-    for name, track, oracle in (("floor", "A", False), ("ceiling", "C", True)):
-        sub = RunFolder(run / name)
-        assert sub.is_finished()
-        agent = json.loads(sub.config.read_text())["agent"]
-        assert (agent["track"], agent["oracle"]) == (track, oracle)
-        assert s["bounds"][name]["run"] == str(sub.root)
-    story = bounds.story(s["bounds"])
-    assert story in res.stdout  # the first line of the table printed at the end
-    assert res.stdout.index(story) < res.stdout.index("end of base training")
-    assert res.stdout.count("end of base training") == 1  # the bounds print no tables
-    assert (run / "figures" / "bounds.png").stat().st_size > 10_000
-    probe = s["held_out"]["gravity_probe"]  # the chosen track reads memory: its gravity probe
-    assert probe["peers"] == 1 and probe["worlds"] == 8
-    for feature in ("e_agg", "entries"):  # e_agg, and the same entries summarised by hand
-        assert set(probe[feature]) == {"train", "interp", "extrap", "held_out"}
-        assert probe[feature]["interp"]["chance"] == 1 / 8
-        assert 0.0 <= probe[feature]["extrap"]["direction_deg"] <= 180.0
-    assert "entries: the same entries summarised by hand" in res.stdout
-    assert re.search(r"\n  e_agg    interp +\d+\.\d deg", res.stdout)  # its aligned lines
-    floor = json.loads((run / "floor" / "summary.json").read_text())
-    assert floor["held_out"]["gravity_probe"] is None  # track A has no memory to probe
-    md = (run / "summary.md").read_text()
-    assert bounds.story(s["bounds"]) in md
-    pp = s["held_out"]["perfect_physics"]  # every worlds run measures perfect physics
-    assert set(pp["families"]) == {"interp", "extrap", "pooled"}
-    assert all(len(d) == len(pp["horizons"]) + 1 for d in pp["families"]["pooled"].values())
-    # The floor's perfect physics is that of its final learner on the run's held-out worlds:
-    # recomputed here, world-blind physics scores what the run wrote, and the world's exact
-    # physics (the true future, re-rendered) D = 0 to the encoder's rounding; pooled is the
-    # families' mean.
-    fp = floor["held_out"]["perfect_physics"]
-    again = _perfect_physics(run / "floor", ("exact", "blind"))
-    assert again["input_frame"] == fp["input_frame"]
-    fams = fp["families"]
-    for fam in ("interp", "extrap"):
-        blind = fams[fam]["blind"]
-        assert blind == pytest.approx(again["families"][fam]["blind"], rel=1e-6)
-        assert again["families"][fam]["exact"] == pytest.approx([0.0] * len(blind), abs=1e-4)
-        assert min(blind) > 1e-2  # world-blind physics is not the world's
-    for branch, d in fams["pooled"].items():
-        pairs = zip(fams["interp"][branch], fams["extrap"][branch], strict=True)
-        assert d == pytest.approx([(a + b) / 2 for a, b in pairs], rel=1e-12), branch
-    assert "perfect physics, blind" in res.stdout and "world-blind (no gravity)" in res.stdout
-    assert "Perfect physics in this latent" in md
-
-
-def test_bounds_are_jobs_of_the_main_runs_config_with_their_options(tmp_path: Path) -> None:
-    """A bound's job (``train_online --config <main>/config.json`` and its options) is
-    ``bound_config`` of the main run, whatever its track, preset or learner options."""
-    for extra in ([], ["--track", "A"], ["--track", "B", "--preset", "paper", "--lr", "0.01"]):
-        cfg = build_config([*TINY, "--steps", "40", *extra])
-        folder = RunFolder(tmp_path / "main")
-        folder.root.mkdir(exist_ok=True)
-        cfg.save(folder.config)
-        for name in bounds.BOUNDS:
-            spec = beside.bound_spec(folder, cfg, name)
-            assert spec.run_dir == str(folder.root / name) and spec.name == name
-            made = build_config([*spec.args, "--out", str(folder.root), "--name", name])
-            want = resolve(bounds.bound_config(cfg, name))
-            assert dataclasses.replace(made, output=want.output) == want
-
-
-def test_bounds_stopped_before_they_start_train_later_and_are_read_when_finished(
-    tmp_path: Path,
-) -> None:
-    res = cli("train_online", *TINY, "--no-bounds", "--steps", "40", "--out", str(tmp_path),
-              "--name", "run")  # fmt: skip
-    assert res.returncode == 0, res.stderr
-    folder = RunFolder(tmp_path / "run")
-    cfg = build_config([*TINY, "--steps", "40"])
-    stop = StopRequest()
-    stop.request("test")
-    assert beside.Bounds(cfg, folder, 1, 1).join(stop) is None  # nothing started
-    assert not (folder.root / "floor").exists() and not (folder.root / "ceiling").exists()
-    found = beside.Bounds(cfg, folder, 1, 1).join(StopRequest())
-    assert found is not None and set(found) == {"floor", "ceiling"}
-    assert found["floor"]["steps_done"] == 40 and found["ceiling"]["steps_done"] == 40
-    again = beside.Bounds(cfg, folder, 3, 1)
-    assert again.names == [] and not again.beside  # finished ones are read, not rerun
-    assert again.join(StopRequest()) == found
-
-
 SETTLED = [*TINY, "--settle", "0.5", "--fit-batch", "8", "--fit-worlds", "2"]
 
 
-def test_a_settled_run_fits_its_floor_and_ceiling_as_heads_on_its_latent(tmp_path: Path) -> None:
+def test_a_settled_run_fits_its_floor_and_ceiling_as_heads_and_tells_the_story(tmp_path: Path) -> None:
     """A run that settles fits the floor and the ceiling as heads in its own process
-    (``agent.heads``): no bound runs, the bounds from its heads' held-out reports, and the
-    chosen track bit for bit as the run without them (--no-bounds)."""
+    (``agent.heads``): the bounds from its heads' held-out reports, with paired intervals, and
+    the chosen track bit for bit as the run without them (--no-bounds)."""
     res = cli("train_online", *SETTLED, "--steps", "60", "--out", str(tmp_path), "--name", "run")
     assert res.returncode == 0, res.stderr
     alone = cli("train_online", *SETTLED, "--no-bounds", "--steps", "60", "--out", str(tmp_path),
@@ -245,8 +161,7 @@ def test_a_settled_run_fits_its_floor_and_ceiling_as_heads_on_its_latent(tmp_pat
     assert alone.returncode == 0, alone.stderr
     run = tmp_path / "run"
     assert not (run / "floor").exists() and not (run / "ceiling").exists()
-    cfg = json.loads((run / "config.json").read_text())
-    assert cfg["agent"]["heads"] == ["A", "oracle"]
+    assert json.loads((run / "config.json").read_text())["agent"]["heads"] == ["A", "oracle"]
     s = json.loads((run / "summary.json").read_text())
     lone = json.loads((tmp_path / "alone" / "summary.json").read_text())
     assert s["held_out"]["families"] == lone["held_out"]["families"]  # the heads changed nothing
@@ -257,8 +172,19 @@ def test_a_settled_run_fits_its_floor_and_ceiling_as_heads_on_its_latent(tmp_pat
     assert b["floor"]["d"]["pooled"] == pytest.approx(np.mean(
         [heads["A"]["families"][f]["own"][0] for f in ("interp", "extrap")]))  # fmt: skip
     assert b["floor"]["run"].endswith("(head A)") and b["ceiling"]["run"].endswith("(head oracle)")
-    assert bounds.story(b) in res.stdout
+    story = bounds.story(b)
+    assert story in res.stdout  # the first line of the table printed at the end
+    assert res.stdout.index(story) < res.stdout.index("end of base training")
+    assert story in (run / "summary.md").read_text()
+    assert "paired 95% intervals at n = 50" in res.stdout
+    iv = s["held_out"]["intervals"]
+    assert iv["heads"]["C"]["share"]["same"]["pooled"]["value"] == pytest.approx(
+        b["memories"]["same"]["share"]["pooled"])  # the interval's point: the table's share
     assert (run / "figures" / "bounds.png").stat().st_size > 10_000
+    probe = s["held_out"]["gravity_probe"]  # the chosen track reads memory: its gravity probe
+    assert probe["peers"] == 1 and probe["worlds"] == 8
+    assert set(probe["e_agg"]) == {"train", "interp", "extrap", "held_out"}
+    assert re.search(r"\n  e_agg    interp +\d+\.\d deg", res.stdout)  # its aligned lines
     # the heads' decoded predictions, by the run's one decoder, drawn beside the track's
     px = b["pixels"]["rows"]
     assert {"floor (track A)", "ceiling (oracle)", "peer memory"} <= set(px)
@@ -266,12 +192,29 @@ def test_a_settled_run_fits_its_floor_and_ceiling_as_heads_on_its_latent(tmp_pat
 
     found = split_strips(run_strips(RunFolder(run)))
     assert set(found) == {"main", "floor", "ceiling"} and "interp/own" in found["floor"]
-    # the floor head's D^n is the learner's head A scored again from the checkpoint
+    # the floor head's D^n is the learner's head A scored again from the checkpoint, and the
+    # run's perfect physics (the floor's: one latent) that of its final encoder
     from agent.evaluation import family_means, world_curves
 
     learner = checkpoint_learner(run / "checkpoints" / "latest.pt")
-    sets = resolve(build_config(["--config", str(run / "config.json")])).protocol.evaluator(
-        resolve(build_config(["--config", str(run / "config.json")]))).sets
+    cfg = resolve(build_config(["--config", str(run / "config.json")]))
+    sets = cfg.protocol.evaluator(cfg).sets
     again = family_means(world_curves(learner.heads["A"], sets.held_out, tuple(s["held_out"]["ns"]),
                                       ("own",)))  # fmt: skip
     assert again["interp"]["own"] == pytest.approx(heads["A"]["families"]["interp"]["own"], rel=1e-6)
+    fp = heads["A"]["perfect_physics"]
+    assert fp == s["held_out"]["perfect_physics"]
+    pp = _perfect_physics(run, ("exact", "blind"))
+    for fam in ("interp", "extrap"):
+        blind = fp["families"][fam]["blind"]
+        assert blind == pytest.approx(pp["families"][fam]["blind"], rel=1e-6)
+        assert pp["families"][fam]["exact"] == pytest.approx([0.0] * len(blind), abs=1e-4)
+    assert "perfect physics, blind" in res.stdout and "Perfect physics in this latent" in (
+        run / "summary.md").read_text()
+
+
+def test_a_run_without_a_settle_says_it_has_no_bounds(tmp_path: Path) -> None:
+    res = cli("train_online", *TINY, "--steps", "30", "--out", str(tmp_path), "--name", "run")
+    assert res.returncode == 0, res.stderr
+    assert "no floor or ceiling: they fit as heads on a settled latent (--settle)" in res.stdout
+    assert "bounds" not in json.loads((tmp_path / "run" / "summary.json").read_text())

@@ -71,7 +71,8 @@ def test_study_runs_every_scale_writes_the_report_and_skips_finished_runs(tmp_pa
     out = tmp_path / "study"
     args = ["--scales", "1", "2", "--seeds", "3", "--preset", "tiny", "--steps", "30",
             "--out", str(out), "--workers", "2", "--threads", "1",
-            *[a for a in TINY_WORLDS[2:] if a != "--no-bounds"]]
+            *[a for a in TINY_WORLDS[2:] if a != "--no-bounds"],
+            "--settle", "0.5", "--fit-batch", "8", "--fit-worlds", "2"]  # bounds: heads
     res = cli("study", "gravity", *args)
     assert res.returncode == 0, res.stderr
     assert "2 run(s): 0 finished" in res.stdout
