@@ -1,7 +1,7 @@
 """The run in TensorBoard: its event stream beside ``run.zarr``, for ``tensorboard --logdir runs``.
 
 The events live in the run folder itself (``events.out.tfevents.*``), so TensorBoard names a run
-by its folder and the bounds' runs (``floor/``, ``ceiling/``) beside it. A step is the number of
+by its folder. A step is the number of
 learner updates done: the metrics of run.zarr's row i are at step i + 1, an evaluation at the
 steps it saw (docs/train_online.md#tensorboard):
 
