@@ -93,7 +93,7 @@ def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool)
     if (b := bounds.from_heads(s, cfg.schedule.headline_n)) is not None:
         s["bounds"] = b  # the floor and the ceiling fit as heads on the run's latent
         bounds_figure(folder, s)
-    elif cfg.bounds and cfg.protocol.many_worlds:
+    elif cfg.bounds and s.get("held_out"):  # a held-out report, no heads to place it between
         print(f"{PROG}: no floor or ceiling: they fit as heads on a settled latent (--settle)")
     end(folder.root, s)  # once, complete: the run folder is finished from here on
     return 0
