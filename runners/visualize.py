@@ -174,7 +174,7 @@ def track_config(args: Visualize, name: str, from_dir: Path | None, protocol: st
             raise CliError(f"--from {from_dir}: a {theirs}-protocol run, the view runs the "
                            f"{protocol} protocol{other}")  # fmt: skip
         agent = {k: v for k, v in (saved.get("agent") or {}).items()  # the view's own stream
-                 if k not in ("total_steps", "push_pair")}
+                 if k not in ("total_steps", "push_pair", "heads")}  # and its own tracks
         saved = {**saved, "agent": agent}
     steps = args.steps or DEFAULT_STEPS
     track = agent_tracks.ceiling_track(t for t in tracks if t != ORACLE) if name == ORACLE else name
@@ -183,6 +183,7 @@ def track_config(args: Visualize, name: str, from_dir: Path | None, protocol: st
                "--eval-every", str(args.eval_every or steps + 1)]
     tokens += ["--oracle"] if name == ORACLE else []
     tokens += ["--decoder-steps", "0"]  # no held-out report here: the view's decoder draws
+    tokens += ["--no-bounds"]  # its floor and ceiling are tracks of their own (--bounds)
     # no scripted switch: the G key makes them
     tokens += [t for sw in args.switch for t in ("--switch", str(sw))] or ["--no-switch"]
     if "source" in {f.name for f in dataclasses.fields(PROTOCOLS[protocol])}:
