@@ -398,11 +398,13 @@ def _physics(learner: Learner, world: WorldSet, b: int) -> torch.Tensor:
 def world_curves(
     learner: Learner, worlds: list[WorldSet], ns: tuple[int, ...] = WORLD_NS,
     memories: tuple[str, ...] = MEMORIES, peers: int = 1, keep: int | None = None,
-    samples: tuple[int, ...] = (),
+    samples: tuple[int, ...] = (), encoded: list[Encoded] | None = None,
 ) -> list[Curve]:  # fmt: skip
     """D^n of the frozen learner on every world for every memory source (see the module doc);
     at n = ``keep`` each curve keeps its latents (``Curve.kept``, for ``runners.online.pixels``),
-    at each n of ``samples`` each sample's part of D (``Curve.samples``, for paired intervals).
+    at each n of ``samples`` each sample's part of D (``Curve.samples``, for paired intervals);
+    ``encoded``: the worlds' ``encode_worlds`` by a learner with the same encoders (heads on one
+    latent share it), else encoded here.
 
     ``same`` gives sample b the pairs of sequences b+1 .. b+peers of its world (the peer read
     of a group memory shared by peers + 1 streams: the newest n of their pairs, as their shared
@@ -418,8 +420,13 @@ def world_curves(
     # A learner that reads no memory (track A, the oracle) has one D for every n and source:
     # only its context frames are encoded, and it is scored once, with an empty memory.
     blind = not encodes_memory(learner.nets)
-    first = i + 1 - cfg.context_frames if blind else 0
-    encoded = [encode(learner, w.frames, i, first, input_target=True) for w in worlds]
+    if encoded is None:
+        encoded = encode_worlds(learner, worlds, max(ns, default=0), full=not blind)
+    elif not blind and encoded[0][0].shape[1] < i + 1:
+        raise ValueError("world_curves: a learner with memory needs every frame up to its input "
+                         "encoded (encode_worlds(..., full=True))")
+    elif blind:  # only its context frames
+        encoded = [(z[:, -cfg.context_frames :], t, zb) for z, t, zb in encoded]
     out = []
     for wi, (world, enc) in enumerate(zip(worlds, encoded, strict=True)):
         z = enc[0]
@@ -434,6 +441,17 @@ def world_curves(
             out.append(curve(learner, enc, views, ns, _physics(learner, world, z.shape[0]), keep,
                              samples, world=world.name, family=world.family, memory=source))  # fmt: skip
     return out
+
+
+def encode_worlds(learner: Learner, worlds: list[WorldSet], n_max: int, full: bool = True
+                  ) -> list[Encoded]:  # fmt: skip
+    """Each world's ``encode`` at the input frame of memories of up to ``n_max`` entries, with
+    its EMA-target input latent: every frame up to the input (``full``: what a learner with
+    memory reads) or only the context frames (enough for one without)."""
+    cfg = learner.cfg
+    i = input_index(cfg, n_max)
+    first = 0 if full else i + 1 - cfg.context_frames
+    return [encode(learner, w.frames, i, first, input_target=True) for w in worlds]
 
 
 def wrong_worlds(worlds: list[WorldSet]) -> list[int]:

@@ -31,7 +31,8 @@ NEVER = 10**9  # a step the loop never reaches (no evaluation, checkpoint or swi
 
 
 def build_loop(args: argparse.Namespace, root: Path) -> OnlineLoop:
-    own = (["--eval-worlds", "1", "--eval-world-seqs", "4"] if args.protocol == "worlds" else
+    own = (["--eval-worlds", "2", "--eval-world-seqs", "4", "--base-worlds", "1",
+            "--base-world-seqs", "4"] if args.protocol == "worlds" else
            ["--eval-shift-train", "8", "--eval-base-test", "8"])  # fmt: skip
     cfg = build_config([
         "--protocol", args.protocol, "--preset", args.preset, "--track", args.track,

@@ -70,7 +70,8 @@ def make_loop(
     precision: str,
     data: str | None,
 ) -> OnlineLoop:
-    own = (["--eval-worlds", "1", "--eval-world-seqs", "4"] if protocol == "worlds" else
+    own = (["--eval-worlds", "2", "--eval-world-seqs", "4", "--base-worlds", "1",
+            "--base-world-seqs", "4"] if protocol == "worlds" else
            ["--source", source, "--data", str(data), "--eval-shift-train", "8",
             "--eval-base-test", "8"])
     cfg = build_config([

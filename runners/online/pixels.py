@@ -193,11 +193,14 @@ def _target_state(learner: Learner) -> list[torch.Tensor]:
 
 
 def pixel_report(learner: Learner, sets: WorldSets, curves: Sequence[Curve], n: int, i: int,
-                 fitted: tuple[PixelDecoder, dict[str, Any]]
-                 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:  # fmt: skip
+                 fitted: tuple[PixelDecoder, dict[str, Any]], seqs: int = 24,
+                 truth: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """(the report, the strips) of the curves' latents kept at memory size ``n`` (the module
-    doc); ``i`` the input frame's index in the held-out sequences; ``fitted``: the decoder and
-    what was fit (``DecoderProcess.result``)."""
+    doc), on the first ``seqs`` sequences of each world (16 worlds of 24 by default: placing
+    the digits costs more than the rest of the report together); ``i`` the input frame's index
+    in the held-out sequences; ``fitted``: the decoder and what was fit
+    (``DecoderProcess.result``); ``truth``: the decoded true future and "no change" too (a
+    head on the latent of a learner that has them: the same, left out)."""
     dec, info = fitted
     hs = list(learner.cfg.horizons)
     worlds = {w.name: w for w in sets.held_out}
@@ -210,13 +213,15 @@ def pixel_report(learner: Learner, sets: WorldSets, curves: Sequence[Curve], n: 
         if c.kept is None:
             continue
         w, fam, show = worlds[c.world], c.family, shown[c.family] == c.world
-        future = np.asarray(w.positions)[:, [i + h for h in hs]]  # (N, K, digits, 2)
-        sprites = torch.from_numpy(np.asarray(w.scenes.sprites)).repeat_interleave(len(hs), 0)
-        kept = {c.memory: c.kept["pred"]}
+        future = np.asarray(w.positions)[:seqs, [i + h for h in hs]]  # (N, K, digits, 2)
+        sprites = torch.from_numpy(np.asarray(w.scenes.sprites)[:seqs])
+        sprites = sprites.repeat_interleave(len(hs), 0)
+        kept = {c.memory: c.kept["pred"][:seqs]}
         if c.world not in seen:  # the world's true and input latents, once
             seen.add(c.world)
-            kept |= {"decoded_true": c.kept["target"],
-                     "no_change": c.kept["input"].unsqueeze(1).expand(-1, len(hs), -1)}
+            kept |= {"decoded_true": c.kept["target"][:seqs],
+                     "no_change": c.kept["input"][:seqs].unsqueeze(1).expand(-1, len(hs), -1)
+                     } if truth else {}  # fmt: skip
             if show:
                 frames = np.asarray(w.frames)[:STRIP_SEQS]
                 strips[f"{fam}/input"] = frames[:, i, 0]

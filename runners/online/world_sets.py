@@ -52,24 +52,27 @@ def world_set(
 
 def make_world_sets(agent_cfg: Any, shift: env.PhysicsParams, *, train_family: str, n_max: int,
                     shift_seqs: int, world_seqs: int, worlds_per_family: int, seed: int,
+                    base: tuple[int, int] | None = None,
                     families: dict[str, env.WorldFamily] | None = None) -> WorldSets:
     """Deterministic evaluation worlds for a run: ``shift_seqs`` sequences of the switch world,
-    ``world_seqs`` of each of ``worlds_per_family`` worlds drawn from the training family and
-    from each held-out family (``families`` but the training one; default ``env.FAMILIES``),
-    long enough for memories of ``n_max`` entries."""
+    ``world_seqs`` of each of ``worlds_per_family`` worlds drawn from each held-out family
+    (``families`` but the training one; default ``env.FAMILIES``) and ``base`` (WORLDS, SEQS;
+    default the held-out's) of the training family, long enough for memories of ``n_max``
+    entries."""
     families = dict(families or env.FAMILIES)
     length = sequence_length(agent_cfg, n_max)
     rng = np.random.default_rng([seed, 0x3E7A])
 
-    def draw(fam: str, k: int) -> list[WorldSet]:
-        return [world_set(f"{fam}-{i}", p, world_seqs, length, [seed, 0x3E7A, k, i], fam)
-                for i, p in enumerate(families[fam].sample(rng, worlds_per_family))]
+    def draw(fam: str, k: int, worlds: int = worlds_per_family, seqs: int = world_seqs
+             ) -> list[WorldSet]:  # fmt: skip
+        return [world_set(f"{fam}-{i}", p, seqs, length, [seed, 0x3E7A, k, i], fam)
+                for i, p in enumerate(families[fam].sample(rng, worlds))]
 
     held = [name for name in families if name != train_family]
     return WorldSets(
         shift=world_set("switch", shift, shift_seqs, length, [seed, 0x3E7A, 99],
                         family_of(shift, families)),
-        base=draw(train_family, 0),
+        base=draw(train_family, 0, *(base or (worlds_per_family, world_seqs))),
         held_out=[w for k, fam in enumerate(held, 1) for w in draw(fam, k)],
         seed=seed,
         families={train_family: families[train_family], **{f: families[f] for f in held}},

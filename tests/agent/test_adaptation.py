@@ -10,6 +10,7 @@ import torch
 from agent import AgentConfig, Learner, evaluation
 from agent.evaluation import (
     WorldSet,
+    encode_worlds,
     family_means,
     input_index,
     reference_check,
@@ -103,6 +104,28 @@ def test_a_learner_without_memory_is_scored_once_from_its_context_frames(
         np.testing.assert_allclose(a.d, b.d, rtol=1e-5)
         np.testing.assert_allclose(a.d_per_h, b.d_per_h, rtol=1e-5)
         np.testing.assert_allclose(a.sigma_embed, b.sigma_embed, rtol=1e-5)
+
+
+def test_heads_on_one_latent_score_the_worlds_encoded_once() -> None:
+    """``encode_worlds`` once, then every learner with those encoders: a learner with memory
+    scores exactly what it encodes itself; one without (track A, the oracle) reads only the
+    context frames of it, equal to its own encoding to the rounding of other batch shapes;
+    a learner with memory refuses the context frames alone."""
+    cfg = cfg_of("C", precision="fp32")
+    learner, ws = Learner(cfg), worlds(cfg)
+    shared = encode_worlds(learner, ws, max(NS))
+    assert world_curves(learner, ws, NS, encoded=shared) == world_curves(learner, ws, NS)
+    for head_cfg in (cfg_of("A", precision="fp32"), cfg_of("C", oracle=True, precision="fp32")):
+        head = Learner(head_cfg)
+        head.nets.encoder, head.nets.target = learner.nets.encoder, learner.nets.target
+        for a, b in zip(world_curves(head, ws, NS, ("own",), encoded=shared),
+                        world_curves(head, ws, NS, ("own",)), strict=True):  # fmt: skip
+            np.testing.assert_allclose(a.d, b.d, rtol=1e-5)
+            np.testing.assert_allclose(a.sigma_z, b.sigma_z, rtol=1e-5)
+    context = encode_worlds(learner, ws, max(NS), full=False)
+    assert context[0][0].shape[1] == cfg.context_frames
+    with pytest.raises(ValueError, match="every frame up to its input"):
+        world_curves(learner, ws, NS, encoded=context)
 
 
 @pytest.mark.parametrize("track", ["A", "C"])

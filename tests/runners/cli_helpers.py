@@ -20,7 +20,7 @@ TINY = ["--protocol", "paper", "--preset", "tiny", "--eval-every", "20", "--chec
         "--eval-shift-train", "32", "--eval-shift-test", "16", "--eval-base-test", "16"]
 #: The same for the worlds protocol (the default): short episodes, few held-out worlds.
 TINY_WORLDS = ["--preset", "tiny", "--eval-every", "20", "--checkpoint-every", "20", "--no-bounds",
-               "--eval-shift-test", "8", "--eval-world-seqs", "4", "--eval-worlds", "2", "--episode-steps", "21", "40"]  # fmt: skip
+               "--eval-shift-test", "8", "--eval-world-seqs", "4", "--eval-worlds", "2", "--base-world-seqs", "4", "--base-worlds", "2", "--episode-steps", "21", "40"]  # fmt: skip
 
 
 def cli(

@@ -26,8 +26,9 @@ from tests.runners.cli_helpers import assert_events_are_the_store, assert_same_c
 
 ROOT = Path(__file__).resolve().parents[2]
 # A short worlds-protocol run's own options (a switch into a held-out world at step 30).
-WORLDS = ["--switch", "30:gravity=0.3,direction=45", "--eval-world-seqs", "4", "--eval-worlds",
-          "2", "--episode-steps", "21", "40", "--final-ns", "0", "5"]  # fmt: skip
+WORLDS = ["--switch", "30:gravity=0.3,direction=45", "--eval-world-seqs", "4", "--eval-worlds", "2",
+          "--base-world-seqs", "4", "--base-worlds", "2", "--episode-steps", "21", "40",
+          "--final-ns", "0", "5"]  # fmt: skip
 
 
 def tiny_argv(*argv: str, protocol: str = "paper") -> list[str]:

@@ -48,6 +48,8 @@ def test_worlds_is_the_default_and_paper_one_flag_away() -> None:
         (["--base-gravity", "0.2"], "--base-gravity belongs to --protocol paper"),
         (["--episode-steps", "10", "40"], "episode_steps"),
         (["--eval-world-seqs", "1"], "eval_world_seqs"),
+        (["--base-world-seqs", "1"], "base_world_seqs"),
+        (["--eval-worlds", "1"], r"eval_worlds must be at least 2 \(the wrong-world control"),
         (["--best-min-sigma", "-1"], "best_min_sigma must be >= 0"),
         (["--protocol", "other"], "protocol"),
         (["--train-gravity", "0.1", "0.7"], "families train and extrap overlap"),
@@ -111,6 +113,12 @@ def test_world_sets_are_deterministic_and_held_out() -> None:
         assert x.positions.shape == (*x.frames.shape[:2], 2, 2)  # the digits' positions, for probes
         np.testing.assert_array_equal(x.physics, y.physics)
     assert not np.array_equal(a.base[0].physics, c.base[0].physics)
+    # the training family's own size (the periodic D_base, the probes' fit): 3 worlds of 4
+    small = make_world_sets(cfg, shift, train_family="train", n_max=5, shift_seqs=3,
+                            world_seqs=2, worlds_per_family=2, seed=1, base=(3, 4))  # fmt: skip
+    assert [w.frames.shape[0] for w in small.base] == [4, 4, 4]
+    assert [w.frames.shape[0] for w in small.held_out] == [2] * 4
+    np.testing.assert_array_equal(small.base[0].frames[:2], a.base[0].frames)
 
 
 def test_memory_write_every_pushes_each_valid_step() -> None:

@@ -98,10 +98,14 @@ class Worlds:
     """Each episode lasts a number of steps drawn uniformly from this range."""
     residency: tuple[int, int] = (1, 1)
     """A world lasts this many episodes (drawn uniformly) of its streams; with --memory-scope group the --group-size streams of a group share it (env.WorldSchedule)."""
-    eval_worlds: int = 3
-    """Worlds per family (training, interp, extrap) in the evaluation."""
-    eval_world_seqs: int = 48
-    """Test sequences per evaluation world."""
+    eval_worlds: int = 8
+    """Worlds per held-out family (interp, extrap) in the held-out report."""
+    eval_world_seqs: int = 96
+    """Test sequences per held-out world."""
+    base_worlds: int = 3
+    """Training-family worlds: the periodic evaluations' D_base, the probes' fitting set."""
+    base_world_seqs: int = 48
+    """Test sequences per training-family world."""
 
     @property
     def source(self) -> str:
@@ -148,9 +152,12 @@ class Worlds:
             lo, hi = getattr(self, name)
             if not least <= lo <= hi:
                 raise CliError(f"{name} must be LOW HIGH with {least} <= LOW <= HIGH, got {lo} {hi}")
-        for name, least in (("eval_world_seqs", 2), ("eval_worlds", 1)):
+        for name, least, why in (
+            ("eval_world_seqs", 2, ""), ("base_world_seqs", 2, ""), ("base_worlds", 1, ""),
+            ("eval_worlds", 2, " (the wrong-world control is another world of the family)"),
+        ):  # fmt: skip
             if getattr(self, name) < least:
-                raise CliError(f"{name} must be at least {least}, got {getattr(self, name)}")
+                raise CliError(f"{name} must be at least {least}{why}, got {getattr(self, name)}")
 
     def open_store(self) -> None:
         return None
@@ -178,6 +185,7 @@ class Worlds:
             cfg.agent, cfg.shift_physics, train_family=self.train_family,
             n_max=max(s.eval_ns + tuple(s.final_ns or ())), shift_seqs=s.eval_shift_test,
             world_seqs=self.eval_world_seqs, worlds_per_family=self.eval_worlds,
+            base=(self.base_worlds, self.base_world_seqs),
             seed=cfg.agent.seed + s.eval_seed_offset, families=self.families(),
         )  # fmt: skip
         return WorldsEvaluator(sets, s.eval_ns, list(cfg.agent.horizons), s.decoder_steps)
