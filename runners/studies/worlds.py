@@ -1,5 +1,7 @@
 """The study ``worlds``: the comparison the paper could not make, tracks A-E and the oracle on
-the worlds protocol, each arm and seed one ``train_online`` run (docs/worlds_study.md).
+the worlds protocol (docs/worlds_study.md): each seed one ``train_online`` run whose heads are
+the arms, on its one settled latent (``agent.heads``); a run an arm and seed where runs do not
+settle (the gpu preset, ``--stack``).
 
 ``OUT/report.md`` reads each finished run's held-out adaptation curves from its
 ``summary.json`` (own, same and wrong memory: docs/worlds_study.md#what-it-reports) and reports
@@ -36,33 +38,65 @@ OWNED = {"--protocol": "", "--track": "--tracks", "--seed": "--seeds",
 @dataclass
 class Options(launch.Seeded):
     """Tracks A-E and the oracle on the worlds protocol (held-out worlds, own / same / wrong
-    memory), then OUT/report.md. Any other option (e.g. --device cuda, --context-frames 3) is
-    passed to every run of runners.train_online."""
+    memory), then OUT/report.md: each seed one run whose heads are the arms, fit on its one
+    settled latent (a run an arm and seed where runs do not settle: --preset gpu, --stack). Any
+    other option (e.g. --device cuda, --context-frames 3) is passed to every run of
+    runners.train_online."""
 
     out: str = "worlds-study"
     """output folder"""
     tracks: tuple[Track, ...] = TRACKS
     """tracks to run (default: all five)"""
     oracle_track: Literal["B", "C", "D", "E", "none"] = "C"
-    """the pathway the oracle feeds the true physics into (none = no oracle arm)"""
+    """the pathway the oracle feeds the true physics into (none = no oracle arm); its predictor trains the encoder until the settle"""
     stack: bool = False
-    """each arm's seeds as one stacked run (train_online --stack-seeds), each arm a job of the backend (--workers N arms at once, each a process of its own); for one GPU (with --device cuda); its runs live under names of their own (<arm>-s<seed>)"""
+    """each arm's seeds as one stacked run (train_online --stack-seeds), each arm a job of the backend (--workers N arms at once, each a process of its own); for one GPU (with --device cuda); its runs live under names of their own (<arm>-s<seed>); stacked runs do not settle, so each arm is a run of its own"""
 
 
 def plan(opts: Options, passthrough: Sequence[str]) -> launch.Plan:
-    """Every arm's runs, arms in order, seeds inside, each labelled (arm, seed)."""
+    """Every arm's runs, arms in order, seeds inside, each labelled (arm, seed): where the run
+    settles (the cpu preset), one run a seed whose heads are the arms (``one_latent``), else a
+    run an arm and seed (the gpu preset, ``--settle None``, ``--stack``)."""
     if opts.steps is not None and opts.steps < 1:
         raise CliError("--steps must be at least 1")
     arms = [(t, (("track", t),), ()) for t in dict.fromkeys(opts.tracks)]
     if opts.oracle_track != "none":
         arms.append((ORACLE, (("track", opts.oracle_track),), (("oracle", "true"),)))
     labels = [(arm, seed) for arm, _, _ in arms for seed in opts.seed_list()]
-    points = [grid.Point((*head, ("seed", seed), *tail))
-              for _, head, tail in arms for seed in opts.seed_list()]
     common = ["--protocol", "worlds", "--preset", opts.preset, "--no-bounds",
               *opts.steps_args(), *passthrough]
+    trainer = own_track(opts)
+    if not opts.stack and one_latent(common, trainer):
+        heads = [a for a, _, _ in arms if a != trainer]
+        seeds = {seed: grid.Point((("track", trainer), ("heads", " ".join(heads)), ("seed", seed)))
+                 for seed in opts.seed_list()}  # fmt: skip
+        specs = dict(zip(seeds, launch.make_specs(list(seeds.values()), opts.group(), common),
+                         strict=True))  # fmt: skip
+        return launch.Plan([(label, specs[label[1]]) for label in labels], list(specs.values()))
+    points = [grid.Point((*head, ("seed", seed), *tail))
+              for _, head, tail in arms for seed in opts.seed_list()]
     specs, jobs = launch.plan_points(points, opts.group(), common, opts.stack)
     return launch.Plan(list(zip(labels, specs, strict=True)), jobs)
+
+
+def own_track(opts: Options) -> str:
+    """The track whose predictor trains the encoder until the settle in a seed's one run: the
+    oracle's pathway (``--oracle-track``), else the first memory track of ``--tracks``, else C."""
+    if opts.oracle_track != "none":
+        return opts.oracle_track
+    return tracks.ceiling_track(opts.tracks)
+
+
+def one_latent(common: Sequence[str], trainer: str) -> bool:
+    """Whether runs of these options settle under the worlds protocol, so that a seed's arms can
+    be heads of one run (``agent.heads``); a run these options would not build is not."""
+    from runners.online.command import build_config
+
+    try:
+        a = build_config([*common, "--track", trainer]).agent
+    except CliError:
+        return False  # (check_specs names the bad value on the arms' runs)
+    return a.settle is not None
 
 
 def report(opts: Options, plan: launch.Plan, commands: list[str]) -> Path:
@@ -135,8 +169,10 @@ class WorldsRun:
 
 
 def load_worlds_run(run_dir: str | Path, arm: str, seed: str) -> WorldsRun | None:
-    """The held-out curves of a finished worlds run; None when it has no summary yet, a
-    ``CliError`` for another protocol's or one without held-out curves (never mixed silently)."""
+    """The held-out curves of ``arm`` in a finished worlds run: its own predictor's or a head's
+    (``agent.heads``; its switch curve and gravity probe are the run's own predictor's alone);
+    None when it has no summary yet, a ``CliError`` for another protocol's, one without
+    held-out curves or without the arm (never mixed silently)."""
     path = Path(run_dir) / "summary.json"
     if not path.exists():
         return None
@@ -147,21 +183,26 @@ def load_worlds_run(run_dir: str | Path, arm: str, seed: str) -> WorldsRun | Non
     held = summary.get("held_out")
     if summary.get("protocol") != "worlds" or not held:
         raise CliError(f"{path} is not a worlds-protocol run with held-out curves")
+    own = summary.get("head", arm) == arm  # (a run before heads: its arm's own)
+    if not own:
+        if arm not in (held.get("heads") or {}):
+            raise CliError(f"{path} has no {_arm_label(arm)}")
+        held = {**held["heads"][arm], "gravity_probe": None}
     ns = tuple(int(n) for n in held["ns"])
     curves = {f: {m: np.asarray(v, np.float64) for m, v in held["families"].get(f, {}).items()}
               for f in FAMILIES}
     pooled_mems = set.intersection(*(set(curves[f]) for f in FAMILIES))
     curves[POOLED] = {m: np.mean([curves[f][m] for f in FAMILIES], axis=0)
                       for m in sorted(pooled_mems)}
-    rows = summary.get("adaptation_curve") or []
-    own = [w["d_per_h"][ns.index(HEADLINE_N)] for w in held.get("worlds", [])
-           if w.get("memory") == "own" and HEADLINE_N in ns]
+    rows = (summary.get("adaptation_curve") or []) if own else []
+    per_h = [w["d_per_h"][ns.index(HEADLINE_N)] for w in held.get("worlds", [])
+             if w.get("memory") == "own" and HEADLINE_N in ns]
     return WorldsRun(
         arm=arm, seed=seed, ns=ns, curves=curves,
         switch_ns=tuple(int(r["n"]) for r in rows),
         switch_curve=np.asarray([r["d_shift"] for r in rows], dtype=np.float64),
         horizons=tuple(int(h) for h in held.get("horizons", ())),
-        per_h=np.asarray(own, dtype=np.float64).mean(axis=0) if own else np.zeros(0),
+        per_h=np.asarray(per_h, dtype=np.float64).mean(axis=0) if per_h else np.zeros(0),
         gravity={f: v for f, v in (held.get("gravity_probe") or {}).items()
                  if f in GRAVITY_FEATURES} or None,
         **_blind(held.get("perfect_physics")),

@@ -151,6 +151,40 @@ def test_study_runs_every_arm_writes_the_report_and_skips_finished_runs(tmp_path
     assert len(meta["commands"]) == 2 and meta["commands"][1].endswith("--report-only")
 
 
+def test_where_runs_settle_each_seed_is_one_run_whose_heads_are_the_arms(tmp_path: Path) -> None:
+    """A settled run: the arms are heads on its one latent (``agent.heads``), the oracle's
+    pathway its own predictor, every arm read from the one summary."""
+    out = tmp_path / "study"
+    args = ["--tracks", "A", "B", "C", "--seeds", "3", "--preset", "tiny", "--steps", "30",
+            "--out", str(out), "--settle", "0.5", "--fit-batch", "8", "--fit-worlds", "2",
+            *TINY_WORLDS[2:]]  # fmt: skip
+    res = cli("study", "worlds", *args)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "1 run(s): 0 finished" in res.stdout
+    runs = out / "runs" / "tiny-30"
+    (name,) = [p.name for p in runs.iterdir() if p.is_dir()]
+    assert name == "track-C_heads-A-B-oracle_seed-3"
+    summary = json.loads((runs / name / "summary.json").read_text())
+    assert summary["head"] == "C" and list(summary["held_out"]["heads"]) == ["A", "B", "oracle"]
+    held = summary["held_out"]
+
+    def own50(arm: str, fam: str) -> float:
+        rep = held if arm == "C" else held["heads"][arm]
+        return rep["families"][fam]["own"][held["ns"].index(50)]
+
+    report = json.loads((out / "report.json").read_text())
+    assert report["missing"] == [] and set(report["arms"]) == {"A", "B", "C", "oracle"}
+    m = report["metrics"]
+    for fam in ("interp", "extrap"):
+        assert m[fam]["d_A"] == pytest.approx(own50("A", fam), abs=1e-12)
+        assert m[fam]["d_oracle"] == pytest.approx(own50("oracle", fam), abs=1e-12)
+        assert m[fam]["delta"] == pytest.approx(stats.delta(own50("B", fam), own50("C", fam)),
+                                                abs=1e-12)  # fmt: skip
+    assert report["arms"]["B"]["blind_per_horizon"] == report["arms"]["C"]["blind_per_horizon"]
+    with pytest.raises(CliError, match="has no track D"):
+        ws.load_worlds_run(runs / name, "D", "3")
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--protocol", "paper"], "--protocol is set by the study; use its own options"),
     (["--track", "B"], "--track is set by the study; use --tracks"),
