@@ -17,7 +17,6 @@ the digits paired as fits best.
 from __future__ import annotations
 
 import itertools
-import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +41,7 @@ class DecoderConfig:
 
 class PixelDecoder(nn.Module):
     """latent (N, D) -> frame logits (N, 1, 32, 32), half the frame's side: the latent
-    standardised (``center``, ``scale``: buffers, per dimension; 0 and 1 until ``DecoderFit``
+    standardised (``center``, ``scale``: buffers, per dimension; 0 and 1 until ``fit_decoder``
     sets them from the latents it fits on), then a two-hidden-layer MLP (on a CPU a
     deconvolution stack costs ten times as much for no better placement); the frame
     (``decode``) is its image upsampled bilinearly to 64 x 64."""
@@ -60,59 +59,38 @@ class PixelDecoder(nn.Module):
         return self.net(x).view(z.shape[0], 1, CANVAS // 2, CANVAS // 2)
 
 
-class DecoderFit:
-    """A decoder's fit to map M latents (M, D) to their frames (M, 1, 64, 64) uint8:
-    ``cfg.steps`` AdamW steps on the per-pixel binary cross-entropy against the ink at half the
-    side (each 2 x 2 block's mean of frame / 255), batches drawn with replacement, the latents
-    standardised by their own mean and standard deviation per dimension (a latent's scale is the
-    learner's: unscaled, the fit needs twice the steps for the same placement); deterministic
-    for a seed.
-
-    Made in two halves: constructing it draws the decoder's init and every batch from
-    ``cfg.seed`` (the global generators left as they were); ``run`` then takes the steps on the
-    data and draws from no generator, so it may run in a thread of its own beside other work
-    (``runners.online.pixels``). The latents are data here: no gradient reaches whatever
-    computed them."""
-
-    def __init__(self, latent_dim: int, m: int, cfg: DecoderConfig) -> None:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg.seed)
-            self.decoder = PixelDecoder(latent_dim, cfg.hidden)
-            self.rows = torch.randint(0, m, (cfg.steps, cfg.batch))
-        self.m, self.lr = m, cfg.lr
-
-    def run(self, latents: torch.Tensor, frames: torch.Tensor,
-            stop: threading.Event | None = None) -> PixelDecoder | None:  # fmt: skip
-        """The decoder fit on ``latents`` and ``frames`` (M of each), in eval mode and frozen;
-        None when ``stop`` was set before the end (checked every step)."""
-        if latents.shape[0] != self.m or frames.shape[0] != self.m:
-            raise ValueError(f"a fit drawn for {self.m} frames, given {latents.shape[0]} latents "
-                             f"and {frames.shape[0]} frames")  # fmt: skip
-        z = latents.detach().float()
-        ink = F.avg_pool2d(frames.detach().to(z.device, torch.float32) / 255.0, 2)
-        dec = self.decoder.to(z.device)
-        with torch.no_grad():
-            dec.center.copy_(z.mean(0))
-            dec.scale.copy_(z.std(0, correction=0).clamp(min=1e-6))
-        with torch.enable_grad():
-            opt = torch.optim.AdamW(dec.parameters(), lr=self.lr, weight_decay=0.0)
-            sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, len(self.rows))
-            for idx in self.rows:
-                if stop is not None and stop.is_set():
-                    return None
-                loss = F.binary_cross_entropy_with_logits(dec(z[idx]), ink[idx])
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                sched.step()
-        return dec.eval().requires_grad_(False)
-
-
 def fit_decoder(latents: torch.Tensor, frames: torch.Tensor, cfg: DecoderConfig) -> PixelDecoder:
-    """``DecoderFit`` run here, to its end."""
-    dec = DecoderFit(latents.shape[1], latents.shape[0], cfg).run(latents, frames)
-    assert dec is not None  # (no stop)
-    return dec
+    """A decoder fit to map M latents (M, D) to their frames (M, 1, 64, 64) uint8, in eval mode
+    and frozen: ``cfg.steps`` AdamW steps on the per-pixel binary cross-entropy against the ink
+    at half the side (each 2 x 2 block's mean of frame / 255), batches drawn with replacement,
+    the latents standardised by their own mean and standard deviation per dimension (a latent's
+    scale is the learner's: unscaled, the fit needs twice the steps for the same placement).
+    Deterministic for ``cfg.seed``: its init and batches are drawn from it, the global
+    generators left as they were. The latents are data here: no gradient reaches whatever
+    computed them."""
+    m = latents.shape[0]
+    if frames.shape[0] != m:
+        raise ValueError(f"a decoder fit on {m} latents needs as many frames, got {frames.shape[0]}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        dec = PixelDecoder(latents.shape[1], cfg.hidden)
+        rows = torch.randint(0, m, (cfg.steps, cfg.batch))
+    z = latents.detach().float()
+    ink = F.avg_pool2d(frames.detach().to(z.device, torch.float32) / 255.0, 2)
+    dec = dec.to(z.device)
+    with torch.no_grad():
+        dec.center.copy_(z.mean(0))
+        dec.scale.copy_(z.std(0, correction=0).clamp(min=1e-6))
+    with torch.enable_grad():
+        opt = torch.optim.AdamW(dec.parameters(), lr=cfg.lr, weight_decay=0.0)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, len(rows))
+        for idx in rows:
+            loss = F.binary_cross_entropy_with_logits(dec(z[idx]), ink[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+    return dec.eval().requires_grad_(False)
 
 
 @torch.no_grad()

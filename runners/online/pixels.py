@@ -81,11 +81,11 @@ class DecoderProcess:
     hidden width, steps, batch); ``stop`` ends the process.
 
     A process, not a thread: a thread of the idle class that is starved while it holds the GIL
-    stalls every thread of its process. A worlds run trains three learners in three processes on
-    two cores (``runners.online.beside``): fit at the normal priority, the bounds' decoders took
-    CPU from the main run (5% slower); idle, they fit once the bounds are done, on the core the
-    main run leaves free. The decoder is the same wherever it is fit once the target encoder is
-    final: a run starts it when its weights freeze (``WorldsEvaluator.weights_final``)."""
+    stalls every thread of its process. When a worlds run trained its floor and ceiling in
+    processes of their own, decoders fit at the normal priority took CPU from the main run (5%
+    slower); idle, they fit on the core the run leaves free (the default run uses about 1.2 of
+    two cores). The decoder is the same wherever it is fit once the target encoder is final: a
+    run starts it when its weights freeze (``WorldsEvaluator.weights_final``)."""
 
     def __init__(self, learner: Learner, families: dict[str, env.WorldFamily], seed: int,
                  steps: int, patience: float = PATIENCE_S) -> None:  # fmt: skip
