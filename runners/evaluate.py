@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import tyro
 
 from runners.cli import CliError, ensure_output_dir, parse, run_main
+from runners.online.bounds import interval_text
 from runners.online.command import config_from_dict
 from runners.online.config import Device, Paper, RunConfig, Schedule, Worlds, resolve
 from runners.online.evaluation import WorldsEvaluator, world_probe_report
@@ -77,6 +78,10 @@ class Evaluate:
     """--world-probe: AdamW steps of each predictor (minibatches of 256, a one-cycle rate to 2e-3)"""
     probe_window: Literal["first", "input"] = "first"
     """--world-probe: each sequence's window starts at its first frame, or ends its context at the held-out evaluation's input frame (where D^n and perfect physics are measured)"""
+    eval_worlds: int | None = None
+    """worlds protocol: held-out worlds a family (default: the run's, 8), e.g. 24 for paired intervals about a third narrower at three times the report's cost (docs/results.md#one-latent-every-head)"""
+    eval_world_seqs: int | None = None
+    """worlds protocol: test sequences a held-out world (default: the run's, 96)"""
     predictions: Annotated[str | None, tyro.conf.arg(metavar="PNG")] = None
     """worlds protocol: also draw the decoded predictions into PNG (the figure of a run's figures/predictions.png: a few sequences of each held-out family, true and decoded; the floor's and the ceiling's rows from the run folder's bounds, as they ended; docs/definitions.md#the-pixel-decoder)"""
     device: Device = "auto"
@@ -145,6 +150,13 @@ def check_options(args: Evaluate, cfg: RunConfig) -> None:
         raise CliError("--probe-worlds and --probe-steps must be at least 1")
     if args.target_reference and (cfg.protocol.many_worlds or cfg.agent.context_frames != 1):
         raise CliError("--target-reference: a paper-protocol run (one context frame) only")
+    sizes = {"eval_worlds": args.eval_worlds, "eval_world_seqs": args.eval_world_seqs}
+    if any(v is not None for v in sizes.values()):
+        if not cfg.protocol.many_worlds:
+            raise CliError("--eval-worlds, --eval-world-seqs: a worlds-protocol run only")
+        cfg.protocol = dataclasses.replace(
+            cfg.protocol, **{k: v for k, v in sizes.items() if v is not None})
+        cfg.protocol.check(cfg.schedule.switches)  # one line naming a bad size
 
 
 def open_data(args: Evaluate, cfg: RunConfig, ns: tuple[int, ...]) -> env.PaperDataset | None:
@@ -202,6 +214,8 @@ def print_report(args: Evaluate, rep: dict, ckpt: Path, cfg: RunConfig, step: in
     print(format_curve(rep))
     if cfg.protocol.many_worlds:
         print("\n" + tables_text(held_out_tables(rep["held_out"], f"at step {step}")))
+        iv = rep["held_out"].get("intervals")  # (its families in order, then pooled)
+        print("\n".join(interval_text(iv, list(iv["margin"]) if iv else [])))
     if args.target_reference:
         print(format_reference(rep["target_reference"]))
     if args.world_probe:

@@ -210,6 +210,13 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
     assert rep["held_out"]["reference"] == ref
     assert "held-out worlds at step" in ev.stdout and "linear probes" in ev.stdout
     assert "perfect physics in this latent" in ev.stdout  # probes.perfect_physics
+    more = cli("evaluate", str(tmp_path / "w"), "--n", "0", "3", "--eval-worlds", "3",
+               "--eval-world-seqs", "5", "--out", str(tmp_path / "more.json"))  # fmt: skip
+    assert more.returncode == 0, more.stderr
+    worlds = json.loads((tmp_path / "more.json").read_text())["held_out"]["worlds"]
+    assert len({w["world"] for w in worlds}) == 2 * 3  # three worlds a held-out family
+    few = cli("evaluate", str(tmp_path / "w"), "--eval-worlds", "1")
+    assert few.returncode == 2 and "eval_worlds must be at least 2" in few.stderr
     refused = cli("evaluate", str(tmp_path / "w"), "--target-reference")
     assert refused.returncode == 2 and "paper-protocol run" in refused.stderr
     assert "Traceback" not in refused.stderr
