@@ -44,10 +44,11 @@ RESUMABLE = ("steps", "switches", "device", "eval_every", "checkpoint_every")
 @dataclass
 class TrainCommand:
     """Online EPM-JEPA training with a mid-stream physics switch (defaults: the worlds protocol,
-    track C: the streams live in groups of 8 that share a training world and one memory for 2-6
-    episodes, then a new world is drawn; at 2/3 of the run every stream moves to a held-out
-    world and the weights freeze; from the settle on the floor (track A) and the ceiling (the
-    oracle) fit beside it as heads on its latent; --protocol paper: the paper's gravity 0 -> 0.5). The options
+    track C, about 3.5 minutes on a 2-core CPU: the streams live in groups of 8 that share a
+    training world and one memory for an episode, then a new world is drawn; halfway through
+    base training the encoder settles, and the floor (track A) and the ceiling (the oracle) fit
+    beside track C as heads on its latent; at 2/3 of the run every stream moves to a held-out
+    world and the weights freeze; --protocol paper: the paper's gravity 0 -> 0.5). The options
     override --config FILE's values; the defaults shown are the worlds protocol's, the cpu
     preset's and track C's (--protocol, --preset, --track, --source and --device choose
     others)."""
