@@ -197,7 +197,7 @@ def pixel_report(learner: Learner, sets: WorldSets, curves: Sequence[Curve], n: 
                  truth: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """(the report, the strips) of the curves' latents kept at memory size ``n`` (the module
     doc), on the first ``seqs`` sequences of each world (16 worlds of 24 by default: placing
-    the digits costs more than the rest of the report together); ``i`` the input frame's index
+    the digits of all 96 took a third of the report's time); ``i`` the input frame's index
     in the held-out sequences; ``fitted``: the decoder and what was fit
     (``DecoderProcess.result``); ``truth``: the decoded true future and "no change" too (a
     head on the latent of a learner that has them: the same, left out)."""
