@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -21,13 +21,14 @@ from agent.build import build_memory, build_networks, build_optimizer
 from agent.capture import CapturedStep
 from agent.config import PHYSICS_DIM, AgentConfig, bf16_unsupported
 from agent.memory import Aggregate, ExperienceBuffer, GroupBuffer
+from agent.memory.read import MemoryView
 from agent.modulators import Modulated
 from agent.objective import StepMetrics
 from agent.reservoir import Reservoir
 from agent.sources import Batch, LatentCache
 from agent.step import (
+    Forward,
     Knobs,
-    MemoryView,
     Model,
     StepSpec,
     aggregate,
@@ -35,6 +36,7 @@ from agent.step import (
     episode_key,
     fit_lr_at,
     fit_update,
+    head_metrics,
     jepa_step,
     knobs_at,
     modulated_prediction,
@@ -72,6 +74,10 @@ class BaseLearner:
         self.weights_frozen = False  # memory mode (``freeze_weights``)
         # The heads fit beside this learner's predictor from the settle on (agent.heads), by name.
         self.heads: dict[str, Learner] = {}
+        # Each head's metrics on the last settled step's batch (``agent.step.head_metrics``:
+        # 0-dim tensors, ``agent.objective.HEAD_METRICS``), by name (``Learner.fit``); empty
+        # before the settle and without heads.
+        self.head_metrics: dict[str, tuple[torch.Tensor, ...]] = {}
         # Draws of how much memory each training sample sees (cfg.vary_memory), on the device.
         self.memory_rngs = [torch.Generator(self.device).manual_seed(c.seed) for c in cfgs]
         # Latents of stream frames shared between consecutive batches (cfg.stream_cache).
@@ -266,27 +272,35 @@ class Learner(BaseLearner):
 
     # ---------------------------------------------------------------- the step
     def step_on(
-        self, batch: Batch, knobs: Knobs, u: torch.Tensor | None = None, keep: bool = False
-    ) -> StepMetrics:
+        self, batch: Batch, knobs: Knobs, u: torch.Tensor | None = None, keep: bool = False,
+        watch: Callable[[Forward, MemoryView, Batch], None] | None = None,
+    ) -> StepMetrics:  # fmt: skip
         """The step itself on a batch on the device: the memory view (``u``: this step's
         ``memory_draws``, drawn when None) and ``agent.step.jepa_step`` (``keep``: the batch's
-        windows enter the reservoir)."""
+        windows enter the reservoir; ``watch``: jepa_step's)."""
         memory = self.memory_view(training=knobs.learn, batch=batch, u=u)
         reservoir = self.reservoir if keep else None
-        return jepa_step(self.model, batch, memory, knobs, self.latents, reservoir)
+        return jepa_step(self.model, batch, memory, knobs, self.latents, reservoir, watch)
+
+    def watch_heads(self, f: Forward, memory: MemoryView, batch: Batch) -> None:
+        """Each head's metrics on the step's windows and memory (``head_metrics``)."""
+        self.head_metrics = {name: head_metrics(head.nets, f, memory, batch, self.spec)
+                             for name, head in self.heads.items()}  # fmt: skip
 
     def fit(self, batch: Batch, knobs: Knobs) -> StepMetrics:
         """A settled step: the batch observed without learning (the detector, the memory and the
-        metrics live; its windows into the reservoir), then ``cfg.fit_updates`` updates on
+        metrics live; its windows into the reservoir; each head's metrics on it in
+        ``head_metrics``), then ``cfg.fit_updates`` updates on
         minibatches of the reservoir (``agent.step.fit_update``) unless the weights are frozen.
         The metrics are the observed batch's, its ``loss_pred`` the fit updates' mean."""
         cfg = self.cfg
         if self.step == self.settle_at:
             head_parts.start(self)
         observe = knobs._replace(learn=False, ema=False)
+        watch = self.watch_heads if self.heads else None
         if not knobs.learn:
-            return self.step_on(batch, observe)
-        metrics = self.step_on(batch, observe, keep=True)
+            return self.step_on(batch, observe, watch=watch)
+        metrics = self.step_on(batch, observe, keep=True, watch=watch)
         each, peer = cfg.fit_batch // cfg.fit_worlds, cfg.memory_read == "peer"
         total = torch.zeros((), device=self.device)
         for _ in range(cfg.fit_updates):

@@ -9,6 +9,7 @@ D / sigma_embed metrics.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -49,6 +50,31 @@ class StepMetrics(NamedTuple):
     def seed(self, s: int) -> StepMetrics:
         """Seed s's 0-dim metrics of columns (each field (S,), ``agent.step.step_metrics``)."""
         return StepMetrics(*(c[s] for c in self))
+
+
+#: What each head beside a settled learner records a step (``agent.step.head_metrics``), in
+#: order: its ``StepMetrics`` names.
+HEAD_METRICS = ("mod/delta_abs", "memory/attn_entropy", "stream/norm_error")
+
+
+def head_metric_name(head: str, metric: str = "stream/norm_error") -> str:
+    """Head ``head``'s ``metric`` (one of ``HEAD_METRICS``) in a run's records:
+    ``heads/<head>/<metric's last part>``."""
+    return f"heads/{head}/{metric.rsplit('/', 1)[-1]}"
+
+
+def head_columns(records: list[dict[str, tuple[torch.Tensor, ...]]],
+                 heads: Sequence[str]) -> dict[str, np.ndarray]:  # fmt: skip
+    """A block of steps' ``Learner.head_metrics`` -> {``head_metric_name``: (N,) float32}, NaN
+    where a step has none (before the settle); one host sync for the block."""
+    k = len(HEAD_METRICS)
+    table = np.full((len(records), len(heads) * k), np.nan, np.float32)
+    rows = [i for i, r in enumerate(records) if r]
+    if rows and heads:
+        table[rows] = torch.stack([torch.stack([m.float() for h in heads for m in records[i][h]])
+                                   for i in rows]).cpu().numpy()  # fmt: skip
+    return {head_metric_name(h, m): table[:, j * k + i]
+            for j, h in enumerate(heads) for i, m in enumerate(HEAD_METRICS)}
 
 
 def columns(records: list[StepMetrics]) -> dict[str, np.ndarray]:

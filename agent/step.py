@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
@@ -153,15 +154,21 @@ def knobs_at(cfg: AgentConfig, step: int, frozen: bool) -> Knobs:
 def jepa_step(
     m: Model, batch: Batch, memory: MemoryView, knobs: Knobs,
     latents: LatentCache | None = None, keep: Reservoir | None = None,
+    watch: Callable[[Forward, MemoryView, Batch], None] | None = None,
 ) -> StepMetrics:  # fmt: skip
     """One training step on ``batch`` (frames (B, F, 1, 64, 64) uint8 at ``cfg.frame_offsets``:
     P past frames, the last the input, then the K targets; valid, world (B,)). Returns the
     step's metrics as 0-dim device tensors (no host read). ``keep``: the reservoir that the
-    batch's valid windows enter (settle, then fit: ``agent.reservoir``)."""
+    batch's valid windows enter (settle, then fit: ``agent.reservoir``). ``watch``: called with
+    the forward, the memory read and the batch before anything is written (the heads beside a
+    settled learner score the same windows on the same memory: ``head_metrics``)."""
     nets, spec, w = m.nets, m.spec, batch.valid.float()  # w (B,) 0/1
     # 1-2. Forward and loss.
     f = forward(nets, batch.frames, w, memory, spec, knobs.learn, batch.physics, latents,
                 batch.clock)  # fmt: skip
+    if watch is not None:
+        with torch.no_grad():
+            watch(f, memory, batch)
 
     # 3. Boundary: the detector on the BASE predictor's surprisal (no modulation, so no
     #    circular coupling with the memory); the memory pair, while the weights are this step's.
@@ -250,6 +257,16 @@ def fit_update(m: Model, draw: Draw, lr: float | torch.Tensor) -> torch.Tensor:
     loss = m.spec.objective.prediction(mod.pred.float(), draw.target, draw.ctx)
     adamw_step(m.optimizer, loss, lr)  # the encoder's group (no gradient here) is skipped
     return loss.detach()
+
+
+def head_metrics(nets: Networks, f: Forward, memory: MemoryView, batch: Batch,
+                 spec: StepSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """``forward_metrics`` of ``nets``' modulated prediction on the windows and the memory of a
+    step's forward ``f`` (its mean |modulation scale|, attention entropy and D on the stream,
+    0-dim): a head's beside its trainer's, paired. Call without gradient."""
+    with spec.autocast():
+        mod, agg = modulated_prediction(nets, f.z, memory, spec, batch.physics)
+    return forward_metrics(mod.pred.float(), f.targets, f.z, mod, agg, batch.valid.float(), spec)
 
 
 # ---------------------------------------------------------------------------- its pieces

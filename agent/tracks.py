@@ -76,6 +76,14 @@ HeadName = Literal["A", "B", "C", "D", "E", "oracle"]
 assert get_args(HeadName) == (*get_args(Letter), ORACLE)
 
 
+def head_label(name: str) -> str:
+    """A head by its name, as tables and figures say it: "track A" (the floor), ..., "oracle"
+    (the ceiling)."""
+    if name == ORACLE:
+        return "oracle (the ceiling)"
+    return f"track {name}" + (" (the floor)" if name == FLOOR else "")
+
+
 #: The paper's question: experience added to the predictor's input (B) against experience
 #: rewriting its weights (C); its delta is (D_B - D_C) / D_B.
 INPUT = "B"

@@ -1,7 +1,8 @@
-"""Linear probes: how much of the digits' state (positions, velocities) the latents hold.
+"""Probes: how much of the digits' state (positions, velocities) the latents hold.
 
-A probe is ridge regression from a latent to a state target, fit on one set of sequences and
-scored by R^2 on another (held-out worlds; docs/definitions.md#probes). The targets are
+A probe is ridge regression from a latent to a state target (and, for the predictor's input, a
+small MLP beside it: ``fit_mlp``), fit on one set of sequences and scored by R^2 and by the
+error in px on another (held-out worlds; docs/definitions.md#probes). The targets are
 *permutation invariant*, since which digit is "first" is arbitrary and nothing asks the latent to
 tell the digits apart by index:
 
@@ -18,7 +19,8 @@ concatenated (``context``; with C = 1 the same as ``online``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,6 +123,82 @@ def fit_probes(
     return out
 
 
+@dataclass(frozen=True)
+class MLPProbe:
+    """A fitted nonlinear probe: y = net((x - x_mean) / x_scale) * y_scale + y_mean."""
+
+    net: torch.nn.Module
+    x_mean: np.ndarray
+    x_scale: np.ndarray
+    y_mean: np.ndarray
+    y_scale: np.ndarray
+
+    @torch.no_grad()
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        xs = torch.as_tensor((np.asarray(x, np.float64) - self.x_mean) / self.x_scale, dtype=torch.float32)
+        with one_thread():
+            return self.net(xs).double().numpy() * self.y_scale + self.y_mean
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """torch's intra-op threads at one inside, as they were after: the MLP probe's numbers the
+    same in any process (a run's, ``runners.evaluate``'s, a test's), whatever its threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+#: The nonlinear probe (``fit_mlp``): two hidden layers of MLP_WIDTH (ReLU), AdamW at MLP_LR on
+#: minibatches of MLP_BATCH, at most MLP_STEPS steps; the step count (of every MLP_CHECK) is
+#: chosen by R^2 on the last fifth of the fitting set, as the ridge probe's penalty is.
+MLP_WIDTH, MLP_LR, MLP_BATCH, MLP_STEPS, MLP_CHECK = 256, 1e-3, 256, 1500, 250
+
+
+def fit_mlp(x_fit: np.ndarray, y_fit: np.ndarray, seed: int = 0, steps: int = MLP_STEPS) -> MLPProbe:
+    """A small MLP from x (N, F) to y (N, T), fit on the first four fifths of the set and kept at
+    the checkpoint (every ``MLP_CHECK`` steps) with the best R^2 on the last fifth; its own
+    generators (the global ones untouched)."""
+    x, y = np.asarray(x_fit, np.float64), np.asarray(y_fit, np.float64)
+    x_mean, x_scale = x.mean(0), np.where(x.std(0) > 1e-8, x.std(0), 1.0)
+    y_mean, y_scale = y.mean(0), np.where(y.std(0) > 1e-8, y.std(0), 1.0)
+    xs = torch.as_tensor((x - x_mean) / x_scale, dtype=torch.float32)
+    ys = torch.as_tensor((y - y_mean) / y_scale, dtype=torch.float32)
+    cut = max(1, len(x) - len(x) // 5)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        net = torch.nn.Sequential(torch.nn.Linear(x.shape[1], MLP_WIDTH), torch.nn.ReLU(),
+                                  torch.nn.Linear(MLP_WIDTH, MLP_WIDTH), torch.nn.ReLU(),
+                                  torch.nn.Linear(MLP_WIDTH, y.shape[1]))  # fmt: skip
+    opt = torch.optim.AdamW(net.parameters(), lr=MLP_LR, weight_decay=1e-4)
+    with one_thread():
+        best_state = _fit(net, opt, xs, ys, cut, gen, steps)
+    net.load_state_dict(best_state)
+    return MLPProbe(net.eval(), x_mean, x_scale, y_mean, y_scale)
+
+
+def _fit(net: torch.nn.Module, opt: torch.optim.Optimizer, xs: torch.Tensor, ys: torch.Tensor,
+         cut: int, gen: torch.Generator, steps: int) -> dict[str, torch.Tensor]:  # fmt: skip
+    """``fit_mlp``'s steps: the state with the best R^2 on rows ``cut:`` at a checkpoint."""
+    best, best_state = -np.inf, None
+    for step in range(1, steps + 1):
+        idx = torch.randint(0, cut, (min(MLP_BATCH, cut),), generator=gen)
+        loss = torch.nn.functional.mse_loss(net(xs[idx]), ys[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % MLP_CHECK == 0 or step == steps:
+            with torch.no_grad():
+                score = r2_score(ys[cut:].numpy(), net(xs[cut:]).numpy()) if cut < len(xs) else -loss.item()
+            if score > best:
+                best, best_state = score, {k: v.clone() for k, v in net.state_dict().items()}
+    return best_state
+
+
 @dataclass
 class ProbeSet:
     """Sequences to probe: frames (N, L, 1, 64, 64) uint8 and the digits' positions
@@ -158,15 +236,38 @@ def probe_features(
             {k: np.concatenate(v) for k, v in states.items()})  # fmt: skip
 
 
+#: The targets whose error is also reported in px (px/frame for the velocity): the root mean
+#: square over their coordinates, ``<target>_px``.
+IN_PX = ("position", "velocity")
+#: The latent also read by the nonlinear probe (``fit_mlp``): the predictor's input, as the row
+#: ``context_mlp``.
+NONLINEAR = "context"
+
+
 def probe_report(
-    encode: Encode, fit: Sequence[ProbeSet], test: Sequence[ProbeSet], context: int
-) -> dict[str, dict[str, float]]:
-    """{latent: {target: held-out R^2}}: probes fit on ``fit``'s sequences, scored on ``test``'s
-    (for every latent of ``LATENTS`` and target of ``TARGETS``)."""
+    encode: Encode, fit: Sequence[ProbeSet], test: Sequence[ProbeSet], context: int,
+    nonlinear: bool = True,
+) -> dict[str, dict[str, float]]:  # fmt: skip
+    """{latent: {target: held-out R^2, and ``<target>_px`` for ``IN_PX``}}: linear probes fit on
+    ``fit``'s sequences, scored on ``test``'s (for every latent of ``LATENTS`` and target of
+    ``TARGETS``), and with ``nonlinear`` one MLP of the context latents to every target at once
+    (``context_mlp``)."""
     x_fit, y_fit = probe_features(encode, fit, context)
     x_test, y_test = probe_features(encode, test, context)
     out = {}
     for latent in LATENTS:
         probes = fit_probes(x_fit[latent], {t: y_fit[t] for t in TARGETS})
-        out[latent] = {t: r2_score(y_test[t], probes[t].predict(x_test[latent])) for t in TARGETS}
+        out[latent] = scores(y_test, {t: probes[t].predict(x_test[latent]) for t in TARGETS})
+    if nonlinear:
+        widths = [y_fit[t].shape[1] for t in TARGETS]
+        mlp = fit_mlp(x_fit[NONLINEAR], np.concatenate([y_fit[t] for t in TARGETS], 1))
+        pred = np.split(mlp.predict(x_test[NONLINEAR]), np.cumsum(widths)[:-1], axis=1)
+        out[f"{NONLINEAR}_mlp"] = scores(y_test, dict(zip(TARGETS, pred, strict=True)))
     return out
+
+
+def scores(y: Mapping[str, np.ndarray], pred: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """{target: R^2} of the predictions, then {``<target>_px``: root mean square error} of
+    ``IN_PX``'s."""
+    out = {t: r2_score(y[t], pred[t]) for t in TARGETS}
+    return out | {f"{t}_px": float(np.sqrt(np.mean((y[t] - pred[t]) ** 2))) for t in IN_PX}

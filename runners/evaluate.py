@@ -16,7 +16,7 @@ config; with ``--data`` the store's shift train/test and base test splits are us
 A run of the worlds protocol (``train_online``'s default) is evaluated as it evaluates itself:
 D_shift^n on the switch world with each sequence's own n transitions as memory, D_base^n on
 training-family worlds, and the held-out worlds' curves (own, same-world and wrong-world memory),
-the linear probes of the digits' positions and moves from the latents (held-out R^2), the
+the probes of the digits' positions and moves from the latents (held-out R^2 and px), the
 reference check (D against the EMA target's own "no change") and perfect physics in the latent
 (the env's simulator branched from each test sequence, ``probes.perfect_physics``), printed and
 in the JSON's ``held_out``; memory sizes default to 0 1 5 10 25 50.

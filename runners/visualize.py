@@ -158,11 +158,12 @@ def given(args: Visualize, names: Sequence[str]) -> list[str]:
 
 
 def track_config(args: Visualize, name: str, from_dir: Path | None, protocol: str,
-                 tracks: Sequence[str]) -> RunConfig:  # fmt: skip
+                 tracks: Sequence[str], heads: Sequence[str] = ()) -> RunConfig:  # fmt: skip
     """The ``RunConfig`` of one of the view's ``tracks`` (``ORACLE``: the first memory track's,
-    C if none, fed the true physics): train_online's command line, made of the --from run's
-    config.json (but its schedule's length and memory pair, which follow the view's own
-    stream), the visualizer's options, then train_online's options given to the view."""
+    C if none, fed the true physics), with ``heads`` beside it on its latent (``--heads``):
+    train_online's command line, made of the --from run's config.json (but its schedule's length
+    and memory pair, which follow the view's own stream), the visualizer's options, then
+    train_online's options given to the view."""
     from runners.online.command import build_config
 
     saved: dict | None = None
@@ -183,7 +184,8 @@ def track_config(args: Visualize, name: str, from_dir: Path | None, protocol: st
                "--eval-every", str(args.eval_every or steps + 1)]
     tokens += ["--oracle"] if name == ORACLE else []
     tokens += ["--decoder-steps", "0"]  # no held-out report here: the view's decoder draws
-    tokens += ["--no-bounds"]  # its floor and ceiling are tracks of their own (--bounds)
+    tokens += ["--no-bounds"]  # its floor and ceiling: the view's tracks (--bounds)
+    tokens += ["--heads", *heads] if heads else []
     # no scripted switch: the G key makes them
     tokens += [t for sw in args.switch for t in ("--switch", str(sw))] or ["--no-switch"]
     if "source" in {f.name for f in dataclasses.fields(PROTOCOLS[protocol])}:
@@ -247,13 +249,14 @@ def start_from(loop: OnlineLoop, run_dir: Path, fresh_memory: bool,
 
 @dataclass
 class Session:
-    """A session folder and its tracks (``names``: their run folders' names), each with its
-    config and, once made or continued, its run folder held by this process; ``open`` builds
-    their loops and the app."""
+    """A session folder and its runs (``names``: their run folders' names; a run's heads are
+    tracks of the view too), each with its config and, once made or continued, its run folder
+    held by this process; ``open`` builds their loops and the app."""
 
     root: Path
     names: list[str]
     configs: list[RunConfig]
+    order: list[str] = field(default_factory=list)  # the view's tracks, left to right
     folders: list[RunFolder] = field(default_factory=list)  # a new session's: made by ``open``
     starts: dict[str, Path] = field(default_factory=dict)  # --from runs by track
     loops: list[OnlineLoop] = field(default_factory=list)
@@ -283,10 +286,10 @@ class Session:
                 start_from(loop, self.starts[cfg.agent.track], args.fresh_memory, log)
             self.loops.append(loop)
         if resume:
-            self.loops, target, switches = resumed_view(self.root, self.loops)
+            self.order, target, switches = resumed_view(self.root, self.loops)
         else:
             target, switches = shift_target(args, self.configs[0]), []
-        self.app = make_app(args, self.loops, self.root, target, switches)
+        self.app = make_app(args, self.loops, self.order, self.root, target, switches)
         for loop in self.loops:
             loop.view_state = partial(view_state, self.app)
 
@@ -306,11 +309,25 @@ def new_session(args: Visualize) -> Session:
         raise CliError(f"--from gives track {', '.join(sorted(missing))}, not in --tracks")
     if args.bounds and many_worlds:  # the floor (track A) first, the ceiling (``ORACLE``) last
         tracks = ([] if agent_tracks.FLOOR in tracks else [agent_tracks.FLOOR]) + tracks + [ORACLE]
-    cfgs = [track_config(args, t, starts.get(t), protocol, tracks) for t in tracks]
+    names, cfgs = one_latent(args, protocol, tracks) if many_worlds and not starts else ([], [])
+    if not cfgs:  # a run a track
+        names, cfgs = tracks, [track_config(args, t, starts.get(t), protocol, tracks) for t in tracks]
     out = ensure_output_dir(args.out or "runs", "--out")
     seed = cfgs[0].agent.seed
     root = new_folder(out, args.name, default_name(f"viz-{''.join(tracks)}", seed), "session folder")
-    return Session(root, tracks, cfgs, starts=starts)
+    return Session(root, names, cfgs, order=tracks, starts=starts)
+
+
+def one_latent(args: Visualize, protocol: str, tracks: Sequence[str]) -> tuple[list[str], list[RunConfig]]:
+    """The view's tracks as heads on one latent (``agent.heads``), where its run settles: one
+    run of the first memory track (else the first track), the others its heads; ([], []) where
+    the run does not settle (``--settle None``, a preset without it): then a run a track."""
+    trainer = next((t for t in tracks if t != ORACLE and agent_tracks.reads_memory(t)), tracks[0])
+    heads = [t for t in tracks if t != trainer]
+    cfg = track_config(args, trainer, None, protocol, tracks)
+    if cfg.agent.settle is None:
+        return [], []
+    return [trainer], [track_config(args, trainer, None, protocol, tracks, heads)]
 
 
 def resume_session(args: Visualize) -> Session:
@@ -334,7 +351,7 @@ def resume_session(args: Visualize) -> Session:
     configs = [resume_config(f.read_config(), changes, f"python -m runners.{PROG}") for f in folders]
     for folder, cfg in zip(folders, configs, strict=True):  # as train_online --resume does
         cfg.save(folder.config)
-    return Session(root, [run.name for run in runs], configs, folders)
+    return Session(root, [run.name for run in runs], configs, folders=folders)
 
 
 def view_state(app: App) -> dict[str, Any]:
@@ -348,11 +365,12 @@ def view_state(app: App) -> dict[str, Any]:
 
 def resumed_view(
     root: Path, loops: list[OnlineLoop]
-) -> tuple[list[OnlineLoop], tuple[float, float], list[tuple[int, float]]]:
-    """A resumed session's loops in the order of its tracks, G's target and the switches so far,
-    from the view its checkpoints keep (``view_state``); ``CliError`` where they keep none of
-    these tracks (a session of an earlier version, a run that is no session's)."""
-    view, names = loops[0].view, sorted(lp.folder.root.name for lp in loops)
+) -> tuple[list[str], tuple[float, float], list[tuple[int, float]]]:
+    """A resumed session's tracks in their order, G's target and the switches so far, from the
+    view its checkpoints keep (``view_state``); ``CliError`` where they keep none of these tracks
+    (a session of an earlier version, a run that is no session's)."""
+    view = loops[0].view
+    names = sorted(name for lp in loops for name in (lp.folder.root.name, *lp.learner.heads))
     try:
         order = [str(t) for t in view["tracks"]]
         target = (float(view["target"][0]), float(view["target"][1]))
@@ -362,7 +380,7 @@ def resumed_view(
     if sorted(order) != names:
         raise CliError(f"--resume {root}: {loops[0].folder.latest} keeps no view of a session of "
                        f"tracks {' '.join(names)} (a session of an earlier version?)")  # fmt: skip
-    return sorted(loops, key=lambda lp: order.index(lp.folder.root.name)), target, switches
+    return order, target, switches
 
 
 def shift_target(args: Visualize, cfg: RunConfig) -> tuple[float, float]:
@@ -408,13 +426,14 @@ def family_name(gravity: float, direction: float) -> str:
     return family_of(env.PhysicsParams(gravity=gravity, gravity_direction=direction))
 
 
-def make_app(args: Visualize, loops: list[OnlineLoop], root: Path, target: tuple[float, float],
-             switches: list[tuple[int, float]]) -> App:  # fmt: skip
-    """The window (``CliError`` where none opens) and the app on the tracks' loops."""
+def make_app(args: Visualize, loops: list[OnlineLoop], order: Sequence[str], root: Path,
+             target: tuple[float, float], switches: list[tuple[int, float]]) -> App:  # fmt: skip
+    """The window (``CliError`` where none opens) and the app on the tracks' loops: a driver for
+    each loop's learner and each of its heads, in the view's ``order``."""
     import pygame
 
     from runners.live.app import App, AppConfig
-    from runners.live.drivers import LoopDriver
+    from runners.live.drivers import drivers_of
     from runners.live.screen import SIZE
 
     pygame.display.init()
@@ -423,7 +442,7 @@ def make_app(args: Visualize, loops: list[OnlineLoop], root: Path, target: tuple
         surface = pygame.display.set_mode(SIZE)
     except pygame.error as err:
         raise CliError(f"cannot open a window ({err}); use --headless") from None
-    pygame.display.set_caption("EPM-JEPA live: " + " ".join(lp.cfg.agent.track for lp in loops))
+    pygame.display.set_caption("EPM-JEPA live: " + " ".join(order))
     cfg0 = loops[0].cfg
     app_cfg = AppConfig(
         fps=args.fps, draw_every=args.draw_every, draw=not args.no_draw,
@@ -435,9 +454,8 @@ def make_app(args: Visualize, loops: list[OnlineLoop], root: Path, target: tuple
         screenshot=Path(args.screenshot) if args.screenshot else None,
         video_dir=Path(args.video) if args.video else None, shots_dir=root / "screenshots",
     )  # fmt: skip
-    drivers = [LoopDriver(lp, records=i == 0, predictions=args.predictions)
-               for i, lp in enumerate(loops)]  # fmt: skip
-    return App(drivers, app_cfg, surface)
+    drivers = [d for i, lp in enumerate(loops) for d in drivers_of(lp, i == 0, args.predictions)]
+    return App(sorted(drivers, key=lambda d: order.index(d.name)), app_cfg, surface)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -60,6 +60,7 @@ class TrackDriver(Protocol):
     capacity: int
     generates: str  # what the track's e_agg generates, charted ("": none)
     buffer_title: str  # what ``buffer_worlds`` shows: "buffer", or one stream's own memory
+    starts: int  # the step from which it predicts: a head's settle, else 0
 
     @property
     def step_count(self) -> int: ...  # learner steps done
@@ -347,7 +348,8 @@ class App:
             TrackView(name=d.name, history=self.histories[d.name], capacity=d.capacity,
                       buffer_worlds=d.buffer_worlds(), attention=d.attention(),
                       wrong_world=d.wrong_world(), frozen=d.frozen, generates=d.generates,
-                      buffer_title=d.buffer_title, predictions=d.predictions())  # fmt: skip
+                      buffer_title=d.buffer_title, predictions=d.predictions(),
+                      starts=d.starts)  # fmt: skip
             for d in self.drivers
         ]
         return Snapshot(step=self.step, steps_per_s=self._rate, world=world, tracks=tracks,

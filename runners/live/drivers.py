@@ -36,7 +36,7 @@ import torch
 from agent import StepMetrics, tracks
 from agent.learner import Learner
 from agent.memory.read import MemoryView
-from agent.objective import columns, normalised_error
+from agent.objective import HEAD_METRICS, columns, head_columns, head_metric_name, normalised_error
 from agent.sources import Batch
 from agent.step import (
     aggregate,
@@ -60,15 +60,17 @@ SHOWN_STREAMS = 4
 
 
 class LoopDriver:
-    """One track's ``OnlineLoop`` seen through the ``app.TrackDriver`` interface."""
+    """One track's ``OnlineLoop`` seen through the ``app.TrackDriver`` interface: the loop's
+    learner, or (``HeadDriver``) one of its heads."""
 
-    def __init__(self, loop: OnlineLoop, records: bool = True, predictions: bool = True) -> None:
+    def __init__(self, loop: OnlineLoop, records: bool = True, predictions: bool = True,
+                 learner: Learner | None = None) -> None:  # fmt: skip
         self.loop = loop
         self.records = records  # R records frames in this track's run (one is enough)
-        self.learner = loop.learner
+        self.learner = loop.learner if learner is None else learner
         self.cfg = loop.cfg
-        agent = self.cfg.agent
-        self.name = "oracle" if agent.oracle else str(agent.track)
+        agent = self.learner.cfg
+        self.name = agent.head_name
         self.capacity = int(self.learner.buffer.capacity)
         # What its e_agg generates, charted by the view (``agent.tracks``; the oracle reads none).
         self.generates = "" if agent.oracle else tracks.track(agent.track).generates
@@ -77,7 +79,10 @@ class LoopDriver:
         # other streams of its group.
         self.per_group = agent.memory_scope == "group"
         self.buffer_title = "group 1's memory" if self.per_group else "buffer"
+        self.starts = 0  # it predicts from the first step (a head: from the settle)
         self._pending: list[StepMetrics] = []
+        self._pending_heads: list[dict] = []  # each step's ``learner.head_metrics``
+        self._drained: dict[str, list[tuple[np.ndarray, dict[str, np.ndarray]]]] = {}
         self._first = self.step_count  # step of the first pending record
         self._attn: np.ndarray | None = None
         self._attn_t = -1.0
@@ -94,7 +99,7 @@ class LoopDriver:
             step = 1
         self.shown = np.arange(0, n, step)[:SHOWN_STREAMS]
         self._live = None  # the decoder fit beside the learner (``live.predictions``)
-        if predictions:
+        if predictions and learner is None:
             self._live = LivePredictions(self.learner, self.shown, int(agent.seed))
         self._pred: Predictions | None = None
         self._pred_t = -1.0
@@ -117,14 +122,33 @@ class LoopDriver:
         if self._live is not None:
             self._live.learn(batch)
         self._pending.append(result.metrics)
+        self._pending_heads.append(self.learner.head_metrics)
 
     def drain(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The metrics of the steps since the last drain: one host sync for the block."""
+        return self.drain_for(self.name)
+
+    def drain_for(self, name: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The metrics since ``name``'s last drain of this loop's learner (its own name) or of
+        one of its heads (a ``HeadDriver``'s): the step's block with the head's own
+        ``HEAD_METRICS`` in place of the learner's (the memory's, shared, are the same)."""
         n = len(self._pending)
-        block = columns(self._pending)
-        steps = np.arange(self._first, self._first + n, dtype=np.int64)
-        self._pending.clear()
-        self._first += n
+        if n:
+            block = columns(self._pending)
+            steps = np.arange(self._first, self._first + n, dtype=np.int64)
+            heads = head_columns(self._pending_heads, list(self.learner.heads))
+            self._pending.clear()
+            self._pending_heads.clear()
+            self._first += n
+            for who in (self.name, *self.learner.heads):
+                own = dict(block) if who == self.name else {
+                    **block, **{m: heads[head_metric_name(who, m)] for m in HEAD_METRICS}}
+                self._drained.setdefault(who, []).append((steps, own))
+        parts = self._drained.pop(name, [])
+        if not parts:
+            return np.zeros(0, np.int64), {}
+        steps = np.concatenate([p[0] for p in parts])
+        block = {k: np.concatenate([p[1][k] for p in parts]) for k in parts[0][1]}
         if NORM_ERROR in block:  # a window whose stream reset has no error: NaN, not 0
             block[NORM_ERROR] = block[NORM_ERROR].astype(np.float64)
         return steps, block
@@ -184,7 +208,7 @@ class LoopDriver:
         """(peer D, wrong-world D) on the last step's batch, smoothed over the readings; None
         for a track that reads no group memory, before the first step and while the streams
         are held in one world (no other world's memory to read)."""
-        if not self.reads_worlds or self._batch is None:
+        if not self.reads_worlds or self.last_batch() is None:
             return None
         if self.held:
             self._wrong = None
@@ -193,7 +217,7 @@ class LoopDriver:
         if self._wrong is not None and now - self._wrong_t < 1.0 / WRONG_HZ:
             return self._wrong
         self._wrong_t = now
-        reading = peer_and_wrong_error(self.learner, self._batch)
+        reading = peer_and_wrong_error(self.learner, self.last_batch())
         if reading is None or self._wrong is None:
             self._wrong = reading
         else:
@@ -207,15 +231,24 @@ class LoopDriver:
         last step's batch (``live.predictions``), made again at most ``PRED_HZ`` times per
         second and only after a new step; None before the first step and with the predictions
         off."""
-        if self._live is None or self._batch is None:
+        if self.live is None or self.last_batch() is None:
             return None
         now = time.perf_counter()
         fresh = self._pred is not None and now - self._pred_t < 1.0 / PRED_HZ
         if fresh or self._pred_step == self.step_count:
             return self._pred
         self._pred_t, self._pred_step = now, self.step_count
-        self._pred = self._live.show(self._batch)
+        self._pred = self.live.show(self.last_batch(), self.learner)
         return self._pred
+
+    @property
+    def live(self) -> LivePredictions | None:
+        """The pixel decoder fit beside the loop's learner (``live.predictions``), or None."""
+        return self._live
+
+    def last_batch(self) -> Batch | None:
+        """The last step's batch (None before the first)."""
+        return self._batch
 
     # ----------------------------------------------------------------- control
     def physics(self) -> tuple[float, float]:
@@ -270,6 +303,59 @@ class LoopDriver:
 
     def close(self) -> None:
         self.loop.close()
+
+
+class HeadDriver(LoopDriver):
+    """A head of a trainer's loop (``agent.heads``: one latent, every head) through the
+    ``app.TrackDriver`` interface. The trainer's driver steps the loop and controls it (the
+    world, the freeze, recording, checkpoints: every head follows its learner); a head shows its
+    own stream error and modulation (``drain_for``), its attention on the shared memory, its
+    wrong-world reading and its predictions, decoded by the trainer's decoder (one latent, one
+    decoder)."""
+
+    def __init__(self, trainer: LoopDriver, head: str) -> None:
+        super().__init__(trainer.loop, records=False, predictions=False,
+                         learner=trainer.learner.heads[head])  # fmt: skip
+        self.trainer = trainer
+        self.starts = int(trainer.learner.settle_at)
+
+    def step(self) -> None:
+        pass  # the trainer's driver steps the loop
+
+    def last_batch(self) -> Batch | None:
+        return self.trainer.last_batch()
+
+    def drain(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        return self.trainer.drain_for(self.name)
+
+    @property
+    def live(self) -> LivePredictions | None:
+        return self.trainer.live
+
+    # the loop is the trainer's to change
+    def set_physics(self, gravity: float, direction: float) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+    def set_frozen(self, frozen: bool) -> None:
+        pass
+
+    def set_recording(self, on: bool) -> bool:
+        return False
+
+    def checkpoint(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def drivers_of(loop: OnlineLoop, records: bool, predictions: bool) -> list[LoopDriver]:
+    """The drivers of one loop: its learner's, then one for each of its heads."""
+    trainer = LoopDriver(loop, records=records, predictions=predictions)
+    return [trainer, *(HeadDriver(trainer, h) for h in loop.learner.heads)]
 
 
 def _oldest_first(n: int, ptr: int, capacity: int, device: torch.device) -> torch.Tensor:

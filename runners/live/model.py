@@ -141,6 +141,8 @@ class TrackView:
     #: the shown streams' true future and the track's prediction of it, decoded; None: none
     #: yet (before the first step), or the view's predictions are off
     predictions: Predictions | None = None
+    #: the step from which the track predicts: a head's settle (``agent.heads``), else 0
+    starts: int = 0
 
 
 @dataclass

@@ -3,8 +3,9 @@
 A JEPA predicts latents, which cannot be looked at; ``probes.decoder``'s ``PixelDecoder`` maps
 a latent of the learner's EMA target encoder back to the frame it stands for
 (docs/definitions.md#the-pixel-decoder). The held-out report fits one at the end of a run; the
-live view fits one *online*, beside each track (each track has its own EMA target, so its own
-decoder), and decodes the track's prediction of the last step's batch with it. Two parts:
+live view fits one *online*, beside each loop's learner (on its EMA target; the learner's heads
+share that latent, so its decoder decodes theirs too), and decodes each track's prediction of
+the last step's batch with it. Two parts:
 
 - ``learn(batch)``, after every ``LEARN_EVERY``-th learner step: the target frames (the frames
   at the horizons) of a few of the batch's streams (``PUSH`` frames, the next streams in turn)
@@ -143,23 +144,24 @@ class LivePredictions:
         self.fit(self.fit_steps)
         return True
 
-    def show(self, batch: Batch) -> Predictions:
-        """The shown streams' true frames at each horizon of ``batch`` and the learner's
-        prediction of them, decoded."""
+    def show(self, batch: Batch, learner: Learner | None = None) -> Predictions:
+        """The shown streams' true frames at each horizon of ``batch`` and the learner's (or
+        ``learner``'s: a head of it, on its latent) prediction of them, decoded."""
         spec = self.learner.spec
         true = batch.frames[self.rows, spec.past:spec.past + spec.n_horizons, 0]
-        decoded = decode(self.decoder, self.predict(batch))[:, :, 0]  # (S, K, 64, 64)
+        decoded = decode(self.decoder, self.predict(batch, learner))[:, :, 0]  # (S, K, 64, 64)
         return Predictions(step=int(self.learner.step),
                            horizons=tuple(int(h) for h in self.learner.cfg.horizons),
                            true=true.cpu().numpy(), decoded=decoded.cpu().numpy(),
                            loss=self.loss, pairs=self.size)  # fmt: skip
 
     @torch.no_grad()
-    def predict(self, batch: Batch) -> torch.Tensor:
-        """(S, K, D): the learner's predicted latents for the shown streams of ``batch``, read
-        as ``drivers.peer_and_wrong_error`` reads them (memory as outside training, the oracle
-        its true physics); one latent for every horizon where the predictor has one head."""
-        learner = self.learner
+    def predict(self, batch: Batch, learner: Learner | None = None) -> torch.Tensor:
+        """(S, K, D): the learner's (or ``learner``'s) predicted latents for the shown streams of
+        ``batch``, read as ``drivers.peer_and_wrong_error`` reads them (memory as outside
+        training, the oracle its true physics); one latent for every horizon where the
+        predictor has one head."""
+        learner = self.learner if learner is None else learner
         nets, spec = learner.nets, learner.spec
         batch = batch.to(learner.device)
         rows = self.rows.to(learner.device)

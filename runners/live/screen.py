@@ -266,7 +266,7 @@ class Screen:
         self.chart_rect = pygame.Rect(rect.left, charts_top, rect.width, n_charts * (chart_h + 4))
         names = _world_names(snap)
         for t, col in zip(snap.tracks, _columns(rect, len(snap.tracks)), strict=False):
-            self._track_title(col, t)
+            self._track_title(col, t, snap.step)
             y = charts_top
             for chart in self._track_charts(t, snap, n_charts, names):
                 draw.draw_chart(s, pygame.Rect(col.left, y, col.width, chart_h), chart, f)
@@ -274,14 +274,17 @@ class Screen:
             br = pygame.Rect(col.left, col.bottom - buffer_h, col.width, buffer_h)
             self._track_buffer(br, t, names)
 
-    def _track_title(self, col: pygame.Rect, t: TrackView) -> None:
-        """Draws a track column's title bar: its colour, its name and whether it learns."""
+    def _track_title(self, col: pygame.Rect, t: TrackView, step: int) -> None:
+        """Draws a track column's title bar: its colour, its name and whether it learns (a head
+        before the settle: from which step it fits)."""
         s, f = self.surface, self.fonts
         title = pygame.Rect(col.left, col.top, col.width, 20)
         pygame.draw.rect(s, draw.PANEL, title)
         color = draw.track_color(t.name)
         pygame.draw.rect(s, color, (title.left, title.top, 6, title.height))
         state = "frozen (memory only)" if t.frozen else "learning"
+        if step < t.starts:  # a head before the settle (agent.heads): nothing to show yet
+            state = f"a head: fits from step {t.starts}"
         f.blit(s, f"track {t.name}", (title.left + 12, title.centery), 20, color, "midleft")
         f.blit(s, state, (title.right - 6, title.centery), 16, draw.DIM, "midright")
 

@@ -200,7 +200,7 @@ class WorldsEvaluator(CurveEvaluator):
         ``own`` for a learner without memory: track A, the oracle), per world and per family;
         ``gravity_probe``: gravity and the world's identity read from e_agg with n = max(ns)
         peer transitions, within each family (``gravity_probe_report``; None without memory);
-        and ``probes``: held-out R^2 of linear probes of the digits' state from the latents
+        and ``probes``: held-out R^2 and px of probes (linear, and an MLP) of the digits' state from the latents
         (``probes.digits``), fit on the training-family worlds' sequences; ``reference``:
         D against the EMA target's own "no change" beside the paper's, and the online-target
         gap (``agent.evaluation.reference_check``); and ``perfect_physics``: D of the env's

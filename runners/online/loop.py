@@ -39,7 +39,7 @@ import numpy as np
 import env
 from agent import Batch, Learner, StepMetrics
 from agent.checkpoint import CheckpointError, apply_checkpoint, read_checkpoint, save_checkpoint
-from agent.objective import columns
+from agent.objective import columns, head_columns
 from runners.cli import CliError
 from runners.online.config import RunConfig
 from runners.online.evaluation import CurveEvaluator, EvalRecord
@@ -105,8 +105,10 @@ class StepResult:
     checkpointed: bool = False
 
 
-#: The per-step columns of run.zarr's metrics the summary reads, kept on the host by the loop.
+#: The per-step columns of run.zarr's metrics the summary reads, kept on the host by the loop,
+#: with every head's metrics (``agent.objective.head_metric_name``: under ``HEADS_PREFIX``).
 SUMMARY_COLUMNS = ("stream/norm_error", "stream/valid_frac")
+HEADS_PREFIX = "heads/"
 
 
 @dataclass
@@ -139,14 +141,15 @@ class RunRecords:
                 self.recent_error.append(float(e[i]))
                 while len(self.recent_error) > self.window:
                     self.recent_error.popleft()
-        for name in SUMMARY_COLUMNS:
-            if name in block:
+        for name in block:
+            if name in SUMMARY_COLUMNS or name.startswith(HEADS_PREFIX):
                 self.blocks.setdefault(name, []).append(np.asarray(block[name], np.float64))
         self.steps += len(steps)
         self.last = {k: float(v[-1]) for k, v in block.items() if len(v)}
 
     def column(self, name: str) -> np.ndarray | None:
-        """(steps,) float64 of a ``SUMMARY_COLUMNS`` metric, every step recorded so far."""
+        """(steps,) float64 of a ``SUMMARY_COLUMNS`` metric or a head's stream error, every step
+        recorded so far."""
         parts = self.blocks.get(name)
         return np.concatenate(parts) if parts else None
 
@@ -184,6 +187,7 @@ class OnlineLoop:
         self.records = RunRecords(cfg.schedule.rolling_window, cfg.first_switch)
         self.physics = self.cfg.physics_at(0)
         self.pending: list[StepMetrics] = []
+        self.pending_heads: list[dict[str, Any]] = []  # each step's ``learner.head_metrics``
         self.pending_physics: list[env.PhysicsParams] = []
         self.best, self.best_step = math.inf, -1  # the lowest D_shift^n yet, and its step
         self.elapsed = 0.0  # wall seconds of earlier sessions (resume)
@@ -273,6 +277,7 @@ class OnlineLoop:
         recording, evaluation and checkpoint that fall on it."""
         s = self.step_count - 1
         self.pending.append(metrics)
+        self.pending_heads.append(self.learner.head_metrics)
         self.pending_physics.append(self.physics)
         if self.cfg.output.record_frames and s % self.cfg.output.record_frames == 0:
             self._record_frames(s, batch)
@@ -303,7 +308,7 @@ class OnlineLoop:
         """Stack the pending metrics (one host sync) and append them to run.zarr."""
         if not self.pending:
             return {}
-        block = columns(self.pending)
+        block = columns(self.pending) | head_columns(self.pending_heads, list(self.learner.heads))
         steps = np.arange(self.step_count - len(self.pending), self.step_count, dtype=np.int64)
         # Before the worlds protocol's switch each stream has its own world: NaN (no one world).
         fs = self.cfg.first_switch
@@ -315,6 +320,7 @@ class OnlineLoop:
         self.events.metrics(steps, block)
         self.records.update(steps, block, self.phase_starts)
         self.pending.clear()
+        self.pending_heads.clear()
         self.pending_physics.clear()
         return block
 

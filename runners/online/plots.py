@@ -16,6 +16,7 @@ import numpy as np
 from matplotlib.axes import Axes
 
 from agent import tracks
+from agent.objective import head_metric_name
 from runners.cli import writing
 from runners.online.config import RunConfig, flat
 from runners.online.recorder import Recorder
@@ -346,25 +347,32 @@ MEMORY_LABELS = {"own": "own memory", "same": "peer memory (other sequences of t
                  "wrong": "wrong-world memory (control)"}
 
 
-def _after_switch_error(run: RunFolder, window: int = 50) -> tuple[np.ndarray, np.ndarray]:
-    """(steps since the first switch, rolling mean of the stream error) of one run."""
-    cfg, m, _ = _load(run.root)
-    fs = _first_switch(m, cfg)
-    if fs is None:
-        return np.zeros(0), np.zeros(0)
-    after = np.asarray(m["stream/norm_error"][fs:], np.float64)
+def _after_switch_error(m: dict[str, np.ndarray], fs: int, name: str,
+                        window: int = 50) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(steps since the first switch ``fs``, rolling mean of the stream error column ``name``)."""
+    after = np.asarray(m[name][fs:], np.float64)
     rolling = rolling_by_phase(after, window, [])
     rolling[~np.isfinite(after)] = np.nan  # no window valid yet (a new episode): nothing to show
     return np.arange(len(after)), rolling
 
 
 def bounds_figure(main: RunFolder, s: dict[str, Any]) -> Path:
-    """figures/bounds.png: left, the stream error after the switch of the chosen track; right,
-    its held-out D^n over n for each memory source, between the floor's and the ceiling's
-    (pooled families)."""
+    """figures/bounds.png: left, the stream error after the switch of the chosen track and of
+    each head beside it (the same windows, the same memory, step by step); right, its held-out
+    D^n over n for each memory source, between the floor's and the ceiling's (pooled
+    families)."""
     b = s["bounds"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.6))
-    left.plot(*_after_switch_error(main), lw=1.6, color=PHASE_COLORS[1], label=f"track {b['track']}")
+    cfg, m, _ = _load(main.root)
+    fs = _first_switch(m, cfg)
+    if fs is not None:
+        left.plot(*_after_switch_error(m, fs, "stream/norm_error"), lw=1.8, color=PHASE_COLORS[1],
+                  label=f"track {b['track']}", zorder=3)  # fmt: skip
+        for head in s["stream_error"].get("heads", {}):
+            color = BOUND_STYLES["ceiling" if head == "oracle" else "floor"][0] \
+                if head in ("A", "oracle") else None  # fmt: skip
+            left.plot(*_after_switch_error(m, fs, head_metric_name(head)), lw=1.2, color=color,
+                      label=tracks.head_label(head))
     left.set_xscale("symlog", linthresh=10.0)
     left.set_xlabel("steps since the switch (symlog)")
     left.set_ylabel("normalised error on the stream (rolling mean, 50 steps)")

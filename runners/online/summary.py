@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from agent import tracks
+from agent.objective import head_metric_name
 from runners.cli import writing
 from runners.online import bounds
 from runners.online.config import RunConfig
@@ -85,16 +87,24 @@ def build_summary(
         "buffer": {"size": size, "capacity": cfg.agent.buffer_capacity,
                    "scope": cfg.agent.memory_scope, "shift_world": n_shift,
                    "base_world": size - n_shift},
-        "stream_error": {"end_of_base": _window_mean(err, fs, -win),
-                         "just_after_switch": _window_mean(err, fs, win),
-                         "end": _window_mean(err, steps_done, -win), "window": win,
-                         "since_switch": since_switch(err, fs)},
+        "stream_error": {**stream_error(err, fs, steps_done, win), "window": win,
+                         "heads": {h: stream_error(records.column(head_metric_name(h)), fs,
+                                                   steps_done, win)
+                                   for h in cfg.agent.heads}},
         "stream_valid_frac": _f(np.nanmean(valid)) if valid is not None and steps_done else None,
         "best": {"d_shift": _f(best[0]),
                  "step": best[1] if math.isfinite(best[0]) else None,
                  "min_sigma": cfg.schedule.best_min_sigma},
         "adaptation_curve": final_curve, "held_out": held_out,
     }
+
+
+def stream_error(err: np.ndarray | None, fs: int | None, steps: int, win: int) -> dict[str, Any]:
+    """A predictor's stream error (its column ``err``, one value a step): the rolling means of
+    ``win`` steps before and after the first switch (``fs``) and at the end, and its bins since
+    the switch (``since_switch``)."""
+    return {"end_of_base": _window_mean(err, fs, -win), "just_after_switch": _window_mean(err, fs, win),
+            "end": _window_mean(err, steps, -win), "since_switch": since_switch(err, fs)}
 
 
 #: Bins of steps since the first switch for the stream error after it (the last one is cut at
@@ -242,13 +252,22 @@ def top_table(s: dict[str, Any]) -> Table:
 
 def since_switch_table(s: dict[str, Any]) -> Table | None:
     """The stream error by steps since the first switch (``since_switch``), against its rolling
-    mean before it (None without a switch)."""
+    mean before it: one line, or a row for the run's predictor and each of its heads (scored on
+    the same windows and memory each step); None without a switch."""
     se, frozen = s["stream_error"], " (weights frozen)" if s["after_switch"] == "memory" else ""
-    return Table(f"stream error by steps since the switch{frozen}, against "
-                 f"{num(se['end_of_base'])} before it", ("steps since the switch",),
-                 [f"{r['from']}-{r['to']}" for r in se["since_switch"]],
-                 [["stream error", *(num(r["mean"]) for r in se["since_switch"])]],
-                 style="inline") if se["since_switch"] else None
+    if not se["since_switch"]:
+        return None
+    bins = [f"{r['from']}-{r['to']}" for r in se["since_switch"]]
+    heads = {s.get("head") or s["track"]: se, **se.get("heads", {})}
+    if len(heads) == 1:
+        return Table(f"stream error by steps since the switch{frozen}, against "
+                     f"{num(se['end_of_base'])} before it", ("steps since the switch",), bins,
+                     [["stream error", *(num(r["mean"]) for r in se["since_switch"])]],
+                     style="inline")  # fmt: skip
+    rows = [[tracks.head_label(name), num(h["end_of_base"]), *(num(r["mean"]) for r in h["since_switch"])]
+            for name, h in heads.items()]
+    return Table(f"stream error by steps since the switch{frozen}, every head on the same "
+                 f"windows", ("",), ["before", *bins], rows)  # fmt: skip
 
 
 def curve_table(s: dict[str, Any]) -> Table | None:
@@ -279,10 +298,11 @@ def held_out_tables(held: dict[str, Any] | None, when: str) -> list[Table]:
               md_caption=f"Held-out worlds {when} (D^n, mean over each family's worlds; memory: "
                          "own = the sequence's own n transitions, same = another sequence of "
                          "the same world, wrong = a sequence of another held-out world)"),
-        Table("linear probes of the digits' state, R^2 on held-out worlds (fit on training "
-              "worlds; docs/definitions.md#probes)", ("latent",), targets,
-              [[latent, *(num(row[t]) for t in targets)] for latent, row in probes.items()],
-              widths=(8,), cell=10) if probes else None,
+        Table("probes of the digits' state on held-out worlds, R^2 and the error in px (px/frame "
+              "for the velocity), fit on training worlds (linear; context_mlp: a small MLP; "
+              "docs/definitions.md#probes)", ("latent",), targets,
+              [[latent, *(num(row.get(t)) for t in targets)] for latent, row in probes.items()],
+              widths=(11,), cell=13) if probes else None,
         gravity_probe_table(held.get("gravity_probe")),
         _by_horizon(REFERENCE_CAPTION, "", held["horizons"], REFERENCE_ROWS, ref) if ref else None,
         _by_horizon(PERFECT_PHYSICS_CAPTION, "physics", pp["horizons"], PERFECT_PHYSICS_ROWS,

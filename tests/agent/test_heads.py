@@ -118,6 +118,30 @@ def test_heads_fit_beside_the_learner_as_they_would_after_it(batches: list,
         assert nets_equal(beside.every_head()[name].nets, serial.every_head()[name].nets), name
 
 
+def test_every_head_is_scored_on_the_streams_windows_and_memory_each_settled_step(batches: list) -> None:
+    """From the settle on each step scores every head on the observed batch's windows with the
+    memory the learner read (``head_metrics``: their D here), frozen weights too: at the settle, where every
+    copied head predicts what the trainer's base predictor does, the floor and the oracle score
+    the same; after it they part."""
+    learner = Learner(world_cfg(heads=("A", "oracle")))
+    for b in batches[: learner.settle_at]:
+        learner.update(b)
+        assert learner.head_metrics == {}
+    learner.update(batches[learner.settle_at])  # the settle: the heads start as copies
+    at = {k: float(v[-1]) for k, v in learner.head_metrics.items()}
+    assert set(at) == {"A", "oracle"} and at["A"] == pytest.approx(at["oracle"], rel=1e-5)
+    run(learner, batches[learner.settle_at + 1 : -1])
+    learner.freeze_weights()
+    learner.update(batches[-1])
+    after = {k: float(v[-1]) for k, v in learner.head_metrics.items()}
+    assert all(torch.isfinite(torch.tensor(v)) for v in after.values())
+    assert after["A"] != after["oracle"]  # each fitted its own predictor since
+    # the floor has no modulation and no attention; the oracle (track C's pathway) modulates
+    # by its physics and attends to nothing
+    (a_delta, a_attn, _), (o_delta, o_attn, _) = (learner.head_metrics[h] for h in ("A", "oracle"))
+    assert a_delta.isnan() and a_attn.isnan() and o_attn.isnan() and float(o_delta) > 0
+
+
 def test_a_learner_with_heads_resumes_exactly(batches: list) -> None:
     cfg = world_cfg(heads=("A", "oracle"))
     a = Learner(cfg)

@@ -1,4 +1,4 @@
-"""Linear probes (probes.digits): targets, ridge, R^2, and recovery of known states."""
+"""Probes (probes.digits): targets, ridge, the MLP, R^2 and px, and recovery of known states."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import env
 from probes.digits import (
     ProbeSet,
     RidgePath,
+    fit_mlp,
     fit_probes,
     probe_report,
     r2_score,
@@ -85,3 +86,23 @@ def test_probes_recover_known_positions_on_rendered_frames() -> None:
     # pixels, an error of up to one pixel in each frame's position).
     assert rep["context"]["velocity"] > 0.85
     assert abs(rep["online"]["velocity"]) < 0.1  # one frame: no move
+    assert rep["online"]["position_px"] < 1.5  # about the rendering's rounding
+    # the nonlinear probe of the context reads the move too; its px errors beside its R^2
+    mlp = rep["context_mlp"]
+    assert set(mlp) == {"position", "centroid", "velocity", "position_px", "velocity_px"}
+    assert mlp["velocity"] > 0.5 and mlp["velocity_px"] < 2 * rep["context"]["velocity_px"]
+
+
+def test_the_mlp_probe_reads_what_a_linear_one_cannot_and_is_deterministic() -> None:
+    """y = |x_0| and x_0 x_1 are not linear in x: ridge reads nothing of them, the MLP most; the
+    same data and seed give the same probe, and the global generator is left as it was."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(1200, 4))
+    y = np.stack([np.abs(x[:, 0]), x[:, 0] * x[:, 1]], 1) * 3.0 + 1.0
+    linear = fit_probes(x[:1000], {"y": y[:1000]})["y"].predict(x[1000:])
+    assert r2_score(y[1000:], linear) < 0.05
+    state = torch.random.get_rng_state()
+    a, b = fit_mlp(x[:1000], y[:1000], steps=1500), fit_mlp(x[:1000], y[:1000], steps=1500)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert r2_score(y[1000:], a.predict(x[1000:])) > 0.8
+    np.testing.assert_array_equal(a.predict(x[1000:]), b.predict(x[1000:]))

@@ -117,6 +117,7 @@ class FakeDriver:
         self.capacity = capacity
         self.generates = tracks.track(track).generates if track in tracks.TRACKS else ""
         self.buffer_title = "buffer"
+        self.starts = 0
         self.frozen = False
         self.step_count = 0
         self._rng = np.random.default_rng(seed + ord(track))

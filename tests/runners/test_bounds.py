@@ -181,6 +181,17 @@ def test_a_settled_run_fits_its_floor_and_ceiling_as_heads_and_tells_the_story(t
     assert iv["heads"]["C"]["share"]["same"]["pooled"]["value"] == pytest.approx(
         b["memories"]["same"]["share"]["pooled"])  # the interval's point: the table's share
     assert (run / "figures" / "bounds.png").stat().st_size > 10_000
+    # every head's stream error each step from the settle on (NaN before it), summarised
+    from runners.online.recorder import Recorder
+
+    m = Recorder(run, create=False).read_metrics()
+    at = resolve(build_config(["--config", str(run / "config.json")])).agent.settle_at
+    for head in ("A", "oracle"):
+        e = m[f"heads/{head}/norm_error"]
+        assert len(e) == 60 and np.isnan(e[:at]).all() and np.isfinite(e[at:]).any()
+        assert s["stream_error"]["heads"][head]["since_switch"]
+    assert re.search(r"every head on the same windows:\n.*\n  track C .*\n  track A \(the floor\)"
+                     r" .*\n  oracle \(the ceiling\) ", res.stdout)
     probe = s["held_out"]["gravity_probe"]  # the chosen track reads memory: its gravity probe
     assert probe["peers"] == 1 and probe["worlds"] == 8
     assert set(probe["e_agg"]) == {"train", "interp", "extrap", "held_out"}

@@ -20,6 +20,14 @@ def default_run() -> dict[str, Any]:
     end = {"step": 3000, "d_base": 0.679, "d_shift_50": 0.721, "d_shift_0": 0.697}
     since = [(0, 25, 0.663), (25, 50, 0.661), (50, 100, 0.668), (100, 200, 0.673),
              (200, 500, 0.672), (500, 1000, 0.668), (1000, 1500, 0.686)]
+    floor = [(0, 25, 0.669), (25, 50, 0.674), (50, 100, 0.679), (100, 200, 0.685),
+             (200, 500, 0.688), (500, 1000, 0.677), (1000, 1500, 0.696)]
+    oracle = [(0, 25, 0.627), (25, 50, 0.606), (50, 100, 0.614), (100, 200, 0.620),
+              (200, 500, 0.621), (500, 1000, 0.619), (1000, 1500, 0.632)]
+
+    def rows(bins: list[tuple[int, int, float]]) -> list[dict[str, Any]]:
+        return [{"from": a, "to": b, "mean": m} for a, b, m in bins]
+
     curve = [(0, 0.697), (1, 0.799), (5, 0.784), (10, 0.765), (25, 0.722), (50, 0.721)]
     held = {
         "ns": [0, 1, 5, 10, 25, 50], "horizons": [2, 4, 8],
@@ -30,12 +38,17 @@ def default_run() -> dict[str, Any]:
             "extrap": {"own": [0.854, 0.877, 0.869, 0.859, 0.844, 0.843],
                        "same": [0.854, 0.861, 0.823, 0.819, 0.814, 0.811],
                        "wrong": [0.854, 0.933, 0.924, 0.925, 0.929, 0.934]}},
-        "probes": {"online": {"position": 0.800, "centroid": 0.893, "velocity": 0.007},
-                   "target": {"position": 0.802, "centroid": 0.895, "velocity": 0.007},
-                   "context": {"position": 0.800, "centroid": 0.893, "velocity": 0.533}},
+        "probes": {"online": {"position": 0.800, "centroid": 0.893, "velocity": 0.007,
+                              "position_px": 3.788, "velocity_px": 2.449},
+                   "target": {"position": 0.802, "centroid": 0.895, "velocity": 0.007,
+                              "position_px": 3.767, "velocity_px": 2.449},
+                   "context": {"position": 0.800, "centroid": 0.893, "velocity": 0.533,
+                               "position_px": 3.784, "velocity_px": 1.669},
+                   "context_mlp": {"position": 0.930, "centroid": 0.942, "velocity": 0.659,
+                                   "position_px": 2.240, "velocity_px": 1.425}},
     }
     return {
-        "protocol": "worlds", "track": "C", "preset": "cpu", "source": "stream", "seed": 0,
+        "protocol": "worlds", "track": "C", "head": "C", "preset": "cpu", "source": "stream", "seed": 0,
         "after_switch": "memory", "switches": [{"step": 3000, "physics": {"gravity": 0.3}}],
         "steps": 4500, "steps_done": 4500, "stopped": None, "wall_time_s": 198.8,
         "steps_per_s": 22.6, "headline_n": 50, "end_of_base": end, "end": dict(end),
@@ -43,7 +56,9 @@ def default_run() -> dict[str, Any]:
         "buffer": {"size": 64, "capacity": 64, "scope": "group", "shift_world": 64,
                    "base_world": 0},
         "stream_error": {"end_of_base": 0.701, "end": 0.700, "window": 100,
-                         "since_switch": [{"from": a, "to": b, "mean": m} for a, b, m in since]},
+                         "since_switch": rows(since),
+                         "heads": {"A": {"end_of_base": 0.716, "since_switch": rows(floor)},
+                                   "oracle": {"end_of_base": 0.668, "since_switch": rows(oracle)}}},
         "best": {"d_shift": None, "step": None, "min_sigma": 0.2},
         "adaptation_curve": [{"n": n, "d_shift": d} for n, d in curve],
         "held_out": held,
@@ -72,7 +87,7 @@ def test_the_printed_table_is_the_one_the_docs_quote() -> None:
     worlds and the probes of the default run print as docs/train_online.md shows them, and the
     held-out block as README.md does."""
     text = format_table(default_run())
-    assert text.endswith("context      0.800     0.893     0.533")
+    assert text.endswith("context_mlp        0.930        0.942        0.659        2.240        1.425")
     assert text in (ROOT / "docs" / "train_online.md").read_text()
     readme = (ROOT / "README.md").read_text()
     block = readme[readme.index("held-out worlds at the end, D^n"):]

@@ -424,3 +424,51 @@ def test_help_lists_the_protocols_and_keys(capsys: pytest.CaptureFixture[str]) -
         visualize.parse(["--help"])
     out = capsys.readouterr().out
     assert "--protocol {worlds,paper}" in out and "back to the training worlds" in out
+
+
+def test_cli_worlds_tracks_are_heads_on_one_latent_where_the_run_settles(tmp_path: Path) -> None:
+    """Where the view's run settles (the default preset does), its tracks are heads on one
+    latent (agent.heads): one run folder, the memory track's, its floor and ceiling heads
+    beside it; each column shows its own stream error, the run's records' (NaN until the
+    settle); G freezes every head; a resume shows the same columns."""
+    from runners import visualize
+    from runners.online.recorder import Recorder
+
+    settled = [*TINY_WORLDS, "--settle", "0.5", "--fit-batch", "8", "--fit-worlds", "2"]
+    argv = ["--headless", "--steps", "40", "--draw-every", "5", "--out", str(tmp_path),
+            "--name", "h", *settled]  # fmt: skip
+    session = visualize.setup(argv, log=lambda _: None)
+    app = session.app
+    (loop,) = session.loops
+    assert list(loop.learner.heads) == ["A", "oracle"] and loop.cfg.agent.track == "C"
+    assert [d.name for d in app.drivers] == ["A", "C", "oracle"]
+    assert sorted(p.name for p in (tmp_path / "h").iterdir()) == ["C"]
+    for _ in range(30):
+        app.advance()
+    snap = app.snapshot()
+    loop.flush()
+    m = Recorder(loop.folder.root, create=False).read_metrics()
+    settle = loop.learner.settle_at
+    for view in snap.tracks:
+        steps, err = view.history.view("stream/norm_error")
+        column = "stream/norm_error" if view.name == "C" else f"heads/{view.name}/norm_error"
+        assert steps.tolist() == list(range(30))
+        np.testing.assert_allclose(err, m[column][:30], rtol=1e-6)
+        if view.name != "C":
+            assert np.isnan(err[:settle]).all() and np.isfinite(err[settle:]).any()
+        assert view.predictions is not None  # decoded by the run's one decoder
+    assert snap.tracks[0].wrong_world is None and snap.tracks[2].wrong_world is None  # no memory read
+    assert [t.starts for t in snap.tracks] == [settle, 0, settle]  # a head's title says when
+    app.screen.draw(snap)
+    app.key(pygame.K_g)
+    assert all(d.frozen for d in app.drivers) and loop.learner.heads["A"].weights_frozen
+    post_key(pygame.K_q)
+    app.run()
+    session.release()
+    pygame.display.quit()
+    again = visualize.setup(["--headless", "--resume", str(tmp_path / "h"), "--steps", "34",
+                             "--draw-every", "2"], log=lambda _: None)  # fmt: skip
+    assert [d.name for d in again.app.drivers] == ["A", "C", "oracle"] and again.app.step == 30
+    again.run()
+    again.release()
+    pygame.display.quit()

@@ -176,8 +176,9 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
         assert len({round(d[0], 9) for d in mems.values()}) == 1
     assert [r["n"] for r in s["adaptation_curve"]] == list(WORLDS_FINAL_NS)
     probes = held["probes"]  # R^2 of every latent and target (probes.digits)
-    assert set(probes) == {"online", "target", "context"}
-    assert all(set(row) == {"position", "centroid", "velocity"} for row in probes.values())
+    assert set(probes) == {"online", "target", "context", "context_mlp"}
+    assert all(set(row) == {"position", "centroid", "velocity", "position_px", "velocity_px"}
+               for row in probes.values())  # fmt: skip
     # They are the final learner's: its online and EMA-target encoders (frozen since the switch)
     # on the run's own evaluation worlds, probes fit on the training family's sequences and
     # scored on the held-out ones (probes.digits, its ridge and R^2 checked in closed form in
@@ -186,7 +187,7 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
     assert probes.keys() == final.keys()
     for latent, row in final.items():
         assert probes[latent] == pytest.approx(row, rel=1e-6, abs=1e-9), latent
-    assert "linear probes of the digits' state" in res.stdout
+    assert "probes of the digits' state on held-out worlds" in res.stdout
     ref = held["reference"]  # agent.evaluation.reference_check, per family
     assert set(ref) == {"interp", "extrap"}
     k = len(held["horizons"]) + 1  # per horizon, then the mean
@@ -208,7 +209,7 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
     assert [r["n"] for r in rep["curve"]] == [0, 3] and rep["held_out"]["ns"] == [0, 3]
     assert rep["held_out"]["probes"] == probes  # the same checkpoint, the same probes
     assert rep["held_out"]["reference"] == ref
-    assert "held-out worlds at step" in ev.stdout and "linear probes" in ev.stdout
+    assert "held-out worlds at step" in ev.stdout and "probes of the digits' state" in ev.stdout
     assert "perfect physics in this latent" in ev.stdout  # probes.perfect_physics
     more = cli("evaluate", str(tmp_path / "w"), "--n", "0", "3", "--eval-worlds", "3",
                "--eval-world-seqs", "5", "--out", str(tmp_path / "more.json"))  # fmt: skip
