@@ -105,7 +105,6 @@ _INTS: dict[str, tuple[int, str]] = {
     "predictor_blocks": (0, "an integer >= 0"),
     "batch_size": (2, "an integer >= 2 (the variance hinge needs two samples)"),
     "detector_warmup": (0, "an integer >= 0"),
-    "encoder_keypoints": (0, "an integer >= 0"),
     "total_steps": (1, "a positive integer (or None: a runner sets it)"),
     "freeze_buffer_at": (0, "None or an integer step >= 0"),
     "freeze_ema_at": (0, "None or an integer step >= 0"),
@@ -174,9 +173,6 @@ class AgentConfig:
     lora_rank: int = 4  # Track C LoRA rank r
     hyper_dim: int = 4  # Track E: size of the code that mixes the full-rank delta bases
     encoder_channels: tuple[int, ...] = (16, 32, 64, 64)  # the four strided convolutions
-    # points a spatial softmax reads off the encoder's 16 x 16 map, their coordinates beside the
-    # last map (0: none, the paper's encoder; agent.networks.Encoder)
-    encoder_keypoints: int = 0
     input_scale: float = 1.0  # encoder input = uint8 frame * input_scale (1.0: raw 0..255)
     precision: Precision = "fp32"  # "fp32" or "bf16" (torch.autocast; weights stay fp32)
     norm_eps: float = 1e-3  # D metric: samples with ||zbar - z|| below this are excluded
@@ -273,8 +269,8 @@ class AgentConfig:
             self._bad("horizons", "must be strictly increasing positive integers")
         if h[-1] < 2:
             self._bad("horizons", "the largest horizon must be >= 2 (the newest pair needs 2 frames)")
-        if len(ch) not in (3, 4) or not all(_is_int(c) and c >= 1 for c in ch):
-            self._bad("encoder_channels", "must be three or four positive integers")
+        if len(ch) != 4 or not all(_is_int(c) and c >= 1 for c in ch):
+            self._bad("encoder_channels", "must be four positive integers")
         self._validate_together()
 
     @staticmethod

@@ -20,18 +20,10 @@ _FUSED = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_co
 class Encoder(nn.Module):
     """Frame -> latent: four strided convs (k4 s2 p1, ReLU), Linear, LayerNorm (listing 1).
 
-    With the paper's channels (16, 32, 64, 64) and latent 64: 172,656 parameters. With
-    ``keypoints`` K > 0 (not the paper's) a spatial softmax reads K points off the map after
-    the second convolution (16 x 16): a 1 x 1 convolution gives K logit maps, and each map's
-    softmax over the positions gives its expected (x, y) in [-1, 1], a coordinate finer than the
-    map's cells, read by ``proj`` beside the last map (``keypoints_of``).
+    With the paper's channels (16, 32, 64, 64) and latent 64: 172,656 parameters.
     """
 
-    #: the convolution whose map the keypoints read (its output, 16 x 16 for a 64 x 64 frame)
-    KEYPOINT_LAYER = 2
-
-    def __init__(self, latent_dim: int, channels: tuple[int, ...] = (16, 32, 64, 64),
-                 keypoints: int = 0) -> None:  # fmt: skip
+    def __init__(self, latent_dim: int, channels: tuple[int, ...] = (16, 32, 64, 64)) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         c_in = 1
@@ -41,12 +33,7 @@ class Encoder(nn.Module):
             c_in = c_out
         self.conv = nn.Sequential(*layers)
         side = 64 >> len(channels)  # the feature map's side: 4 after the listing's four convs
-        self.keypoints = None
-        if keypoints:
-            self.keypoints = nn.Conv2d(channels[self.KEYPOINT_LAYER - 1], keypoints, 1)
-            grid = torch.linspace(-1.0, 1.0, 64 >> self.KEYPOINT_LAYER)
-            self.register_buffer("grid", grid, persistent=False)
-        self.proj = nn.Linear(c_in * side * side + 2 * keypoints, latent_dim)
+        self.proj = nn.Linear(c_in * side * side, latent_dim)
         self.norm = nn.LayerNorm(latent_dim)
         # channels_last (NHWC) convolutions: oneDNN's fast layout on CPU (the 1-channel first
         # conv is ~7x faster than in NCHW) and the tensor-core layout on GPU. Same values, same
@@ -58,15 +45,12 @@ class Encoder(nn.Module):
 
     @classmethod
     def from_config(cls, cfg: AgentConfig) -> Encoder:
-        return cls(cfg.latent_dim, cfg.encoder_channels, cfg.encoder_keypoints)
+        return cls(cfg.latent_dim, cfg.encoder_channels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(N, 1, 64, 64) float frames -> (N, latent_dim): the listing's
         ``norm(proj(conv(x).flatten(1)))``, the convolutions on a channels_last copy of x and the
-        flatten before ``proj`` in NCHW order (``.contiguous()``); with keypoints, their
-        coordinates after the flattened map."""
-        if self.keypoints is not None:
-            return self._with_keypoints(x)
+        flatten before ``proj`` in NCHW order (``.contiguous()``)."""
         if self.batched:
             h = self.conv(x)
         elif x.device.type == "cpu" and not torch.is_grad_enabled() and _FUSED:
@@ -74,23 +58,6 @@ class Encoder(nn.Module):
         else:
             h = self.conv(x.contiguous(memory_format=torch.channels_last))
         return self.norm(self.proj(h.contiguous().flatten(1)))
-
-    def _with_keypoints(self, x: torch.Tensor) -> torch.Tensor:
-        k = 2 * self.KEYPOINT_LAYER  # the (Conv2d, ReLU) modules up to the keypoints' map
-        h = x if self.batched else x.contiguous(memory_format=torch.channels_last)
-        mid = self.conv[:k](h)
-        h = self.conv[k:](mid)
-        return self.norm(self.proj(torch.cat([h.contiguous().flatten(1), self.keypoints_of(mid)], 1)))
-
-    def keypoints_of(self, mid: torch.Tensor) -> torch.Tensor:
-        """(N, 2K): each keypoint's expected x, then y, under the softmax of its logit map over
-        the positions of ``mid`` (N, C, S, S), in [-1, 1]."""
-        logits = self.keypoints(mid).float()  # (N, K, S, S)
-        n, kp, side, _ = logits.shape
-        p = torch.softmax(logits.flatten(2), -1).view(n, kp, side, side)
-        x = (p.sum(2) * self.grid).sum(-1)  # over columns
-        y = (p.sum(3) * self.grid).sum(-1)  # over rows
-        return torch.cat([x, y], 1).to(mid.dtype)
 
     def _fused_convs(self, x: torch.Tensor) -> torch.Tensor:
         """``self.conv(x)`` without gradient on a CPU, each convolution and its ReLU one oneDNN
