@@ -16,20 +16,22 @@ from agent.memory import (
     OracleContext,
 )
 from agent.modulators import Modulator, build_modulator
-from agent.networks import AnyPredictor, Encoder, build_predictor
+from agent.networks import AnyPredictor, Encoder, InkDecoder, build_predictor
 
 
 class Networks(nn.Module):
     """The learner's modules in one state dict. ``experience`` and ``aggregator`` are None for
     tracks whose modulator ignores memory (A) and with the oracle, whose ``oracle`` module
-    (None otherwise) feeds the true physics in place of e_agg."""
+    (None otherwise) feeds the true physics in place of e_agg; ``recon`` the encoder's pixel
+    decoder where ``recon_weight`` > 0 (None otherwise)."""
 
     def __init__(
         self, encoder: Encoder, target: EMATarget, predictor: AnyPredictor, modulator: Modulator,
         experience: ExperienceEncoder | None, aggregator: AttentionAggregator | None,
-        oracle: OracleContext | None = None,
+        oracle: OracleContext | None = None, recon: InkDecoder | None = None,
     ) -> None:  # fmt: skip
         super().__init__()
+        self.recon = recon
         self.encoder = encoder
         self.target = target
         self.predictor = predictor
@@ -62,8 +64,10 @@ def build_networks(cfg: AgentConfig) -> Networks:
         elif modulator.uses_memory:
             experience = ExperienceEncoder.from_config(cfg)
             aggregator = AttentionAggregator.from_config(cfg)
+        # built last: the other modules' init is the same without it
+        recon = InkDecoder(cfg.latent_dim) if cfg.recon_weight > 0 else None
     target = EMATarget(encoder)
-    return Networks(encoder, target, predictor, modulator, experience, aggregator, oracle)
+    return Networks(encoder, target, predictor, modulator, experience, aggregator, oracle, recon)
 
 
 def build_memory(

@@ -120,6 +120,7 @@ _NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {
     "tau_end": (lambda v: v <= 1, "in [tau_base, 1]"),
     "gamma": (lambda v: v >= 0, ">= 0"),
     "lambda_reg": (lambda v: v >= 0, ">= 0"),
+    "recon_weight": (lambda v: v >= 0, ">= 0"),
     "kappa": (lambda v: v > 0, "> 0"),
     "detector_momentum": (lambda v: 0 < v < 1, "in (0, 1)"),
     "input_scale": (lambda v: v > 0, "> 0"),
@@ -155,6 +156,9 @@ class AgentConfig:
     tau_end: float = 0.9999  # EMA target decay at total_steps
     gamma: float = 0.75  # variance hinge threshold
     lambda_reg: float = 0.05  # weight of the variance hinge
+    # weight of a pixel reconstruction of each context frame from its online latent (a small MLP
+    # decoder trained with the encoder; 0: none): a self-supervised pull toward where things are
+    recon_weight: float = 0.0
     # what the variance hinge holds apart: the "predictions" (the paper) or the online
     # encoder's "latents" of the context frames (eb_jepa, VICReg)
     regularise: Regularised = "predictions"

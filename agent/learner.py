@@ -215,6 +215,8 @@ class Learner(BaseLearner):
             raise ValueError("settle: the captured step has no reservoir (use --no-capture)")
         if captured and cfg.encoder_lr_scale != 1.0:
             raise ValueError("encoder_lr_scale: the captured step has one rate (use --no-capture)")
+        if captured and cfg.recon_weight > 0:
+            raise ValueError("recon_weight: not measured with the captured step (use --no-capture)")
         if captured and cfg.encoder_batch is not None:
             raise ValueError("encoder_batch: not measured with the captured step (use --no-capture)")
         # The step as a CUDA graph (agent.capture), or None: the plain step.

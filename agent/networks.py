@@ -187,6 +187,20 @@ class BlockPredictor(nn.Module):
         return self.finish(self.out(h), z)
 
 
+class InkDecoder(nn.Module):
+    """latent (N, D) -> logits of the frame's ink at half its side (N, 32 * 32): a two-hidden-layer
+    MLP (the probes' pixel decoder's shape), trained with the encoder where ``recon_weight`` > 0
+    so that the latent keeps where things are (``agent.step.recon_loss``)."""
+
+    def __init__(self, latent_dim: int, hidden: int = 256) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(latent_dim, hidden), nn.GELU(), nn.Linear(hidden, hidden),
+                                 nn.GELU(), nn.Linear(hidden, 32 * 32))  # fmt: skip
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.net(z)
+
+
 #: Either predictor (the listing's, or of residual blocks).
 AnyPredictor = Predictor | BlockPredictor
 

@@ -75,6 +75,7 @@ class StackedLearner(BaseLearner):
             (base.settle is not None, "have no reservoir: settle=None"),
             (base.encoder_lr_scale != 1.0, "have one rate: encoder_lr_scale=1"),
             (base.encoder_batch is not None, "give the encoder every stream: encoder_batch=None"),
+            (base.recon_weight > 0, "train no pixel decoder: recon_weight=0"),
         ):  # fmt: skip
             if bad:
                 raise ValueError(f"stacked seeds {why}")

@@ -50,6 +50,7 @@ class StepSpec:
     group_memory: bool = False  # one memory and detector per world (``cfg.memory_scope``)
     entry: int = 2  # E, latents a memory entry holds (``cfg.entry_frames``)
     encoder_stride: int = 1  # every s-th stream's context gives the encoder its gradient
+    recon: float = 0.0  # the context frames' pixel reconstruction's weight (``cfg.recon_weight``)
 
     @classmethod
     def from_config(cls, cfg: AgentConfig, device: torch.device | str) -> StepSpec:
@@ -62,7 +63,7 @@ class StepSpec:
             past=cfg.past_frames, context=cfg.context_frames, push_pair=cfg.push_pair,
             input_scale=cfg.input_scale, objective=objective,
             write_every=cfg.memory_write == "every", group_memory=cfg.memory_scope == "group",
-            entry=cfg.entry_frames, encoder_stride=cfg.encoder_stride,
+            entry=cfg.entry_frames, encoder_stride=cfg.encoder_stride, recon=cfg.recon_weight,
         )  # fmt: skip
 
     def frames(self, x: torch.Tensor) -> torch.Tensor:
@@ -230,6 +231,8 @@ def forward(
         mod, agg = modulated_prediction(nets, z, memory, spec, physics)
     pred, targets = mod.pred.float(), targets.float()  # (B, [K,] D), (B, K, D)
     loss = spec.objective(pred, targets, w, z)
+    if learn and nets.recon is not None:
+        loss = loss._replace(total=loss.total + spec.recon * recon_loss(nets, frames, z, spec))
     with torch.no_grad():
         err = base_error(nets, z, mod, targets, spec)  # (B,) mean_k ||zbar_k - P_base(z)||
         parts = forward_metrics(pred, targets, z, mod, agg, w, spec)
@@ -270,6 +273,18 @@ def head_metrics(nets: Networks, f: Forward, memory: MemoryView, batch: Batch,
 
 
 # ---------------------------------------------------------------------------- its pieces
+def recon_loss(nets: Networks, frames: torch.Tensor, z: torch.Tensor, spec: StepSpec) -> torch.Tensor:
+    """The per-pixel binary cross-entropy of ``nets.recon``'s decoding of the context latents z
+    (B, [C,] D) against their frames' ink at half the side (each 2 x 2 block's mean of frame /
+    255; float frames are the encoder's input, ``input_scale`` times the frame)."""
+    c = z.shape[1] if z.dim() == 3 else 1
+    x = frames[:, spec.past - c : spec.past].flatten(0, 1)  # (B C, 1, 64, 64)
+    x = x.float() / (255.0 if x.dtype == torch.uint8 else 255.0 * spec.input_scale)
+    ink = torch.nn.functional.avg_pool2d(x, 2).flatten(1)  # (B C, 1024)
+    logits = nets.recon(z.reshape(-1, z.shape[-1]).float())
+    return torch.nn.functional.binary_cross_entropy_with_logits(logits, ink)
+
+
 def encode(encoder: Encoder, x: torch.Tensor, spec: StepSpec) -> torch.Tensor:
     """(N, 1, 64, 64) frames (uint8, or the float encoder input) -> (N, latent). ``encoder``:
     the online ``Encoder`` or the EMA copy ``nets.target.target``."""

@@ -79,6 +79,8 @@ def test_a_stack_refuses_what_it_cannot_run() -> None:
         StackedLearner([config("C", 1).replace(memory_scope="global", entry_frames=2)])
     with pytest.raises(ValueError, match="encoder_batch"):
         StackedLearner([config("C", s).replace(encoder_batch=4) for s in SEEDS])
+    with pytest.raises(ValueError, match="recon_weight"):
+        StackedLearner([config("C", s).replace(recon_weight=1.0) for s in SEEDS])
     stacked = StackedLearner([config("C", s) for s in SEEDS])
     with pytest.raises(ValueError, match="expected 2 batches"):
         stacked.update([])

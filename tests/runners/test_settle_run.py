@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from tests.runners.test_loop import WORLDS, assert_same_records, open_loop, tiny_config
 
@@ -36,3 +37,27 @@ def test_a_settled_run_cut_after_the_settle_and_resumed_equals_one_go(tmp_path: 
     assert again.learner.reservoir.seen == kept
     a = assert_same_records(tmp_path / "whole", tmp_path / "cut")
     assert np.isfinite(a["m:loss/pred"][9:30]).all()
+
+
+def test_a_run_with_the_pixel_reconstruction_cut_before_the_settle_resumes_exactly(
+    tmp_path: Path,
+) -> None:
+    cfg = tiny_config(*SETTLED, "--recon-weight", "1.0", protocol="worlds")
+    whole = open_loop(tmp_path / "whole", cfg)
+    for _ in whole.steps():
+        pass
+    whole.close()
+    assert whole.learner.nets.recon is not None
+    cut = open_loop(tmp_path / "cut", cfg)
+    for res in cut.steps():
+        if res.step == 5:  # the decoder still learning with the encoder
+            cut.stop.request("test")
+    cut.checkpoint()
+    cut.folder.release()
+    again = open_loop(tmp_path / "cut", cfg, resume=True)
+    for _ in again.steps():
+        pass
+    again.close()
+    for a, b in zip(whole.learner.nets.recon.parameters(), again.learner.nets.recon.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert_same_records(tmp_path / "whole", tmp_path / "cut")
