@@ -31,7 +31,6 @@ class Networks(nn.Module):
         oracle: OracleContext | None = None, recon: InkDecoder | None = None,
     ) -> None:  # fmt: skip
         super().__init__()
-        self.recon = recon
         self.encoder = encoder
         self.target = target
         self.predictor = predictor
@@ -39,6 +38,7 @@ class Networks(nn.Module):
         self.experience = experience
         self.aggregator = aggregator
         self.oracle = oracle
+        self.recon = recon
 
     def trainable(self) -> list[nn.Parameter]:
         """What the optimiser updates (everything but the EMA target and frozen dummies)."""
