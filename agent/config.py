@@ -177,10 +177,6 @@ class AgentConfig:
     lora_rank: int = 4  # Track C LoRA rank r
     hyper_dim: int = 4  # Track E: size of the code that mixes the full-rank delta bases
     encoder_channels: tuple[int, ...] = (16, 32, 64, 64)  # the four strided convolutions
-    # frames the encoder reads for one latent, as channels, the latent's own first: 1 the frame
-    # (the paper); 2 the frame and the one before it, so that a latent can hold how things move
-    # and not only where they are (docs/agent.md, "A latent of two frames")
-    encoder_frames: int = 1
     input_scale: float = 1.0  # encoder input = uint8 frame * input_scale (1.0: raw 0..255)
     precision: Precision = "fp32"  # "fp32" or "bf16" (torch.autocast; weights stay fp32)
     norm_eps: float = 1e-3  # D metric: samples with ||zbar - z|| below this are excluded
@@ -279,8 +275,6 @@ class AgentConfig:
             self._bad("horizons", "the largest horizon must be >= 2 (the newest pair needs 2 frames)")
         if len(ch) != 4 or not all(_is_int(c) and c >= 1 for c in ch):
             self._bad("encoder_channels", "must be four positive integers")
-        if not _is_int(self.encoder_frames) or self.encoder_frames not in (1, 2):
-            self._bad("encoder_frames", "must be 1 or 2")
         self._validate_together()
 
     @staticmethod
@@ -384,14 +378,12 @@ class AgentConfig:
 
     @property
     def input_position(self) -> int:
-        """Position of the sample's input frame in its window (0 = the oldest frame): P - 1, and
-        the frames the encoder reads before the oldest past frame (``encoder_frames`` - 1)."""
-        return self.past_frames - 1 + self.encoder_frames - 1
+        """Position of the sample's input frame in its window (0 = the oldest frame): P - 1."""
+        return self.past_frames - 1
 
     @property
     def window(self) -> int:
-        """Frames a sample spans, oldest to newest: the input's position + max(horizons) + 1 (21
-        in the paper)."""
+        """Frames a sample spans, oldest to newest: P - 1 + max(horizons) + 1 (21 in the paper)."""
         return self.input_position + self.horizons[-1] + 1
 
     @property
@@ -403,7 +395,7 @@ class AgentConfig:
         frame just before the newest (the paper's pair). The paper: (0, 5, 10, 20, 19).
         """
         i = self.input_position
-        past = tuple(range(i + 1 - self.past_frames, i + 1))
+        past = tuple(range(self.past_frames))
         targets = tuple(i + h for h in self.horizons)
         newest = (i + self.horizons[-1] - 1,) if self.push_pair == "newest" else ()
         return past + targets + newest

@@ -49,7 +49,7 @@ from agent.objective import (
     spread,
     total,
 )
-from agent.sources import frame_columns, read_frames, stack_frames
+from agent.sources import read_frames
 from agent.step import encodes_memory, modulated_prediction
 
 CURVE_NS = (0, 10, 25, 50, 100, 256)
@@ -59,8 +59,7 @@ MEMORIES = ("own", "same", "wrong")
 
 @dataclass
 class EvalData:
-    """uint8 (N, T, 1, 64, 64) arrays (numpy or zarr): shift train (memory), the test sets (the
-    paper's evaluation: one frame a latent, ``encoder_frames`` 1)."""
+    """uint8 (N, T, 1, 64, 64) arrays (numpy or zarr): shift train (memory), the test sets."""
 
     shift_train: Any
     shift_test: Any
@@ -152,7 +151,7 @@ def encode(
     chunk."""
     cfg = learner.cfg
     past, k = i + 1 - first, cfg.n_horizons
-    cols = frame_columns((*range(first, i + 1), *(i + h for h in cfg.horizons)), cfg.encoder_frames)
+    cols = np.asarray((*range(first, i + 1), *(i + h for h in cfg.horizons)))
     zs, ts, zbar = [], [], []
     for sl in _chunks(frames.shape[0], max(1, cfg.eval_batch_size // (past + k + input_target))):
         x = torch.from_numpy(read_frames(frames, sl, cols))
@@ -478,8 +477,7 @@ REFERENCES = ("d", "d_target_ref", "d_future_online")
 @torch.no_grad()
 def reference_check(learner: Learner, worlds: list[WorldSet]) -> dict[str, dict[str, list[float]]]:
     """How much of D is predicted motion: per family, per horizon (then their mean, last), with
-    an empty memory, at each sequence's first input frame (C - 1, and the ``encoder_frames`` - 1
-    frames the encoder reads before the first context frame):
+    an empty memory, at each sequence's first input frame (C - 1):
 
     - ``d``: the learner's D (the paper's: against the online latent's "no change" z_t);
     - ``d_target_ref``: the same predictions against the EMA target's own "no change" zbar_t;
@@ -493,9 +491,7 @@ def reference_check(learner: Learner, worlds: list[WorldSet]) -> dict[str, dict[
     future = np.asarray([c - 1 + h for h in cfg.horizons])
     sums: dict[tuple[str, str], list[NormErrorSums]] = {}
     for world in worlds:
-        e = cfg.encoder_frames  # the encoder's input from frame e - 1 on: its own frames before it
-        arr = np.asarray(world.frames)[:, : e + future[-1]]
-        arr = torch.from_numpy(np.ascontiguousarray(stack_frames(arr, e)[:, e - 1 :]))
+        arr = torch.from_numpy(np.ascontiguousarray(np.asarray(world.frames)[:, : future[-1] + 1]))
         b = arr.shape[0]
         online = learner.encode(arr.flatten(0, 1)).view(b, arr.shape[1], -1)
         target = learner.encode(arr.flatten(0, 1), target=True).view(b, arr.shape[1], -1)

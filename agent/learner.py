@@ -141,7 +141,7 @@ class BaseLearner:
 
     # ---------------------------------------------------------------- the step
     def update(self, batch: Batch) -> StepMetrics:
-        """One training step on ``batch`` (frames (B, F, e, 64, 64) uint8, valid / world (B,);
+        """One training step on ``batch`` (frames (B, F, 1, 64, 64) uint8, valid / world (B,);
         a stack's: its seeds' batches as one): ``step_on`` (replayed from a CUDA graph with
         ``captured=True`` on a GPU: ``agent.capture``), once settled ``Learner.fit``. Returns
         StepMetrics of 0-dim device tensors (a stack's: (seeds,) columns)."""
@@ -236,12 +236,12 @@ class Learner(BaseLearner):
 
     # ---------------------------------------------------------------- forward pieces
     def encoder_input(self, frames: torch.Tensor) -> torch.Tensor:
-        """uint8 frames (..., e, 64, 64) -> float32 encoder input (``cfg.input_scale``)."""
+        """uint8 frames (..., 1, 64, 64) -> float32 encoder input (``cfg.input_scale``)."""
         return self.spec.frames(frames.to(self.device))
 
     @torch.no_grad()
     def encode(self, frames: torch.Tensor, target: bool = False) -> torch.Tensor:
-        """Latents of uint8 frames (N, e, 64, 64) -> (N, latent) float32, online encoder (or the
+        """Latents of uint8 frames (N, 1, 64, 64) -> (N, latent) float32, online encoder (or the
         EMA target), under the learner's precision, no gradient."""
         enc = self.nets.target.target if target else self.nets.encoder
         with self.autocast():

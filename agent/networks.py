@@ -23,12 +23,10 @@ class Encoder(nn.Module):
     With the paper's channels (16, 32, 64, 64) and latent 64: 172,656 parameters.
     """
 
-    def __init__(
-        self, latent_dim: int, channels: tuple[int, ...] = (16, 32, 64, 64), frames: int = 1
-    ) -> None:
+    def __init__(self, latent_dim: int, channels: tuple[int, ...] = (16, 32, 64, 64)) -> None:
         super().__init__()
         layers: list[nn.Module] = []
-        c_in = frames  # the frames it reads, as channels (``AgentConfig.encoder_frames``)
+        c_in = 1
         for c_out in channels:
             conv = nn.Conv2d(c_in, c_out, kernel_size=4, stride=2, padding=1)
             layers += [conv, nn.ReLU(inplace=True)]
@@ -47,10 +45,10 @@ class Encoder(nn.Module):
 
     @classmethod
     def from_config(cls, cfg: AgentConfig) -> Encoder:
-        return cls(cfg.latent_dim, cfg.encoder_channels, cfg.encoder_frames)
+        return cls(cfg.latent_dim, cfg.encoder_channels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(N, e, 64, 64) float frames (e = ``frames``) -> (N, latent_dim): the listing's
+        """(N, 1, 64, 64) float frames -> (N, latent_dim): the listing's
         ``norm(proj(conv(x).flatten(1)))``, the convolutions on a channels_last copy of x and the
         flatten before ``proj`` in NCHW order (``.contiguous()``)."""
         if self.batched:
@@ -190,15 +188,14 @@ class BlockPredictor(nn.Module):
 
 
 class InkDecoder(nn.Module):
-    """latent (N, D) -> logits of the ink at half the side of the frames the latent read
-    (N, e * 32 * 32; e = ``frames``, ``AgentConfig.encoder_frames``): a two-hidden-layer MLP
-    (the probes' pixel decoder's shape), trained with the encoder where ``recon_weight`` > 0 so
-    that the latent keeps where things are (``agent.step.recon_loss``)."""
+    """latent (N, D) -> logits of the frame's ink at half its side (N, 32 * 32): a two-hidden-layer
+    MLP (the probes' pixel decoder's shape), trained with the encoder where ``recon_weight`` > 0
+    so that the latent keeps where things are (``agent.step.recon_loss``)."""
 
-    def __init__(self, latent_dim: int, hidden: int = 256, frames: int = 1) -> None:
+    def __init__(self, latent_dim: int, hidden: int = 256) -> None:
         super().__init__()
         self.net = nn.Sequential(nn.Linear(latent_dim, hidden), nn.GELU(), nn.Linear(hidden, hidden),
-                                 nn.GELU(), nn.Linear(hidden, frames * 32 * 32))  # fmt: skip
+                                 nn.GELU(), nn.Linear(hidden, 32 * 32))  # fmt: skip
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return self.net(z)

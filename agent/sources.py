@@ -1,9 +1,8 @@
 """Sources turn uint8 frames into training ``Batch``es: a live vector env or a stored dataset.
 
-Both give ``Batch.frames`` (B, F, e, 64, 64) uint8: the frames at the window positions
-``cfg.frame_offsets`` (0 = the window's oldest frame), each with the e - 1 frames before it as
-channels (e = ``cfg.encoder_frames``; 1 in the paper, the frame alone). In the paper's layout
-(0, 5, 10, 20, 19): index 0 the predictor input, 1..K the targets, K+1 the frame before the newest (index K). With
+Both give ``Batch.frames`` (B, F, 1, 64, 64) uint8: the frames at the window positions
+``cfg.frame_offsets`` (0 = the window's oldest frame). In the paper's layout (0, 5, 10, 20, 19):
+index 0 the predictor input, 1..K the targets, K+1 the frame before the newest (index K). With
 context frames or the input's own memory pair, the P past frames come first (the last of them
 the input), then the K targets (``AgentConfig.frame_offsets``). A stream's consecutive batches
 share frames: ``LatentCache`` (below) keeps their latents by stream time.
@@ -23,47 +22,21 @@ from agent.config import PHYSICS_DIM, AgentConfig
 from env.device import to_device
 
 
-def frame_columns(cols: Any, frames: int) -> np.ndarray:
-    """The columns (len(cols), ``frames``) the encoder reads for each of a sequence's columns
-    ``cols`` (``AgentConfig.encoder_frames``): the column itself, then the ``frames`` - 1 before
-    it, newest first; before the sequence's first frame, the first frame again."""
-    return np.maximum(np.asarray(cols)[:, None] - np.arange(frames), 0)
-
-
 def read_frames(frames: Any, rows: slice | np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """frames[rows][:, cols] for numpy or zarr (orthogonal read) -> (n, len(cols), 1, 64, 64);
-    with ``cols`` (F, e) (``frame_columns``) -> (n, F, e, 64, 64), each column's e frames as
-    channels."""
-    cols = np.asarray(cols)
-    if cols.ndim == 2:
-        x = read_frames(frames, rows, cols.reshape(-1))
-        return x.reshape(x.shape[0], *cols.shape, *x.shape[-2:])
+    """frames[rows][:, cols] for numpy or zarr (orthogonal read) -> (n, len(cols), 1, 64, 64)."""
     if isinstance(frames, np.ndarray):
         return np.ascontiguousarray(frames[rows][:, cols])
-    uniq_cols, col_inverse = np.unique(cols, return_inverse=True)
     if isinstance(rows, np.ndarray):
         uniq, inverse = np.unique(rows, return_inverse=True)
-        return np.asarray(frames.oindex[uniq, uniq_cols])[inverse][:, col_inverse]
-    return np.asarray(frames.oindex[rows, uniq_cols])[:, col_inverse]
-
-
-def stack_frames(x: Any, frames: int) -> Any:
-    """Sequences' frames (N, L, 1, 64, 64), numpy or torch -> the encoder's input at each frame
-    (N, L, ``frames``, 64, 64) (``frame_columns``: the frame, then those before it; before the
-    first, the first again); x itself when ``frames`` is 1."""
-    if frames == 1:
-        return x
-    cols = frame_columns(np.arange(x.shape[1]), frames).reshape(-1)
-    return x[:, cols].reshape(x.shape[0], x.shape[1], frames, *x.shape[-2:])
+        return np.asarray(frames.oindex[uniq, cols])[inverse]
+    return np.asarray(frames.oindex[rows, cols])
 
 
 @dataclass
 class Batch:
     """One update's samples."""
 
-    # (B, F, e, 64, 64) uint8 at ``cfg.frame_offsets``: e = ``cfg.encoder_frames`` frames each,
-    # the column's own, then those before it (``frame_columns``)
-    frames: torch.Tensor
+    frames: torch.Tensor  # (B, F, 1, 64, 64) uint8 at ``cfg.frame_offsets``
     valid: torch.Tensor  # (B,) bool; False: the stream's window spans an episode reset
     shifted: torch.Tensor  # (B,) int64; 1 where the sample's physics is switched from the base
     # (B, PHYSICS_DIM) float32: the true physics of each sample's world (gravity_x, gravity_y,
@@ -112,8 +85,8 @@ class DatasetSource:
                 f"window of {cfg.window} (context, input and max(horizons))"
             )
         self.batch_size = cfg.batch_size
-        self.offsets = frame_columns(cfg.frame_offsets, cfg.encoder_frames)
-        # (N, F, e, 64, 64): each sequence's frames at the window positions, in memory.
+        self.offsets = np.asarray(cfg.frame_offsets)
+        # (N, F, 1, 64, 64): each sequence's frames at the window positions, in memory.
         self.frames = read_frames(frames, slice(None), self.offsets)
         self.device = torch.device(device)
         self.shifted = int(shifted)
@@ -125,7 +98,7 @@ class DatasetSource:
     def next(self) -> Batch:
         """Draw one batch of B sequences."""
         idx = self.rng.integers(0, self.frames.shape[0], size=self.batch_size)
-        x = self.frames[idx]  # (B, F, e, 64, 64), a contiguous copy
+        x = self.frames[idx]  # (B, F, 1, 64, 64), a contiguous copy
         b = self.batch_size
         return Batch(
             torch.from_numpy(x).to(self.device),
@@ -168,7 +141,7 @@ class StreamSource:
         self.env = vec_env
         self.num_envs = int(vec_env.num_envs)
         self.window = cfg.window
-        self.offsets = frame_columns(cfg.frame_offsets, cfg.encoder_frames)  # (F, e)
+        self.offsets = np.asarray(cfg.frame_offsets)
         self.device = torch.device(device)
         self.seed = seed
         self.base_gravity = base_gravity
@@ -180,7 +153,7 @@ class StreamSource:
         if self.world_device is not None:  # the ring on the worlds' device, and its orders
             self.frames = torch.zeros((n, w, 1, 64, 64), dtype=torch.uint8,
                                       device=self.world_device)  # fmt: skip
-            at = np.arange(w)[:, None] + self.offsets.reshape(1, -1)  # head -> window order
+            at = np.arange(w)[:, None] + self.offsets[None]  # head -> window order
             self._orders = torch.as_tensor(at % w, device=self.world_device)
         self.episode = np.full((n, w), -1, np.int64)  # episode id of each window frame
         self.head = 0
@@ -245,11 +218,10 @@ class StreamSource:
             self.start()
         self._step()
         if self.world_device is None:
-            order = (self.head + self.offsets.reshape(-1)) % self.window  # oldest slot is head
-            x = torch.from_numpy(self.frames[:, order])  # (B, F e, 1, 64, 64)
+            order = (self.head + self.offsets) % self.window  # oldest slot is head
+            x = torch.from_numpy(self.frames[:, order])  # (B, F, 1, 64, 64)
         else:
             x = self.frames.index_select(1, self._orders[self.head])
-        x = x.view(x.shape[0], *self.offsets.shape, 64, 64)  # (B, F, e, 64, 64)
         ep = self.episode  # (B, W)
         valid = (ep == ep[:, :1]).all(axis=1) & (ep[:, 0] >= 0)
         newest = ep[:, (self.head - 1) % self.window]
@@ -317,8 +289,8 @@ class LatentCache:
     def targets(
         self, t: int, x: torch.Tensor, encode: Callable[[torch.Tensor], torch.Tensor]
     ) -> torch.Tensor:
-        """(B, K, D) EMA-target latents of the batch x (B, F, e, 64, 64) at clock t: the cached
-        ones, the others encoded now (``encode``: (N, e, 64, 64) -> (N, D), the EMA encoder
+        """(B, K, D) EMA-target latents of the batch x (B, F, 1, 64, 64) at clock t: the cached
+        ones, the others encoded now (``encode``: (N, 1, 64, 64) -> (N, D), the EMA encoder
         under the learner's precision, no gradient) and kept."""
         times = [self.time_of(t, o) for o in self.target_offsets]
         missing = [j for j, s in enumerate(times) if s not in self.target]

@@ -47,7 +47,7 @@ def seed_forward(
     learn: bool,
 ) -> tuple[Forward, torch.Tensor]:  # fmt: skip
     """One seed's part of the step that reads its networks: ``agent.step.forward`` and each
-    sample's memory entry (B, E, D), of frames (B, F, e, 64, 64), valid (B,), its group memories
+    sample's memory entry (B, E, D), of frames (B, F, 1, 64, 64), valid (B,), its group memories
     pairs (W, cap, E, D) with each sample's mask (B, cap) and group (B,) in 0..W-1."""
     f = forward(nets, frames, valid.float(), MemoryView(pairs, mask, group), spec, learn, physics)
     with torch.no_grad():

@@ -157,7 +157,7 @@ def jepa_step(
     latents: LatentCache | None = None, keep: Reservoir | None = None,
     watch: Callable[[Forward, MemoryView, Batch], None] | None = None,
 ) -> StepMetrics:  # fmt: skip
-    """One training step on ``batch`` (frames (B, F, e, 64, 64) uint8 at ``cfg.frame_offsets``:
+    """One training step on ``batch`` (frames (B, F, 1, 64, 64) uint8 at ``cfg.frame_offsets``:
     P past frames, the last the input, then the K targets; valid, world (B,)). Returns the
     step's metrics as 0-dim device tensors (no host read). ``keep``: the reservoir that the
     batch's valid windows enter (settle, then fit: ``agent.reservoir``). ``watch``: called with
@@ -216,7 +216,7 @@ def forward(
     learn: bool, physics: torch.Tensor | None = None, latents: LatentCache | None = None,
     clock: int | None = None,
 ) -> Forward:  # fmt: skip
-    """``jepa_step``'s forward on frames (B, F, e, 64, 64) with 0/1 weights w (B,) (a stacked
+    """``jepa_step``'s forward on frames (B, F, 1, 64, 64) with 0/1 weights w (B,) (a stacked
     step's, of one seed): the EMA targets, the context latents and the modulated prediction
     (with gradients when ``learn``), the loss (prediction error at every horizon + variance
     hinge, invalid samples weighing 0) and the surprisal."""
@@ -275,19 +275,18 @@ def head_metrics(nets: Networks, f: Forward, memory: MemoryView, batch: Batch,
 # ---------------------------------------------------------------------------- its pieces
 def recon_loss(nets: Networks, frames: torch.Tensor, z: torch.Tensor, spec: StepSpec) -> torch.Tensor:
     """The per-pixel binary cross-entropy of ``nets.recon``'s decoding of the context latents z
-    (B, [C,] D) against the ink at half the side of the frames each read (each 2 x 2 block's
-    mean of frame / 255; float frames are the encoder's input, ``input_scale`` times the frame;
-    with ``encoder_frames`` 2 the frame and the one before it)."""
+    (B, [C,] D) against their frames' ink at half the side (each 2 x 2 block's mean of frame /
+    255; float frames are the encoder's input, ``input_scale`` times the frame)."""
     c = z.shape[1] if z.dim() == 3 else 1
-    x = frames[:, spec.past - c : spec.past].flatten(0, 1)  # (B C, e, 64, 64)
+    x = frames[:, spec.past - c : spec.past].flatten(0, 1)  # (B C, 1, 64, 64)
     x = x.float() / (255.0 if x.dtype == torch.uint8 else 255.0 * spec.input_scale)
-    ink = torch.nn.functional.avg_pool2d(x, 2).flatten(1)  # (B C, e * 1024)
+    ink = torch.nn.functional.avg_pool2d(x, 2).flatten(1)  # (B C, 1024)
     logits = nets.recon(z.reshape(-1, z.shape[-1]).float())
     return torch.nn.functional.binary_cross_entropy_with_logits(logits, ink)
 
 
 def encode(encoder: Encoder, x: torch.Tensor, spec: StepSpec) -> torch.Tensor:
-    """(N, e, 64, 64) frames (uint8, or the float encoder input) -> (N, latent). ``encoder``:
+    """(N, 1, 64, 64) frames (uint8, or the float encoder input) -> (N, latent). ``encoder``:
     the online ``Encoder`` or the EMA copy ``nets.target.target``."""
     return encoder(spec.frames(x))
 
@@ -328,7 +327,7 @@ def input_latent(z: torch.Tensor) -> torch.Tensor:
 
 
 def target_latents(nets: Networks, x: torch.Tensor, spec: StepSpec) -> torch.Tensor:
-    """The EMA-target latents (B, K, D) of the batch's K target columns (x (B, F, e, 64, 64)).
+    """The EMA-target latents (B, K, D) of the batch's K target columns (x (B, F, 1, 64, 64)).
     Call without gradient, under the spec's autocast."""
     return _columns(nets.target.target, x, spec.past, spec.past + spec.n_horizons, spec)
 

@@ -35,7 +35,6 @@ import env
 from agent.evaluation import WorldSet, input_index
 from agent.learner import Learner
 from agent.objective import NormErrorSums, norm_error, norm_error_sums, total
-from agent.sources import frame_columns, read_frames
 from env.core import pixel_positions
 
 BRANCHES = ("exact", "blind", "other", "seen", "told", "seen_mean", "told_mean")
@@ -96,21 +95,9 @@ def scenes_at(world: WorldSet, i: int) -> env.SceneBatch:
     return scenes
 
 
-def rolled(scenes: env.SceneBatch, hs: Sequence[int], frames: int) -> np.ndarray:
-    """The encoder's input (N, K, ``frames``, H, W) at each of hs frames on (``scenes.rollout``):
-    the frame there, then the ``frames`` - 1 before it (0 frames on: the scenes' frame now)."""
-    cols = np.asarray(hs)[:, None] - np.arange(frames)  # (K, e)
-    steps = sorted(set(cols.flatten().tolist()))
-    parts = [scenes.render()[:, None]] if steps[0] == 0 else []  # before the rollout moves on
-    if steps[-1] > 0:
-        parts.append(scenes.rollout([s for s in steps if s > 0]))
-    x = np.concatenate(parts, 1)[:, np.searchsorted(steps, cols).flatten()]
-    return x.reshape(x.shape[0], *cols.shape, *x.shape[-2:])
-
-
 @torch.no_grad()
 def _latents(learner: Learner, frames: np.ndarray, target: bool) -> torch.Tensor:
-    """EMA-target (or online) latents (N, K, D) of frames (N, K, e, H, W), in chunks."""
+    """EMA-target (or online) latents (N, K, D) of frames (N, K, 1, H, W), in chunks."""
     n, k = frames.shape[:2]
     per = max(1, learner.cfg.eval_batch_size // k)
     out = [learner.encode(torch.from_numpy(np.ascontiguousarray(frames[s : s + per])).flatten(0, 1),
@@ -132,7 +119,7 @@ def hedged(learner: Learner, seen: env.SceneBatch, hs: list[int], physics: Any,
         scenes = within_pixels(seen, pixels)
         n = scenes.num_scenes
         scenes.physics.assign(np.arange(n), family.sample(worlds, n) if family else [physics] * n)
-        z = _latents(learner, rolled(scenes, hs, learner.cfg.encoder_frames), target=True)
+        z = _latents(learner, scenes.rollout(hs), target=True)
         summed = z if summed is None else summed + z
     assert summed is not None
     return summed / samples
@@ -144,11 +131,10 @@ def world_sums(learner: Learner, world: WorldSet, worlds: Sequence[WorldSet], i:
                samples: int = 8, seed: Sequence[int] = (0,)) -> dict[str, NormErrorSums]:  # fmt: skip
     """D's sums per branch for one world's sequences at input frame i (``seed``: the hedged
     branches' draws; ``seen_mean`` only with the training ``family``)."""
-    hs, e = list(learner.cfg.horizons), learner.cfg.encoder_frames
+    hs = list(learner.cfg.horizons)
     frames = np.asarray(world.frames)
-    z = _latents(learner, read_frames(frames, slice(None), frame_columns([i], e)), target=False)[:, 0]
-    targets = _latents(learner, read_frames(frames, slice(None), frame_columns([i + h for h in hs], e)),
-                       target=True)  # fmt: skip
+    z = _latents(learner, frames[:, [i]], target=False)[:, 0]
+    targets = _latents(learner, frames[:, [i + h for h in hs]], target=True)
     start = scenes_at(world, i)
     out = {}
     for branch in branches:
@@ -163,7 +149,7 @@ def world_sums(learner: Learner, world: WorldSet, worlds: Sequence[WorldSet], i:
                           family if branch == "seen_mean" else None, samples, seed)
         else:
             scenes.physics.assign(np.arange(scenes.num_scenes), [physics] * scenes.num_scenes)
-            pred = _latents(learner, rolled(scenes, hs, e), target=True)
+            pred = _latents(learner, scenes.rollout(hs), target=True)
         out[branch] = norm_error_sums(pred, z, targets, learner.cfg.norm_eps)
     return out
 

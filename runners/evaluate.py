@@ -186,7 +186,7 @@ def world_probe(
     from agent.evaluation import input_index
     from probes.world import ProbeConfig
 
-    start = agent_cfg.encoder_frames - 1 if args.probe_window == "first" else (
+    start = 0 if args.probe_window == "first" else (
         input_index(agent_cfg, max(ns)) - agent_cfg.context_frames + 1)
     probe_cfg = ProbeConfig(steps=args.probe_steps, start=start)
     return world_probe_report(

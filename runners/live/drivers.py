@@ -37,7 +37,7 @@ from agent import StepMetrics, tracks
 from agent.learner import Learner
 from agent.memory.read import MemoryView
 from agent.objective import HEAD_METRICS, columns, head_columns, head_metric_name, normalised_error
-from agent.sources import Batch, frame_columns
+from agent.sources import Batch
 from agent.step import (
     aggregate,
     context_latents,
@@ -190,11 +190,9 @@ class LoopDriver:
         n = int(buf.size[0] if self.per_group else buf.size)
         if n == 0 or not hasattr(src, "frames"):
             return None
-        # the last step's input, as the encoder reads it (and the frames before it)
-        cols = frame_columns([learner.cfg.input_position], learner.cfg.encoder_frames)[0]
-        x = src.frames[: 1 if self.per_group else ATTN_STREAMS, (src.head + cols) % src.window]
-        x = torch.as_tensor(np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x)
-        z = learner.encode(x.flatten(1, 2))  # its own scaling, precision
+        inp = (src.head + learner.cfg.input_position) % src.window  # the last step's input
+        x = src.frames[: 1 if self.per_group else ATTN_STREAMS, inp]
+        z = learner.encode(torch.from_numpy(np.ascontiguousarray(x)))  # its own scaling, precision
         if self.per_group:
             memory = MemoryView(buf.pairs[:1], buf.mask()[:1])
             agg = aggregate(learner.nets, z, memory, learner.spec)

@@ -130,8 +130,8 @@ class LivePredictions:
         rows = (self.next_stream + torch.arange(n)) % b
         self.next_stream = int((self.next_stream + n) % b)
         frames = batch.frames[rows.to(batch.frames.device), spec.past:spec.past + spec.n_horizons]
-        frames = frames.flatten(0, 1)  # (N K, e, 64, 64): the frame's own first
-        ink = F.avg_pool2d(frames[:, :1].to(self.latents.device, torch.float32) / 255.0, 2)
+        frames = frames.flatten(0, 1)
+        ink = F.avg_pool2d(frames.to(self.latents.device, torch.float32) / 255.0, 2)
         self.push(self.learner.encode(frames, target=True), ink)
 
     def learn(self, batch: Batch) -> bool:

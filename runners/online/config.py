@@ -364,9 +364,6 @@ def resolve(cfg: RunConfig) -> RunConfig:
     if len({sw.step for sw in s.switches}) != len(s.switches):
         raise CliError("two switches at the same step")
     cfg.protocol.check(s.switches)
-    if cfg.agent.encoder_frames != 1 and not cfg.protocol.many_worlds:
-        raise CliError("--encoder-frames: the paper's evaluation reads one frame a latent (its "
-                       "windows start at a sequence's first frame); use --protocol worlds")
     if out.name is not None and (not out.name or "/" in out.name or out.name in (".", "..")):
         raise CliError(f"--name must be a plain folder name, got {out.name!r}")
     if cfg.agent.total_steps is None:

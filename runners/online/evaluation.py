@@ -41,7 +41,6 @@ from agent.evaluation import (
     sequence_length,
     world_curves,
 )
-from agent.sources import stack_frames
 from agent.step import encodes_memory
 from probes.digits import ProbeSet, probe_report
 from probes.gravity import gravity_probe
@@ -335,11 +334,8 @@ def probes(learner: Learner, sets: WorldSets, seqs: int = 24) -> dict[str, dict[
     worlds' test sequences, scored on the first ``seqs`` of each held-out world's (16 worlds of
     24 by default: within 0.01 of all 96's R^2 at seed 0, at a quarter of the cost)."""
 
-    e = learner.cfg.encoder_frames
-
     def probe_sets(worlds: list[WorldSet], k: int | None = None) -> list[ProbeSet]:
-        return [ProbeSet(stack_frames(np.asarray(w.frames[:k]), e), np.asarray(w.positions[:k]))
-                for w in worlds]  # fmt: skip
+        return [ProbeSet(np.asarray(w.frames[:k]), np.asarray(w.positions[:k])) for w in worlds]
 
     return probe_report(learner.encode, probe_sets(sets.base), probe_sets(sets.held_out, seqs),
                         learner.cfg.context_frames)
@@ -353,7 +349,7 @@ def world_probe_report(learner: Learner, held_out: Sequence[WorldSet], *, worlds
     sequences of the MNIST training digits each, generated from ``seed``), scored on
     ``held_out`` (the test digits); ``cfg``: the predictors (None: ``ProbeConfig()``), its
     windows starting at ``cfg.start``. Returns its result with the fitting set's size."""
-    c, hs, e = learner.cfg.context_frames, learner.cfg.horizons, learner.cfg.encoder_frames
+    c, hs = learner.cfg.context_frames, learner.cfg.horizons
     cfg = cfg or ProbeConfig()
     length = cfg.start + c + hs[-1]
     drawn = (family or env.FAMILIES["train"]).sample(np.random.default_rng(seed), worlds)
@@ -361,9 +357,8 @@ def world_probe_report(learner: Learner, held_out: Sequence[WorldSet], *, worlds
     for k, physics in enumerate(drawn):  # the training digits: the held-out sets have the test's
         s = env.generate_sequences(seqs, seed=[seed, k], split="train", seq_len=length,
                                    **physics.as_dict())
-        fit.append(ProbeWorld(stack_frames(s["frames"], e), env.physics_features(physics), "train"))
-    test = [ProbeWorld(stack_frames(np.asarray(w.frames), e), np.asarray(w.physics), w.family)
-            for w in held_out]  # fmt: skip
+        fit.append(ProbeWorld(s["frames"], env.physics_features(physics), "train"))
+    test = [ProbeWorld(np.asarray(w.frames), np.asarray(w.physics), w.family) for w in held_out]
     out = world_probe(functools.partial(learner.encode, target=True), fit, test, c, hs, cfg)
     return {"fit": {"worlds": worlds, "sequences": worlds * seqs, "seed": seed,
                     "predictor": f"{cfg.blocks} blocks x {cfg.hidden}, the world in each (adaLN-Zero), "

@@ -327,7 +327,7 @@ class OnlineLoop:
     def _record_frames(self, s: int, batch: Batch) -> None:
         # The batch's frames: P past (the last the input), then the K targets, the newest last.
         newest = self.cfg.agent.past_frames + self.cfg.agent.n_horizons - 1
-        frames = batch.frames[:, newest, :1].cpu().numpy()  # (B, 1, 64, 64): each stream's newest
+        frames = batch.frames[:, newest].cpu().numpy()  # (B, 1, 64, 64): each stream's newest
         pos = vel = None
         if self.vec_env is not None:
             state = self.vec_env.get_state()["scenes"]

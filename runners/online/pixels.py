@@ -36,7 +36,6 @@ import torch
 import env
 from agent import AgentConfig, Learner
 from agent.evaluation import Curve
-from agent.sources import stack_frames
 from probes.decoder import (
     DecoderConfig,
     PixelDecoder,
@@ -59,19 +58,15 @@ STRIP_SEQS = 3
 FIT_WORLDS, WORLDS_PER_1000_STEPS, FIT_SEQS, FIT_LEN = 64, 16, 128, 8
 
 
-def fit_frames(families: dict[str, env.WorldFamily], seed: int, worlds: int,
-               frames: int = 1) -> torch.Tensor:  # fmt: skip
-    """(worlds * FIT_SEQS * (FIT_LEN - e + 1), e, 64, 64) uint8: the decoder's fit frames as
-    the encoder reads them (e = ``frames``, ``AgentConfig.encoder_frames``: each frame, then
-    those before it; a sequence's first e - 1 frames left out), drawn from ``seed`` apart from
-    every evaluation world, of ``worlds`` worlds of the first (the training) family with the
-    training digits (the stream's). Draws from no global generator."""
+def fit_frames(families: dict[str, env.WorldFamily], seed: int, worlds: int) -> torch.Tensor:
+    """(worlds * FIT_SEQS * FIT_LEN, 1, 64, 64) uint8: the decoder's fit frames, drawn from
+    ``seed`` apart from every evaluation world, of ``worlds`` worlds of the first (the training)
+    family with the training digits (the stream's). Draws from no global generator."""
     family = families[next(iter(families))]
     rng = np.random.default_rng([seed, 0xDEC0])
     return torch.from_numpy(np.concatenate([
-        stack_frames(env.generate_sequences(FIT_SEQS, seed=[seed, 0xDEC0, i], split="train",
-                                            seq_len=FIT_LEN, **physics.as_dict())["frames"],
-                     frames)[:, frames - 1:].reshape(-1, frames, 64, 64)
+        env.generate_sequences(FIT_SEQS, seed=[seed, 0xDEC0, i], split="train", seq_len=FIT_LEN,
+                               **physics.as_dict())["frames"].reshape(-1, 1, 64, 64)
         for i, physics in enumerate(family.sample(rng, worlds))]))  # fmt: skip
 
 
@@ -101,8 +96,7 @@ class DecoderProcess:
         self.patience, self._got, self._stopped = patience, None, False
         worlds = min(FIT_WORLDS, -(-steps * WORLDS_PER_1000_STEPS // 1000))
         cfg = DecoderConfig(steps=steps, seed=seed)
-        e = learner.cfg.encoder_frames
-        self.info = {"frames": worlds * FIT_SEQS * (FIT_LEN - e + 1), "hidden": cfg.hidden,
+        self.info = {"frames": worlds * FIT_SEQS * FIT_LEN, "hidden": cfg.hidden,
                      "steps": cfg.steps, "batch": cfg.batch,
                      "parameters": sum(p.numel() for p in _shell(learner.cfg.latent_dim,
                                                                  cfg.hidden).parameters())}  # fmt: skip
@@ -159,11 +153,11 @@ def fit(cfg: AgentConfig, target: dict[str, torch.Tensor], families: dict[str, e
     learner = Learner(cfg, device=device)
     learner.nets.target.target.load_state_dict(target)
     worlds = min(FIT_WORLDS, -(-steps * WORLDS_PER_1000_STEPS // 1000))
-    frames = fit_frames(families, seed, worlds, cfg.encoder_frames)
+    frames = fit_frames(families, seed, worlds)
     step = cfg.eval_batch_size
     z = torch.cat([learner.encode(frames[i:i + step], target=True)
                    for i in range(0, frames.shape[0], step)])  # fmt: skip
-    return fit_decoder(z, frames[:, :1], DecoderConfig(steps=steps, seed=seed))  # own frames
+    return fit_decoder(z, frames, DecoderConfig(steps=steps, seed=seed))
 
 
 def _shell(latent_dim: int, hidden: int) -> PixelDecoder:

@@ -257,8 +257,6 @@ def test_resolve_is_idempotent_and_builds_from_objects() -> None:
         (["--protocol", "worlds", "--capture", "--no-stream-cache", "--settle", "None",
           "--encoder-batch", "32"], "add --encoder-batch None"),
         (["--protocol", "worlds", "--encoder-batch", "5"], "positive divisor of batch_size=64"),
-        (["--protocol", "paper", "--encoder-frames", "2"], "reads one frame a latent"),
-        (["--protocol", "worlds", "--encoder-frames", "3"], r"encoder_frames: must be 1 or 2 \(got 3\)"),
     ],
 )
 def test_bad_input_is_one_clear_error(argv: list[str], message: str) -> None:

@@ -61,27 +61,3 @@ def test_a_run_with_the_pixel_reconstruction_cut_before_the_settle_resumes_exact
     for a, b in zip(whole.learner.nets.recon.parameters(), again.learner.nets.recon.parameters(), strict=True):
         assert torch.equal(a, b)
     assert_same_records(tmp_path / "whole", tmp_path / "cut")
-
-
-def test_a_run_of_two_frame_latents_cut_and_resumed_equals_one_go(tmp_path: Path) -> None:
-    """``--encoder-frames 2``: the stream cache keeps pair latents by stream time, and a run cut
-    before the settle resumes bit for bit."""
-    cfg = tiny_config(*SETTLED, "--encoder-frames", "2", protocol="worlds")
-    whole = open_loop(tmp_path / "whole", cfg)
-    for _ in whole.steps():
-        pass
-    whole.close()
-    assert whole.learner.nets.encoder.conv[0].in_channels == 2
-    cut = open_loop(tmp_path / "cut", cfg)
-    for res in cut.steps():
-        if res.step == 5:
-            cut.stop.request("test")
-    cut.checkpoint()
-    cut.folder.release()
-    again = open_loop(tmp_path / "cut", cfg, resume=True)
-    for _ in again.steps():
-        pass
-    again.close()
-    for a, b in zip(whole.learner.nets.encoder.parameters(), again.learner.nets.encoder.parameters(), strict=True):
-        assert torch.equal(a, b)
-    assert_same_records(tmp_path / "whole", tmp_path / "cut")
