@@ -20,6 +20,7 @@ from runners.online.command import build_config, config_from_dict
 from runners.online.config import Worlds
 from runners.online.feeds import make_scheduled_feed
 from runners.online.plots import DPI
+from runners.online.presets import PRESETS
 from runners.online.summary import since_switch
 from runners.online.world_sets import family_of, make_world_sets
 
@@ -31,8 +32,10 @@ def test_worlds_is_the_default_and_paper_one_flag_away() -> None:
     w = build_config([])
     assert w.protocol.kind == "worlds" and w.schedule.final_ns == WORLDS_FINAL_NS
     assert w.schedule.best_min_sigma == 0.2  # the collapse guard of best.pt
-    for k, v in Worlds.learner.items():
+    preset = PRESETS["cpu"].protocols["worlds"]  # the default preset's own, on top of the protocol's
+    for k, v in {**Worlds.learner, **preset}.items():
         assert getattr(w.agent, k) == v, k
+    assert w.agent.context_frames == 4 and w.agent.recon_weight == 3.0
     assert family_of(w.shift_physics) == "interp"  # the default switch is held out
     p = build_config(["--protocol", "paper"])
     assert p.schedule.final_ns == PAPER_FINAL_NS and p.schedule.best_min_sigma == 0.0
