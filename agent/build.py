@@ -65,7 +65,7 @@ def build_networks(cfg: AgentConfig) -> Networks:
             experience = ExperienceEncoder.from_config(cfg)
             aggregator = AttentionAggregator.from_config(cfg)
         # built last: the other modules' init is the same without it
-        recon = InkDecoder(cfg.latent_dim, side=cfg.recon_side) if cfg.recon_weight > 0 else None
+        recon = InkDecoder(cfg.latent_dim) if cfg.recon_weight > 0 else None
     target = EMATarget(encoder)
     return Networks(encoder, target, predictor, modulator, experience, aggregator, oracle, recon)
 

@@ -121,7 +121,6 @@ _NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {
     "gamma": (lambda v: v >= 0, ">= 0"),
     "lambda_reg": (lambda v: v >= 0, ">= 0"),
     "recon_weight": (lambda v: v >= 0, ">= 0"),
-    "recon_side": (lambda v: v in (16, 32, 64), "16, 32 or 64"),
     "kappa": (lambda v: v > 0, "> 0"),
     "detector_momentum": (lambda v: 0 < v < 1, "in (0, 1)"),
     "input_scale": (lambda v: v > 0, "> 0"),
@@ -160,9 +159,6 @@ class AgentConfig:
     # weight of a pixel reconstruction of each context frame from its online latent (a small MLP
     # decoder trained with the encoder; 0: none): a self-supervised pull toward where things are
     recon_weight: float = 0.0
-    # the side at which the reconstruction draws each frame back: 32 (each 2 x 2 block's mean
-    # ink), 16, or the full 64 (every pixel)
-    recon_side: int = 32
     # what the variance hinge holds apart: the "predictions" (the paper) or the online
     # encoder's "latents" of the context frames (eb_jepa, VICReg)
     regularise: Regularised = "predictions"

@@ -188,16 +188,14 @@ class BlockPredictor(nn.Module):
 
 
 class InkDecoder(nn.Module):
-    """latent (N, D) -> logits of the frame's ink at ``side`` (N, side * side; 32: half the frame's
-    side, each 2 x 2 block's mean): a two-hidden-layer
+    """latent (N, D) -> logits of the frame's ink at half its side (N, 32 * 32): a two-hidden-layer
     MLP (the probes' pixel decoder's shape), trained with the encoder where ``recon_weight`` > 0
     so that the latent keeps where things are (``agent.step.recon_loss``)."""
 
-    def __init__(self, latent_dim: int, hidden: int = 256, side: int = 32) -> None:
+    def __init__(self, latent_dim: int, hidden: int = 256) -> None:
         super().__init__()
-        self.side = side
         self.net = nn.Sequential(nn.Linear(latent_dim, hidden), nn.GELU(), nn.Linear(hidden, hidden),
-                                 nn.GELU(), nn.Linear(hidden, side * side))  # fmt: skip
+                                 nn.GELU(), nn.Linear(hidden, 32 * 32))  # fmt: skip
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return self.net(z)

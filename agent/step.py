@@ -275,12 +275,12 @@ def head_metrics(nets: Networks, f: Forward, memory: MemoryView, batch: Batch,
 # ---------------------------------------------------------------------------- its pieces
 def recon_loss(nets: Networks, frames: torch.Tensor, z: torch.Tensor, spec: StepSpec) -> torch.Tensor:
     """The per-pixel binary cross-entropy of ``nets.recon``'s decoding of the context latents z
-    (B, [C,] D) against their frames' ink at the decoder's side (32: each 2 x 2 block's mean of frame /
+    (B, [C,] D) against their frames' ink at half the side (each 2 x 2 block's mean of frame /
     255; float frames are the encoder's input, ``input_scale`` times the frame)."""
     c = z.shape[1] if z.dim() == 3 else 1
     x = frames[:, spec.past - c : spec.past].flatten(0, 1)  # (B C, 1, 64, 64)
     x = x.float() / (255.0 if x.dtype == torch.uint8 else 255.0 * spec.input_scale)
-    ink = torch.nn.functional.avg_pool2d(x, 64 // nets.recon.side).flatten(1)  # (B C, side^2)
+    ink = torch.nn.functional.avg_pool2d(x, 2).flatten(1)  # (B C, 1024)
     logits = nets.recon(z.reshape(-1, z.shape[-1]).float())
     return torch.nn.functional.binary_cross_entropy_with_logits(logits, ink)
 
