@@ -48,7 +48,9 @@ class Options(launch.Seeded):
     tracks: tuple[Track, ...] = TRACKS
     """tracks to run (default: all five)"""
     oracle_track: Literal["B", "C", "D", "E", "none"] = "C"
-    """the pathway the oracle feeds the true physics into (none = no oracle arm); its predictor trains the encoder until the settle"""
+    """the pathway the oracle feeds the true physics into (none = no oracle arm); other than C, its predictor trains the encoder until the settle"""
+    trainer: Track | None = None
+    """the track whose predictor trains the encoder until the settle, every other arm a head beside it (default: the floor, A, so that every memory track is a head fit from the same start; without A in --tracks, the oracle's pathway); only where runs settle"""
     stack: bool = False
     """each arm's seeds as one stacked run (train_online --stack-seeds), each arm a job of the backend (--workers N arms at once, each a process of its own); for one GPU (with --device cuda); its runs live under names of their own (<arm>-s<seed>); stacked runs do not settle, so each arm is a run of its own"""
 
@@ -80,11 +82,24 @@ def plan(opts: Options, passthrough: Sequence[str]) -> launch.Plan:
 
 
 def own_track(opts: Options) -> str:
-    """The track whose predictor trains the encoder until the settle in a seed's one run: the
-    oracle's pathway (``--oracle-track``), else the first memory track of ``--tracks``, else C."""
-    if opts.oracle_track != "none":
-        return opts.oracle_track
-    return tracks.ceiling_track(opts.tracks)
+    """The track whose predictor trains the encoder until the settle in a seed's one run:
+    ``--trainer``, by default the floor A (every memory track then a head, fit from the same
+    start), without A the oracle's pathway (``--oracle-track``), else the first memory track of
+    ``--tracks``. A head ``oracle`` is the trainer's ceiling track's oracle (C for the floor), so
+    the trainer is the oracle's pathway or, where that is C, the floor."""
+    if opts.trainer is None:
+        if "A" in opts.tracks and opts.oracle_track in ("none", tracks.ceiling_track(["A"])):
+            return "A"
+        return opts.oracle_track if opts.oracle_track != "none" else tracks.ceiling_track(opts.tracks)
+    trainer = opts.trainer
+    if trainer not in opts.tracks:
+        raise CliError(f"--trainer {trainer} is not one of --tracks ({' '.join(opts.tracks)})")
+    if opts.oracle_track != "none" and tracks.ceiling_track([trainer]) != opts.oracle_track:
+        allowed = " or ".join(dict.fromkeys(t for t in ("A", opts.oracle_track)
+                                            if tracks.ceiling_track([t]) == opts.oracle_track))
+        raise CliError(f"--trainer {trainer} cannot carry the oracle on track "
+                       f"{opts.oracle_track}'s pathway: use --trainer {allowed}")
+    return trainer
 
 
 def one_latent(common: Sequence[str], trainer: str) -> bool:

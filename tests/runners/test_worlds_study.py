@@ -152,8 +152,9 @@ def test_study_runs_every_arm_writes_the_report_and_skips_finished_runs(tmp_path
 
 
 def test_where_runs_settle_each_seed_is_one_run_whose_heads_are_the_arms(tmp_path: Path) -> None:
-    """A settled run: the arms are heads on its one latent (``agent.heads``), the oracle's
-    pathway its own predictor, every arm read from the one summary."""
+    """A settled run: the arms are heads on its one latent (``agent.heads``), the floor its own
+    predictor (every memory track a head from the same start), every arm read from the one
+    summary."""
     out = tmp_path / "study"
     args = ["--tracks", "A", "B", "C", "--seeds", "3", "--preset", "tiny", "--steps", "30",
             "--out", str(out), "--settle", "0.5", "--fit-batch", "8", "--fit-worlds", "2",
@@ -163,13 +164,13 @@ def test_where_runs_settle_each_seed_is_one_run_whose_heads_are_the_arms(tmp_pat
     assert "1 run(s): 0 finished" in res.stdout
     runs = out / "runs" / "tiny-30"
     (name,) = [p.name for p in runs.iterdir() if p.is_dir()]
-    assert name == "track-C_heads-A-B-oracle_seed-3"
+    assert name == "track-A_heads-B-C-oracle_seed-3"
     summary = json.loads((runs / name / "summary.json").read_text())
-    assert summary["head"] == "C" and list(summary["held_out"]["heads"]) == ["A", "B", "oracle"]
+    assert summary["head"] == "A" and list(summary["held_out"]["heads"]) == ["B", "C", "oracle"]
     held = summary["held_out"]
 
     def own50(arm: str, fam: str) -> float:
-        rep = held if arm == "C" else held["heads"][arm]
+        rep = held if arm == "A" else held["heads"][arm]
         return rep["families"][fam]["own"][held["ns"].index(50)]
 
     report = json.loads((out / "report.json").read_text())
@@ -190,6 +191,8 @@ def test_where_runs_settle_each_seed_is_one_run_whose_heads_are_the_arms(tmp_pat
     (["--track", "B"], "--track is set by the study; use --tracks"),
     (["--oracle"], "--oracle is set by the study; use --oracle-track"),
     (["--steps", "0"], "--steps must be at least 1"),
+    (["--tracks", "A", "B", "--trainer", "C"], "--trainer C is not one of --tracks (A B)"),
+    (["--trainer", "B"], "--trainer B cannot carry the oracle on track C's pathway: use --trainer A or C"),
     (["--episode-steps", "5", "10"],
      "run track-A_seed-42: episode_steps must be LOW HIGH with 21 <= LOW <= HIGH, got 5 10"),
 ])
