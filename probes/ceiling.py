@@ -27,9 +27,17 @@ import numpy as np
 import torch
 
 import env
-from env.core import pixel_positions
 from agent import CheckpointError, Learner, load_checkpoint, read_checkpoint_config
-from probes.digits import TARGETS, ProbeSet, fit_mlp, fit_probes, probe_features, probe_report, scores
+from env.core import pixel_positions
+from probes.digits import (
+    TARGETS,
+    ProbeSet,
+    fit_mlp,
+    fit_probes,
+    probe_features,
+    probe_report,
+    scores,
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,7 @@ freeze, so only experience (each stream's memory and its modulation) can adapt t
 switch (the gravity by default; its direction, restitution and friction too). The run folder keeps the resolved config, the
 per-step metrics and evaluations (``run.zarr``), checkpoints, figures and a summary.
 
-    python -m runners.train_online                         # the default story, about 3.5 min on a 2-core CPU
+    python -m runners.train_online                         # the default story, about 5 min on a 2-core CPU
     python -m runners.train_online --track B --switch 3000:0.5 --switch 6000:0 --steps 9000
     python -m runners.train_online --switch 3000:gravity=0.5,direction=45,friction=0.01
     python -m runners.train_online --resume runs/<name>    # continue a stopped run

@@ -44,7 +44,7 @@ RESUMABLE = ("steps", "switches", "device", "eval_every", "checkpoint_every")
 @dataclass
 class TrainCommand:
     """Online EPM-JEPA training with a mid-stream physics switch (defaults: the worlds protocol,
-    track C, about 3.5 minutes on a 2-core CPU: the streams live in groups of 8 that share a
+    track C, about 5 minutes on a 2-core CPU: the streams live in groups of 8 that share a
     training world and one memory for an episode, then a new world is drawn; halfway through
     base training the encoder settles, and the floor (track A) and the ceiling (the oracle) fit
     beside track C as heads on its latent; at 2/3 of the run every stream moves to a held-out

@@ -128,3 +128,44 @@ def outcome(value: float) -> str:
     if d > -0.05:
         return "C"
     return "D"
+
+
+#: The paper's delta (Table 1): the equivalence margin of ``answer`` (docs/preregistration.md).
+PAPER_DELTA = 0.0474
+
+ANSWER_TEXT = {
+    "C better": "the weights adapt better (the interval above 0)",
+    "B better": "the input adapts better (the interval below 0)",
+    "equivalent": "no difference as large as the paper's 4.74% (the interval inside +- 4.74%)",
+    "inconclusive": "the interval holds 0 and a difference as large as the paper's",
+}
+
+
+def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """The t-interval of the mean of finite ``values``: mean +- t(1 - alpha / 2, k - 1) * sd /
+    sqrt(k) (sd with ddof 1); NaN for fewer than two values."""
+    from scipy.stats import t as student_t
+
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size < 2:
+        return float("nan"), float("nan")
+    half = float(student_t.ppf(0.5 + level / 2.0, x.size - 1)) * float(x.std(ddof=1)) / np.sqrt(x.size)
+    mean = float(x.mean())
+    return mean - half, mean + half
+
+
+def answer(low: float, high: float, margin: float = PAPER_DELTA) -> str:
+    """The pre-registered outcome of an interval [low, high] of delta (docs/preregistration.md),
+    the first that holds: "C better" (low > 0), "B better" (high < 0), "equivalent" (inside
+    +- ``margin``), else "inconclusive"; "?" for an interval with NaN."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "?"
+    low, high = round(float(low), 12), round(float(high), 12)
+    if low > 0:
+        return "C better"
+    if high < 0:
+        return "B better"
+    if -margin <= low and high <= margin:
+        return "equivalent"
+    return "inconclusive"

@@ -24,7 +24,7 @@ import numpy as np
 from agent import tracks
 from agent.config import TRACKS, Track
 from runners.cli import CliError
-from runners.studies import grid, launch, stats
+from runners.studies import grid, launch, question, stats
 from runners.studies.figures import save
 from runners.studies.launch import table
 from runners.studies.runs import HEADLINE_N
@@ -131,7 +131,11 @@ def report(opts: Options, plan: launch.Plan, commands: list[str]) -> Path:
     result, body = (analyse(runs) if runs else {}), None
     if runs:
         fig_curves(runs, Path(opts.out) / "figures" / "held_out_curves.png")
-        body = ["![D^n over n per arm](figures/held_out_curves.png)", "", *report_lines(result)]
+        body = []
+        if result["question"] is not None:  # tracks B and C: the paper's question leads
+            question.figure(result["question"], Path(opts.out) / "figures" / "delta_per_seed.png")
+            body = question.lines(result["question"], "figures/delta_per_seed.png")
+        body += ["![D^n over n per arm](figures/held_out_curves.png)", "", *report_lines(result)]
     return launch.write_report(opts.out, "EPM-JEPA worlds-protocol study", meta, missing, body,
                                {"meta": meta, "missing": missing, **result})
 
@@ -327,6 +331,7 @@ def analyse(runs: Sequence[WorldsRun]) -> dict[str, Any]:
     metrics = {fam: _family_metrics(arms, memory_arms, fam) for fam in (*FAMILIES, POOLED)}
     best = _lowest(metrics[POOLED]["tracks"], lambda t: t["d50"])
     return {"arms": {arm: _arm_summary(rs) for arm, rs in arms.items()},
+            "question": question.analyse(arms, ORACLE),
             "families": [*FAMILIES, POOLED], "n": HEADLINE_N, "metrics": metrics,
             "peer": peer_metrics(arms, memory_arms), "best_memory_track": best,
             "targets": _own_targets(metrics[POOLED], best)}

@@ -182,6 +182,15 @@ def test_where_runs_settle_each_seed_is_one_run_whose_heads_are_the_arms(tmp_pat
         assert m[fam]["delta"] == pytest.approx(stats.delta(own50("B", fam), own50("C", fam)),
                                                 abs=1e-12)  # fmt: skip
     assert report["arms"]["B"]["blind_per_horizon"] == report["arms"]["C"]["blind_per_horizon"]
+
+    def peer50(arm: str) -> float:  # pooled: the families' mean
+        rep = held if arm == "A" else held["heads"][arm]
+        return float(np.mean([rep["families"][f]["same"][held["ns"].index(50)] for f in ("interp", "extrap")]))
+
+    primary = report["question"]["primary"]  # the paper's question, paired within the seed
+    assert primary["per_seed"] == {"3": pytest.approx(stats.delta(peer50("B"), peer50("C")), abs=1e-12)}
+    assert "## The paper's question" in (out / "report.md").read_text()
+    assert (out / "figures" / "delta_per_seed.png").exists()
     with pytest.raises(CliError, match="has no track D"):
         ws.load_worlds_run(runs / name, "D", "3")
 

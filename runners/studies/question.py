@@ -1,0 +1,170 @@
+"""The paper's question with an interval (docs/preregistration.md): weights (track C) against
+input (track B), the delta seed by seed, its t-interval and bootstrap over seeds, the outcome;
+beside it, every memory track's share of the oracle's margin, carried and the margin itself,
+each as an interval over seeds. Read by the worlds study's report (``runners.studies.worlds``).
+
+Everything is paired within a seed: each seed's runs (or heads of its one run) are scored on
+the same held-out worlds, so a seed's delta is one number and the seeds are the replicates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from agent import tracks
+from runners.studies import stats
+from runners.studies.figures import save
+from runners.studies.launch import table
+from runners.style import TRACK_COLORS, pct, pyplot
+
+#: The primary endpoint's memory source and family (docs/preregistration.md).
+PRIMARY = ("same", "all")
+#: The secondary deltas: (memory, family).
+SECONDARY = (("own", "all"), ("same", "interp"), ("same", "extrap"), ("own", "interp"),
+             ("own", "extrap"))  # fmt: skip
+#: The most half-width the primary interval may have before seeds are added (points of delta).
+MAX_HALF_WIDTH = 0.025
+MEMORY_WORDS = {"same": "peer", "own": "own", "wrong": "wrong-world"}
+
+
+class Run(Protocol):
+    """What this module reads of a worlds run (``runners.studies.worlds.WorldsRun``)."""
+
+    arm: str
+    seed: str
+
+    def at(self, family: str, memory: str = "own") -> float: ...
+
+
+def per_seed(arms: Mapping[str, Sequence[Run]], f: Callable[[Mapping[str, Run]], float]) -> dict[str, float]:
+    """{seed: f(that seed's runs by arm)} over the seeds every arm ran, in the first arm's
+    order."""
+    by_seed: dict[str, dict[str, Run]] = {}
+    for arm, runs in arms.items():
+        for r in runs:
+            by_seed.setdefault(r.seed, {})[arm] = r
+    return {seed: f(rs) for seed, rs in by_seed.items() if len(rs) == len(arms)}
+
+
+def interval(values: Mapping[str, float]) -> dict[str, Any]:
+    """The seeds' values, their mean, sd, the 95% t-interval and the bootstrap's."""
+    x = [v for v in values.values() if math.isfinite(v)]
+    mean, sd = stats.mean_std(x)
+    low, high = stats.t_interval(x)
+    b_low, b_high = stats.bootstrap_ci(x)
+    return {"per_seed": dict(values), "seeds": len(x), "mean": mean, "sd": sd, "low": low,
+            "high": high, "half_width": (high - low) / 2, "boot_low": b_low, "boot_high": b_high}
+
+
+def delta_of(memory: str, family: str) -> Callable[[Mapping[str, Run]], float]:
+    """A seed's delta (D_B - D_C) / D_B on one memory source and family."""
+    return lambda rs: stats.delta(rs[tracks.INPUT].at(family, memory), rs[tracks.WEIGHTS].at(family, memory))
+
+
+def analyse(arms: Mapping[str, Sequence[Run]], oracle: str = "oracle") -> dict[str, Any] | None:
+    """The primary delta with its outcome, the secondary deltas, and per memory track the peer
+    share and carried, and the oracle's margin, each an ``interval`` over seeds; None without
+    tracks B and C."""
+    if not {tracks.INPUT, tracks.WEIGHTS} <= set(arms):
+        return None
+    pair = {a: arms[a] for a in (tracks.INPUT, tracks.WEIGHTS)}
+    primary = interval(per_seed(pair, delta_of(*PRIMARY)))
+    primary |= {"outcome": stats.answer(primary["low"], primary["high"]),
+                "holds_paper": bool(primary["low"] <= stats.PAPER_DELTA <= primary["high"]),
+                "paper_class": stats.outcome(primary["mean"]),
+                "more_seeds": bool(primary["half_width"] > MAX_HALF_WIDTH)}
+    out: dict[str, Any] = {"primary": primary, "secondary": {
+        f"{m} {fam}": interval(per_seed(pair, delta_of(m, fam))) for m, fam in SECONDARY}}
+    if tracks.FLOOR in arms and oracle in arms:
+        fam = PRIMARY[1]
+        bounds = {a: arms[a] for a in (tracks.FLOOR, oracle)}
+
+        def margin(rs: Mapping[str, Run]) -> float:
+            return _ratio(rs[tracks.FLOOR].at(fam) - rs[oracle].at(fam), rs[tracks.FLOOR].at(fam))
+
+        def share(arm: str, memory: str) -> Callable[[Mapping[str, Run]], float]:
+            return lambda rs: _ratio(rs[tracks.FLOOR].at(fam) - rs[arm].at(fam, memory),
+                                     rs[tracks.FLOOR].at(fam) - rs[oracle].at(fam))  # fmt: skip
+
+        def carried(arm: str) -> Callable[[Mapping[str, Run]], float]:
+            return lambda rs: _ratio(rs[arm].at(fam, "wrong") - rs[arm].at(fam, "same"),
+                                     rs[tracks.FLOOR].at(fam) - rs[oracle].at(fam))  # fmt: skip
+
+        memory_arms = [a for a in sorted(arms) if a not in (tracks.FLOOR, oracle)]
+        out["margin"] = interval(per_seed(bounds, margin))
+        out["tracks"] = {a: {"share": interval(per_seed({**bounds, a: arms[a]}, share(a, "same"))),
+                             "carried": interval(per_seed({**bounds, a: arms[a]}, carried(a)))}
+                         for a in memory_arms}  # fmt: skip
+    return out
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if math.isfinite(num) and math.isfinite(den) and den > 0 else math.nan
+
+
+def _iv(i: Mapping[str, Any], digits: int = 1) -> str:
+    """``+1.2% [-0.3, +2.7]``."""
+    return (f"{pct(i['mean'], digits, '+')} [{pct(i['low'], digits, '+')}, "
+            f"{pct(i['high'], digits, '+')}]")
+
+
+def lines(q: Mapping[str, Any], figure: str | None = None) -> list[str]:
+    """The report's section: the answer first, then the seeds, the secondary deltas and the
+    tracks' shares."""
+    p = q["primary"]
+    out = ["## The paper's question: weights (C) against input (B)", "",
+           f"**delta = (D_B - D_C) / D_B, peer memory, held-out worlds pooled, D^50: "
+           f"{_iv(p, 2)}** (95% t-interval over {p['seeds']} seeds; bootstrap "
+           f"[{pct(p['boot_low'], 2, '+')}, {pct(p['boot_high'], 2, '+')}]; half-width "
+           f"{100 * p['half_width']:.2f} points). Outcome: **{p['outcome']}**, "
+           f"{stats.ANSWER_TEXT.get(p['outcome'], '')}. The paper's 4.74% "
+           f"{'lies inside' if p['holds_paper'] else 'lies outside'} the interval; the paper's "
+           f"class of the mean: {p['paper_class']} ({stats.OUTCOME_TEXT.get(p['paper_class'], '')}). "
+           "Pre-registered: docs/preregistration.md.", ""]
+    if p["more_seeds"]:
+        out += [f"The half-width is above {100 * MAX_HALF_WIDTH:.1f} points: the pre-registration "
+                "adds seeds in pairs (5 and 47, then 6 and 48, ...) up to twenty.", ""]
+    if figure:
+        out += [f"![delta per seed, with its interval]({figure})", ""]
+    out += table(["seed", "delta, peer", "delta, own"],
+                 [[s, pct(v, 2, "+"), pct(q["secondary"]["own all"]["per_seed"].get(s, math.nan), 2, "+")]
+                  for s, v in p["per_seed"].items()])  # fmt: skip
+    out += ["", "Secondary deltas (95% t-interval over seeds): " + "; ".join(
+        f"{MEMORY_WORDS[k.split()[0]]} memory, {k.split()[1].replace('all', 'pooled')} {_iv(v, 2)}"
+        for k, v in q["secondary"].items()) + ".", ""]
+    if "tracks" in q:
+        out += [f"The oracle's margin (D_A - D_oracle) / D_A: {_iv(q['margin'])}. Per memory track, "
+                "as t-intervals over seeds, in shares of the margin: the peer share "
+                "(D_A - D_peer) / (D_A - D_oracle) and carried (D_wrong - D_peer) / (D_A - D_oracle).",
+                "", *table(["track", "peer share", "carried"],
+                           [[a, _iv(t["share"], 0), _iv(t["carried"], 0)] for a, t in q["tracks"].items()]),
+                ""]  # fmt: skip
+    return out
+
+
+def figure(q: Mapping[str, Any], path: Path) -> Path:
+    """delta per seed (peer memory, pooled) as points, the mean and its t-interval as a band,
+    0 and the paper's 4.74% as lines."""
+    p = q["primary"]
+    seeds = list(p["per_seed"])
+    y = 100 * np.asarray([p["per_seed"][s] for s in seeds], dtype=np.float64)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    x = np.arange(len(seeds))
+    ax.axhspan(100 * p["low"], 100 * p["high"], color=TRACK_COLORS[tracks.WEIGHTS], alpha=0.18,
+               label=f"95% interval of the mean ({p['outcome']})")
+    ax.axhline(100 * p["mean"], color=TRACK_COLORS[tracks.WEIGHTS], lw=1.5, label="mean over seeds")
+    ax.axhline(0.0, color="black", lw=0.8)
+    ax.axhline(100 * stats.PAPER_DELTA, color="grey", ls="--", lw=1.0, label="the paper's 4.74%")
+    ax.plot(x, y, "o", color=TRACK_COLORS[tracks.WEIGHTS], label="one seed")
+    ax.set_xticks(x, seeds)
+    ax.set_xlabel("seed")
+    ax.set_ylabel("delta = (D_B - D_C) / D_B, %")
+    ax.set_title("Weights (C) against input (B): peer memory, held-out worlds, D^50", fontsize=10)
+    ax.legend(fontsize=7, loc="best")
+    return save(fig, path)
