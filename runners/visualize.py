@@ -385,8 +385,8 @@ def resumed_view(
 
 def shift_target(args: Visualize, cfg: RunConfig) -> tuple[float, float]:
     """The (gravity, direction) G switches to: --shift-gravity and --shift-direction, else the
-    first scripted switch's world, else the protocol's default switch world (worlds: gravity 0.3
-    towards 45 degrees, held out; paper: its shift gravity, down)."""
+    first scripted switch's world, else the protocol's default switch world (worlds: gravity 0.75
+    straight down, held out; paper: its shift gravity, down)."""
     fs = cfg.first_switch
     p = cfg.physics_at(fs) if fs is not None else cfg.base_physics.replace(**dict(cfg.protocol.switch))
     return (p.gravity if args.shift_gravity is None else args.shift_gravity,

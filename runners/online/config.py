@@ -50,7 +50,7 @@ class Schedule:
     steps: int = 4500
     """Online steps (one learner update each); calibrated so the default run tells the whole story, its floor and ceiling included (heads on its latent), in about 5 minutes on a 2-core CPU (4 min 52 s on an AVX2-only one; --preset gpu: 6,000)."""
     switches: tyro.conf.Suppress[tuple[Switch, ...] | None] = None
-    """Physics switches (set by --switch); None: one at 2/3 of the run (worlds: gravity 0.3 towards 45 degrees, a held-out world; paper: gravity 0.5)."""
+    """Physics switches (set by --switch); None: one at 2/3 of the run (worlds: gravity 0.75 straight down, a held-out extrap world; paper: gravity 0.5)."""
     after_switch: AfterSwitch = "memory"
     """memory: weights frozen from the first switch on (detector and buffer stay live); continual: keep learning."""
     eval_every: int = 250

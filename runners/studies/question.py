@@ -37,6 +37,7 @@ class Run(Protocol):
 
     arm: str
     seed: str
+    stream: dict[str, Any]
 
     def at(self, family: str, memory: str = "own") -> float: ...
 
@@ -101,6 +102,75 @@ def analyse(arms: Mapping[str, Sequence[Run]], oracle: str = "oracle") -> dict[s
                              "carried": interval(per_seed({**bounds, a: arms[a]}, carried(a)))}
                          for a in memory_arms}  # fmt: skip
     return out
+
+
+#: The stream after the switch: the floor's jump is read over its first SETTLE steps, and a
+#: memory track is below the floor "and staying there" in every window from SETTLE on.
+SETTLE = 100
+#: The floor's jump the switch must show (issue 73's target: 10%).
+MIN_JUMP = 0.10
+
+
+def _mean_over(windows: Sequence[Mapping[str, Any]], lo: int, hi: float) -> float:
+    """The stream error's mean over the windows inside [lo, hi) steps after the switch, each
+    weighted by its valid steps."""
+    w = [(x["mean"], (x["to"] - x["from"]) * x.get("valid_steps", 1.0)) for x in windows
+         if x["from"] >= lo and x["to"] <= hi and math.isfinite(x["mean"])]  # fmt: skip
+    total = sum(b for _, b in w)
+    return sum(m * b for m, b in w) / total if total > 0 else math.nan
+
+
+def after_switch(arms: Mapping[str, Sequence[Run]], oracle: str = "oracle") -> dict[str, Any] | None:
+    """Seed by seed, the stream after the switch (docs/definitions.md#after-the-switch): the
+    floor's jump, its mean over the first ``SETTLE`` steps against the 100 steps before; per
+    memory track whether it is below the floor in every window from ``SETTLE`` on, and how far
+    (of the floor, and of the floor-to-oracle gap, over those windows); None without the floor
+    or its stream."""
+    if tracks.FLOOR not in arms:
+        return None
+    floor = {r.seed: r.stream for r in arms[tracks.FLOOR] if r.stream.get("since_switch")}
+    if not floor:
+        return None
+    ceiling = {r.seed: r.stream for r in arms.get(oracle, []) if r.stream.get("since_switch")}
+    seeds: dict[str, Any] = {}
+    for seed, fs in floor.items():
+        wins = fs["since_switch"]
+        a_late = _mean_over(wins, SETTLE, math.inf)
+        o_late = _mean_over(ceiling[seed]["since_switch"], SETTLE, math.inf) if seed in ceiling else math.nan
+        row: dict[str, Any] = {"jump": _mean_over(wins, 0, SETTLE) / fs["end_of_base"] - 1.0, "tracks": {}}
+        for arm in sorted(a for a in arms if a not in (tracks.FLOOR, oracle)):
+            run = next((r for r in arms[arm] if r.seed == seed and r.stream.get("since_switch")), None)
+            if run is None:
+                continue
+            late = [(w, f) for w, f in zip(run.stream["since_switch"], wins, strict=True) if w["from"] >= SETTLE]
+            m_late = _mean_over(run.stream["since_switch"], SETTLE, math.inf)
+            row["tracks"][arm] = {"below": bool(late) and all(w["mean"] < f["mean"] for w, f in late),
+                                  "below_floor": 1.0 - m_late / a_late,
+                                  "share": _ratio(a_late - m_late, a_late - o_late)}  # fmt: skip
+        seeds[seed] = row
+    memory_arms = sorted({a for row in seeds.values() for a in row["tracks"]})
+    return {"per_seed": seeds, "jump_every_seed": all(r["jump"] >= MIN_JUMP for r in seeds.values()),
+            "below_every_seed": {a: all(r["tracks"].get(a, {}).get("below", False) for r in seeds.values())
+                                 for a in memory_arms}}  # fmt: skip
+
+
+def switch_lines(sw: Mapping[str, Any]) -> list[str]:
+    """The stream after the switch, seed by seed."""
+    arms = sorted({a for r in sw["per_seed"].values() for a in r["tracks"]})
+    rows = [[seed, pct(r["jump"], 1, "+"),
+             *(f"{'yes' if t['below'] else 'no'}, {pct(t['below_floor'], 1, '+')}, {pct(t['share'], 0)}"
+               for t in (r["tracks"].get(a, {"below": False, "below_floor": math.nan, "share": math.nan})
+                         for a in arms))]
+            for seed, r in sw["per_seed"].items()]  # fmt: skip
+    every = ", ".join(f"{a} {'in every seed' if ok else 'not in every seed'}"
+                      for a, ok in sw["below_every_seed"].items())
+    return ["## The stream after the switch", "",
+            f"The floor's stream error over the first {SETTLE} steps after the switch against the "
+            f"100 before (the jump; at least {pct(MIN_JUMP)} in every seed: "
+            f"{'yes' if sw['jump_every_seed'] else 'no'}); per memory track: below the floor in every "
+            f"window from step {SETTLE} after the switch on, how far below the floor over those "
+            f"steps, and the share of the floor-to-oracle gap closed there. Below the floor: {every}.",
+            "", *table(["seed", "the floor's jump", *(f"track {a}: below, by, share" for a in arms)], rows), ""]
 
 
 def _ratio(num: float, den: float) -> float:

@@ -135,6 +135,8 @@ def report(opts: Options, plan: launch.Plan, commands: list[str]) -> Path:
         if result["question"] is not None:  # tracks B and C: the paper's question leads
             question.figure(result["question"], Path(opts.out) / "figures" / "delta_per_seed.png")
             body = question.lines(result["question"], "figures/delta_per_seed.png")
+        if result["after_switch"] is not None:
+            body += question.switch_lines(result["after_switch"])
         body += ["![D^n over n per arm](figures/held_out_curves.png)", "", *report_lines(result)]
     return launch.write_report(opts.out, "EPM-JEPA worlds-protocol study", meta, missing, body,
                                {"meta": meta, "missing": missing, **result})
@@ -177,6 +179,9 @@ class WorldsRun:
     #: perfect world-blind physics in this run's latent (probes.perfect_physics): D over the
     #: horizons' mean by family (and ``all``), and per horizon pooled (runs before it: empty)
     blind: dict[str, float] = field(default_factory=dict)
+    #: its stream error around the switch (the summary's ``stream_error``, its own or its
+    #: head's): ``end_of_base`` (the 100 steps before it) and ``since_switch`` windows
+    stream: dict[str, Any] = field(default_factory=dict)
     blind_per_h: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def at(self, family: str, memory: str = "own", n: int = HEADLINE_N) -> float:
@@ -213,6 +218,8 @@ def load_worlds_run(run_dir: str | Path, arm: str, seed: str) -> WorldsRun | Non
     pooled_mems = set.intersection(*(set(curves[f]) for f in FAMILIES))
     curves[POOLED] = {m: np.mean([curves[f][m] for f in FAMILIES], axis=0)
                       for m in sorted(pooled_mems)}
+    stream = summary.get("stream_error") or {}
+    stream = stream if own else (stream.get("heads") or {}).get(arm, {})
     rows = (summary.get("adaptation_curve") or []) if own else []
     per_h = [w["d_per_h"][ns.index(HEADLINE_N)] for w in held.get("worlds", [])
              if w.get("memory") == "own" and HEADLINE_N in ns]
@@ -225,6 +232,7 @@ def load_worlds_run(run_dir: str | Path, arm: str, seed: str) -> WorldsRun | Non
         gravity={f: v for f, v in (held.get("gravity_probe") or {}).items()
                  if f in GRAVITY_FEATURES} or None,
         **_blind(held.get("perfect_physics")),
+        stream={k: stream[k] for k in ("end_of_base", "since_switch") if k in stream},
     )
 
 
@@ -332,6 +340,7 @@ def analyse(runs: Sequence[WorldsRun]) -> dict[str, Any]:
     best = _lowest(metrics[POOLED]["tracks"], lambda t: t["d50"])
     return {"arms": {arm: _arm_summary(rs) for arm, rs in arms.items()},
             "question": question.analyse(arms, ORACLE),
+            "after_switch": question.after_switch(arms, ORACLE),
             "families": [*FAMILIES, POOLED], "n": HEADLINE_N, "metrics": metrics,
             "peer": peer_metrics(arms, memory_arms), "best_memory_track": best,
             "targets": _own_targets(metrics[POOLED], best)}

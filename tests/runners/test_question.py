@@ -3,7 +3,7 @@ is paired within each seed, its interval is the t-interval over seeds, the outco
 pre-registered rules (docs/preregistration.md), and the report and figure say so."""
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +18,7 @@ class FakeRun:
     arm: str
     seed: str
     d: dict[tuple[str, str], float]
+    stream: dict = field(default_factory=dict)
 
     def at(self, family: str, memory: str = "own") -> float:
         return self.d.get((family, memory), math.nan)
@@ -85,3 +86,31 @@ def test_the_report_leads_with_the_answer_and_draws_the_seeds(tmp_path: Path) ->
     assert all(f"| {s} |" in text for s in ("0", "1", "2"))
     path = question.figure(q, tmp_path / "f.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def windows(*means: float) -> list[dict]:
+    """The summary's windows since the switch (0-25, 25-50, 50-100, 100-200, 200-500)."""
+    edges = [0, 25, 50, 100, 200, 500]
+    return [{"from": a, "to": b, "mean": m, "valid_steps": 1.0}
+            for a, b, m in zip(edges[:-1], edges[1:], means, strict=True)]
+
+
+def test_the_stream_after_the_switch_reads_the_floors_jump_and_who_stays_below() -> None:
+    arms = arms_of([0.9, 0.9], [0.85, 0.85])
+    before = {"A": 0.60, "B": 0.60, "C": 0.60, "oracle": 0.5}
+    after = {"A": (0.70, 0.70, 0.70, 0.70, 0.70), "B": (0.75, 0.72, 0.69, 0.69, 0.71),
+             "C": (0.75, 0.70, 0.65, 0.66, 0.66), "oracle": (0.55,) * 5}
+    for arm, runs in arms.items():
+        for r in runs:
+            r.stream = {"end_of_base": before[arm], "since_switch": windows(*after[arm])}
+    sw = question.after_switch(arms)
+    row = sw["per_seed"]["0"]
+    assert row["jump"] == pytest.approx(0.70 / 0.60 - 1, abs=1e-12) and sw["jump_every_seed"]
+    assert row["tracks"]["C"]["below"] and not row["tracks"]["B"]["below"]  # B above at 200-500
+    late_c = (0.66 * 100 + 0.66 * 300) / 400  # the windows from step 100 on, by their steps
+    assert row["tracks"]["C"]["below_floor"] == pytest.approx(1 - late_c / 0.70, abs=1e-12)
+    assert row["tracks"]["C"]["share"] == pytest.approx((0.70 - late_c) / (0.70 - 0.55), abs=1e-12)
+    assert sw["below_every_seed"] == {"B": False, "C": True}
+    text = "\n".join(question.switch_lines(sw))
+    assert "B not in every seed, C in every seed" in text and "| 0 | +16.7% |" in text
+    assert question.after_switch({k: v for k, v in arms.items() if k != "A"}) is None

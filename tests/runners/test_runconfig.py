@@ -50,7 +50,7 @@ def test_defaults_tell_the_story() -> None:
     assert cfg.agent.track == "C" and cfg.protocol.episode_steps == Worlds().episode_steps
     s = cfg.schedule
     assert s.after_switch == "memory" and s.steps == 4500
-    assert s.switches == (Switch(3000, (("gravity", 0.3), ("gravity_direction", 45.0))),)
+    assert s.switches == (Switch(3000, (("gravity", 0.75), ("gravity_direction", 90.0))),)
     assert build("--protocol", "paper").schedule.switches == (g(3000, 0.5),)
     # Memory mode: the LR / tau schedules end at the first switch (weights freeze there).
     assert cfg.agent.total_steps == 3000

@@ -231,7 +231,7 @@ def test_cli_keys_quit_and_resume(tmp_path: Path) -> None:
 #: The tiny worlds run of tests/runners/cli_helpers.py's TINY_WORLDS: short episodes, few and
 #: small evaluation worlds.
 TINY_WORLDS = ["--preset", "tiny", "--eval-shift-test", "8", "--eval-world-seqs", "4", "--eval-worlds", "2", "--base-world-seqs", "4", "--base-worlds", "2", "--episode-steps", "21", "40"]  # fmt: skip
-SWITCH_WORLD = (0.3, 45.0)  # the default switch world (family interp, held out)
+SWITCH_WORLD = (0.3, 45.0)  # an interp switch world (held out)
 
 
 def distinct(streams: np.ndarray) -> int:

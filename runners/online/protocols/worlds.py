@@ -39,9 +39,10 @@ class Worlds:
     #: one; its evaluation is on held-out worlds, beside it train its floor and ceiling
     #: (``runners.online.bounds``), and its seeds may train stacked (``agent.stacked``).
     many_worlds: ClassVar[bool] = True
-    #: The default switch: a held-out world between the training worlds (family "interp":
-    #: gravity pointing along a diagonal, which no training world does).
-    switch: ClassVar[tuple[tuple[str, float], ...]] = (("gravity", 0.3), ("gravity_direction", 45.0))
+    #: The default switch: a held-out world stronger than every training world (family
+    #: "extrap": gravity 0.75 straight down, the training worlds' at most 0.5), where the
+    #: floor's error jumps and memory has the most to add (docs/definitions.md#after-the-switch).
+    switch: ClassVar[tuple[tuple[str, float], ...]] = (("gravity", 0.75), ("gravity_direction", 90.0))
     #: The memory sizes of the adaptation curve at the end, and best.pt's collapse guard.
     final_ns: ClassVar[tuple[int, ...]] = (0, 1, 5, 10, 25, 50)
     best_min_sigma: ClassVar[float] = 0.2
