@@ -14,10 +14,10 @@ from typing import Annotated, Literal
 import tyro
 
 from agent.config import Track
-from agent.tracks import FLOOR, WEIGHTS
+from agent.tracks import FLOOR, INPUT, WEIGHTS
 from runners.cli import CliError
 from runners.online.rundir import RunFolder
-from runners.studies import analysis, grid, launch, stats
+from runners.studies import analysis, grid, launch, question, stats
 from runners.studies.figures import fig_runs, fig_seed_bars, fig_trajectories
 from runners.studies.runs import RunRecord, TrackStats, by_track, load_run, pre_registered
 from runners.style import num, pct
@@ -200,6 +200,29 @@ def report(opts: Options, plan: launch.Plan, commands: list[str]) -> Path:
                                payload)
 
 
+def paired(tracks: Mapping[str, TrackStats], attr: str) -> dict[str, object]:
+    """delta = (D_B - D_C) / D_B seed by seed (``attr``: "peak" or "final" D_shift^50), over the
+    seeds both tracks ran, as ``question.interval`` (the t-interval over seeds, the bootstrap)."""
+    b = {r.seed: getattr(r, attr) for r in tracks[INPUT].records}
+    c = {r.seed: getattr(r, attr) for r in tracks[WEIGHTS].records}
+    return question.interval({s: stats.delta(b[s], c[s]) for s in b if s in c})
+
+
+def paired_lines(tracks: Mapping[str, TrackStats]) -> list[str]:
+    """The delta paired seed by seed with its 95% t-interval over seeds and its outcome by the
+    interval, at the peak and at the last step (docs/preregistration.md's reading)."""
+    out = []
+    for attr in ("peak", "final"):
+        iv = paired(tracks, attr)
+        out.append(f"- {attr}: {pct(iv['mean'], 2, '+')} [{pct(iv['low'], 2, '+')}, "
+                   f"{pct(iv['high'], 2, '+')}] over {iv['seeds']} seeds (bootstrap "
+                   f"[{pct(iv['boot_low'], 2, '+')}, {pct(iv['boot_high'], 2, '+')}]): "
+                   f"{stats.answer(iv['low'], iv['high'])}")
+    return ["Paired seed by seed, the delta's 95% t-interval over seeds and its outcome by the "
+            "interval (C better, B better, equivalent within the paper's 4.74%, inconclusive: "
+            "docs/preregistration.md):", "", *out, ""]
+
+
 # -- the paper's numbers (Section 4, Tables 1, 3, 4; Appendix B), shown beside ours ---------
 # Table 1 and Appendix B: peak D_shift^50 per track (mean, 95% CI, sigma_embed, seeds).
 PAPER_MAIN = {
@@ -209,7 +232,7 @@ PAPER_MAIN = {
     "C": {"mean": 0.7848, "std": 0.0078, "ci": (0.7776, 0.7931), "sigma": 0.4123,
           "seeds": (0.7776, 0.7931, 0.7838)},
 }
-PAPER_DELTA = 0.0474  # the pre-registered (D_B - D_C) / D_B
+PAPER_DELTA = stats.PAPER_DELTA  # the pre-registered (D_B - D_C) / D_B
 PAPER_OUTCOME = "C"
 PAPER_SECONDARY_DELTA = 0.0298  # (D_A - D_C) / D_A, not pre-registered
 PAPER_ABLATION = {  # Table 3: (peak, final, settling)
@@ -261,6 +284,8 @@ def _main_section(tracks: Mapping[str, TrackStats], d: float, oc: str, figs: Pat
               f"{_escape(stats.OUTCOME_TEXT.get(oc, 'needs B and C'))} |",
               f"| paper | {pct(PAPER_DELTA, 2)} | {PAPER_OUTCOME}: "
               f"{_escape(stats.OUTCOME_TEXT[PAPER_OUTCOME])} |", ""]
+    if INPUT in tracks and WEIGHTS in tracks:
+        lines += paired_lines(tracks)
     if FLOOR in tracks and WEIGHTS in tracks:
         sec = stats.delta(tracks[FLOOR].peak.mean, tracks[WEIGHTS].peak.mean)
         lines += [f"Secondary (not pre-registered): (D_A - D_C) / D_A = {pct(sec, 2)} "

@@ -108,6 +108,11 @@ def test_the_paper_studys_report_only_rebuilds_the_report_from_run_folders(tmp_p
     assert f"| ours | {100 * delta:.2f}% | C: null result" in md
     assert "| paper | 4.74% | C: null result" in md
     assert "`runs/tiny-40/track-B_seed-44`" in md  # the unfinished run is named
+    # Paired seed by seed, the t-interval over the three seeds.
+    per = [(PEAKS["B"][s] - PEAKS["C"][s]) / PEAKS["B"][s] for s in (42, 43, 44)]
+    half = 4.302652729749464 * np.std(per, ddof=1) / np.sqrt(3)  # t(0.975, 2)
+    assert (f"- peak: +{100 * np.mean(per):.2f}% [+{100 * (np.mean(per) - half):.2f}%, "
+            f"+{100 * (np.mean(per) + half):.2f}%] over 3 seeds") in md
     for fig in ("fig2_seed_bars.png", "fig3_trajectories.png", "sigma_embed.png"):
         png = out / "figures" / fig
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
