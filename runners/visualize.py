@@ -90,9 +90,9 @@ class Visualize:
     after_switch: AfterSwitch | None = None
     """memory: freeze weights at the first switch (default); continual: keep learning"""
     shift_gravity: float | None = None
-    """gravity the G key switches to (default: the first --switch's, else worlds 0.3, paper 0.5)"""
+    """gravity the G key switches to (default: the first --switch's, else worlds 0.75, paper 0.5)"""
     shift_direction: float | None = None
-    """worlds protocol: direction (degrees, 90 = down) of the world G holds the streams in (default: the first --switch's, else 45)"""
+    """worlds protocol: direction (degrees, 90 = down) of the world G holds the streams in (default: the first --switch's, else 90)"""
     from_runs: Annotated[
         tuple[str, ...], tyro.conf.UseAppendAction, tyro.conf.arg(name="from", metavar="RUN_DIR")
     ] = ()

@@ -347,13 +347,15 @@ MEMORY_LABELS = {"own": "own memory", "same": "peer memory (other sequences of t
                  "wrong": "wrong-world memory (control)"}
 
 
-def _after_switch_error(m: dict[str, np.ndarray], fs: int, name: str,
-                        window: int = 50) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """(steps since the first switch ``fs``, rolling mean of the stream error column ``name``)."""
-    after = np.asarray(m[name][fs:], np.float64)
-    rolling = rolling_by_phase(after, window, [])
-    rolling[~np.isfinite(after)] = np.nan  # no window valid yet (a new episode): nothing to show
-    return np.arange(len(after)), rolling
+def _after_switch_error(m: dict[str, np.ndarray], fs: int, name: str, window: int = 50,
+                        before: int = 300) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(steps since the first switch ``fs``, from ``before`` steps ahead of it (negative), rolling
+    mean of the stream error column ``name``, restarting at the switch)."""
+    start = max(fs - before, 0)
+    vals = np.asarray(m[name][start:], np.float64)
+    rolling = rolling_by_phase(vals, window, [fs - start])
+    rolling[~np.isfinite(vals)] = np.nan  # no window valid yet (a new episode): nothing to show
+    return np.arange(len(vals)) - (fs - start), rolling
 
 
 def bounds_figure(main: RunFolder, s: dict[str, Any]) -> Path:
@@ -373,10 +375,10 @@ def bounds_figure(main: RunFolder, s: dict[str, Any]) -> Path:
                 if head in ("A", "oracle") else None  # fmt: skip
             left.plot(*_after_switch_error(m, fs, head_metric_name(head)), lw=1.2, color=color,
                       label=tracks.head_label(head))
-    left.set_xscale("symlog", linthresh=10.0)
-    left.set_xlabel("steps since the switch (symlog)")
+        left.axvline(0.0, color="black", lw=0.8, ls=":")
+    left.set_xlabel("steps since the switch (before it, negative)")
     left.set_ylabel("normalised error on the stream (rolling mean, 50 steps)")
-    left.set_title("After the switch to a held-out world (weights frozen)", pad=10)
+    left.set_title("Around the switch to a held-out world (weights frozen after it)", pad=10)
     left.legend(loc="best", fontsize=8)
     held = s["held_out"]
     ns = held["ns"]

@@ -236,5 +236,7 @@ def figure(q: Mapping[str, Any], path: Path) -> Path:
     ax.set_xlabel("seed")
     ax.set_ylabel("delta = (D_B - D_C) / D_B, %")
     ax.set_title("Weights (C) against input (B): peer memory, held-out worlds, D^50", fontsize=10)
-    ax.legend(fontsize=7, loc="best")
+    low = min(float(y.min()), 100 * p["low"], 0.0)
+    ax.set_ylim(low - 0.35 * (100 * stats.PAPER_DELTA - low), 100 * stats.PAPER_DELTA + 0.8)
+    ax.legend(fontsize=7, loc="lower left", ncol=2)  # the room made below the seeds
     return save(fig, path)
