@@ -11,6 +11,8 @@ leaves to its runs."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import shlex
 from pathlib import Path
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from runners import study
+from runners import train_online as train_online_cli
 from runners.cli import parse
 from runners.online.command import build_config
 from runners.online.config import flat
@@ -177,3 +180,16 @@ def test_a_documented_study_command_parses_as_written(doc: str, options: str) ->
             assert all(same(v, t) for v, t in zip(value, values, strict=True)), (name, value)
         else:
             assert len(values) == 1 and same(value, values[0]), (name, values, value)
+
+
+def test_the_options_tables_choices_are_the_programs() -> None:
+    """Every ``--option {a,b}`` row of docs/train_online.md's options table names the choices
+    ``--help`` shows (a documented value the program refuses exits 2)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        train_online_cli.main(["--help"])
+    shown = dict(re.findall(r"(--[a-z-]+) \{([a-z0-9_,-]+)\}", out.getvalue()))
+    rows = re.findall(r"^\| `(--[a-z-]+) \{([a-z0-9_,-]+)\}`", (ROOT / "docs" / "train_online.md").read_text(), re.M)
+    assert len(rows) >= 5
+    for option, choices in rows:
+        assert shown.get(option) == choices, option
