@@ -133,7 +133,8 @@ _OPTIONAL = ("total_steps", "freeze_buffer_at", "freeze_ema_at", "settle", "fit_
 
 @dataclass(frozen=True)
 class AgentConfig:
-    """Every hyperparameter of the learner (defaults: the paper, Track C)."""
+    """Every hyperparameter of the learner (this class's defaults: the paper's, track C; a run's
+    come from its preset, and ``train_online --help`` shows the cpu preset's)."""
 
     track: Track = "C"  # A none, B residual injection, C LoRA, D FiLM, E hypernetwork
     seed: int = 0  # parameter init (torch); sources take their own seeds

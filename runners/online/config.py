@@ -102,7 +102,7 @@ class RunConfig:
     schedule: Annotated[Schedule, tyro.conf.OmitArgPrefixes] = field(default_factory=Schedule)
     output: Annotated[Output, tyro.conf.OmitArgPrefixes] = field(default_factory=Output)
     preset: Preset = "cpu"
-    """Learner size: cpu (tiny networks, 64 streams, learns in minutes), gpu (cpu at 512 streams, 6,000 steps: 1.5 minutes on one GPU with --capture), tiny (seconds, tests), paper (Tables 4-5)."""
+    """Learner size: cpu (tiny networks, 64 streams, learns in minutes), gpu (cpu at 512 streams, 6,000 steps: 1.5 minutes on one GPU with --capture), tiny (the smallest networks and 8 streams: for tests and smoke runs with a few --steps; minutes at the default steps), paper (Tables 4-5)."""
     device: Device = "auto"
     """auto = cuda when available, else cpu."""
     capture: bool = False
