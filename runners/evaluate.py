@@ -199,7 +199,6 @@ def predictions(png: Path, strips: Path, folder: RunFolder | None, track: str) -
     folder's bounds' rows where they are runs of their own."""
     from runners.online.strips import load_strips, prediction_figure, run_strips, split_strips
 
-    ensure_output_dir(png.parent, "the folder of --predictions")
     found = split_strips(load_strips(strips))
     if folder is not None:
         for name in ("floor", "ceiling"):
@@ -239,6 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ckpt, folder = locate(args.path, args.checkpoint)
     out = Path(args.out) if args.out else RunFolder.curve_path(ckpt)
     ensure_output_dir(out.parent, "the folder of --out" if args.out else "the checkpoint's folder")
+    if args.predictions:  # before any work: nothing is written when the figure cannot be
+        ensure_output_dir(Path(args.predictions).parent, "the folder of --predictions")
     device = resolve_device(args.device)
     set_threads(device)
 

@@ -37,6 +37,7 @@ def test_ensure_output_dir(tmp_path: Path) -> None:
                           "--shift-sequences", "10"]),
         ("train_online", [*TINY, "--steps", "5", "--out", NOWHERE]),
         ("evaluate", ["{checkpoint}", "--out", f"{NOWHERE}/curve.json"]),
+        ("evaluate", ["{checkpoint}", "--out", "{tmp}/c.json", "--predictions", f"{NOWHERE}/p.png"]),
         ("study", ["sweep", "--grid", "seed=1", "--out", NOWHERE, "--preset", "tiny", "--steps", "5"]),
         ("study", ["paper", "--out", NOWHERE, "--preset", "tiny", "--steps", "5"]),
         # with datasets that exist (any path: unread), so what fails is the output folder
