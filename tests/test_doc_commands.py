@@ -72,9 +72,9 @@ DEFAULTS = {"protocol": "worlds", "preset": "cpu", "track": "C", "seed": 0, "dev
             "after_switch": "memory", "out": "runs", "bounds": True}
 PAPER_DEFAULTS = {"source": "stream"}  # the paper protocol's own options
 #: ... ``--steps N``: 4500 (``--preset gpu``: 6000), by (preset, protocol); ``--switch``: at 2/3
-#: of the steps, worlds ``gravity=0.3,direction=45``, paper 0.5.
+#: of the steps, worlds ``gravity=0.75,direction=90``, paper 0.5.
 DEFAULT_STEPS = {("gpu", "worlds"): 6000, ("gpu", "paper"): 6000}
-DEFAULT_SWITCH = {"worlds": {"gravity": 0.3, "gravity_direction": 45.0}, "paper": {"gravity": 0.5}}
+DEFAULT_SWITCH = {"worlds": {"gravity": 0.75, "gravity_direction": 90.0}, "paper": {"gravity": 0.5}}
 #: A switch's parameter names as ``--switch`` takes them (docs/train_online.md, "Switches").
 SWITCH_NAMES = {"direction": "gravity_direction"}
 

@@ -24,7 +24,7 @@ def test_a_scale_multiplies_every_familys_range_and_the_switch() -> None:
                                 "extrap": base.extrap_gravity}
     args = gs.scale_args(2.0, 4500)
     assert args[args.index("--extrap-gravity") + 1:][:2] == ["1.2", "1.6"]
-    assert args[args.index("--switch") + 1] == "3000:gravity=0.6,direction=45"
+    assert args[args.index("--switch") + 1] == "3000:gravity=1.5,direction=90"
 
 
 def _summary(floor: float, oracle: float, same: float, wrong: float, blind: float) -> dict:
@@ -79,7 +79,7 @@ def test_study_runs_every_scale_writes_the_report_and_skips_finished_runs(tmp_pa
     runs = out / "runs" / "tiny-30"
     cfg = json.loads((runs / "gravity-2_seed-3" / "config.json").read_text())
     assert cfg["protocol"]["interp_gravity"] == [0.3, 0.9] and cfg["bounds"] is True
-    assert cfg["schedule"]["switches"][0]["physics"]["gravity"] == pytest.approx(0.6)
+    assert cfg["schedule"]["switches"][0]["physics"]["gravity"] == pytest.approx(1.5)
     report = json.loads((out / "report.json").read_text())
     assert report["missing"] == [] and list(report["scales"]) == ["1", "2"]
     bounds = json.loads((runs / "gravity-1_seed-3" / "summary.json").read_text())["bounds"]

@@ -232,6 +232,7 @@ def test_cli_keys_quit_and_resume(tmp_path: Path) -> None:
 #: small evaluation worlds.
 TINY_WORLDS = ["--preset", "tiny", "--eval-shift-test", "8", "--eval-world-seqs", "4", "--eval-worlds", "2", "--base-world-seqs", "4", "--base-worlds", "2", "--episode-steps", "21", "40"]  # fmt: skip
 SWITCH_WORLD = (0.3, 45.0)  # an interp switch world (held out)
+DEFAULT_WORLD = (0.75, 90.0)  # the default switch world (family extrap, held out)
 
 
 def distinct(streams: np.ndarray) -> int:
@@ -351,9 +352,9 @@ def test_cli_worlds_key_g_and_resume_in_the_held_world(tmp_path: Path) -> None:
         app.advance()
     assert len(stream_worlds(loops[0])) > 1 and not any(lp.learner.weights_frozen for lp in loops)
     app.key(pygame.K_g)  # every stream of every track in the switch world
-    assert app.held and app.switches == [(6, 0.3)]
+    assert app.held and app.switches == [(6, 0.75)]
     for loop in loops:
-        assert stream_worlds(loop) == {SWITCH_WORLD} and loop.learner.weights_frozen
+        assert stream_worlds(loop) == {DEFAULT_WORLD} and loop.learner.weights_frozen
         assert (loop.feed.shifted == 1).all()  # the new transitions are tagged as its world
     for _ in range(2):
         app.advance()
@@ -370,7 +371,7 @@ def test_cli_worlds_key_g_and_resume_in_the_held_world(tmp_path: Path) -> None:
     post_key(pygame.K_q)
     app.run()
     session.release()
-    assert app.step == 12 and app.switches == [(6, 0.3), (8, 0.0), (10, 0.3)]
+    assert app.step == 12 and app.switches == [(6, 0.75), (8, 0.0), (10, 0.75)]
     pygame.display.quit()
 
     root = tmp_path / "k"
@@ -382,15 +383,15 @@ def test_cli_worlds_key_g_and_resume_in_the_held_world(tmp_path: Path) -> None:
     app = again.app
     assert [d.name for d in app.drivers] == ["C", "A", "oracle"]  # the session's order
     assert app.worlds and app.step == 12 and app.held
-    assert app.switches == [(6, 0.3), (8, 0.0), (10, 0.3)]
-    assert app.snapshot().world.target == SWITCH_WORLD
+    assert app.switches == [(6, 0.75), (8, 0.0), (10, 0.75)]
+    assert app.snapshot().world.target == DEFAULT_WORLD
     for loop in again.loops:  # the checkpoint's world: every stream still held in it
-        assert stream_worlds(loop) == {SWITCH_WORLD} and loop.learner.weights_frozen
-        assert (loop.physics.gravity, loop.physics.gravity_direction) == SWITCH_WORLD
+        assert stream_worlds(loop) == {DEFAULT_WORLD} and loop.learner.weights_frozen
+        assert (loop.physics.gravity, loop.physics.gravity_direction) == DEFAULT_WORLD
     again.run()
-    assert app.held and app.switches[-1] == (10, 0.3)  # no switch at the resume
+    assert app.held and app.switches[-1] == (10, 0.75)  # no switch at the resume
     for loop in again.loops:
-        assert stream_worlds(loop) == {SWITCH_WORLD}
+        assert stream_worlds(loop) == {DEFAULT_WORLD}
         steps = zarr.open_group(str(loop.folder.root / "run.zarr"))["metrics/step"][:]
         assert steps.tolist() == list(range(16))  # no gap, no duplicate
     pygame.display.quit()

@@ -36,7 +36,7 @@ def test_worlds_is_the_default_and_paper_one_flag_away() -> None:
     for k, v in {**Worlds.learner, **preset}.items():
         assert getattr(w.agent, k) == v, k
     assert w.agent.context_frames == 4 and w.agent.recon_weight == 3.0
-    assert family_of(w.shift_physics) == "interp"  # the default switch is held out
+    assert family_of(w.shift_physics) == "extrap"  # the default switch is held out
     p = build_config(["--protocol", "paper"])
     assert p.schedule.final_ns == PAPER_FINAL_NS and p.schedule.best_min_sigma == 0.0
     assert p.agent.memory_scope == "global" and p.agent.context_frames == 1
