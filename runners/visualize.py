@@ -39,7 +39,7 @@ from runners.online.rundir import (
     new_folder,
     new_run_folder,
 )
-from runners.online.switch import SWITCH_SYNTAX, SwitchArg
+from runners.online.switch import SWITCH_SYNTAX, Switch, SwitchArg
 
 if TYPE_CHECKING:
     from runners.live.app import App
@@ -85,7 +85,9 @@ class Visualize:
     """learner steps of the run (default 3000)"""
     switch: Annotated[
         tuple[SwitchArg, ...], tyro.conf.UseAppendAction, tyro.conf.arg(
-            help=f"scripted physics switch before STEP, repeatable (as in train_online: {SWITCH_SYNTAX})")
+            help="scripted physics switch before STEP, repeatable (as in train_online: "
+            f"{SWITCH_SYNTAX}); default: one at 2/3 of --steps into G's target world "
+            "(--no-switch: none, G alone switches)")
     ] = ()
     after_switch: AfterSwitch | None = None
     """memory: freeze weights at the first switch (default); continual: keep learning"""
@@ -186,13 +188,27 @@ def track_config(args: Visualize, name: str, from_dir: Path | None, protocol: st
     tokens += ["--decoder-steps", "0"]  # no held-out report here: the view's decoder draws
     tokens += ["--no-bounds"]  # its floor and ceiling: the view's tracks (--bounds)
     tokens += ["--heads", *heads] if heads else []
-    # no scripted switch: the G key makes them
-    tokens += [t for sw in args.switch for t in ("--switch", str(sw))] or ["--no-switch"]
+    tokens += [t for sw in args.switch or default_switch(args, protocol, steps)
+               for t in ("--switch", str(sw))]  # fmt: skip
     if "source" in {f.name for f in dataclasses.fields(PROTOCOLS[protocol])}:
         tokens += ["--source", "stream", "--data", "None"]  # the view's own stream
     tokens += given(args, ("after_switch", "preset", "device", "checkpoint_every"))
     tokens += list(args.train_args)
     return build_config(tokens, saved, f"--from {from_dir}")
+
+
+def default_switch(args: Visualize, protocol: str, steps: int) -> list[str]:
+    """The view's scripted switch where no --switch is given: the run's default one, at 2/3 of
+    --steps into the protocol's switch world (worlds: gravity 0.75 straight down, held out;
+    paper: gravity 0.5), or into G's target where --shift-gravity / --shift-direction name
+    another; none with train_online's --no-switch (G alone switches) or fewer than 3 steps."""
+    if "--no-switch" in args.train_args or steps < 3:
+        return []
+    world = dict(PROTOCOLS[protocol].switch)
+    for name, value in (("gravity", args.shift_gravity), ("gravity_direction", args.shift_direction)):
+        if value is not None:
+            world[name] = value
+    return [str(Switch.make(steps * 2 // 3, world))]
 
 
 def session_runs(root: Path) -> list[Path]:

@@ -34,12 +34,16 @@ from runners.online.config import (
 )
 from runners.online.presets import PRESETS
 from runners.online.protocols import PROTOCOLS, Paper, Worlds
-from runners.online.switch import SwitchArg
+from runners.online.switch import Switch, SwitchArg
 
 TRAIN_PROG = "python -m runners.train_online"
 #: What may change on --resume (the rest belongs to the run and is read from its config.json).
 RESUMABLE = ("steps", "switches", "device", "eval_every", "checkpoint_every")
 
+
+#: Each protocol's default switch, as --help names it ("worlds g -> 0.75, direction -> 90; ...").
+DEFAULT_SWITCHES = "; ".join(f"{name} {Switch(0, protocol.switch).label()}"
+                             for name, protocol in PROTOCOLS.items())
 
 @dataclass
 class TrainCommand:
@@ -63,8 +67,7 @@ class TrainCommand:
     switch: Annotated[
         tuple[SwitchArg, ...],
         tyro.conf.UseAppendAction,
-        tyro.conf.arg(help_behavior_hint="(default at 2/3 of the steps: worlds "
-                      "gravity=0.3,direction=45; paper gravity -> 0.5)"),
+        tyro.conf.arg(help_behavior_hint=f"(default at 2/3 of the steps: {DEFAULT_SWITCHES})"),
     ] = ()
     """Switch the physics before STEP; repeatable. STEP:GRAVITY (3000:0.5) or STEP:NAME=VALUE,... with names gravity, direction (degrees, 90 = down), restitution, friction."""
     no_switch: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False

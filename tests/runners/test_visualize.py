@@ -188,6 +188,7 @@ def test_cli_keys_quit_and_resume(tmp_path: Path) -> None:
         str(tmp_path),
         "--name",
         "k",
+        "--no-switch",  # G alone switches
         *SMALL_EVAL,
     ]
     session = visualize.setup(argv, log=lambda _: None)
@@ -271,6 +272,31 @@ def test_fake_worlds_g_holds_every_stream_then_gives_them_back(surface: pygame.S
     app.screen.draw(app.snapshot())
 
 
+@pytest.mark.parametrize("argv, switches, target", [
+    ([], [(20, {"gravity": 0.75, "gravity_direction": 90.0})], DEFAULT_WORLD),  # the default
+    (["--shift-gravity", "0.5"], [(20, {"gravity": 0.5, "gravity_direction": 90.0})], (0.5, 90.0)),
+    (["--shift-direction", "45"], [(20, {"gravity": 0.75, "gravity_direction": 45.0})], (0.75, 45.0)),
+    (["--switch", "10:gravity=0.3,direction=45"], [(10, {"gravity": 0.3, "gravity_direction": 45.0})],
+     SWITCH_WORLD),
+    (["--no-switch"], [], DEFAULT_WORLD),  # G alone switches
+    (["--protocol", "paper"], [(20, {"gravity": 0.5})], (0.5, 90.0)),
+    (["--steps", "2"], [], DEFAULT_WORLD),  # too short for a switch
+])  # fmt: skip
+def test_default_command_switches_at_two_thirds_into_gs_target(
+    argv: list[str], switches: list, target: tuple[float, float]
+) -> None:
+    """With no --switch the view's run switches at 2/3 of --steps into the world G targets, so
+    the default command shows the adaptation; --no-switch leaves G alone."""
+    from runners import visualize
+
+    args = visualize.parse(["--steps", "30", *argv])
+    protocol = args.protocol or visualize.DEFAULT_PROTOCOL
+    for name in ("C", "A", visualize.ORACLE):
+        cfg = visualize.track_config(args, name, None, protocol, ("A", "C"))
+        assert [(sw.step, sw.params) for sw in cfg.schedule.switches] == switches
+        assert visualize.shift_target(args, cfg) == target
+
+
 def test_cli_worlds_scripted_switch_holds_every_stream(tmp_path: Path) -> None:
     from runners import visualize
 
@@ -340,7 +366,7 @@ def test_cli_worlds_key_g_and_resume_in_the_held_world(tmp_path: Path) -> None:
     from runners import visualize
 
     argv = ["--headless", "--tracks", "C", "A", "--steps", "200", "--out", str(tmp_path),
-            "--name", "k", *TINY_WORLDS]  # fmt: skip
+            "--name", "k", "--no-switch", *TINY_WORLDS]  # fmt: skip
     session = visualize.setup(argv, log=lambda _: None)
     app = session.app
     loops = session.loops
