@@ -214,10 +214,7 @@ def paired_lines(tracks: Mapping[str, TrackStats]) -> list[str]:
     out = []
     for attr in ("peak", "final"):
         iv = paired(tracks, attr)
-        out.append(f"- {attr}: {pct(iv['mean'], 2, '+')} [{pct(iv['low'], 2, '+')}, "
-                   f"{pct(iv['high'], 2, '+')}] over {iv['seeds']} seeds (bootstrap "
-                   f"[{pct(iv['boot_low'], 2, '+')}, {pct(iv['boot_high'], 2, '+')}]): "
-                   f"{stats.answer(iv['low'], iv['high'])}")
+        out.append(f"- {attr}: {question.interval_text(iv)}: {stats.answer(iv['low'], iv['high'])}")
     return ["Paired seed by seed, the delta's 95% t-interval over seeds and its outcome by the "
             "interval (C better, B better, equivalent within the paper's 4.74%, inconclusive: "
             "docs/preregistration.md):", "", *out, ""]

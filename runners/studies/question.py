@@ -86,14 +86,14 @@ def analyse(arms: Mapping[str, Sequence[Run]], oracle: str = "oracle") -> dict[s
         bounds = {a: arms[a] for a in (tracks.FLOOR, oracle)}
 
         def margin(rs: Mapping[str, Run]) -> float:
-            return _ratio(rs[tracks.FLOOR].at(fam) - rs[oracle].at(fam), rs[tracks.FLOOR].at(fam))
+            return stats.ratio(rs[tracks.FLOOR].at(fam) - rs[oracle].at(fam), rs[tracks.FLOOR].at(fam))
 
         def share(arm: str, memory: str) -> Callable[[Mapping[str, Run]], float]:
-            return lambda rs: _ratio(rs[tracks.FLOOR].at(fam) - rs[arm].at(fam, memory),
+            return lambda rs: stats.ratio(rs[tracks.FLOOR].at(fam) - rs[arm].at(fam, memory),
                                      rs[tracks.FLOOR].at(fam) - rs[oracle].at(fam))  # fmt: skip
 
         def carried(arm: str) -> Callable[[Mapping[str, Run]], float]:
-            return lambda rs: _ratio(rs[arm].at(fam, "wrong") - rs[arm].at(fam, "same"),
+            return lambda rs: stats.ratio(rs[arm].at(fam, "wrong") - rs[arm].at(fam, "same"),
                                      rs[tracks.FLOOR].at(fam) - rs[oracle].at(fam))  # fmt: skip
 
         memory_arms = [a for a in sorted(arms) if a not in (tracks.FLOOR, oracle)]
@@ -146,7 +146,7 @@ def after_switch(arms: Mapping[str, Sequence[Run]], oracle: str = "oracle") -> d
             m_late = _mean_over(run.stream["since_switch"], SETTLE, math.inf)
             row["tracks"][arm] = {"below": bool(late) and all(w["mean"] < f["mean"] for w, f in late),
                                   "below_floor": 1.0 - m_late / a_late,
-                                  "share": _ratio(a_late - m_late, a_late - o_late)}  # fmt: skip
+                                  "share": stats.ratio(a_late - m_late, a_late - o_late)}  # fmt: skip
         seeds[seed] = row
     memory_arms = sorted({a for row in seeds.values() for a in row["tracks"]})
     return {"per_seed": seeds, "jump_every_seed": all(r["jump"] >= MIN_JUMP for r in seeds.values()),
@@ -173,14 +173,17 @@ def switch_lines(sw: Mapping[str, Any]) -> list[str]:
             "", *table(["seed", "the floor's jump", *(f"track {a}: below, by, share" for a in arms)], rows), ""]
 
 
-def _ratio(num: float, den: float) -> float:
-    return num / den if math.isfinite(num) and math.isfinite(den) and den > 0 else math.nan
-
-
 def _iv(i: Mapping[str, Any], digits: int = 1) -> str:
     """``+1.2% [-0.3, +2.7]``."""
     return (f"{pct(i['mean'], digits, '+')} [{pct(i['low'], digits, '+')}, "
             f"{pct(i['high'], digits, '+')}]")
+
+
+def interval_text(i: Mapping[str, Any], digits: int = 2) -> str:
+    """An ``interval`` as the reports write it: ``+1.20% [-0.30, +2.70] over 10 seeds
+    (bootstrap [-0.20, +2.50])``."""
+    return (f"{_iv(i, digits)} over {i['seeds']} seeds (bootstrap "
+            f"[{pct(i['boot_low'], digits, '+')}, {pct(i['boot_high'], digits, '+')}])")
 
 
 def lines(q: Mapping[str, Any], figure: str | None = None) -> list[str]:

@@ -106,6 +106,12 @@ def summarize(values: Sequence[float], **boot_kwargs: float) -> Summary:
     return Summary(mean=mean, std=std, ci_low=low, ci_high=high, n=int(x.size))
 
 
+def ratio(num: float, den: float) -> float:
+    """``num / den`` where both are finite and ``den`` > 0 (every ratio of the reports: a D, a
+    gap below the floor), else NaN."""
+    return float(num) / float(den) if np.isfinite(num) and np.isfinite(den) and den > 0 else float("nan")
+
+
 def delta(d_b: float, d_c: float) -> float:
     """Pre-registered relative improvement of track C over track B: (D_B - D_C) / D_B."""
     if not np.isfinite(d_b) or not np.isfinite(d_c):

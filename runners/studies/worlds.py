@@ -246,13 +246,9 @@ def _blind(pp: dict[str, Any] | None) -> dict[str, Any]:
     return {"blind": blind, "blind_per_h": np.asarray(fams["pooled"]["blind"][:-1], np.float64)}
 
 
-def _ratio(a: float, b: float) -> float:
-    return a / b if np.isfinite(a) and np.isfinite(b) and b != 0.0 else math.nan
-
-
 def _share(d_a: float, d: float, d_o: float) -> float:
     """The share of the oracle's gap below the floor that ``d`` closes (NaN: no gap)."""
-    return _ratio(d_a - d, d_a - d_o) if d_a > d_o else math.nan
+    return stats.ratio(d_a - d, d_a - d_o) if d_a > d_o else math.nan
 
 
 def _lowest(rows: Mapping[str, Any], value: Callable[[Any], float]) -> str | None:
@@ -294,19 +290,19 @@ def _family_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[s
     """One family's own-memory numbers: D_A, D_oracle, the oracle gain, each memory track's
     drop, oracle share and wrong- and same-world gaps, and the delta with its outcome."""
     d_a, d_o = _arm_d(arms, tracks.FLOOR, fam), _arm_d(arms, ORACLE, fam)
-    gain = _ratio(d_a - d_o, d_a)
+    gain = stats.ratio(d_a - d_o, d_a)
     row: dict[str, Any] = {"d_A": d_a, "d_oracle": d_o, "oracle_gain": gain, "tracks": {}}
     for arm in memory_arms:
         d0, dn = _arm_d(arms, arm, fam, n=0), _arm_d(arms, arm, fam)
         row["tracks"][arm] = {
             "d0": d0, "d50": dn,
-            "memory_drop": _ratio(d0 - dn, d0),
-            "oracle_share": _ratio(d_a - dn, d_a - d_o) if gain >= MIN_ORACLE_GAIN else math.nan,
+            "memory_drop": stats.ratio(d0 - dn, d0),
+            "oracle_share": stats.ratio(d_a - dn, d_a - d_o) if gain >= MIN_ORACLE_GAIN else math.nan,
             "wrong_gap_per_seed": {
-                r.seed: _ratio(r.at(fam, "wrong") - r.at(fam), r.at(fam))
+                r.seed: stats.ratio(r.at(fam, "wrong") - r.at(fam), r.at(fam))
                 for r in arms[arm]},
-            "wrong_gap": _ratio(_arm_d(arms, arm, fam, "wrong") - dn, dn),
-            "same_gap": _ratio(_arm_d(arms, arm, fam, "same") - dn, dn),
+            "wrong_gap": stats.ratio(_arm_d(arms, arm, fam, "wrong") - dn, dn),
+            "same_gap": stats.ratio(_arm_d(arms, arm, fam, "same") - dn, dn),
         }
     # NaN where track B or C did not run
     dl = stats.delta(_arm_d(arms, tracks.INPUT, fam), _arm_d(arms, tracks.WEIGHTS, fam))
@@ -367,7 +363,7 @@ def _peer_seed(r: WorldsRun, fam: str, floor: WorldsRun | None,
     d_o = ceiling.at(fam) if ceiling else math.nan
     peer, wrong = r.at(fam, "same"), r.at(fam, "wrong")
     return {"peer": peer, "wrong": wrong, "own": r.at(fam), "d_A": d_a, "d_oracle": d_o,
-            "share": _share(d_a, peer, d_o), "wrong_gap": _ratio(wrong - peer, peer),
+            "share": _share(d_a, peer, d_o), "wrong_gap": stats.ratio(wrong - peer, peer),
             **_gravity_numbers(r, fam)}
 
 
@@ -501,7 +497,7 @@ def per_horizon_lines(arms: Mapping[str, Any], order: Sequence[str]) -> list[str
     if not blind:
         return lines
     cells = ([_arm_label(a), *(f"{x:.4f}" for x in b),
-              *(f"{_ratio(y, x):.2f}x" for y, x in zip(d, b, strict=True))] for a, b, d in blind)
+              *(f"{stats.ratio(y, x):.2f}x" for y, x in zip(d, b, strict=True))] for a, b, d in blind)
     return lines + [
         "", "Perfect world-blind physics in each arm's latent (the simulator branched at the "
         "input frame without gravity, rendered, encoded, scored by D; held-out worlds pooled, "

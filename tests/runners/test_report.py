@@ -68,6 +68,33 @@ def test_by_track_reproduces_the_papers_table_from_its_own_seeds(tmp_path):
     assert oc == "C"
 
 
+def test_paper_study_pairs_the_delta_seed_by_seed_with_its_t_interval(tmp_path):
+    """study paper's reading of the pre-registration: delta = (D_B - D_C) / D_B within each seed
+    both tracks ran, its 95% t-interval over those seeds, the outcome by the interval."""
+    from scipy.stats import t as student_t
+
+    from runners.studies import paper
+
+    recs = [runs.load_run(make_run(tmp_path / f"{t}{s}", t, s, p))
+            for t, seeds in PEAKS.items() for s, p in seeds.items()]
+    recs.append(runs.load_run(make_run(tmp_path / "C45", "C", 45, 0.70)))  # no B: not paired
+    tracks = runs.by_track(recs)
+    per_seed = {s: (PEAKS["B"][s] - PEAKS["C"][s]) / PEAKS["B"][s] for s in (42, 43, 44)}
+    iv = paper.paired(tracks, "peak")
+    assert iv["seeds"] == 3 and set(iv["per_seed"]) == {"42", "43", "44"}
+    assert [iv["per_seed"][str(s)] for s in (42, 43, 44)] == pytest.approx(list(per_seed.values()), abs=1e-6)
+    x = np.array(list(per_seed.values()))
+    half = student_t.ppf(0.975, 2) * x.std(ddof=1) / np.sqrt(3)
+    assert (iv["low"], iv["high"]) == pytest.approx((x.mean() - half, x.mean() + half), abs=1e-6)  # float32 records
+    final = paper.paired(tracks, "final")  # each run's last evaluation: its peak + 0.01
+    assert final["per_seed"]["42"] == pytest.approx((0.8317 - 0.7876) / 0.8317, abs=1e-6)
+    lines = paper.paired_lines(tracks)
+    assert lines[2] == (f"- peak: {100 * iv['mean']:+.2f}% [{100 * iv['low']:+.2f}%, "
+                        f"{100 * iv['high']:+.2f}%] over 3 seeds (bootstrap "
+                        f"[{100 * iv['boot_low']:+.2f}%, {100 * iv['boot_high']:+.2f}%]): "
+                        f"{stats.answer(iv['low'], iv['high'])}")
+
+
 def test_group_table_pools_seeds(tmp_path):
     recs = []
     for lam, base in (("0.05", 0.78), ("0.1", 0.81)):
