@@ -85,11 +85,11 @@ def progress_bar(steps: int, done: int) -> tqdm:
 def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool) -> int:
     """Run (or continue) the online run in ``folder`` (held by this process) to its end or to a
     stop request; at its end, with its floor and ceiling as heads on its latent
-    (``agent.heads``), the bounds (``runners.online.bounds``). 0 either way (a stopped run is
-    continued with ``--resume``)."""
+    (``agent.heads``), the bounds (``runners.online.bounds``). 0 at its end; stopped,
+    ``StopRequest.exit_code`` (continued with ``--resume``)."""
     s = run(cfg, folder, stop, resume=resume)
     if s is None:
-        return 0
+        return stop.exit_code
     if (b := bounds.from_heads(s, cfg.schedule.headline_n)) is not None:
         s["bounds"] = b  # the floor and the ceiling fit as heads on the run's latent
         bounds_figure(folder, s)
@@ -137,7 +137,11 @@ def run(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool
     if resume:
         if loop.step_count > cfg.schedule.steps:
             raise CliError(f"--steps {cfg.schedule.steps} is below the {loop.step_count} steps this run has done")
-        print(f"{PROG}: resuming at step {loop.step_count} of {cfg.schedule.steps}")
+        if loop.step_count == cfg.schedule.steps:
+            print(f"{PROG}: the run had finished its {cfg.schedule.steps} steps: its ending again "
+                  "(a larger --steps trains on)")
+        else:
+            print(f"{PROG}: resuming at step {loop.step_count} of {cfg.schedule.steps}")
     try:
         reason = iterate(loop)
     except OSError as err:  # a full or vanished disk mid-run: say what survived
@@ -182,7 +186,7 @@ def train_stacked(cfgs: list[RunConfig], folders: list[RunFolder], stop: StopReq
         bar.close()
     if not stack.done:
         stopped(loops, stop.reason, "checkpoints")
-        return 0
+        return stop.exit_code
     stack.sync()
     for loop in loops:
         end(loop.folder.root, finish(loop))

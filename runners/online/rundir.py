@@ -234,6 +234,10 @@ def existing_run_folder(path: str | Path, option: str = "--resume") -> RunFolder
 LAUNCHER_PID = "RUNNERS_LAUNCHER_PID"
 
 
+#: The exit status of a run stopped by a PAUSE file or its launcher's end (EX_TEMPFAIL).
+STOPPED_EXIT = 75
+
+
 class StopRequest:
     """Ctrl-C, SIGTERM, a PAUSE file or, for a run the launcher started, the end of the
     launcher's process (killed, say: its runs then stop with a checkpoint rather than train on
@@ -242,6 +246,7 @@ class StopRequest:
     def __init__(self, pause_file: Path | None = None) -> None:
         self.pause_file = pause_file
         self.reason: str | None = None
+        self.signum: int | None = None
         self._old: dict[int, object] = {}
         launcher = os.environ.get(LAUNCHER_PID, "")
         self.launcher = int(launcher) if launcher.isdigit() else None
@@ -263,6 +268,14 @@ class StopRequest:
         if self.reason is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C: stop now
         self.reason = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        """The exit status of a run this stopped, never 0 (a finished run's) so a script can
+        tell: a signal's 128 + its number as a shell gives it (Ctrl-C 130, SIGTERM 143), else
+        75 (EX_TEMPFAIL: a PAUSE file, the launcher's end); ``--resume`` continues it."""
+        return 128 + self.signum if self.signum is not None else STOPPED_EXIT
 
     def request(self, reason: str) -> None:
         """Ask the loop to stop (the visualizer's Q key, tests)."""

@@ -366,3 +366,22 @@ def test_after_the_freeze_only_what_can_change_is_evaluated(tmp_path: Path, prot
     rows = Recorder(tmp_path / "run", read_only=True).read_eval()["step"].tolist()
     assert rows == evaluated
     assert evaluated == ([20, 30] if protocol == "worlds" else [20, 30, 40, 60])
+
+
+@pytest.mark.parametrize("how, reason, code", [
+    (signal.SIGINT, "Ctrl-C", 130), (signal.SIGTERM, "SIGTERM", 143), ("pause", "PAUSE file", 75),
+])  # fmt: skip
+def test_a_stop_request_names_its_cause_and_a_nonzero_exit_status(
+    tmp_path: Path, how: object, reason: str, code: int
+) -> None:
+    """Ctrl-C, SIGTERM and a PAUSE file stop a run with a reason and an exit status a script
+    can tell from a finished run's 0 (a shell's 128 + signal; 75 for a PAUSE file)."""
+    pause = tmp_path / "PAUSE"
+    with StopRequest(pause) as stop:
+        assert not stop.requested
+        if how == "pause":
+            pause.touch()
+        else:
+            os.kill(os.getpid(), how)  # handled here: the flag, no exception
+        assert stop.requested and stop.reason == reason and stop.exit_code == code
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored

@@ -160,8 +160,8 @@ def test_stop_and_resume_without_gap(tmp_path: Path, how: str, uninterrupted: Pa
     out, err = proc.communicate(timeout=120)
     if how == "sigkill":
         assert proc.returncode == -signal.SIGKILL
-    else:
-        assert proc.returncode == 0, err
+    else:  # not 0, a finished run's: a script can tell (PAUSE file: 75; SIGTERM: 128 + 15)
+        assert proc.returncode == (75 if how == "pause" else 143), err
         assert "stopped by" in out and f"--resume {run}" in out
         assert "Traceback" not in err
     ckpt = torch.load(run / "checkpoints" / "latest.pt", weights_only=False)
@@ -176,6 +176,12 @@ def test_stop_and_resume_without_gap(tmp_path: Path, how: str, uninterrupted: Pa
     assert all(len(v) == STOP_END for v in m.values())
     assert_same_run(uninterrupted, run)
     assert_summary_counts_the_metrics(run, switch=10)
+    if how == "pause":  # resuming the finished run says so, and adds no step
+        again = cli("train_online", "--resume", str(run))
+        assert again.returncode == 0, again.stderr
+        assert f"the run had finished its {STOP_END} steps" in again.stdout
+        assert "resuming at" not in again.stdout
+        np.testing.assert_array_equal(metrics(run)["step"], np.arange(STOP_END))
 
 
 def assert_summary_counts_the_metrics(run: Path, switch: int) -> None:
