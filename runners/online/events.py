@@ -23,6 +23,7 @@ flushes it first: the stream goes on with no step lost and none repeated.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -115,7 +116,14 @@ def ending_scalars(s: Mapping[str, Any]) -> dict[str, float]:
         for label, fams in px["rows"].items():
             out.update({f"pixels/h{px['horizons'][k]}/{fam}/{label}": v[k]
                         for fam, v in fams.items()})  # fmt: skip
-    return {k: float(v) for k, v in out.items() if v is not None}
+    return {tag(k): float(v) for k, v in out.items() if v is not None}
+
+
+def tag(name: str) -> str:
+    """A TensorBoard tag of a name made of report labels: each run of characters other than
+    letters, digits and ``_ . / ^ -`` one ``_`` ("pixels/h8/pooled/ceiling (oracle)" ->
+    "pixels/h8/pooled/ceiling_oracle"), so the tag is one word in a shell and in a regex filter."""
+    return "/".join(re.sub(r"[^\w.^-]+", "_", part).strip("_") for part in name.split("/"))
 
 
 def _pixel_rows(px: Mapping[str, Any] | None) -> dict[str, Any] | None:

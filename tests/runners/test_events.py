@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-from runners.online.events import ENDING, ending_scalars, write_ending
+from runners.online.events import ENDING, ending_scalars, tag, write_ending
 from tests.runners.cli_helpers import assert_events_are_the_store, event_scalars, read_events
 from tests.runners.test_loop import open_loop, tiny_config
 
@@ -60,6 +60,8 @@ def test_the_ending_is_the_summary_and_replaces_an_earlier_one(tmp_path: Path) -
     fig, ax = plt.subplots(figsize=(2, 1))
     fig.savefig(tmp_path / "figures" / "overview.png")
     plt.close(fig)
+    assert tag("pixels/h8/interp/true future, decoded") == "pixels/h8/interp/true_future_decoded"
+    assert tag("bounds/D^50/pooled/ceiling (oracle)") == "bounds/D^50/pooled/ceiling_oracle"
     assert ending_scalars(s) == {"end/D_shift^0": 0.9, "end/D_shift^50": 0.7,
                                  "held_out/D^50/interp/own": 0.6, "pixels/h8/interp/own": 9.5,
                                  "pixels/h8/interp/no_change": 12.0}  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -55,7 +56,8 @@ def test_a_run_draws_what_each_learner_predicts_and_the_decoder_changes_nothing(
     # among its numbers) with the strips' figure.
     acc = assert_events_are_the_store(run)
     ending = ending_scalars(s)
-    assert "pixels/h8/pooled/ceiling (oracle)" in ending and "bounds/D^50/pooled/floor" in ending
+    assert "pixels/h8/pooled/ceiling_oracle" in ending and "bounds/D^50/pooled/floor" in ending
+    assert all(re.fullmatch(r"[\w.^/-]+", t) for t in ending), ending  # one word each
     for tag, value in ending.items():
         steps, got = event_scalars(acc, tag)
         assert list(steps) == [40] and got[0] == np.float32(value), tag
