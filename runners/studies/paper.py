@@ -283,6 +283,11 @@ def _main_section(tracks: Mapping[str, TrackStats], d: float, oc: str, figs: Pat
               f"{_escape(stats.OUTCOME_TEXT[PAPER_OUTCOME])} |", ""]
     if INPUT in tracks and WEIGHTS in tracks:
         lines += paired_lines(tracks)
+        question.figure({"C against B, D_shift^50 at the guarded peak": paired(tracks, "peak"),
+                         "... at the last step": paired(tracks, "final")},
+                        figs / "delta_per_seed.png")  # fmt: skip
+        lines += ["![delta per seed with its interval, at the peak and at the last step]"
+                  "(figures/delta_per_seed.png)", ""]
     if FLOOR in tracks and WEIGHTS in tracks:
         sec = stats.delta(tracks[FLOOR].peak.mean, tracks[WEIGHTS].peak.mean)
         lines += [f"Secondary (not pre-registered): (D_A - D_C) / D_A = {pct(sec, 2)} "

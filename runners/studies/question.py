@@ -220,26 +220,32 @@ def lines(q: Mapping[str, Any], figure: str | None = None) -> list[str]:
     return out
 
 
-def figure(q: Mapping[str, Any], path: Path) -> Path:
-    """delta per seed (peer memory, pooled) as points, the mean and its t-interval as a band,
-    0 and the paper's 4.74% as lines."""
-    p = q["primary"]
-    seeds = list(p["per_seed"])
-    y = 100 * np.asarray([p["per_seed"][s] for s in seeds], dtype=np.float64)
+def figure(panels: Mapping[str, Mapping[str, Any]], path: Path) -> Path:
+    """One panel an ``interval`` of delta (its title the key): the seeds' deltas as points, the
+    mean and its t-interval as a band, 0 and the paper's 4.74% as lines; the panels share y."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 3.4))
-    x = np.arange(len(seeds))
-    ax.axhspan(100 * p["low"], 100 * p["high"], color=TRACK_COLORS[tracks.WEIGHTS], alpha=0.18,
-               label=f"95% interval of the mean ({p['outcome']})")
-    ax.axhline(100 * p["mean"], color=TRACK_COLORS[tracks.WEIGHTS], lw=1.5, label="mean over seeds")
-    ax.axhline(0.0, color="black", lw=0.8)
-    ax.axhline(100 * stats.PAPER_DELTA, color="grey", ls="--", lw=1.0, label="the paper's 4.74%")
-    ax.plot(x, y, "o", color=TRACK_COLORS[tracks.WEIGHTS], label="one seed")
-    ax.set_xticks(x, seeds)
-    ax.set_xlabel("seed")
-    ax.set_ylabel("delta = (D_B - D_C) / D_B, %")
-    ax.set_title("Weights (C) against input (B): peer memory, held-out worlds, D^50", fontsize=10)
-    low = min(float(y.min()), 100 * p["low"], 0.0)
-    ax.set_ylim(low - 0.35 * (100 * stats.PAPER_DELTA - low), 100 * stats.PAPER_DELTA + 0.8)
-    ax.legend(fontsize=7, loc="lower left", ncol=2)  # the room made below the seeds
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels) ** 0.6, 3.4), sharey=True,
+                             squeeze=False)  # fmt: skip
+    color = TRACK_COLORS[tracks.WEIGHTS]
+    lows = [100 * stats.PAPER_DELTA]
+    for ax, (title, p) in zip(axes[0], panels.items(), strict=True):
+        seeds = list(p["per_seed"])
+        y = 100 * np.asarray([p["per_seed"][s] for s in seeds], dtype=np.float64)
+        x = np.arange(len(seeds))
+        if np.isfinite(p["low"]):
+            ax.axhspan(100 * p["low"], 100 * p["high"], color=color, alpha=0.18,
+                       label=f"95% interval of the mean ({p.get('outcome') or stats.answer(p['low'], p['high'])})")
+        ax.axhline(100 * p["mean"], color=color, lw=1.5, label="mean over seeds")
+        ax.axhline(0.0, color="black", lw=0.8)
+        ax.axhline(100 * stats.PAPER_DELTA, color="grey", ls="--", lw=1.0, label="the paper's 4.74%")
+        ax.plot(x, y, "o", color=color, label="one seed")
+        ax.set_xticks(x, seeds)
+        ax.set_xlabel("seed")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=7, loc="lower left", ncol=2)  # the room made below the seeds
+        lows += [float(np.nanmin(y)), 100 * p["low"] if np.isfinite(p["low"]) else 0.0, 0.0]
+    top = max(100 * stats.PAPER_DELTA, *(100 * float(np.nanmax(list(p["per_seed"].values())))
+                                         for p in panels.values()))  # fmt: skip
+    axes[0][0].set_ylabel("delta = (D_B - D_C) / D_B, %")
+    axes[0][0].set_ylim(min(lows) - 0.35 * (top - min(lows)), top + 0.8)
     return save(fig, path)

@@ -133,7 +133,9 @@ def report(opts: Options, plan: launch.Plan, commands: list[str]) -> Path:
         fig_curves(runs, Path(opts.out) / "figures" / "held_out_curves.png")
         body = []
         if result["question"] is not None:  # tracks B and C: the paper's question leads
-            question.figure(result["question"], Path(opts.out) / "figures" / "delta_per_seed.png")
+            question.figure({"Weights (C) against input (B): peer memory, held-out worlds, D^50":
+                             result["question"]["primary"]},
+                            Path(opts.out) / "figures" / "delta_per_seed.png")  # fmt: skip
             body = question.lines(result["question"], "figures/delta_per_seed.png")
         if result["after_switch"] is not None:
             body += question.switch_lines(result["after_switch"])

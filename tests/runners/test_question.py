@@ -84,8 +84,8 @@ def test_the_report_leads_with_the_answer_and_draws_the_seeds(tmp_path: Path) ->
     assert text.startswith("## The paper's question")
     assert f"Outcome: **{p['outcome']}**" in text and "figures/delta_per_seed.png" in text
     assert all(f"| {s} |" in text for s in ("0", "1", "2"))
-    path = question.figure(q, tmp_path / "f.png")
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    path = question.figure({"peer": p, "one seed": question.interval({"0": 0.01})}, tmp_path / "f.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # (one seed: no interval to draw)
 
 
 def windows(*means: float) -> list[dict]:
