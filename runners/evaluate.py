@@ -39,8 +39,8 @@ from runners.online.command import config_from_dict
 from runners.online.config import Device, Paper, RunConfig, Schedule, Worlds, resolve
 from runners.online.evaluation import WorldsEvaluator, world_probe_report
 from runners.online.parts import resolve_device, set_threads
+from runners.online.protocols import PROTOCOLS
 from runners.online.rundir import RunFolder
-from runners.online.store import open_store
 from runners.online.summary import (
     curve_report,
     format_curve,
@@ -50,7 +50,6 @@ from runners.online.summary import (
 )
 
 if TYPE_CHECKING:
-    import env
     from agent import AgentConfig, Learner
 
 PROG = "evaluate"
@@ -140,39 +139,23 @@ def run_config(ckpt: Path, folder: RunFolder | None) -> RunConfig:
 
 
 def check_options(args: Evaluate, cfg: RunConfig) -> None:
-    """Refuses (``CliError``) the options that do not fit the run's protocol or agent."""
-    if args.world_probe and not cfg.protocol.many_worlds:
-        raise CliError("--world-probe: a worlds-protocol run only")
-    if args.predictions and not (cfg.protocol.many_worlds and cfg.schedule.decoder_steps):
-        raise CliError("--predictions: a worlds-protocol run with a pixel decoder (--decoder-steps "
-                       "> 0) only")
+    """Refuses (``CliError``) the options that do not fit the run's protocol (each protocol
+    names its own: ``evaluate_options``) or agent; applies the held-out worlds' sizes."""
+    for kind, protocol in PROTOCOLS.items():
+        for name in set(protocol.evaluate_options) - set(cfg.protocol.evaluate_options):
+            if getattr(args, name) not in (None, False):
+                raise CliError(f"--{name.replace('_', '-')}: a {kind}-protocol run only")
+    if args.predictions and not cfg.schedule.decoder_steps:
+        raise CliError("--predictions: a run with a pixel decoder (--decoder-steps > 0) only")
     if args.probe_worlds < 1 or args.probe_steps < 1:
         raise CliError("--probe-worlds and --probe-steps must be at least 1")
-    if args.target_reference and (cfg.protocol.many_worlds or cfg.agent.context_frames != 1):
-        raise CliError("--target-reference: a paper-protocol run (one context frame) only")
+    if args.target_reference and cfg.agent.context_frames != 1:
+        raise CliError("--target-reference: a run of one context frame only")
     sizes = {"eval_worlds": args.eval_worlds, "eval_world_seqs": args.eval_world_seqs}
     if any(v is not None for v in sizes.values()):
-        if not cfg.protocol.many_worlds:
-            raise CliError("--eval-worlds, --eval-world-seqs: a worlds-protocol run only")
         cfg.protocol = dataclasses.replace(
             cfg.protocol, **{k: v for k, v in sizes.items() if v is not None})
         cfg.protocol.check(cfg.schedule.switches)  # one line naming a bad size
-
-
-def open_data(args: Evaluate, cfg: RunConfig, ns: tuple[int, ...]) -> env.PaperDataset | None:
-    """The --data store, or None (the splits are generated); sets ``cfg`` to use the store's
-    splits whole, or (worlds protocol) to generate world sets long enough for ``ns``."""
-    store = None
-    if args.data:
-        if cfg.protocol.many_worlds:
-            raise CliError("--data: a worlds-protocol run is evaluated on generated worlds only")
-        store = open_store(args.data)
-        cfg.protocol = dataclasses.replace(cfg.protocol, data=args.data, eval_shift_train=10**9,
-                                           eval_base_test=10**9)  # whole splits
-        cfg.schedule.eval_shift_test = 10**9
-    if cfg.protocol.many_worlds:
-        cfg.schedule.final_ns = ns  # the world sets are long enough for the largest n
-    return store
 
 
 def world_probe(
@@ -211,7 +194,7 @@ def print_report(args: Evaluate, rep: dict, ckpt: Path, cfg: RunConfig, step: in
     """Prints the report: the curve, then what the protocol and the options added to it."""
     print(f"{ckpt} (track {cfg.agent.track}, step {step}); data: {rep['data']}")
     print(format_curve(rep))
-    if cfg.protocol.many_worlds:
+    if "held_out" in rep:
         print("\n" + tables_text(held_out_tables(rep["held_out"], f"at step {step}")))
         iv = rep["held_out"].get("intervals")  # (its families in order, then pooled)
         print("\n".join(interval_text(iv, list(iv["margin"]) if iv else [])))
@@ -249,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     agent_cfg = cfg.agent
     ns = tuple(sorted(set(args.n if args.n is not None else cfg.protocol.final_ns)))
     check_options(args, cfg)
-    evaluator = cfg.protocol.evaluator(cfg, open_data(args, cfg, ns))
+    evaluator = cfg.protocol.evaluator(cfg, cfg.protocol.for_evaluation(cfg, args.data, ns))
 
     learner = Learner(agent_cfg, device=device)
     try:
@@ -261,11 +244,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         data=args.data or "generated in memory (env.generate_sequences)",
         horizons=list(agent_cfg.horizons),
     )
-    if cfg.protocol.many_worlds:
-        strips = out.with_name(out.name.removesuffix(".json").removesuffix(".eval") + ".strips.npz")
-        rep["held_out"] = evaluator.report(learner, ns, strips)
-        if args.predictions:
-            predictions(Path(args.predictions), strips, folder, agent_cfg.track)
+    strips = out.with_name(out.name.removesuffix(".json").removesuffix(".eval") + ".strips.npz")
+    if (held := evaluator.report(learner, ns, strips)) is not None:  # worlds: the held-out report
+        rep["held_out"] = held
+    if args.predictions:  # (the held-out report drew them)
+        predictions(Path(args.predictions), strips, folder, agent_cfg.track)
     if args.world_probe:
         rep["world_probe"] = world_probe(args, learner, evaluator, agent_cfg, ns)
     if args.target_reference:

@@ -1,7 +1,7 @@
 """The floor and the ceiling beside the chosen track: what memory is measured against.
 
 A run of the worlds protocol that settles fits, by default (``--bounds``), two more heads on its
-one latent (``agent.heads``; ``runners.online.config.BOUND_HEADS``), scored on the same windows:
+one latent (``agent.heads``; ``Worlds.bound_heads``), scored on the same windows:
 
 - the **floor**: track A, the same predictor without a memory pathway;
 - the **ceiling**: the chosen track's modulation fed the true physics of each sample's world in

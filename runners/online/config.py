@@ -116,11 +116,10 @@ class RunConfig:
         return self.schedule.switches[0].step if self.schedule.switches else None
 
     def phase_label(self, step: int) -> str:
-        """What the streams live in during ``step`` (for plots): a physics label, or the
-        training worlds before the worlds protocol's first switch."""
-        if self.protocol.many_worlds and (self.first_switch is None or step < self.first_switch):
-            return self.protocol.where()
-        return physics_label(self.physics_at(step))
+        """What the streams live in during ``step`` (for plots): the protocol's word for its
+        streams' worlds (``where``) where they live in many, else a physics label."""
+        held = self.first_switch is not None and step >= self.first_switch
+        return self.protocol.phase_label(physics_label(self.physics_at(step)), held)
 
     @property
     def base_physics(self) -> PhysicsParams:
@@ -314,11 +313,6 @@ def device_name(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-#: The heads that bound a worlds run (``--bounds``): the floor (track A) and the ceiling (the
-#: oracle), by their head names (``agent.heads``).
-BOUND_HEADS = ("A", "oracle")
-
-
 def resolve(cfg: RunConfig) -> RunConfig:
     """Check what the field types cannot, fill in the derived values; ``CliError`` naming the
     option. Resolving a resolved config changes nothing."""
@@ -368,10 +362,10 @@ def resolve(cfg: RunConfig) -> RunConfig:
         raise CliError(f"--name must be a plain folder name, got {out.name!r}")
     if cfg.agent.total_steps is None:
         cfg.agent = cfg.agent.replace(total_steps=schedule_horizon(cfg))
-    if cfg.bounds and cfg.protocol.many_worlds and cfg.agent.settle is not None:
-        # the floor and the ceiling as heads on the run's one settled latent (agent.heads)
+    if cfg.bounds and cfg.agent.settle is not None:
+        # the protocol's floor and ceiling as heads on the run's one settled latent (agent.heads)
         own, heads = cfg.agent.head_name, cfg.agent.heads
-        bounds = tuple(h for h in BOUND_HEADS if h != own and h not in heads)
+        bounds = tuple(h for h in cfg.protocol.bound_heads if h != own and h not in heads)
         cfg.agent = cfg.agent.replace(heads=bounds + heads)
     if cfg.agent.precision == "bf16":
         why = bf16_unsupported(device_name(cfg.device))

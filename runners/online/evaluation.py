@@ -142,6 +142,12 @@ class CurveEvaluator:
         """The periodic evaluation at the learner's current step."""
         return EvalRecord.from_results(learner.step, self.curve(learner), self.horizons)
 
+    def report(self, learner: Learner, ns: Sequence[int], strips: Path | None = None
+               ) -> dict[str, Any] | None:  # fmt: skip
+        """The protocol's report beyond the curve (a run's and ``runners.evaluate``'s
+        ``held_out``), ``strips`` the decoded predictions' file where it draws them. None here."""
+        return None
+
     def weights_final(self, learner: Learner) -> None:
         """Told that the learner's weights will not change again (they froze): work on them
         may start early. Nothing here."""

@@ -21,7 +21,6 @@ from tqdm import tqdm
 from runners.cli import CliError, os_error_message
 from runners.online import bounds
 from runners.online.config import RunConfig, describe, precision_note
-from runners.online.evaluation import WorldsEvaluator
 from runners.online.events import write_ending
 from runners.online.loop import OnlineLoop
 from runners.online.plots import bounds_figure, make_figures
@@ -205,9 +204,10 @@ def finish(loop: OnlineLoop) -> dict[str, Any]:
             checkpoint=str(folder.latest),
             data=cfg.protocol.data or "generated in memory (env.generate_sequences)",
             horizons=list(cfg.agent.horizons))
-        if isinstance(loop.evaluator, WorldsEvaluator):  # the held-out worlds' D^n per memory
-            rep["held_out"] = loop.evaluator.report(loop.learner, cfg.schedule.final_ns,
-                                                    RunFolder.strips_path(folder.latest))
+        held = loop.evaluator.report(loop.learner, cfg.schedule.final_ns,
+                                     RunFolder.strips_path(folder.latest))
+        if held is not None:  # worlds: the held-out worlds' D^n per memory
+            rep["held_out"] = held
         path.write_text(json.dumps(rep, indent=2) + "\n")
     s = summarise(loop, final_curve=rep["curve"], stopped=None, held_out=rep.get("held_out"))
     loop.close()

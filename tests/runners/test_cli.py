@@ -39,6 +39,8 @@ from runners.cli import CliError, parse, run_main
         ("study", ["worlds", "--tracks", "F"], "--tracks: expected one of 'A', 'B', 'C', 'D', 'E'"),
         ("study", ["gravity", "--scales", "x"], "--scales"),
         ("train_online", ["--capture"], "--capture: the step cannot run the stream latent cache"),
+        ("train_online", ["--protocol", "paper", "--stack-seeds", "1"],
+         "--stack-seeds: stacked seeds run the worlds protocol"),
     ],
 )
 def test_bad_command_line_is_one_line_exit_2(monkeypatch, capsys, module, argv, message):

@@ -111,6 +111,11 @@ def test_switch_resume_evaluate(tmp_path: Path) -> None:
     ref = json.loads((run / "checkpoints" / "best.eval.json").read_text())["target_reference"]
     assert ref["n"] == 50 and ref["latent_gap"] > 0  # the EMA lags the online encoder
     assert "reference: its EMA target latent" in ev_best.stdout
+    assert "held_out" not in ref and "held-out worlds" not in ev_best.stdout  # the worlds' report
+    for option in ("--world-probe", "--eval-worlds 3", "--predictions p.png"):  # the worlds' own
+        refused = cli("evaluate", str(run), *option.split())
+        assert_one_line_error(refused, f"{option.split()[0]}: a worlds-protocol run only",
+                              module="evaluate")  # fmt: skip
 
 
 def _start(out: Path, *args: str) -> subprocess.Popen[str]:

@@ -222,8 +222,10 @@ def test_run_writes_held_out_curves(tmp_path: Path) -> None:
     few = cli("evaluate", str(tmp_path / "w"), "--eval-worlds", "1")
     assert few.returncode == 2 and "eval_worlds must be at least 2" in few.stderr
     refused = cli("evaluate", str(tmp_path / "w"), "--target-reference")
-    assert refused.returncode == 2 and "paper-protocol run" in refused.stderr
+    assert refused.returncode == 2 and "--target-reference: a paper-protocol run only" in refused.stderr
     assert "Traceback" not in refused.stderr
+    refused = cli("evaluate", str(tmp_path / "w"), "--data", str(tmp_path / "some.zarr"))
+    assert refused.returncode == 2 and "--data: a paper-protocol run only" in refused.stderr
     probe = cli("evaluate", str(tmp_path / "w"), "--n", "0", "--world-probe", "--probe-worlds",
                 "2", "--probe-steps", "5", "--out", str(tmp_path / "probe.json"))
     assert probe.returncode == 0, probe.stderr

@@ -3,10 +3,11 @@
 A protocol is the dataclass of its options (``--protocol NAME`` picks it; its fields are
 options), and everything that differs between protocols is asked of it, never its name: its
 learner on top of the preset (``learner``), its default switch, final curve and collapse guard,
-its checks, where its streams live (``where``), its feed and its evaluator, and whether its
-streams live in many worlds at once, evaluated on held-out worlds between a floor and a
-ceiling (``many_worlds``). A third protocol is
-one new module here, in ``PROTOCOLS``.
+its checks, where its streams live (``where``, ``phase_label``), its feed and its evaluator
+(and evaluate's options and store: ``evaluate_options``, ``for_evaluation``), the heads that
+bound its runs (``bound_heads``), whether its seeds stack (``stacks``), and whether its streams
+live in many worlds at once (``many_worlds``). A third protocol is one new module here, in
+``PROTOCOLS``.
 """
 
 from runners.online.protocols.paper import Paper, Source

@@ -9,6 +9,7 @@ generated ones. Definitions: docs/definitions.md; the options: docs/train_online
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
@@ -50,6 +51,12 @@ class Paper:
     names: ClassVar[tuple[str, str, str]] = ("shift test", "memories", "base test")
     #: The protocol's learner on top of the preset's: the paper's own (Tables 4-5).
     learner: ClassVar[dict[str, Any]] = {}
+    #: No floor or ceiling beside its runs (``Worlds.bound_heads``).
+    bound_heads: ClassVar[tuple[str, ...]] = ()
+    #: Its seeds train one run a process (``Worlds.stacks``).
+    stacks: ClassVar[bool] = False
+    #: ``runners.evaluate``'s options for this protocol's runs alone.
+    evaluate_options: ClassVar[tuple[str, ...]] = ("data", "target_reference")
     base_gravity: float = 0.0
     """Gravity of the base world (px/frame^2) before any switch."""
     source: Source = "stream"
@@ -67,6 +74,11 @@ class Paper:
 
     def where(self) -> str:
         return f"{self.source} source"
+
+    def phase_label(self, physics: str, switched: bool) -> str:
+        """What the streams live in: one world, ``physics`` (its label), switched or not."""
+        del switched
+        return physics
 
     def base_physics(self) -> PhysicsParams:
         """The base world's physics, before any switch."""
@@ -101,6 +113,17 @@ class Paper:
         from runners.online.store import open_store
 
         return None if not self.data else open_store(self.data)
+
+    def for_evaluation(self, cfg: RunConfig, data: str | None, ns: tuple[int, ...]
+                       ) -> env.PaperDataset | None:  # fmt: skip
+        """``runners.evaluate``'s store and ``cfg``: the --data store with its splits whole, or
+        None (the splits generated at the run's sizes)."""
+        del ns  # the splits are long enough for every n
+        if data is None:
+            return None
+        cfg.protocol = dataclasses.replace(self, data=data, eval_shift_train=10**9, eval_base_test=10**9)
+        cfg.schedule.eval_shift_test = 10**9
+        return cfg.protocol.open_store()
 
     def feed(self, cfg: RunConfig, device: torch.device, store: env.PaperDataset | None = None,
              vec_env: Any = None) -> Feed:

@@ -36,8 +36,7 @@ class Worlds:
 
     kind: ClassVar[str] = "worlds"
     #: Its streams live in many worlds at once (a group's own) until a switch holds them in
-    #: one; its evaluation is on held-out worlds, beside it train its floor and ceiling
-    #: (``runners.online.bounds``), and its seeds may train stacked (``agent.stacked``).
+    #: one (its floor, ceiling, stacking and evaluate's options: the fields below).
     many_worlds: ClassVar[bool] = True
     #: The default switch: a held-out world stronger than every training world (family
     #: "extrap": gravity 0.75 straight down, the training worlds' at most 0.5), where the
@@ -51,6 +50,14 @@ class Worlds:
                                              "training worlds, no memory")
     #: No store: every stream and every evaluation world is generated.
     data: ClassVar[str | None] = None
+    #: The heads that bound its runs (``--bounds``): the floor (track A) and the ceiling (the
+    #: oracle), by their head names (``agent.heads``), reported by ``runners.online.bounds``.
+    bound_heads: ClassVar[tuple[str, ...]] = ("A", "oracle")
+    #: Its seeds may train stacked as one model (``--stack-seeds``, ``agent.stacked``).
+    stacks: ClassVar[bool] = True
+    #: ``runners.evaluate``'s options for this protocol's runs alone.
+    evaluate_options: ClassVar[tuple[str, ...]] = ("world_probe", "predictions", "eval_worlds",
+                                                   "eval_world_seqs")
     #: The protocol's learner, on top of the preset's (``runners.online.presets``): the last two
     #: frames in (velocity visible; acceleration, and so the world, not), one prediction per
     #: horizon at horizons short enough to learn in minutes; one memory per world shared by the
@@ -116,6 +123,11 @@ class Worlds:
         """What the streams live in before the first switch (for plots and the run's header)."""
         return f"{self.train_family} worlds"
 
+    def phase_label(self, physics: str, switched: bool) -> str:
+        """What the streams live in: their training worlds until a switch holds them in one
+        (``physics``, its label)."""
+        return physics if switched else self.where()
+
     def base_physics(self) -> PhysicsParams:
         """The physics a run's switches start from (each stream's own world aside)."""
         from env.physics import PhysicsParams
@@ -162,6 +174,11 @@ class Worlds:
 
     def open_store(self) -> None:
         return None
+
+    def for_evaluation(self, cfg: RunConfig, data: None, ns: tuple[int, ...]) -> None:
+        """``runners.evaluate``'s store and ``cfg``: no store (--data is refused, the worlds are
+        generated), world sets long enough for the largest of ``ns``."""
+        cfg.schedule.final_ns = ns
 
     def feed(self, cfg: RunConfig, device: torch.device, store: None = None,
              vec_env: Any = None) -> Feed:
