@@ -310,7 +310,7 @@ def make_figures(run_dir: str | Path) -> list[Path]:
         return []
     rep = folder.read_json(RunFolder.curve_path(folder.latest))  # None: none written
     protocol = cfg["run"].protocol
-    worlds_rep = rep if rep and protocol.many_worlds else None
+    worlds_rep = rep if rep and rep.get("held_out") else None  # the held-out worlds' report
     panels: list[tuple[Any, dict[str, Any]]] = [(plot_stream_error, m)]
     if cfg.get("switches"):
         panels.append((plot_after_switch, m))

@@ -22,7 +22,6 @@ from runners.online.evaluation import EvalRecord
 from runners.online.protocols import PROTOCOLS
 from runners.online.rundir import RunFolder
 from runners.online.switch import switches_from_json
-from runners.online.world_sets import family_of
 from runners.style import num
 
 if TYPE_CHECKING:
@@ -75,8 +74,7 @@ def build_summary(
         "run_dir": str(run_dir), "protocol": cfg.protocol.kind, "track": cfg.agent.track,
         "head": cfg.agent.head_name, "preset": cfg.preset, "source": cfg.protocol.source, "seed": cfg.agent.seed, "after_switch": cfg.schedule.after_switch,
         "switches": [sw.to_json() for sw in switches_from_json(cfg.schedule.switches)],
-        "switch_world_family": family_of(cfg.shift_physics, cfg.protocol.families())
-        if cfg.protocol.many_worlds and fs is not None else None,
+        "switch_world_family": cfg.protocol.switch_family(cfg.shift_physics) if fs is not None else None,
         "steps": cfg.schedule.steps, "steps_done": steps_done, "stopped": stopped,
         "wall_time_s": round(wall_time, 1),
         "steps_per_s": round(steps_done / wall_time, 2) if wall_time > 0 else None,

@@ -80,6 +80,10 @@ class Paper:
         del switched
         return physics
 
+    def switch_family(self, physics: PhysicsParams) -> None:
+        """No families of worlds here (``Worlds.switch_family``)."""
+        del physics
+
     def base_physics(self) -> PhysicsParams:
         """The base world's physics, before any switch."""
         from env.physics import PhysicsParams

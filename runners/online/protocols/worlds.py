@@ -128,6 +128,12 @@ class Worlds:
         (``physics``, its label)."""
         return physics if switched else self.where()
 
+    def switch_family(self, physics: PhysicsParams) -> str:
+        """The name of the family the switch world ``physics`` lies in ("none": outside all)."""
+        from runners.online.world_sets import family_of
+
+        return family_of(physics, self.families())
+
     def base_physics(self) -> PhysicsParams:
         """The physics a run's switches start from (each stream's own world aside)."""
         from env.physics import PhysicsParams
