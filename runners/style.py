@@ -29,6 +29,11 @@ def times(x: float | None, missing: str = "-") -> str:
     """A ratio as "2.4x"; ``missing`` for None or a value that is not finite."""
     return missing if x is None or not math.isfinite(x) else f"{x:.1f}x"
 
+#: The held-out report's memory sources (docs/definitions.md#dn-on-held-out-worlds) as every
+#: table, figure and report names them.
+MEMORY_LABELS: dict[str, str] = {"own": "own memory", "same": "peer memory",
+                                 "wrong": "wrong-world memory"}
+
 #: Track colours in figures (matplotlib colour names, on white).
 TRACK_COLORS: dict[str, str] = {
     "A": "tab:blue",

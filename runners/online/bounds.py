@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from runners.style import pct, times
+from runners.style import MEMORY_LABELS, pct, times
 
 #: The memory source of the headline (agent.evaluation: ``same``, the peer memory).
 HEADLINE_MEMORY = "same"
@@ -200,7 +200,6 @@ def _carries(b: dict[str, Any], peer: float) -> str:
 
 
 #: The labels of the rows of ``bounds_text``: the memory sources, then perfect physics' branches.
-MEMORY_LABELS = {"own": "own memory", "same": "peer memory", "wrong": "wrong-world memory"}
 PHYSICS_LABELS = {"blind": "perfect physics, blind", "other": "perfect physics, other",
                   "seen": "physics, blind, as seen", "told": "physics, told, as seen",
                   "seen_mean": "physics, blind, hedged", "told_mean": "physics, told, hedged"}
@@ -249,8 +248,7 @@ def bounds_text(b: dict[str, Any]) -> list[str]:
 
 
 #: The rows of ``interval_text`` for each head that reads memory: (key, memory source, label).
-INTERVAL_ROWS = (("share", "same", "peer memory"), ("share", "own", "own memory"),
-                 ("share", "wrong", "wrong-world memory"),
+INTERVAL_ROWS = (*(("share", m, MEMORY_LABELS[m]) for m in ("same", "own", "wrong")),
                  ("share_own", "same", "peer, from its own D^0"),
                  ("carried", None, "carried (wrong - peer)"),
                  ("d0_vs_floor", None, "D^0 against the floor"))  # fmt: skip

@@ -22,7 +22,7 @@ from runners.online.config import RunConfig, flat
 from runners.online.recorder import Recorder
 from runners.online.rundir import RunFolder
 from runners.online.switch import Switch, switches_from_json
-from runners.style import pyplot
+from runners.style import MEMORY_LABELS, pyplot
 
 plt = pyplot()
 DPI = 90
@@ -343,8 +343,6 @@ def make_figures(run_dir: str | Path) -> list[Path]:
 # -- the floor, the memory and the ceiling (runners.online.bounds) -------------------------------
 BOUND_STYLES = {"floor": ("#7f7f7f", "floor: track A (no memory)"),
                 "ceiling": ("#2ca02c", "ceiling: the oracle (true physics)")}
-MEMORY_LABELS = {"own": "own memory", "same": "peer memory (other sequences of the world)",
-                 "wrong": "wrong-world memory (control)"}
 
 
 def _after_switch_error(m: dict[str, np.ndarray], fs: int, name: str, window: int = 50,

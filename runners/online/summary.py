@@ -22,7 +22,7 @@ from runners.online.evaluation import EvalRecord
 from runners.online.protocols import PROTOCOLS
 from runners.online.rundir import RunFolder
 from runners.online.switch import switches_from_json
-from runners.style import num
+from runners.style import MEMORY_LABELS, num
 
 if TYPE_CHECKING:
     from runners.online.loop import RunRecords
@@ -353,8 +353,7 @@ PERFECT_PHYSICS_CAPTION = ("perfect physics in this latent: the simulator branch
                            "(docs/definitions.md#perfect-physics-the-physics-ceiling)")
 
 #: The rows of the decoded predictions' digit position errors (runners.online.pixels).
-PIXEL_ROWS = {"decoded_true": "the true future", "no_change": "no change (the input)",
-              "own": "own memory", "same": "peer memory", "wrong": "wrong-world memory"}
+PIXEL_ROWS = {"decoded_true": "the true future", "no_change": "no change (the input)", **MEMORY_LABELS}
 PIXEL_CAPTION = ("where the decoded predictions put the digits: mean distance from the true "
                  "positions in px (held-out worlds, n = {n}; docs/definitions.md#the-pixel-decoder)")
 

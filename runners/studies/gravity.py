@@ -21,7 +21,7 @@ from runners.online.presets import PRESETS
 from runners.online.protocols import Worlds
 from runners.studies import grid, launch, stats
 from runners.studies.figures import save
-from runners.style import num, pct, pyplot
+from runners.style import MEMORY_LABELS, num, pct, pyplot
 
 #: The families whose gravity range the scale multiplies, by their train_online option.
 FAMILIES = {"train": "--train-gravity", "interp": "--interp-gravity", "extrap": "--extrap-gravity"}
@@ -115,9 +115,9 @@ COLUMNS = {
     "floor": "floor (track A)",
     "oracle": "oracle",
     "margin": "oracle below the floor",
-    "same": "peer memory",
-    "wrong": "wrong-world memory",
-    "own": "own memory",
+    "same": MEMORY_LABELS["same"],
+    "wrong": MEMORY_LABELS["wrong"],
+    "own": MEMORY_LABELS["own"],
     "probe_direction": "gravity probe: direction error (deg)",
     "probe_strength": "gravity probe: strength R^2",
     "probe_identified": "gravity probe: worlds identified",
@@ -220,7 +220,7 @@ def fig_dose_response(result: Mapping[str, Any], path: Path) -> Path:
     line(left, "blind", "perfect physics, world-blind", "--o", "black")
     line(left, "told", "perfect physics, told the world (as two frames show)", ":^", "black")
     line(left, "floor", "floor (track A)", "-o", "tab:blue")
-    line(left, "same", "peer memory", "-s", "tab:orange")
+    line(left, "same", MEMORY_LABELS["same"], "-s", "tab:orange")
     line(left, "oracle", "oracle (told the world)", "-^", "tab:green")
     left.set(xlabel="gravity x (all families)", ylabel="held-out D^50, pooled",
              title="Error against gravity's strength")

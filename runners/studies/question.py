@@ -20,7 +20,7 @@ from agent import tracks
 from runners.studies import stats
 from runners.studies.figures import save
 from runners.studies.launch import table
-from runners.style import TRACK_COLORS, pct, pyplot
+from runners.style import MEMORY_LABELS, TRACK_COLORS, pct, pyplot
 
 #: The primary endpoint's memory source and family (docs/preregistration.md).
 PRIMARY = ("same", "all")
@@ -29,7 +29,6 @@ SECONDARY = (("own", "all"), ("same", "interp"), ("same", "extrap"), ("own", "in
              ("own", "extrap"))  # fmt: skip
 #: The most half-width the primary interval may have before seeds are added (points of delta).
 MAX_HALF_WIDTH = 0.025
-MEMORY_WORDS = {"same": "peer", "own": "own", "wrong": "wrong-world"}
 
 
 class Run(Protocol):
@@ -208,7 +207,7 @@ def lines(q: Mapping[str, Any], figure: str | None = None) -> list[str]:
                  [[s, pct(v, 2, "+"), pct(q["secondary"]["own all"]["per_seed"].get(s, math.nan), 2, "+")]
                   for s, v in p["per_seed"].items()])  # fmt: skip
     out += ["", "Secondary deltas (95% t-interval over seeds): " + "; ".join(
-        f"{MEMORY_WORDS[k.split()[0]]} memory, {k.split()[1].replace('all', 'pooled')} {_iv(v, 2)}"
+        f"{MEMORY_LABELS[k.split()[0]]}, {k.split()[1].replace('all', 'pooled')} {_iv(v, 2)}"
         for k, v in q["secondary"].items()) + ".", ""]
     if "tracks" in q:
         out += [f"The oracle's margin (D_A - D_oracle) / D_A: {_iv(q['margin'])}. Per memory track, "

@@ -28,7 +28,7 @@ from runners.studies import grid, launch, question, stats
 from runners.studies.figures import save
 from runners.studies.launch import table
 from runners.studies.runs import HEADLINE_N
-from runners.style import TRACK_COLORS, num, pct, pyplot
+from runners.style import MEMORY_LABELS, TRACK_COLORS, num, pct, pyplot
 
 #: The train_online options the study sets itself, with its own option to use instead.
 OWNED = {"--protocol": "", "--track": "--tracks", "--seed": "--seeds",
@@ -153,7 +153,6 @@ TARGETS = {"oracle_gain": 0.25, "memory_drop": 0.20, "oracle_share": 0.5}
 MIN_ORACLE_GAIN = 0.01
 ORACLE = "oracle"
 ORACLE_COLOR = "black"
-MEMORY_NAMES = {"own": "own memory", "same": "peer memory", "wrong": "wrong-world memory"}
 #: The gravity probe's features, by the prefix of their numbers in a peer-memory row, and the
 #: numbers of each a row takes (docs/definitions.md#the-gravity-probe).
 GRAVITY_FEATURES = {"e_agg": "gravity", "entries": "entries"}
@@ -451,7 +450,7 @@ def fig_curves(runs: Sequence[WorldsRun], path: Path, memory: str = "same") -> P
         if blind:  # every arm's latent; they agree to about 0.02
             ax.axhline(float(np.mean(blind)), color="k", ls=":", lw=1.2,
                        label="perfect world-blind physics")
-        ax.set_title(title if fam is None else f"{title} ({MEMORY_NAMES.get(memory, memory)})")
+        ax.set_title(title if fam is None else f"{title} ({MEMORY_LABELS.get(memory, memory)})")
         ax.set_xlabel("memory entries n")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("D^n (1 = no change)")
