@@ -43,6 +43,11 @@ AfterSwitch = Literal["memory", "continual"]
 ProtocolName = Literal["worlds", "paper"]
 ALL_ITEMS = typeguard.CollectionCheckStrategy.ALL_ITEMS
 
+#: The memory size every headline number is read at (D^50: the paper's D_shift^50), by a run,
+#: its summary and the studies.
+HEADLINE_N = 50
+
+
 @dataclass
 class Schedule:
     """When things happen: steps, switches, evaluations, checkpoints."""
@@ -59,7 +64,7 @@ class Schedule:
     """Memory sizes n of D_shift^n at the periodic evaluations."""
     final_ns: tuple[int, ...] | None = None
     """Memory sizes n of the adaptation curve at the end (None: worlds 0 1 5 10 25 50, paper 0 10 25 50 100 256)."""
-    headline_n: int = 50
+    headline_n: int = HEADLINE_N
     """The n of the headline D_shift^n (best.pt keeps its lowest value)."""
     best_min_sigma: float | None = None
     """Collapse guard of best.pt: an evaluation whose sigma_embed is below this is no candidate (None: worlds 0.2, paper 0, the plain lowest)."""

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from runners.online.config import HEADLINE_N
 from runners.online.rundir import RunFolder
 from runners.studies.figures import save
 from runners.studies.launch import table
@@ -23,7 +24,7 @@ from runners.style import TRACK_COLORS, num, pyplot
 
 AGE_BINS = ((0, 10), (10, 50), (50, 100), (100, 256))  # [lo, hi) in entries, 0 = newest
 ADAPT_NS = (0, 10, 25, 50, 100, 256)
-N_MEMORY = 50
+N_MEMORY = HEADLINE_N  # the shift-world transitions pushed for the analyses
 
 
 # -- pure numerics ---------------------------------------------------------------------------
@@ -286,7 +287,7 @@ def report_section(analyses: Mapping[str, Any], figs: Path) -> list[str]:
 def _fig_spectra(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None:
     fig, axes = pyplot().subplots(1, 2, figsize=(11, 4))
     for ax, key, title in ((axes[0], "spectrum_latent", "encoder latents"),
-                           (axes[1], "spectrum_pred", "predictor outputs (n = 50)")):
+                           (axes[1], "spectrum_pred", f"predictor outputs (n = {N_MEMORY})")):
         for track, rs in tracks.items():
             for phase, ls in PHASES:
                 specs = [r[phase][key] for r in rs if phase in r]

@@ -17,11 +17,9 @@ import numpy as np
 
 from agent.tracks import INPUT, WEIGHTS
 from runners.cli import CliError
-from runners.online.config import flat
+from runners.online.config import HEADLINE_N, flat
 from runners.online.rundir import RunFolder
 from runners.studies import stats
-
-HEADLINE_N = 50
 
 
 @dataclass

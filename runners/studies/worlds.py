@@ -24,10 +24,10 @@ import numpy as np
 from agent import tracks
 from agent.config import TRACKS, Track
 from runners.cli import CliError
+from runners.online.config import HEADLINE_N
 from runners.studies import grid, launch, question, stats
 from runners.studies.figures import save
 from runners.studies.launch import table
-from runners.studies.runs import HEADLINE_N
 from runners.style import MEMORY_LABELS, TRACK_COLORS, num, pct, pyplot
 
 #: The train_online options the study sets itself, with its own option to use instead.
@@ -489,7 +489,7 @@ def per_horizon_lines(arms: Mapping[str, Any], order: Sequence[str]) -> list[str
     if not hs:
         return []
     shown = [a for a in order if arms[a]["d50_per_horizon"] and arms[a]["horizons"] == hs]
-    lines = ["", "Per horizon (held-out worlds pooled, own memory, n = 50, mean over seeds):", "",
+    lines = ["", f"Per horizon (held-out worlds pooled, own memory, n = {HEADLINE_N}, mean over seeds):", "",
              *table(["arm", *(f"h = {h}" for h in hs)],
                     ([_arm_label(a), *(f"{x:.4f}" for x in arms[a]["d50_per_horizon"])]
                      for a in shown))]
