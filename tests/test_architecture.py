@@ -2,7 +2,10 @@
 
 - No import cycle among the modules of ``env``, ``agent`` and ``runners``, counting every import
   a module names: at the top, inside functions and under ``TYPE_CHECKING``. ``from pkg.mod import
-  x`` depends on ``pkg.mod`` (a package's ``__init__`` re-exports its modules; it is a leaf here).
+  x`` depends on ``pkg.mod``; a package's ``__init__`` is a module of its own, depending on what
+  it re-exports, so a circle through it (``a`` imports ``pkg``, ``pkg`` re-exports ``pkg.b``,
+  ``pkg.b`` imports ``a``) is one. Importing a package's own modules from inside it does not
+  count as depending on the package.
 - The packages depend one way: ``env`` on nothing of ours, ``agent`` on ``env`` alone,
   ``probes`` (instruments for a trained learner) on ``env`` and ``agent``, ``runners`` on all.
 """
@@ -43,9 +46,8 @@ def graph() -> dict[str, set[str]]:
     files = {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
     modules = set(files)
     return {
-        m: {d for d in imports(p, modules) if d != m and not (m.startswith(d + ".") and d in PACKAGES)}
+        m: {d for d in imports(p, modules) if d != m and not m.startswith(d + ".")}
         for m, p in files.items()
-        if not p.name == "__init__.py"
     }
 
 

@@ -25,9 +25,9 @@ if TYPE_CHECKING:  # the config is read without torch and env; they come with a 
     import env
     from agent import EvalData
     from env import PhysicsParams
-    from runners.online.config import RunConfig
     from runners.online.evaluation import CurveEvaluator
     from runners.online.feeds import Feed
+    from runners.online.protocols.run import Run
     from runners.online.switch import Switch
 
 Source = Literal["stream", "dataset"]
@@ -118,18 +118,19 @@ class Paper:
 
         return None if not self.data else open_store(self.data)
 
-    def for_evaluation(self, cfg: RunConfig, data: str | None, ns: tuple[int, ...]
+    def for_evaluation(self, cfg: Run, data: str | None, ns: tuple[int, ...]
                        ) -> env.PaperDataset | None:  # fmt: skip
         """``runners.evaluate``'s store and ``cfg``: the --data store with its splits whole, or
         None (the splits generated at the run's sizes)."""
         del ns  # the splits are long enough for every n
         if data is None:
             return None
-        cfg.protocol = dataclasses.replace(self, data=data, eval_shift_train=10**9, eval_base_test=10**9)
+        cfg.protocol = whole = dataclasses.replace(self, data=data, eval_shift_train=10**9,
+                                                   eval_base_test=10**9)
         cfg.schedule.eval_shift_test = 10**9
-        return cfg.protocol.open_store()
+        return whole.open_store()
 
-    def feed(self, cfg: RunConfig, device: torch.device, store: env.PaperDataset | None = None,
+    def feed(self, cfg: Run, device: torch.device, store: env.PaperDataset | None = None,
              vec_env: Any = None) -> Feed:
         """Live streams in the base physics, their phases staggered, or the store's base split."""
         import env
@@ -151,7 +152,7 @@ class Paper:
             stagger(vec_env, self.episode_length)
         return source
 
-    def evaluator(self, cfg: RunConfig, store: env.PaperDataset | None = None) -> CurveEvaluator:
+    def evaluator(self, cfg: Run, store: env.PaperDataset | None = None) -> CurveEvaluator:
         """D_shift^n and D_base on the splits (``eval_data``)."""
         from runners.online.evaluation import Evaluator
 
@@ -159,7 +160,7 @@ class Paper:
                          list(cfg.agent.horizons))
 
 
-def eval_data(cfg: RunConfig, paper: Paper, store: env.PaperDataset | None = None) -> EvalData:
+def eval_data(cfg: Run, paper: Paper, store: env.PaperDataset | None = None) -> EvalData:
     """Evaluation splits: from ``--data`` when given, else generated in memory, deterministically
     with ``env.generate_sequences`` (the generator of ``make_dataset``): shift train/test in the
     first switch's physics, base test in the base physics; test splits show unseen digits."""
@@ -191,7 +192,7 @@ def eval_data(cfg: RunConfig, paper: Paper, store: env.PaperDataset | None = Non
     )
 
 
-def check_store(cfg: RunConfig, paper: Paper, store: env.PaperDataset) -> None:
+def check_store(cfg: Run, paper: Paper, store: env.PaperDataset) -> None:
     """The dataset source can only switch between the store's two gravities."""
     from runners.online.store import split_frames, split_view
 

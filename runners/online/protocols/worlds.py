@@ -19,9 +19,9 @@ if TYPE_CHECKING:  # the config is read without torch and env; they come with a 
     import torch
 
     from env import PhysicsParams
-    from runners.online.config import RunConfig
     from runners.online.evaluation import CurveEvaluator
     from runners.online.feeds import Feed
+    from runners.online.protocols.run import Run
     from runners.online.switch import Switch
 
 #: The worlds protocol's families, in order: the training one, then the held-out ones.
@@ -181,12 +181,12 @@ class Worlds:
     def open_store(self) -> None:
         return None
 
-    def for_evaluation(self, cfg: RunConfig, data: None, ns: tuple[int, ...]) -> None:
+    def for_evaluation(self, cfg: Run, data: None, ns: tuple[int, ...]) -> None:
         """``runners.evaluate``'s store and ``cfg``: no store (--data is refused, the worlds are
         generated), world sets long enough for the largest of ``ns``."""
         cfg.schedule.final_ns = ns
 
-    def feed(self, cfg: RunConfig, device: torch.device, store: None = None,
+    def feed(self, cfg: Run, device: torch.device, store: None = None,
              vec_env: Any = None) -> Feed:
         """Every stream in the training worlds, in groups of ``group_size`` that share a world
         for a residency (``vec_env``: a block of a shared env, ``feeds.make_scheduled_feed``)."""
@@ -199,7 +199,7 @@ class Worlds:
             group_size=group, residency=self.residency, vec_env=vec_env,
         )  # fmt: skip
 
-    def evaluator(self, cfg: RunConfig, store: None = None) -> CurveEvaluator:
+    def evaluator(self, cfg: Run, store: None = None) -> CurveEvaluator:
         """The held-out worlds' evaluation on world sets drawn from the run's seed."""
         from runners.online.evaluation import WorldsEvaluator
         from runners.online.world_sets import make_world_sets
