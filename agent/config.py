@@ -68,7 +68,8 @@ def preferred_precision(device: Any = "cpu") -> str:
 
 #: The version of what a run writes (config.json, checkpoints): a file of another version is
 #: refused in one line naming it (``check_version``), never read through shims. Version 2 began
-#: with the removal of every earlier version's reader (docs/archive.md, "Removed options").
+#: with the removal of every earlier version's reader (``git show 0ae5fd5f94:docs/archive.md``,
+#: "Removed options").
 VERSION = 2
 
 

@@ -1,5 +1,5 @@
-"""Every ``python -m runners.train_online ...`` the README and docs/ show (docs/archive.md, the
-record of superseded studies and removed options, aside) is a command train_online reads: its
+"""Every ``python -m runners.train_online ...`` the README and docs/ show is a command
+train_online reads: its
 options parse and resolve as written. Placeholders (``RUN``, ``<...>``, ``[options]``, a seed
 ``S``, a track ``T``) and ``--resume`` commands are left out; a command wrapped over lines (a shell
 ``\\`` or an inline code span) is read whole. Each resolves to what it says: every option it writes
@@ -27,7 +27,7 @@ from runners.online.config import flat
 from runners.studies import launch
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "archive.md")]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 COMMAND = re.compile(r"python -m runners\.train_online\b([^`\n|#]*)")
 STUDY = re.compile(r"python -m runners\.study\b([^`\n|#]*)")
 PLACEHOLDER = re.compile(r"RUN|<|\[|\.\.\.|\$|^[A-Z]$")

@@ -101,7 +101,7 @@ def test_fused_no_grad_convolutions_change_no_bit(bf16: bool, monkeypatch: pytes
 
 def test_the_encoder_has_four_convolutions_and_the_map_encoder_is_gone() -> None:
     """encoder_channels names the listing's four strided convolutions; the retired map encoder
-    and any predictor choice (docs/archive.md, "Removed options") are unknown fields."""
+    and any predictor choice (archive, "Removed options") are unknown fields."""
     with pytest.raises(ValueError, match="^encoder_channels: must be four positive integers"):
         AgentConfig.of_size("tiny", track="A", encoder_channels=(4, 8))
     cfg = AgentConfig.of_size("tiny", track="A").to_dict()

@@ -118,7 +118,7 @@ def test_one_parse_then_defaults_then_the_file_then_the_options(tmp_path: Path) 
 
 
 def test_the_retired_study_preset_is_refused_in_one_line() -> None:
-    """The study preset (a map encoder, a conv predictor) was retired (docs/archive.md, "The study
+    """The study preset (a map encoder, a conv predictor) was retired (archive, "The study
     preset (retired)"): on the command line, and in a saved config.json (refused before anything
     is built), each is one CliError line."""
     with pytest.raises(CliError, match="--preset"):
