@@ -26,7 +26,6 @@ PROG = "python -m runners.study"
 #: The kinds, each the module ``runners.studies.<kind>``, with its line of ``--help``.
 KINDS = {
     "worlds": "tracks A-E and the oracle on the worlds protocol (docs/worlds_study.md)",
-    "gravity": "the worlds protocol with every family's gravity scaled (docs/worlds_study.md)",
     "paper": "the paper's experiments and ablations beside its numbers (docs/reproduce.md)",
     "sweep": "a grid of train_online configurations, aggregated (docs/reproduce.md)",
 }

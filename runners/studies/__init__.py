@@ -1,2 +1,2 @@
 """Many-run studies (``python -m runners.study KIND``): the kinds, each a plug-in module
-(``worlds``, ``gravity``, ``paper``, ``sweep``), and what they share."""
+(``worlds``, ``paper``, ``sweep``), and what they share."""

@@ -28,8 +28,8 @@ from runners.cli import CliError, parse, run_main
         ("visualize", ["--protocol", "foo"], "--protocol: expected one of"),
         ("visualize", ["--switch", "10:x"], "--switch '10:x': gravity must be a number"),
         ("visualize", ["--no-such-option"], "unknown option(s): --no-such-option"),
-        ("study", [], "KIND: expected one of 'worlds', 'gravity', 'paper', 'sweep'"),
-        ("study", ["repro"], "KIND: expected one of 'worlds', 'gravity', 'paper', 'sweep', got 'repro'"),
+        ("study", [], "KIND: expected one of 'worlds', 'paper', 'sweep'"),
+        ("study", ["repro"], "KIND: expected one of 'worlds', 'paper', 'sweep', got 'repro'"),
         ("study", ["sweep", "--backend", "foo"], "--backend: expected one of 'local', 'ray', got 'foo'"),
         ("study", ["sweep", "--workers", "x"], "--workers expects INT: no type matching INT"),
         ("study", ["sweep", "--grid"], "--grid needs at least one value"),
@@ -37,7 +37,6 @@ from runners.cli import CliError, parse, run_main
         ("study", ["paper", "--freeze-steps", "1"], "--freeze-steps"),
         ("study", ["worlds", "--oracle-track", "A"], "--oracle-track: expected one of"),
         ("study", ["worlds", "--tracks", "F"], "--tracks: expected one of 'A', 'B', 'C', 'D', 'E'"),
-        ("study", ["gravity", "--scales", "x"], "--scales"),
         ("train_online", ["--capture"], "--capture: the step cannot run the stream latent cache"),
         ("train_online", ["--protocol", "paper", "--stack-seeds", "1"],
          "--stack-seeds: stacked seeds run the worlds protocol"),
@@ -59,8 +58,7 @@ def test_bad_command_line_is_one_line_exit_2(monkeypatch, capsys, module, argv, 
     ("module", "option"),
     [("make_dataset", "--shift-gravity"), ("evaluate", "--target-reference"),
      ("visualize", "--from RUN_DIR"), ("study sweep", "--in-process"),
-     ("study paper", "--ablations"), ("study worlds", "--oracle-track"),
-     ("study gravity", "--scales")],
+     ("study paper", "--ablations"), ("study worlds", "--oracle-track")],
 )
 def test_help_lists_the_options_and_exits_0(module, option):
     res = cli(*module.split(), "--help")
@@ -71,7 +69,8 @@ def test_help_lists_the_options_and_exits_0(module, option):
 def test_the_studys_help_lists_its_kinds_and_exits_0():
     res = cli("study", "--help")
     assert res.returncode == 0, res.stderr
-    assert all(f"\n  {kind} " in res.stdout for kind in ("worlds", "gravity", "paper", "sweep"))
+    assert all(f"\n  {kind} " in res.stdout for kind in ("worlds", "paper", "sweep"))
+    assert "gravity" not in res.stdout  # removed in issue 74: a kind no more
 
 
 def test_help_read_in_part_is_no_error():
