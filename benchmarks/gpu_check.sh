@@ -18,7 +18,7 @@
 # Figures go to docs/throughput.md#on-a-gpu-one-nvidia-h100.
 #
 #   bash benchmarks/gpu_check.sh [OUT_DIR] [figures|tests|study|world] [RUN_OPTION ...]
-# OUT_DIR defaults to gpu-check/; the study passes any RUN_OPTION (e.g. --regularise latents) to
+# OUT_DIR defaults to gpu-check/; the study passes any RUN_OPTION (e.g. --set regularise=latents) to
 # every run.
 set -u
 out=${1:-gpu-check}

@@ -33,11 +33,11 @@ NEVER = 10**9  # a step the loop never reaches (no evaluation, checkpoint or swi
 def build_loop(args: argparse.Namespace, root: Path) -> OnlineLoop:
     own = (["--eval-worlds", "2", "--eval-world-seqs", "4", "--base-worlds", "1",
             "--base-world-seqs", "4"] if args.protocol == "worlds" else
-           ["--eval-shift-train", "8", "--eval-base-test", "8"])  # fmt: skip
+           ["--set", "eval_shift_train=8", "--set", "eval_base_test=8"])  # fmt: skip
     cfg = build_config([
         "--protocol", args.protocol, "--preset", args.preset, "--track", args.track,
         "--device", args.device, "--steps", str(NEVER), "--no-switch", "--eval-every", str(NEVER),
-        "--checkpoint-every", str(NEVER), "--eval-shift-test", "8", *own,
+        "--checkpoint-every", str(NEVER), "--set", "eval_shift_test=8", *own,
         *(["--capture", "--no-stream-cache"] if args.capture else []),
     ])  # fmt: skip
     folder = RunFolder(root / "run")

@@ -72,12 +72,12 @@ def make_loop(
 ) -> OnlineLoop:
     own = (["--eval-worlds", "2", "--eval-world-seqs", "4", "--base-worlds", "1",
             "--base-world-seqs", "4"] if protocol == "worlds" else
-           ["--source", source, "--data", str(data), "--eval-shift-train", "8",
-            "--eval-base-test", "8"])
+           ["--source", source, "--data", str(data), "--set", "eval_shift_train=8",
+            "--set", "eval_base_test=8"])
     cfg = build_config([
         "--protocol", protocol, "--steps", str(NEVER), "--no-switch", "--preset", bench.preset,
         "--track", track, "--precision", precision, "--device", bench.device.type,
-        "--eval-every", str(NEVER), "--checkpoint-every", str(NEVER), "--eval-shift-test", "8",
+        "--eval-every", str(NEVER), "--checkpoint-every", str(NEVER), "--set", "eval_shift_test=8",
         *own, *bench.set_args(),
         *(["--capture"] if bench.capture else []),
     ])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
 import shlex
 from pathlib import Path
@@ -80,11 +81,20 @@ SWITCH_NAMES = {"direction": "gravity_direction"}
 
 
 def written_options(argv: list[str]) -> list[tuple[str, list[str]]]:
-    """(field name, its written values) for each option of ``argv``, in order."""
+    """(field name, its written values) for each option of ``argv``, in order; ``--set
+    NAME=VALUE`` as NAME with VALUE's items (JSON: ``[1, 2]`` two, ``null`` None)."""
     out: list[tuple[str, list[str]]] = []
     for token in argv:
         if token.startswith("--"):
             out.append((token[2:].replace("-", "_"), []))
+        elif out[-1][0] == "set":
+            name, _, text = token.partition("=")
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError:
+                value = text
+            items = value if isinstance(value, list) else [value]
+            out[-1] = (name, [str(v) for v in items])
         else:
             out[-1][1].append(token)
     return out

@@ -8,9 +8,10 @@
 - ``output``: where the run folder goes and what it records;
 - ``preset`` and ``device``.
 
-The command line is generated from these fields (``runners.online.command``); every field is an
-option under its own name (``--steps``, ``--lr``, ``--base-gravity``). By that name a config is
-also read (``flat``: a config.json as one dict; ``FIELDS``: each name's part and type;
+The config is plain data: the command line is generated from these fields by
+``runners.online.command`` (a field is an option under its own name, ``--steps``, ``--lr``,
+``--base-gravity``, or, for those ``--help`` leaves out, ``--set NAME=VALUE``). By that name a
+config is also read (``flat``: a config.json as one dict; ``FIELDS``: each name's part and type;
 ``file_values``: a file's values, type-checked; ``with_values``: values set in their parts).
 Derived values are filled in once by ``resolve``; the resolved config is saved next to the run
 as ``config.json``.
@@ -27,7 +28,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 import typeguard
-import tyro
 
 from agent.config import VERSION, AgentConfig, bf16_unsupported, check_version
 from runners.cli import CliError
@@ -54,7 +54,7 @@ class Schedule:
 
     steps: int = 4500
     """Online steps (one learner update each); calibrated so the default run tells the whole story, its floor and ceiling included (heads on its latent), in about 5 minutes on a 2-core CPU (4 min 52 s on an AVX2-only one; --preset gpu: 6,000)."""
-    switches: tyro.conf.Suppress[tuple[Switch, ...] | None] = None
+    switches: tuple[Switch, ...] | None = None
     """Physics switches (set by --switch); None: one at 2/3 of the run (worlds: gravity 0.75 straight down, a held-out extrap world; paper: gravity 0.5)."""
     after_switch: AfterSwitch = "memory"
     """memory: weights frozen from the first switch on (detector and buffer stay live); continual: keep learning."""
@@ -86,11 +86,11 @@ class Schedule:
 class Output:
     """Where the run folder goes and what it keeps."""
 
-    out: Annotated[str, tyro.conf.arg(metavar="DIR")] = "runs"
+    out: str = "runs"
     """Parent folder of the run folders."""
-    name: Annotated[str | None, tyro.conf.arg(metavar="NAME")] = None
+    name: str | None = None
     """Run folder name (None: <date>-<time>-<track>-s<seed>); an existing folder is never reused."""
-    record_frames: Annotated[int, tyro.conf.arg(metavar="N")] = 0
+    record_frames: int = 0
     """Keep every N-th frame batch (the newest frame of every stream) and its ground truth in run.zarr (0: none)."""
 
 
@@ -99,13 +99,13 @@ class Output:
 class RunConfig:
     """One online run (``resolve`` fills in what is derived)."""
 
-    protocol: tyro.conf.Suppress[Protocol] = field(default_factory=Worlds)
+    protocol: Protocol = field(default_factory=Worlds)
     """The protocol and its options (on the command line: --protocol, then its own options)."""
-    agent: Annotated[AgentConfig, tyro.conf.OmitArgPrefixes] = field(
+    agent: AgentConfig = field(
         default_factory=lambda: preset_agent("cpu", "C", Worlds())
     )
-    schedule: Annotated[Schedule, tyro.conf.OmitArgPrefixes] = field(default_factory=Schedule)
-    output: Annotated[Output, tyro.conf.OmitArgPrefixes] = field(default_factory=Output)
+    schedule: Schedule = field(default_factory=Schedule)
+    output: Output = field(default_factory=Output)
     preset: Preset = "cpu"
     """Learner size: cpu (tiny networks, 64 streams, learns in minutes), gpu (cpu at 512 streams, 6,000 steps: 1.5 minutes on one GPU with --capture), tiny (the smallest networks and 8 streams: for tests and smoke runs with a few --steps; minutes at the default steps), paper (Tables 4-5)."""
     device: Device = "auto"
@@ -181,7 +181,7 @@ def flat(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def hints(cls: type) -> dict[str, Any]:
-    """The type of each field of ``cls``, tyro's markers (``Annotated``) taken off."""
+    """The type of each field of ``cls`` (any ``Annotated`` marker taken off)."""
     types = typing.get_type_hints(cls, include_extras=True)
     out = {}
     for f in dataclasses.fields(cls):
@@ -220,10 +220,12 @@ def load_json(path: str, what: str = "--config") -> dict[str, Any]:
     return data
 
 
-def file_values(data: Mapping[str, Any], where: str, saved: bool = False) -> dict[str, Any]:
+def file_values(data: Mapping[str, Any], where: str, saved: bool = False,
+                by_field: bool = False) -> dict[str, Any]:
     """A config (nested as ``config.json``, or flat by field name) as one dict by field name,
-    each value checked against its field's type. A ``saved`` run's config, and any file that
-    says its version, must be of this version (``agent.config.check_version``)."""
+    each value checked against its field's type (a mismatch named as its option, ``by_field``:
+    as its field). A ``saved`` run's config, and any file that says its version, must be of
+    this version (``agent.config.check_version``)."""
     values = flat(data)
     version = values.pop("version", None)
     if saved or version is not None:
@@ -242,8 +244,8 @@ def file_values(data: Mapping[str, Any], where: str, saved: bool = False) -> dic
             typeguard.check_type(value, hint, collection_check_strategy=ALL_ITEMS)
         except typeguard.TypeCheckError:
             text = str(hint).replace("typing.", "") if get_args(hint) else hint.__name__
-            raise CliError(f"--{name.replace('_', '-')} expects {text}, got {value!r} (in "
-                           f"{where})") from None
+            label = name if by_field else "--" + name.replace("_", "-")
+            raise CliError(f"{label} expects {text}, got {value!r} (in {where})") from None
     return values
 
 
@@ -338,10 +340,10 @@ def resolve(cfg: RunConfig) -> RunConfig:
         raise CliError("--capture: the captured step has no reservoir to fit (settle, then fit); "
                        "add --settle None")
     if cfg.capture and cfg.agent.encoder_lr_scale != 1.0:
-        raise CliError("--capture: the captured step has one rate; add --encoder-lr-scale 1")
+        raise CliError("--capture: the captured step has one rate; add --set encoder_lr_scale=1")
     if cfg.capture and cfg.agent.encoder_batch is not None:
         raise CliError("--capture: the encoder's batch split is not measured with the captured "
-                       "step; add --encoder-batch None")
+                       "step; add --set encoder_batch=null")
     if s.best_min_sigma is None:
         s.best_min_sigma = cfg.protocol.best_min_sigma
     if not s.best_min_sigma >= 0.0:

@@ -6,10 +6,12 @@ resumable), each field passed to ``train_online`` as its option (docs/reproduce.
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from runners.cli import CliError
 
@@ -44,8 +46,10 @@ class Point:
 def option_tokens(name: str, value: str, where: str = "--grid") -> list[str]:
     """The ``train_online`` options that set field ``name`` to the text ``value`` of a grid point
     (``stream_cache=false``: ``--no-stream-cache``; ``eval_ns=0,7``: ``--eval-ns 0 7``;
-    ``switches=100:0.5;200:0``: two ``--switch``; ``none`` for an optional field or no switch)."""
-    from runners.online.command import option_type
+    ``switches=100:0.5;200:0``: two ``--switch``; ``none`` for an optional field or no switch; a
+    field without an option of its own, ``command.SET_ONLY``: ``vary_memory=false``:
+    ``--set vary_memory=false``, ``interp_gravity=0.1,0.2``: ``--set interp_gravity=[0.1, 0.2]``)."""
+    from runners.online.command import SET_ONLY, option_type
     from runners.online.switch import Switch
 
     text = value.strip().lower()
@@ -63,16 +67,31 @@ def option_tokens(name: str, value: str, where: str = "--grid") -> list[str]:
         raise CliError(f"unknown field {name!r} in {where}")
     args = typing.get_args(hint)
     if type(None) in args and text in ("none", "null"):
-        return [option, "None"]
+        return ["--set", f"{name}=null"] if name in SET_ONLY else [option, "None"]
     base = next((a for a in args if a is not type(None)), hint) if type(None) in args else hint
+    flags = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+    if base is bool and text not in flags:
+        raise CliError(f"{name}: expected true or false, got {value!r} (in {where})")
+    items = value.replace(",", " ").split()
+    if name in SET_ONLY:  # no option of its own: --set NAME=VALUE, the value as JSON
+        if base is bool:
+            return ["--set", f"{name}={json.dumps(flags[text])}"]
+        if typing.get_origin(base) is tuple:
+            return ["--set", f"{name}={json.dumps([_json_item(v) for v in items])}"]
+        return ["--set", f"{name}={value}"]
     if base is bool:
-        flags = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
-        if text not in flags:
-            raise CliError(f"{name}: expected true or false, got {value!r} (in {where})")
         return [option if flags[text] else "--no-" + option[2:]]
     if typing.get_origin(base) is tuple:
-        return [option, *value.replace(",", " ").split()]
+        return [option, *items]
     return [option, value]
+
+
+def _json_item(text: str) -> Any:
+    """A grid value's item as JSON reads it (a bare word: text)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 def parse_grid(specs: Iterable[str]) -> dict[str, list[str]]:

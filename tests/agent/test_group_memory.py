@@ -200,7 +200,7 @@ NEWEST = "memory_scope: group memory keeps the streams' own pairs: push_pair 'in
          ["--batch-size", "6", "--group-size", "6", "--buffer-capacity", "4"], LARGER),
         ({"memory_read": "own"}, "memory_read: expected one of peer, all (got 'own')",
          ["--memory-read", "own"], "--memory-read: expected one of 'peer', 'all', got 'own'"),
-        ({"push_pair": "newest"}, NEWEST, ["--push-pair", "newest"], NEWEST),
+        ({"push_pair": "newest"}, NEWEST, ["--set", "push_pair=newest"], NEWEST),
     ],
     ids=["divide", "zero", "capacity", "read", "pair"],
 )

@@ -17,10 +17,10 @@ ROOT = Path(__file__).resolve().parents[2]
 #: A tiny run of the paper protocol with evaluations and checkpoints every 20 steps on small
 #: evaluation splits.
 TINY = ["--protocol", "paper", "--preset", "tiny", "--eval-every", "20", "--checkpoint-every", "20",
-        "--eval-shift-train", "32", "--eval-shift-test", "16", "--eval-base-test", "16"]
+        "--set", "eval_shift_train=32", "--set", "eval_shift_test=16", "--set", "eval_base_test=16"]
 #: The same for the worlds protocol (the default): short episodes, few held-out worlds.
 TINY_WORLDS = ["--preset", "tiny", "--eval-every", "20", "--checkpoint-every", "20", "--no-bounds",
-               "--eval-shift-test", "8", "--eval-world-seqs", "4", "--eval-worlds", "2", "--base-world-seqs", "4", "--base-worlds", "2", "--episode-steps", "21", "40"]  # fmt: skip
+               "--set", "eval_shift_test=8", "--eval-world-seqs", "4", "--eval-worlds", "2", "--base-world-seqs", "4", "--base-worlds", "2", "--episode-steps", "21", "40"]  # fmt: skip
 
 
 def cli(

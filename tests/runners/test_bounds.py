@@ -147,7 +147,7 @@ def _perfect_physics(run: Path, branches: tuple[str, ...]) -> dict:
     return perfect_physics(learner, sets.held_out, max(cfg.schedule.final_ns), branches)
 
 
-SETTLED = [*TINY, "--settle", "0.5", "--fit-batch", "8", "--fit-worlds", "2"]
+SETTLED = [*TINY, "--settle", "0.5", "--set", "fit_batch=8", "--set", "fit_worlds=2"]
 
 
 def test_a_settled_run_fits_its_floor_and_ceiling_as_heads_and_tells_the_story(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from runners.live.predictions import LEARN_EVERY, LivePredictions
 from runners.live.screen import SIZE
 
 #: tests/runners/test_visualize.py's tiny worlds run: 8 streams, 4 worlds of 2.
-TINY_WORLDS = ["--preset", "tiny", "--eval-shift-test", "8", "--eval-world-seqs", "4", "--eval-worlds", "2", "--base-world-seqs", "4", "--base-worlds", "2", "--episode-steps", "21", "40"]  # fmt: skip
+TINY_WORLDS = ["--preset", "tiny", "--set", "eval_shift_test=8", "--eval-world-seqs", "4", "--eval-worlds", "2", "--base-world-seqs", "4", "--base-worlds", "2", "--episode-steps", "21", "40"]  # fmt: skip
 
 
 def session(tmp_path: Path, name: str, *more: str) -> Any:

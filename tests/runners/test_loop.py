@@ -33,12 +33,12 @@ WORLDS = ["--switch", "30:gravity=0.3,direction=45", "--eval-world-seqs", "4", "
 
 def tiny_argv(*argv: str, protocol: str = "paper") -> list[str]:
     """The command line of ``tiny_config``."""
-    paper = ["--eval-shift-train", "32", "--eval-base-test", "16"] if protocol == "paper" else []
+    paper = ["--set", "eval_shift_train=32", "--set", "eval_base_test=16"] if protocol == "paper" else []
     own = any(a in ("--switch", "--no-switch") for a in argv)  # argv's replace the default one
     return [
         "--protocol", protocol, "--preset", "tiny", "--steps", "60",
         *([] if own else ["--switch", "30:0.5"]), "--eval-every", "20", "--checkpoint-every",
-        "20", "--log-every", "5", "--eval-shift-test", "16", "--device", "cpu", *paper, *argv,
+        "20", "--set", "log_every=5", "--set", "eval_shift_test=16", "--device", "cpu", *paper, *argv,
     ]  # fmt: skip
 
 
@@ -88,8 +88,8 @@ def test_schedule_decides_periodic_work() -> None:
 
 #: The worlds run settled at step 9 (0.3 of its 30 steps of base training), each step from
 #: then to the switch fitting two minibatches of its reservoir (``test_settle_run``).
-SETTLED = [*WORLDS, "--settle", "0.3", "--fit-updates", "2", "--fit-batch", "8",
-           "--fit-worlds", "2"]  # fmt: skip
+SETTLED = [*WORLDS, "--settle", "0.3", "--fit-updates", "2", "--set", "fit_batch=8",
+           "--set", "fit_worlds=2"]  # fmt: skip
 
 
 def own_options(run: str) -> list[str]:
@@ -221,7 +221,7 @@ def test_on_a_gpu_the_loop_waits_for_the_device_only_at_its_metric_blocks(
     track): the steps between metric blocks make no synchronising call; the block reads the
     metrics back once."""
     cfg = tiny_config(*WORLDS, "--device", "cuda", "--eval-every", "1000", "--checkpoint-every",
-                      "1000", "--log-every", "10", *extra, protocol="worlds")  # fmt: skip
+                      "1000", "--set", "log_every=10", *extra, protocol="worlds")  # fmt: skip
     loop = open_loop(tmp_path / "run", cfg)
     assert loop.vec_env.device is not None and loop.vec_env.device.type == "cuda"
     for _ in range(10):  # the first block: optimizer state, warm-up, capture

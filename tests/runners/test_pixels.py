@@ -17,8 +17,8 @@ from runners.online.rundir import RunFolder
 from tests.runners.cli_helpers import TINY_WORLDS, assert_events_are_the_store, cli, event_scalars
 
 #: A tiny run whose floor and ceiling are heads on its settled latent.
-TINY = [*(a for a in TINY_WORLDS if a != "--no-bounds"), "--settle", "0.5", "--fit-batch", "8",
-        "--fit-worlds", "2"]  # fmt: skip
+TINY = [*(a for a in TINY_WORLDS if a != "--no-bounds"), "--settle", "0.5", "--set", "fit_batch=8",
+        "--set", "fit_worlds=2"]  # fmt: skip
 ROWS = {"decoded_true", "no_change", "own", "same", "wrong"}
 
 

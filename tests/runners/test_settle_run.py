@@ -10,7 +10,7 @@ import torch
 
 from tests.runners.test_loop import WORLDS, assert_same_records, open_loop, tiny_config
 
-SETTLED = [*WORLDS, "--settle", "0.3", "--fit-updates", "2", "--fit-batch", "8", "--fit-worlds", "2"]
+SETTLED = [*WORLDS, "--settle", "0.3", "--fit-updates", "2", "--set", "fit_batch=8", "--set", "fit_worlds=2"]
 
 
 def test_a_settled_run_cut_after_the_settle_and_resumed_equals_one_go(tmp_path: Path) -> None:

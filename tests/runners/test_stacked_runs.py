@@ -93,7 +93,7 @@ def test_runs_that_cannot_stack_are_refused(tmp_path: Path) -> None:
 
 def cli_args(out: Path, *extra: str) -> list[str]:
     return ["--protocol", "worlds", "--preset", "tiny", "--steps", "60", "--eval-every", "20",
-            "--checkpoint-every", "20", "--log-every", "5", "--eval-shift-test", "16",
+            "--checkpoint-every", "20", "--set", "log_every=5", "--set", "eval_shift_test=16",
             "--device", "cpu", "--precision", "fp32", "--no-bounds", "--no-stream-cache",
             *WORLDS, "--out", str(out), *extra]  # fmt: skip
 

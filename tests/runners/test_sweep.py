@@ -29,7 +29,7 @@ def sweep(argv: list[str]) -> int:
     return study.main(["sweep", *argv])
 
 # Small evaluation sets keep each tiny run to a few seconds (most of it is imports and figures).
-FAST_EVAL = ["--protocol", "paper", "--eval-shift-train", "32", "--eval-shift-test", "16", "--eval-base-test", "16", "--final-ns", "0", "50"]
+FAST_EVAL = ["--protocol", "paper", "--set", "eval_shift_train=32", "--set", "eval_shift_test=16", "--set", "eval_base_test=16", "--final-ns", "0", "50"]
 TINY = ["--preset", "tiny", "--steps", "20", "--no-switch", "--eval-every", "10",
         "--checkpoint-every", "10", "--device", "cpu", *FAST_EVAL]
 
@@ -301,7 +301,7 @@ def test_a_stacked_sweep_trains_each_points_seeds_as_one(tmp_path, capsys):
     """``--stack``: the points equal but for their seed are one stacked run (folders
     <name without the seed>-s<seed>); the table aggregates them as any sweep's."""
     worlds = ["--protocol", "worlds", "--preset", "tiny", "--steps", "20", "--eval-every", "10",
-              "--checkpoint-every", "10", "--device", "cpu", "--precision", "fp32", "--eval-shift-test", "8", "--eval-world-seqs", "4", "--eval-worlds", "2", "--base-world-seqs", "4", "--base-worlds", "2", "--episode-steps", "21", "40", "--final-ns", "0", "5"]  # fmt: skip
+              "--checkpoint-every", "10", "--device", "cpu", "--precision", "fp32", "--set", "eval_shift_test=8", "--eval-world-seqs", "4", "--eval-worlds", "2", "--base-world-seqs", "4", "--base-worlds", "2", "--episode-steps", "21", "40", "--final-ns", "0", "5"]  # fmt: skip
     assert sweep(["--grid", "track=A,C", "seed=1,2", "--out", str(tmp_path), "--stack",
                   *worlds]) == 0  # fmt: skip
     out = capsys.readouterr().out

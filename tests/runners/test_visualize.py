@@ -121,7 +121,7 @@ def count_color(img: np.ndarray, color: tuple[int, int, int]) -> int:
 # -- the command line on the real OnlineLoop (tiny preset) -----------------------------------
 
 PAPER = ["--protocol", "paper"]
-SMALL_EVAL = ["--eval-shift-train", "16", "--eval-shift-test", "8", "--eval-base-test", "8"]
+SMALL_EVAL = ["--set", "eval_shift_train=16", "--set", "eval_shift_test=8", "--set", "eval_base_test=8"]
 
 
 def test_cli_switch_screenshot_and_video(tmp_path: Path) -> None:
@@ -231,7 +231,7 @@ def test_cli_keys_quit_and_resume(tmp_path: Path) -> None:
 
 #: The tiny worlds run of tests/runners/cli_helpers.py's TINY_WORLDS: short episodes, few and
 #: small evaluation worlds.
-TINY_WORLDS = ["--preset", "tiny", "--eval-shift-test", "8", "--eval-world-seqs", "4", "--eval-worlds", "2", "--base-world-seqs", "4", "--base-worlds", "2", "--episode-steps", "21", "40"]  # fmt: skip
+TINY_WORLDS = ["--preset", "tiny", "--set", "eval_shift_test=8", "--eval-world-seqs", "4", "--eval-worlds", "2", "--base-world-seqs", "4", "--base-worlds", "2", "--episode-steps", "21", "40"]  # fmt: skip
 SWITCH_WORLD = (0.3, 45.0)  # an interp switch world (held out)
 DEFAULT_WORLD = (0.75, 90.0)  # the default switch world (family extrap, held out)
 
@@ -461,7 +461,7 @@ def test_cli_worlds_tracks_are_heads_on_one_latent_where_the_run_settles(tmp_pat
     from runners import visualize
     from runners.online.recorder import Recorder
 
-    settled = [*TINY_WORLDS, "--settle", "0.5", "--fit-batch", "8", "--fit-worlds", "2"]
+    settled = [*TINY_WORLDS, "--settle", "0.5", "--set", "fit_batch=8", "--set", "fit_worlds=2"]
     argv = ["--headless", "--steps", "40", "--draw-every", "5", "--out", str(tmp_path),
             "--name", "h", *settled]  # fmt: skip
     session = visualize.setup(argv, log=lambda _: None)

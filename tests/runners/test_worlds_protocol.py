@@ -53,14 +53,14 @@ def test_worlds_is_the_default_and_paper_one_flag_away() -> None:
         (["--eval-world-seqs", "1"], "eval_world_seqs"),
         (["--base-world-seqs", "1"], "base_world_seqs"),
         (["--eval-worlds", "1"], r"eval_worlds must be at least 2 \(the wrong-world control"),
-        (["--best-min-sigma", "-1"], "best_min_sigma must be >= 0"),
+        (["--set", "best_min_sigma=-1"], "best_min_sigma must be >= 0"),
         (["--protocol", "other"], "protocol"),
         (["--train-gravity", "0.1", "0.7"], "families train and extrap overlap"),
-        (["--interp-arcs", "0", "50"], "families train and interp overlap"),
-        (["--train-gravity", "0.5", "0.1"], r"the train worlds \(--train-\*\): .*empty"),
-        (["--extrap-arcs", "10"], "--extrap-arcs must be START END pairs"),
-        (["--interp-arcs", "50", "40"], "arcs must be"),
-        (["--extrap-friction", "0.5", "1.5"], "friction"),
+        (["--set", "interp_arcs=[0, 50]"], "families train and interp overlap"),
+        (["--train-gravity", "0.5", "0.1"], r"the train worlds \(train_\*\): .*empty"),
+        (["--set", "extrap_arcs=[10]"], "extrap_arcs must be START END pairs"),
+        (["--set", "interp_arcs=[50, 40]"], "arcs must be"),
+        (["--set", "extrap_friction=[0.5, 1.5]"], "friction"),
         (["--residency", "0", "2"], "residency must be LOW HIGH"),
     ],
 )
@@ -164,7 +164,7 @@ def _final_probes(run: Path) -> dict[str, dict[str, float]]:
 
 
 def test_run_writes_held_out_curves(tmp_path: Path) -> None:
-    res = cli("train_online", *TINY_WORLDS, "--best-min-sigma", "1e6", "--out", str(tmp_path), "--name",
+    res = cli("train_online", *TINY_WORLDS, "--set", "best_min_sigma=1e6", "--out", str(tmp_path), "--name",
               "w", "--steps", "40", "--switch", "30:gravity=0.6,direction=0")  # an extrap world
     assert res.returncode == 0, res.stderr
     assert "worlds protocol" in res.stdout and "held-out worlds at the end" in res.stdout
@@ -285,8 +285,8 @@ def test_stream_error_since_the_switch_is_binned_exactly() -> None:
 
 
 def test_families_from_the_command_line_reach_the_streams_and_the_evaluation() -> None:
-    cfg = build_config([*TINY_WORLDS, "--extrap-gravity", "0.85", "0.95", "--train-arcs",
-                        "80", "100", "--interp-restitution", "0.8", "0.9"])  # fmt: skip
+    cfg = build_config([*TINY_WORLDS, "--set", "extrap_gravity=[0.85, 0.95]", "--train-arcs",
+                        "80", "100", "--set", "interp_restitution=[0.8, 0.9]"])  # fmt: skip
     fams = cfg.protocol.families()
     assert fams["extrap"].gravity == (0.85, 0.95) and fams["train"].arcs == ((80.0, 100.0),)
     sets = cfg.protocol.evaluator(cfg).sets

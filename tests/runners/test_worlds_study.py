@@ -157,7 +157,7 @@ def test_where_runs_settle_each_seed_is_one_run_whose_heads_are_the_arms(tmp_pat
     summary."""
     out = tmp_path / "study"
     args = ["--tracks", "A", "B", "C", "--seeds", "3", "--preset", "tiny", "--steps", "30",
-            "--out", str(out), "--settle", "0.5", "--fit-batch", "8", "--fit-worlds", "2",
+            "--out", str(out), "--settle", "0.5", "--set", "fit_batch=8", "--set", "fit_worlds=2",
             *TINY_WORLDS[2:]]  # fmt: skip
     res = cli("study", "worlds", *args)
     assert res.returncode == 0, res.stdout + res.stderr

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
-import tyro
 
 from runners.cli import CliError
 from runners.online.switch import check_physics
@@ -61,7 +60,7 @@ class Paper:
     """Gravity of the base world (px/frame^2) before any switch."""
     source: Source = "stream"
     """stream: the live vector env; dataset: i.i.d. sequences of a make_dataset store (--data)."""
-    data: Annotated[str | None, tyro.conf.arg(metavar="PATH.zarr")] = None
+    data: str | None = None
     """Store written by runners.make_dataset: the dataset source's train splits and the evaluation splits."""
     episode_length: int | None = 400
     """Stream episode length in steps (None: endless)."""

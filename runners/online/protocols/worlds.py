@@ -77,7 +77,7 @@ class Worlds:
         "input_scale": 1.0 / 255.0,
     }  # fmt: skip
     train_family: Literal["train"] = "train"
-    """The name of the family each stream's worlds are drawn from before the switch (its worlds: --train-gravity, --train-arcs, --train-restitution, --train-friction)."""
+    """The name of the family each stream's worlds are drawn from before the switch (its worlds: --train-gravity, --train-arcs, and --set train_restitution=..., train_friction=...)."""
     train_gravity: tuple[float, float] = (0.1, 0.5)
     """Training worlds: gravity range LOW HIGH (px/frame^2), drawn uniformly."""
     train_arcs: tuple[float, ...] = (-30.0, 30.0, 60.0, 120.0, 150.0, 210.0, 240.0, 300.0)
@@ -149,7 +149,7 @@ class Worlds:
         for name in FAMILY_NAMES:
             arcs = getattr(self, f"{name}_arcs")
             if len(arcs) % 2 or not arcs:
-                raise CliError(f"--{name}-arcs must be START END pairs of degrees, got {list(arcs)}")
+                raise CliError(f"{name}_arcs must be START END pairs of degrees, got {list(arcs)}")
             try:
                 out[name] = env.WorldFamily(
                     name, getattr(self, f"{name}_gravity"),
@@ -157,7 +157,7 @@ class Worlds:
                     getattr(self, f"{name}_restitution"), getattr(self, f"{name}_friction"),
                 )  # fmt: skip
             except ValueError as err:
-                raise CliError(f"the {name} worlds (--{name}-*): {err}") from None
+                raise CliError(f"the {name} worlds ({name}_*): {err}") from None
         try:
             env.check_disjoint(list(out.values()))
         except ValueError as err:
