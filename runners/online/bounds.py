@@ -27,6 +27,9 @@ from runners.style import MEMORY_LABELS, pct, times
 #: The memory source of the headline (agent.evaluation: ``same``, the peer memory).
 HEADLINE_MEMORY = "same"
 
+#: The name of the held-out families' mean, in every summary, report and study.
+POOLED = "pooled"
+
 
 def from_heads(s: dict[str, Any], n: int) -> dict[str, Any] | None:
     """The bounds section of a run whose floor and ceiling are heads on its latent
@@ -45,7 +48,7 @@ def _family_d(held: dict[str, Any], memory: str, j: int) -> dict[str, float]:
     """{family: D^n} at the j-th n, and ``pooled`` (the families' mean)."""
     out = {fam: float(mems[memory][j]) for fam, mems in held["families"].items() if memory in mems}
     if out:
-        out["pooled"] = float(np.mean(list(out.values())))
+        out[POOLED] = float(np.mean(list(out.values())))
     return out
 
 
@@ -57,16 +60,18 @@ def _family_d_per_h(held: dict[str, Any], memory: str, j: int) -> dict[str, list
             rows.setdefault(w["family"], []).append(w["d_per_h"][j])
     out = {fam: np.mean(np.asarray(r, np.float64), axis=0).tolist() for fam, r in rows.items()}
     if out:
-        out["pooled"] = np.mean(np.asarray(list(out.values())), axis=0).tolist()
+        out[POOLED] = np.mean(np.asarray(list(out.values())), axis=0).tolist()
     return out
 
 
-def share(floor: float, memory: float, ceiling: float) -> float | None:
-    """The share of the oracle gap closed, (floor - memory) / (floor - ceiling); None when the
-    ceiling is not below the floor (there is no gap to close)."""
+def share(floor: float, memory: float, ceiling: float,
+          missing: float | None = None) -> float | None:
+    """The share of the oracle gap closed, (floor - memory) / (floor - ceiling); ``missing``
+    (None in a JSON summary, NaN in a study's arrays) when the ceiling is not below the floor
+    (there is no gap to close) or a number is not finite."""
     gap = floor - ceiling
     if not (math.isfinite(gap) and math.isfinite(memory)) or gap <= 0:
-        return None
+        return missing
     return (floor - memory) / gap
 
 
@@ -114,7 +119,7 @@ def pixel_bounds(held: dict[str, Any], held_a: dict[str, Any], held_o: dict[str,
 
     def rows(px: dict[str, Any], key: str) -> dict[str, list[float]]:
         out = {f: v[key] for f, v in px["families"].items()}
-        return {**out, "pooled": np.mean(list(out.values()), axis=0).tolist()}
+        return {**out, POOLED: np.mean(list(out.values()), axis=0).tolist()}
 
     return {"n": p["n"], "horizons": p["horizons"], "rows": {
         "true future, decoded": rows(p, "decoded_true"), "no change": rows(p, "no_change"),
@@ -168,12 +173,12 @@ def story(b: dict[str, Any]) -> str:
     """The summary's first line: how far n peer transitions of held-out worlds moved the chosen
     track from the floor towards the ceiling (pooled over the held-out families)."""
     head = b.get("headline")
-    a, o = b["floor"]["d"]["pooled"], b["ceiling"]["d"]["pooled"]
+    a, o = b["floor"]["d"][POOLED], b["ceiling"]["d"][POOLED]
     if head is None:  # a track without memory (A): its own floor
         return (f"track {b['track']} has no memory: held-out D {a:.3f} (the floor), "
                 f"{o:.3f} with the true physics (the ceiling)")
     m = b["memories"][head]
-    d, s = m["d"]["pooled"], m["share"]["pooled"]
+    d, s = m["d"][POOLED], m["share"][POOLED]
     moved = (f"{b['n']} transitions from other sequences of each held-out world moved track "
              f"{b['track']} from the floor (track A, D {a:.3f}) to D {d:.3f}")
     if s is None:
@@ -192,8 +197,8 @@ def _carries(b: dict[str, Any], peer: float) -> str:
     wrong = b["memories"].get("wrong")
     if wrong is None:
         return ""
-    w = wrong["d"]["pooled"]
-    gap = (w - peer) / (b["floor"]["d"]["pooled"] - b["ceiling"]["d"]["pooled"])
+    w = wrong["d"][POOLED]
+    gap = (w - peer) / (b["floor"]["d"][POOLED] - b["ceiling"]["d"][POOLED])
     verdict = "it carries the world" if gap >= CARRIES else "it does not carry the world"
     return (f". Memory of another world: D {w:.3f}, {pct(gap)} of the oracle's margin above "
             f"peer memory: {verdict}")
@@ -216,7 +221,7 @@ RATIO_LABELS = (
 
 def bounds_text(b: dict[str, Any]) -> list[str]:
     """The bounds as aligned text lines: D and the share of the gap per family, per memory."""
-    fams = [f for f in b["floor"]["d"] if f != "pooled"] + ["pooled"]
+    fams = [f for f in b["floor"]["d"] if f != POOLED] + [POOLED]
 
     def row(label: str, cells: Iterable[str]) -> str:
         return "  " + f"{label:<24}" + "".join(cells)
@@ -240,10 +245,10 @@ def bounds_text(b: dict[str, Any]) -> list[str]:
             if all(f in pp.get("d", {}).get(key, {}) for f in fams)]
     head = b.get("headline")
     if head is not None:  # the headline memory's share per horizon, pooled
-        shares = b["memories"][head]["share_per_h"].get("pooled", [])
+        shares = b["memories"][head]["share_per_h"].get(POOLED, [])
         out.append(per_h("share of the gap per horizon (peer memory, pooled)", shares, pct))
-    out += [per_h(label, pp[key]["pooled"], times) for key, label in RATIO_LABELS
-            if "pooled" in pp.get(key, {})]
+    out += [per_h(label, pp[key][POOLED], times) for key, label in RATIO_LABELS
+            if POOLED in pp.get(key, {})]
     return out + interval_text(b.get("intervals"), fams) + pixel_text(b.get("pixels"), fams, row)
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from agent.evaluation import Curve
+from runners.online.bounds import POOLED
 
 #: Bootstrap replicates of every interval.
 REPLICATES = 2000
@@ -71,7 +72,7 @@ class Resampled:
             per_world = np.stack([_d(samples[w][0][self.pick_seq[w]], samples[w][1][self.pick_seq[w]])
                                   for w in ws], 1)  # fmt: skip
             out[fam] = np.take_along_axis(per_world, self.pick_world[fam], 1).mean(1)
-        out["pooled"] = np.mean([out[f] for f in self.worlds], axis=0)
+        out[POOLED] = np.mean([out[f] for f in self.worlds], axis=0)
         return out
 
 

@@ -18,6 +18,7 @@ from matplotlib.axes import Axes
 from agent import tracks
 from agent.objective import head_metric_name
 from runners.cli import writing
+from runners.online.bounds import POOLED
 from runners.online.config import RunConfig, flat
 from runners.online.recorder import Recorder
 from runners.online.rundir import RunFolder
@@ -387,10 +388,10 @@ def bounds_figure(main: RunFolder, s: dict[str, Any]) -> Path:
                    label=f"track {b['track']}, {MEMORY_LABELS.get(mem, mem)}")
     for name in ("floor", "ceiling"):
         color, label = BOUND_STYLES[name]
-        right.axhline(b[name]["d"]["pooled"], color=color, lw=1.6, label=label)
+        right.axhline(b[name]["d"][POOLED], color=color, lw=1.6, label=label)
     pp = b.get("perfect_physics")
-    if pp and "pooled" in pp["d"]["blind"]:
-        right.axhline(pp["d"]["blind"]["pooled"], color="k", ls=":", lw=1.4,
+    if pp and POOLED in pp["d"]["blind"]:
+        right.axhline(pp["d"]["blind"][POOLED], color="k", ls=":", lw=1.4,
                       label="perfect world-blind physics in this latent")
     right.set_xscale("symlog", linthresh=1.0)
     right.set_xlim(left=0)

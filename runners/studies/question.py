@@ -17,15 +17,16 @@ from typing import Any, Protocol
 import numpy as np
 
 from agent import tracks
+from runners.online.bounds import POOLED
 from runners.studies import stats
 from runners.studies.figures import save
 from runners.studies.launch import table
 from runners.style import MEMORY_LABELS, TRACK_COLORS, pct, pyplot
 
 #: The primary endpoint's memory source and family (docs/preregistration.md).
-PRIMARY = ("same", "all")
+PRIMARY = ("same", POOLED)
 #: The secondary deltas: (memory, family).
-SECONDARY = (("own", "all"), ("same", "interp"), ("same", "extrap"), ("own", "interp"),
+SECONDARY = (("own", POOLED), ("same", "interp"), ("same", "extrap"), ("own", "interp"),
              ("own", "extrap"))  # fmt: skip
 #: The most half-width the primary interval may have before seeds are added (points of delta).
 MAX_HALF_WIDTH = 0.025
@@ -204,10 +205,10 @@ def lines(q: Mapping[str, Any], figure: str | None = None) -> list[str]:
     if figure:
         out += [f"![delta per seed, with its interval]({figure})", ""]
     out += table(["seed", "delta, peer", "delta, own"],
-                 [[s, pct(v, 2, "+"), pct(q["secondary"]["own all"]["per_seed"].get(s, math.nan), 2, "+")]
+                 [[s, pct(v, 2, "+"), pct(q["secondary"][f"own {POOLED}"]["per_seed"].get(s, math.nan), 2, "+")]
                   for s, v in p["per_seed"].items()])  # fmt: skip
     out += ["", "Secondary deltas (95% t-interval over seeds): " + "; ".join(
-        f"{MEMORY_LABELS[k.split()[0]]}, {k.split()[1].replace('all', 'pooled')} {_iv(v, 2)}"
+        f"{MEMORY_LABELS[k.split()[0]]}, {k.split()[1]} {_iv(v, 2)}"
         for k, v in q["secondary"].items()) + ".", ""]
     if "tracks" in q:
         out += [f"The oracle's margin (D_A - D_oracle) / D_A: {_iv(q['margin'])}. Per memory track, "

@@ -24,6 +24,7 @@ import numpy as np
 from agent import tracks
 from agent.config import TRACKS, Track
 from runners.cli import CliError
+from runners.online.bounds import POOLED, share
 from runners.online.config import HEADLINE_N
 from runners.studies import grid, launch, question, stats
 from runners.studies.figures import save
@@ -144,9 +145,8 @@ def report(opts: Options, plan: launch.Plan, commands: list[str]) -> Path:
                                {"meta": meta, "missing": missing, **result})
 
 
-#: The families a worlds run reports, and their pooled mean.
+#: The families a worlds run reports (their mean: ``POOLED``).
 FAMILIES = ("interp", "extrap")
-POOLED = "all"
 #: The issue's targets (reported as met or not, never tuned to).
 TARGETS = {"oracle_gain": 0.25, "memory_drop": 0.20, "oracle_share": 0.5}
 #: Below this oracle gain the oracle share is not reported (a ratio of two noises).
@@ -240,16 +240,11 @@ def load_worlds_run(run_dir: str | Path, arm: str, seed: str) -> WorldsRun | Non
 def _blind(pp: dict[str, Any] | None) -> dict[str, Any]:
     """WorldsRun's perfect world-blind physics from a held-out report (nothing before it)."""
     fams = (pp or {}).get("families", {})
-    if "pooled" not in fams or "blind" not in fams["pooled"]:
+    if POOLED not in fams or "blind" not in fams[POOLED]:
         return {}
-    blind = {("all" if f == "pooled" else f): rows["blind"][-1] for f, rows in fams.items()
+    blind = {f: rows["blind"][-1] for f, rows in fams.items()
              if "blind" in rows}  # fmt: skip
-    return {"blind": blind, "blind_per_h": np.asarray(fams["pooled"]["blind"][:-1], np.float64)}
-
-
-def _share(d_a: float, d: float, d_o: float) -> float:
-    """The share of the oracle's gap below the floor that ``d`` closes (NaN: no gap)."""
-    return stats.ratio(d_a - d, d_a - d_o) if d_a > d_o else math.nan
+    return {"blind": blind, "blind_per_h": np.asarray(fams[POOLED]["blind"][:-1], np.float64)}
 
 
 def _lowest(rows: Mapping[str, Any], value: Callable[[Any], float]) -> str | None:
@@ -364,7 +359,7 @@ def _peer_seed(r: WorldsRun, fam: str, floor: WorldsRun | None,
     d_o = ceiling.at(fam) if ceiling else math.nan
     peer, wrong = r.at(fam, "same"), r.at(fam, "wrong")
     return {"peer": peer, "wrong": wrong, "own": r.at(fam), "d_A": d_a, "d_oracle": d_o,
-            "share": _share(d_a, peer, d_o), "wrong_gap": stats.ratio(wrong - peer, peer),
+            "share": share(d_a, peer, d_o, math.nan), "wrong_gap": stats.ratio(wrong - peer, peer),
             **_gravity_numbers(r, fam)}
 
 
@@ -381,7 +376,7 @@ def peer_metrics(arms: Mapping[str, list[WorldsRun]], memory_arms: Sequence[str]
                         for r in arms[arm]}
             vals = list(per_seed.values())  # an arm has a run at least
             mean = {k: stats.finite_mean([v[k] for v in vals]) for k in vals[0]}
-            mean["share"] = _share(mean["d_A"], mean["peer"], mean["d_oracle"])  # of seed means
+            mean["share"] = share(mean["d_A"], mean["peer"], mean["d_oracle"], math.nan)  # of seed means
             rows[arm] = {"mean": mean, "per_seed": per_seed}
         dl = (stats.delta(rows[tracks.INPUT]["mean"]["peer"], rows[tracks.WEIGHTS]["mean"]["peer"])
               if {tracks.INPUT, tracks.WEIGHTS} <= set(rows) else math.nan)

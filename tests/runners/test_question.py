@@ -31,7 +31,7 @@ def arms_of(d_b: list[float], d_c: list[float], d_a: float = 1.0, d_o: float = 0
     def run(arm: str, s: int, d: float) -> FakeRun:
         own, wrong = (0.0, 0.0) if arm in ("A", "oracle") else (0.01, 0.05)
         vals = {}
-        for fam in ("all", "interp", "extrap"):
+        for fam in ("pooled", "interp", "extrap"):
             vals |= {(fam, "same"): d, (fam, "own"): d + own, (fam, "wrong"): d + wrong}
         return FakeRun(arm, str(s), vals)
 
@@ -52,7 +52,7 @@ def test_the_delta_is_paired_per_seed_with_a_t_interval_over_seeds() -> None:
     assert p["boot_low"] >= min(per) and p["boot_high"] <= max(per)
     assert p["outcome"] == "C better" and not p["holds_paper"] and not p["more_seeds"]
     own = [((b + 0.01) - (c + 0.01)) / (b + 0.01) for b, c in zip(d_b, d_c, strict=True)]
-    assert list(q["secondary"]["own all"]["per_seed"].values()) == pytest.approx(own, abs=1e-15)
+    assert list(q["secondary"]["own pooled"]["per_seed"].values()) == pytest.approx(own, abs=1e-15)
     # the floor 1.0, the oracle 0.8: the margin 20%, B's share (1 - D_B) / 0.2, carried 0.05 / 0.2
     assert q["margin"]["mean"] == pytest.approx(0.2, abs=1e-12)
     assert q["tracks"]["B"]["share"]["per_seed"]["0"] == pytest.approx(0.5, abs=1e-12)

@@ -37,7 +37,7 @@ def test_analyse_computes_gain_share_gap_and_delta_from_seed_means() -> None:
         _run("C", "2", [0.7, 0.7, 0.6, 0.6, 0.5, 0.5], [0.6] * 6),
     ]
     res = ws.analyse(runs)
-    m = res["metrics"]["all"]
+    m = res["metrics"]["pooled"]
     assert m["d_A"] == pytest.approx(0.7) and m["d_oracle"] == pytest.approx(0.4)
     assert m["oracle_gain"] == pytest.approx(0.3 / 0.7)
     c = m["tracks"]["C"]
@@ -69,14 +69,14 @@ def test_peer_memory_against_floor_and_ceiling_per_seed() -> None:
     ]
     peer = ws.analyse(runs)["peer"]
     assert peer["best"] == "C"
-    c = peer["families"]["all"]["tracks"]["C"]
+    c = peer["families"]["pooled"]["tracks"]["C"]
     assert c["per_seed"]["1"]["share"] == pytest.approx(0.12 / 0.2)
     assert c["per_seed"]["2"]["share"] == pytest.approx(0.06 / 0.1)
     assert c["mean"]["share"] == pytest.approx((0.95 - 0.86) / (0.95 - 0.8))
     assert c["per_seed"]["1"]["wrong_gap"] == pytest.approx(0.02 / 0.88)
     assert c["mean"]["entries_strength_r2"] == pytest.approx(0.7)  # the entries', beside e_agg's
     assert c["mean"]["gravity_direction_cos"] == pytest.approx(0.875)  # held_out: the pooled row
-    assert peer["families"]["all"]["delta"] == pytest.approx((0.915 - 0.86) / 0.915)
+    assert peer["families"]["pooled"]["delta"] == pytest.approx((0.915 - 0.86) / 0.915)
     assert peer["targets"] == {"below_floor": True, "half_the_gap": True, "wrong_worse": True,
                                "gravity": True}
     runs[-1] = run("C", "2", 0.80, 0.84, 0.83, 0.5)  # one seed: wrong world better, probe weak
@@ -90,10 +90,10 @@ def test_a_negligible_oracle_gain_leaves_the_share_out_and_targets_unmet() -> No
     runs = [_run("A", "1", [0.7] * 6), _run(ws.ORACLE, "1", [0.699] * 6),
             _run("C", "1", [0.7] * 5 + [0.69], [0.68] * 6)]
     res = ws.analyse(runs)
-    c = res["metrics"]["all"]["tracks"]["C"]
+    c = res["metrics"]["pooled"]["tracks"]["C"]
     assert math.isnan(c["oracle_share"]) and c["wrong_gap"] < 0
     assert not any(t["met"] for t in res["targets"].values())
-    assert math.isnan(res["metrics"]["all"]["delta"]) and res["metrics"]["all"]["outcome"] == "?"
+    assert math.isnan(res["metrics"]["pooled"]["delta"]) and res["metrics"]["pooled"]["outcome"] == "?"
 
 
 def test_load_refuses_a_paper_protocol_summary(tmp_path: Path) -> None:
@@ -129,7 +129,7 @@ def test_study_runs_every_arm_writes_the_report_and_skips_finished_runs(tmp_path
         d_b, d_c = own50("track-B_seed-3", fam), own50("track-C_seed-3", fam)
         assert m[fam]["delta"] == pytest.approx(stats.delta(d_b, d_c), abs=1e-12)
         assert m[fam]["outcome"] == stats.outcome(m[fam]["delta"])
-    assert m["all"]["d_oracle"] == pytest.approx(
+    assert m["pooled"]["d_oracle"] == pytest.approx(
         np.mean([own50("track-C_seed-3_oracle-true", f) for f in ("interp", "extrap")]), abs=1e-12)
     md = (out / "report.md").read_text()
     assert "Pre-registered test on held-out worlds" in md and "oracle gain" in md
