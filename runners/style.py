@@ -1,12 +1,15 @@
 """How results look, in one place: numbers as text (``num``, ``pct``, ``times``), matplotlib set
-up for files (no display), and the track colours of the figures (white background) and of the
+up for files (no display) and one way to save a figure (``save_figure``), and the track colours of the figures (white background) and of the
 live view (dark background)."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from runners.cli import writing
 
 
 def num(x: Any, digits: int = 3, sign: str = "", missing: str = "-") -> str:
@@ -63,3 +66,20 @@ def pyplot() -> ModuleType:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+#: Dots per inch of every saved figure (a study's may ask for more).
+DPI = 90
+
+
+def save_figure(fig: Any, path: Path, dpi: int = DPI) -> Path:
+    """Lay ``fig`` out, write it to ``path`` (its folder made; a failed write raises ``OSError``
+    naming the file) and close it, written or not: every figure of a run, a study and a report."""
+    try:
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with writing(path):
+            fig.savefig(path, dpi=dpi)
+    finally:
+        pyplot().close(fig)
+    return path

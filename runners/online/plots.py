@@ -17,16 +17,14 @@ from matplotlib.axes import Axes
 
 from agent import tracks
 from agent.objective import head_metric_name
-from runners.cli import writing
 from runners.online.bounds import POOLED
 from runners.online.config import RunConfig, flat
 from runners.online.recorder import Recorder
 from runners.online.rundir import RunFolder
 from runners.online.switch import Switch, switches_from_json
-from runners.style import MEMORY_LABELS, pyplot
+from runners.style import MEMORY_LABELS, pyplot, save_figure
 
 plt = pyplot()
-DPI = 90
 PHASE_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")
 
 
@@ -68,17 +66,6 @@ def _over_steps(ax: Axes, cfg: dict[str, Any], title: str, ylabel: str,
                     va="bottom", color="0.25")
     if legend:
         ax.legend(loc=legend, fontsize=fontsize)
-
-
-def save_figure(fig: plt.Figure, path: Path) -> Path:
-    """Save and close ``fig``; a failed write raises ``OSError`` naming ``path``."""
-    try:
-        fig.tight_layout()
-        with writing(path):
-            fig.savefig(path, dpi=DPI)
-    finally:
-        plt.close(fig)
-    return path
 
 
 def _load(run_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:

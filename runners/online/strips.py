@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from runners.live.model import overlay
-from runners.online.plots import plt, save_figure
+from runners.online.plots import plt
 from runners.online.rundir import RunFolder
+from runners.style import save_figure
 
 #: The rows, in order: (the run they come from, the strip's key, the label).
 ROWS = (("main", "true", "true frames"), ("main", "decoded_true", "true future, decoded"),

@@ -17,10 +17,9 @@ import numpy as np
 
 from runners.online.config import HEADLINE_N
 from runners.online.rundir import RunFolder
-from runners.studies.figures import save
 from runners.studies.launch import table
 from runners.studies.stats import finite_mean, group
-from runners.style import TRACK_COLORS, num, pyplot
+from runners.style import TRACK_COLORS, num, pyplot, save_figure
 
 AGE_BINS = ((0, 10), (10, 50), (50, 100), (100, 256))  # [lo, hi) in entries, 0 = newest
 ADAPT_NS = (0, 10, 25, 50, 100, 256)
@@ -297,7 +296,7 @@ def _fig_spectra(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None
         ax.set(title=title, xlabel="singular value index", ylabel="s_i / s_1")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, ncol=2)
-    save(fig, path)
+    save_figure(fig, path)
 
 
 def _fig_attention(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None:
@@ -316,7 +315,7 @@ def _fig_attention(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> No
            yscale="log")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    save(fig, path)
+    save_figure(fig, path)
 
 
 def _fig_curves(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None:
@@ -333,4 +332,4 @@ def _fig_curves(tracks: Mapping[str, list[dict[str, Any]]], path: Path) -> None:
     ax.set(xscale="log", xlabel="shift-world memories n (0 plotted at 0.5)", ylabel="D_shift^n")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    save(fig, path)
+    save_figure(fig, path)

@@ -5,25 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from runners.cli import writing
 from runners.studies import stats
 from runners.studies.runs import RunRecord, TrackStats
-from runners.style import TRACK_COLORS, pyplot
-
-
-def save(fig: Any, path: Path, dpi: int = 90) -> Path:
-    """Lay ``fig`` out, write it to ``path`` (its folder made; a failure naming the file) and
-    close it."""
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with writing(path):
-        fig.savefig(path, dpi=dpi)
-    pyplot().close(fig)
-    return path
+from runners.style import TRACK_COLORS, pyplot, save_figure
 
 
 def _band(records: Sequence[RunRecord], attr: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -67,7 +54,7 @@ def fig_trajectories(tracks: Mapping[str, TrackStats], path: Path, attr: str = "
         ax.set(xlabel="training step", ylabel=ylabel)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    return save(fig, path)
+    return save_figure(fig, path)
 
 
 def fig_seed_bars(tracks: Mapping[str, TrackStats], path: Path) -> Path:
@@ -95,7 +82,7 @@ def fig_seed_bars(tracks: Mapping[str, TrackStats], path: Path) -> Path:
     ax.set(ylabel="peak D_shift^50 (lower is better)",
            title="per-seed peak D_shift^50 (line, whisker: mean +- std)")
     ax.grid(axis="y", alpha=0.3)
-    return save(fig, path)
+    return save_figure(fig, path)
 
 
 def fig_runs(records: Sequence[tuple[str, RunRecord]], path: Path, title: str) -> Path:
@@ -115,4 +102,4 @@ def fig_runs(records: Sequence[tuple[str, RunRecord]], path: Path, title: str) -
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.suptitle(title)
-    return save(fig, path)
+    return save_figure(fig, path)

@@ -19,9 +19,8 @@ import numpy as np
 from agent import tracks
 from runners.online.bounds import POOLED
 from runners.studies import stats
-from runners.studies.figures import save
 from runners.studies.launch import table
-from runners.style import MEMORY_LABELS, TRACK_COLORS, pct, pyplot
+from runners.style import MEMORY_LABELS, TRACK_COLORS, pct, pyplot, save_figure
 
 #: The primary endpoint's memory source and family (docs/preregistration.md).
 PRIMARY = ("same", POOLED)
@@ -248,4 +247,4 @@ def figure(panels: Mapping[str, Mapping[str, Any]], path: Path) -> Path:
                                          for p in panels.values()))  # fmt: skip
     axes[0][0].set_ylabel("delta = (D_B - D_C) / D_B, %")
     axes[0][0].set_ylim(min(lows) - 0.35 * (top - min(lows)), top + 0.8)
-    return save(fig, path)
+    return save_figure(fig, path)

@@ -27,9 +27,8 @@ from runners.cli import CliError
 from runners.online.bounds import POOLED, share
 from runners.online.config import HEADLINE_N
 from runners.studies import grid, launch, question, stats
-from runners.studies.figures import save
 from runners.studies.launch import table
-from runners.style import MEMORY_LABELS, TRACK_COLORS, num, pct, pyplot
+from runners.style import MEMORY_LABELS, TRACK_COLORS, num, pct, pyplot, save_figure
 
 #: The train_online options the study sets itself, with its own option to use instead.
 OWNED = {"--protocol": "", "--track": "--tracks", "--seed": "--seeds",
@@ -450,7 +449,7 @@ def fig_curves(runs: Sequence[WorldsRun], path: Path, memory: str = "same") -> P
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("D^n (1 = no change)")
     axes[-1].legend(fontsize=7, loc="best")
-    return save(fig, path, dpi=110)
+    return save_figure(fig, path, dpi=110)
 
 
 def _own_at(arm: Mapping[str, Any], fam: str, n: int) -> str:

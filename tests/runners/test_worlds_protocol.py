@@ -19,10 +19,10 @@ from runners.cli import CliError
 from runners.online.command import build_config, config_from_dict
 from runners.online.config import Worlds
 from runners.online.feeds import make_scheduled_feed
-from runners.online.plots import DPI
 from runners.online.presets import PRESETS
 from runners.online.summary import since_switch
 from runners.online.world_sets import family_of, make_world_sets
+from runners.style import DPI
 
 WORLDS_FINAL_NS = (0, 1, 5, 10, 25, 50)
 PAPER_FINAL_NS = (0, 10, 25, 50, 100, 256)
