@@ -5,6 +5,7 @@ live view (dark background)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -66,6 +67,16 @@ def pyplot() -> ModuleType:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def table(head: Sequence[Any], rows: Iterable[Sequence[Any]], right: int = 0) -> list[str]:
+    """A Markdown table's lines: its head, the rule under it (its last ``right`` columns aligned
+    right) and a line per row: every table of a summary, a report and a study."""
+    def line(cells: Iterable[Any]) -> str:
+        return "| " + " | ".join(map(str, cells)) + " |"
+
+    rule = "|" + "---|" * (len(head) - right) + "---:|" * right
+    return [line(head), rule, *map(line, rows)]
 
 
 #: Dots per inch of every saved figure (a study's may ask for more).

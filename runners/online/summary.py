@@ -22,7 +22,7 @@ from runners.online.evaluation import EvalRecord
 from runners.online.protocols import PROTOCOLS
 from runners.online.rundir import RunFolder
 from runners.online.switch import switches_from_json
-from runners.style import MEMORY_LABELS, num
+from runners.style import MEMORY_LABELS, num, table
 
 if TYPE_CHECKING:
     from runners.online.loop import RunRecords
@@ -170,9 +170,7 @@ class Table:
         """The table as Markdown lines: its caption, the table, its note."""
         caption = self.md_caption or self.caption[:1].upper() + self.caption[1:]
         return [*([f"{caption}:", ""] if caption else []),
-                "| " + " | ".join([*self.labels, *self.heads]) + " |",
-                "|" + "---|" * len(self.labels) + "---:|" * len(self.heads),
-                *("| " + " | ".join(r) + " |" for r in self.rows),
+                *table([*self.labels, *self.heads], self.rows, right=len(self.heads)),
                 *(["", self.note[:1].upper() + self.note[1:]] if self.note else [])]
 
 

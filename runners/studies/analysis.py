@@ -17,9 +17,8 @@ import numpy as np
 
 from runners.online.config import HEADLINE_N
 from runners.online.rundir import RunFolder
-from runners.studies.launch import table
 from runners.studies.stats import finite_mean, group
-from runners.style import TRACK_COLORS, num, pyplot, save_figure
+from runners.style import TRACK_COLORS, num, pyplot, save_figure, table
 
 AGE_BINS = ((0, 10), (10, 50), (50, 100), (100, 256))  # [lo, hi) in entries, 0 = newest
 ADAPT_NS = (0, 10, 25, 50, 100, 256)

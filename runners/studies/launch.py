@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -221,16 +221,6 @@ def study_commands(out: str | Path, command: str) -> list[str]:
     except (OSError, ValueError, KeyError, TypeError):
         before = []
     return list(dict.fromkeys([*(str(c) for c in before), command]))
-
-
-def table(head: Sequence[Any], rows: Iterable[Sequence[Any]]) -> list[str]:
-    """A Markdown table's lines: its head, the rule under it and a line per row."""
-    return [row(head), "|" + "---|" * len(head), *map(row, rows)]
-
-
-def row(cells: Iterable[Any]) -> str:
-    """A Markdown table's line: ``| a | b |``."""
-    return "| " + " | ".join(map(str, cells)) + " |"
 
 
 def write_report(out_dir: str | Path, title: str, meta: Mapping[str, Any], missing: Sequence[str],

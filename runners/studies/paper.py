@@ -20,7 +20,7 @@ from runners.online.rundir import RunFolder
 from runners.studies import analysis, grid, launch, question, stats
 from runners.studies.figures import fig_runs, fig_seed_bars, fig_trajectories
 from runners.studies.runs import RunRecord, TrackStats, by_track, load_run, pre_registered
-from runners.style import num, pct
+from runners.style import num, pct, table
 
 #: The train_online options the study sets itself, with its own option to use instead.
 OWNED = {"--protocol": "", "--source": "", "--switch": "", "--track": "--tracks",
@@ -259,10 +259,10 @@ def main_table_markdown(tracks: Mapping[str, TrackStats]) -> list[str]:
                  if p else ("(not in paper)", "-", "-"))
         rows.append([track, ts.peak.n, ts.peak.ms(), f"[{ts.peak.ci_low:.4f}, "
                      f"{ts.peak.ci_high:.4f}]", ts.sigma.ms(), *paper])
-    return ["### Per run", "", *launch.table(
+    return ["### Per run", "", *table(
         ["track", "seed", "peak D_shift^50", "peak step", "final D_shift^50", "final step",
          "sigma_embed at peak", "settling (final - peak)"], runs),
-        "", "### Per track, ours beside the paper (Table 1)", "", *launch.table(
+        "", "### Per track, ours beside the paper (Table 1)", "", *table(
         ["track", "seeds", "ours: peak D_shift^50 mean +- std", "ours: 95% CI",
          "ours: sigma_embed at peak", "paper: D_shift", "paper: 95% CI", "paper: sigma_embed"],
         rows)]
@@ -317,7 +317,7 @@ def _ablation_section(runs: Mapping[str, RunRecord], figs: Path) -> list[str]:
                      *([f"{p[0]:.4f}", f"{p[1]:.4f}", f"+{p[2]:.4f}"] if p else ["-"] * 3)])
     fig_runs(list(runs.items()), figs / "ablation_trajectories.png", "dual-freeze ablation")
     return ["## Mechanism ablation: dual freeze of buffer and EMA target (Table 3)", "",
-            *launch.table(["experiment", "freeze step", "ours: peak (step)", "ours: final",
+            *table(["experiment", "freeze step", "ours: peak (step)", "ours: final",
                            "ours: settling", "ours: sigma final", "paper: peak", "paper: final",
                            "paper: settling"], rows),
             "", "Settling = final - peak. The paper's two step-8000 replicates differed only by "
@@ -335,7 +335,7 @@ def _lambda_section(runs: Mapping[str, RunRecord], figs: Path) -> list[str]:
                      num(r.sigma_at_peak, 4), *([f"{v:.4f}" for v in p] if p else ["-"] * 3)])
     fig_runs([(f"lambda {k}", r) for k, r in runs.items()], figs / "lambda_sweep.png",
              "lambda sweep (track C)")
-    return ["## LoRA regularisation sweep, track C (Table 4)", "", *launch.table(
+    return ["## LoRA regularisation sweep, track C (Table 4)", "", *table(
         ["lambda", "ours: peak (step)", "ours: final", "ours: sigma at peak", "paper: peak",
          "paper: final", "paper: sigma at peak"], rows),
         "", "![lambda sweep](figures/lambda_sweep.png)", ""]
@@ -346,5 +346,5 @@ def _sweep_section(title: str, key: str, runs: Mapping[str, RunRecord], fig: Pat
     rows = ([value, f"{num(r.peak, 4)} ({r.peak_step})", num(r.final, 4), num(r.sigma_at_peak, 4)]
             for value, r in runs.items())
     fig_runs([(f"{key} {k}", r) for k, r in runs.items()], fig, title)
-    return [f"## {title}", "", *launch.table([key, "peak (step)", "final", "sigma at peak"], rows),
+    return [f"## {title}", "", *table([key, "peak (step)", "final", "sigma at peak"], rows),
             "", f"![{title}](figures/{fig.name})", ""]

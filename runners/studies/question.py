@@ -19,8 +19,7 @@ import numpy as np
 from agent import tracks
 from runners.online.bounds import POOLED
 from runners.studies import stats
-from runners.studies.launch import table
-from runners.style import MEMORY_LABELS, TRACK_COLORS, pct, pyplot, save_figure
+from runners.style import MEMORY_LABELS, TRACK_COLORS, pct, pyplot, save_figure, table
 
 #: The primary endpoint's memory source and family (docs/preregistration.md).
 PRIMARY = ("same", POOLED)

@@ -15,6 +15,7 @@ import tyro
 from runners.cli import CliError
 from runners.online.command import option_type
 from runners.studies import grid, launch, runs
+from runners.style import table
 
 #: The sweep sets no train_online option of its own but the run folders (``launch.RESERVED``).
 OWNED: dict[str, str] = {}
@@ -68,7 +69,7 @@ def report(opts: Options, plan: launch.Plan, commands: list[str]) -> Path:
 
 def group_table_markdown(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> str:
     """The sweep's table as Markdown."""
-    return "\n".join(launch.table(
+    return "\n".join(table(
         [*keys, "runs (done)", "peak D_shift^50 mean +- std [95% CI]", "peak step",
          "final D_shift^50", "sigma_embed at peak"],
         ([*(row[k] for k in keys), f"{row['runs']} ({row['finished']})",

@@ -27,8 +27,7 @@ from runners.cli import CliError
 from runners.online.bounds import POOLED, share
 from runners.online.config import HEADLINE_N
 from runners.studies import grid, launch, question, stats
-from runners.studies.launch import table
-from runners.style import MEMORY_LABELS, TRACK_COLORS, num, pct, pyplot, save_figure
+from runners.style import MEMORY_LABELS, TRACK_COLORS, num, pct, pyplot, save_figure, table
 
 #: The train_online options the study sets itself, with its own option to use instead.
 OWNED = {"--protocol": "", "--track": "--tracks", "--seed": "--seeds",
