@@ -313,8 +313,7 @@ def make_figures(run_dir: str | Path) -> list[Path]:
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
     sw = ", ".join(f"{s.label()} at step {s.step}" for s in cfg.get("switches") or []) or "no switch"
-    where = f"{protocol.where()}, then " if protocol.many_worlds else f"{protocol.where()}: "
-    fig.suptitle(f"Track {cfg.get('track')} ({cfg.get('preset')} preset, {where}{sw}, "
+    fig.suptitle(f"Track {cfg.get('track')} ({cfg.get('preset')} preset, {protocol.where()}; {sw}, "
                  f"{cfg.get('after_switch')} mode after the switch", fontsize=11)
     written = [save_figure(fig, out / "overview.png")]
     singles = [("sigma_embed.png", plot_sigma, ev), ("losses.png", plot_losses, m)]

@@ -132,8 +132,7 @@ class Table:
     None: its longest cell or head and two spaces) or as a Markdown table (``markdown``).
     ``style``: "ruled", the top table (no caption, no indent, a rule under the heads);
     "headless", no heads in text; "inline", a one-row table as one line of head-value pairs.
-    ``md_caption``: Markdown's, where it says more; ``note`` follows the table; ``printed``:
-    False for a table that summary.md alone shows."""
+    ``md_caption``: Markdown's, where it says more; ``note`` follows the table."""
 
     caption: str
     labels: tuple[str, ...]
@@ -144,7 +143,6 @@ class Table:
     style: Literal["", "ruled", "headless", "inline"] = ""
     md_caption: str = ""
     note: str = ""
-    printed: bool = True
 
     def text(self) -> list[str]:
         """The table as aligned text lines."""
@@ -176,7 +174,7 @@ class Table:
 
 def tables_text(tables: Iterable[Table | None]) -> str:
     """Tables as printed (None: one the summary or report lacks), a blank line between them."""
-    return "\n\n".join("\n".join(t.text()) for t in tables if t is not None and t.printed)
+    return "\n\n".join("\n".join(t.text()) for t in tables if t is not None)
 
 
 def sections(s: dict[str, Any]) -> list[Table]:
@@ -267,14 +265,13 @@ def since_switch_table(s: dict[str, Any]) -> Table | None:
 
 
 def curve_table(s: dict[str, Any]) -> Table | None:
-    """The adaptation curve at the end, D_shift^n by n (None without it); printed for the worlds
-    protocol (the paper's: in summary.md alone)."""
+    """The adaptation curve at the end, D_shift^n by n (None without it)."""
     curve, protocol = s["adaptation_curve"], PROTOCOLS[s["protocol"]]
     shift, mem, _ = protocol.names
     return Table(f"D_shift^n at the end ({shift}, n {mem})",
                  ("",), [f"n={r['n']}" for r in curve],
-                 [["D_shift^n", *(num(r["d_shift"]) for r in curve)]], style="inline",
-                 printed=protocol.many_worlds) if curve else None
+                 [["D_shift^n", *(num(r["d_shift"]) for r in curve)]], style="inline"
+                 ) if curve else None
 
 
 def held_out_tables(held: dict[str, Any] | None, when: str) -> list[Table]:
