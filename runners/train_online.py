@@ -53,10 +53,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         folder = existing_run_folder(args.resume)  # held by this process from here on
         folders = [folder] + [existing_run_folder(p) for p in stacked_with(folder)]
         cfgs = [resume_config(f.read_config(), argv, prog=prog) for f in folders]
-        for f, c in zip(folders, cfgs, strict=True):
-            c.save(f.config)
     else:
         cfgs = stacked_configs(resolve(args.run), args.stack_seeds)  # --config, then the options
+    if args.dry_run:
+        print("\n".join(json.dumps(c.to_dict(), indent=2) for c in cfgs))
+        return 0
+    for f, c in zip(folders, cfgs, strict=False):  # a resumed run's, its changes included
+        c.save(f.config)
     set_threads(resolve_device(cfgs[0].device))  # a bad --device fails before any folder exists
     with StopRequest() as stop, contextlib.ExitStack() as held:
         if not folders:

@@ -138,6 +138,8 @@ class TrainCommand:
     """JSON of the config's fields, nested as config.json or flat; a run's config.json works as is (derived values included)."""
     resume: Annotated[str | None, tyro.conf.arg(metavar="RUN_DIR")] = None
     """Continue a stopped run (only --steps, --switch, --device, --eval-every and --checkpoint-every may change)."""
+    dry_run: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
+    """Print the resolved config (every field, as the run's config.json would hold it: what a preset, --config, the options and --set make of it) and exit; nothing is written."""
     stack_seeds: tuple[int, ...] = ()
     """Train these seeds too, stacked with --seed as one model in this process (agent.stacked; each seed its own world stream and run folder, NAME-s<SEED> for every seed with --name); the worlds protocol with --no-bounds and --no-stream-cache. For a GPU: on a CPU it is slower than one run after another."""
     run: tyro.conf.Suppress[RunConfig] = field(default_factory=RunConfig)

@@ -342,6 +342,21 @@ def test_bad_values_exit_2_with_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "runs").exists()
 
 
+def test_dry_run_prints_the_resolved_config_and_writes_nothing(tmp_path: Path) -> None:
+    """--dry-run prints every field as config.json would hold it, --set's values and the
+    preset's included, and exits 0 without a run folder."""
+    res = cli("--preset", "tiny", "--set", "exp_dim=24", "--set", "vary_memory=false",
+              "--steps", "60", "--out", str(tmp_path / "runs"), "--dry-run")
+    assert res.returncode == 0, res.stderr
+    printed = json.loads(res.stdout)
+    expected = build_config(["--protocol", "worlds", "--preset", "tiny", "--set", "exp_dim=24",
+                             "--set", "vary_memory=false", "--steps", "60",
+                             "--out", str(tmp_path / "runs")]).to_dict()
+    assert printed == json.loads(json.dumps(expected))
+    assert printed["agent"]["exp_dim"] == 24 and printed["agent"]["vary_memory"] is False
+    assert not (tmp_path / "runs").exists()
+
+
 # -- switches and physics --------------------------------------------------------------------
 def test_switch_parse_and_json() -> None:
     assert PHYSICS_NAMES == env.PHYSICS_FIELDS
