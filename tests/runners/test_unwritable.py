@@ -43,7 +43,6 @@ def test_ensure_output_dir(tmp_path: Path) -> None:
         # with datasets that exist (any path: unread), so what fails is the output folder
         ("study", ["paper", "--out", NOWHERE, "--report-only", "--data", "{checkpoint}"]),
         ("study", ["worlds", "--out", NOWHERE, "--preset", "tiny", "--steps", "5", "--seeds", "1"]),
-        ("study", ["gravity", "--out", NOWHERE, "--preset", "tiny", "--steps", "5", "--scales", "1"]),
         ("visualize", ["--headless", "--steps", "3", "--preset", "tiny", "--out", NOWHERE]),
         ("visualize", ["--headless", "--steps", "3", "--preset", "tiny", "--out", "{tmp}",
                        "--screenshot", f"{NOWHERE}/final.png"]),
