@@ -5,6 +5,11 @@ the other options, so the parse only collects what is given (every protocol's op
 options, each protocol's in a group of its own) and ``run_config`` builds the chosen defaults,
 then sets a file's values on them (``--config FILE``, a run's ``config.json`` on ``--resume``
 or ``--from``; read by ``runners.online.config.file_values``), then the command line's.
+
+tyro reads views of the config's dataclasses (``options_view``), never the config itself, which
+stays plain data: each field an option with its docstring as help, but for the fields a preset
+fixes (``SET_ONLY``), which ``--set NAME=VALUE`` sets (``set_values``: JSON, type-checked as a
+file's) and ``--help`` only names, so that it lists about 55 options.
 """
 
 from __future__ import annotations
