@@ -49,6 +49,8 @@ PROG = "visualize"
 DEFAULT_STEPS = 3000
 DEFAULT_TRACKS = (agent_tracks.FLOOR, agent_tracks.MEMORY_DEFAULT)
 DEFAULT_PROTOCOL = "worlds"
+#: The options that belong to one protocol's sessions (``view_options``), refused for another's.
+VIEW_OPTIONS = {name for p in PROTOCOLS.values() for name in p.view_options}
 
 KEYS = """keys (worlds protocol):
   G             hold every stream of every track in the target world (each starts a new
@@ -314,18 +316,21 @@ def new_session(args: Visualize) -> Session:
     """A new session: each track's config (the --from runs' checked), then its folder, made
     fresh (``new_folder``; its run folders are made by ``Session.open``)."""
     protocol = args.protocol or DEFAULT_PROTOCOL
-    many_worlds = PROTOCOLS[protocol].many_worlds
-    if args.shift_direction is not None and not many_worlds:
-        raise CliError("--shift-direction belongs to the worlds protocol (paper: Left/Right)")
+    kind = PROTOCOLS[protocol]
+    for name in VIEW_OPTIONS - set(kind.view_options):
+        if getattr(args, name) is not None:
+            mine = [k for k, p in PROTOCOLS.items() if name in p.view_options]
+            raise CliError(f"--{name.replace('_', '-')} belongs to the {' or '.join(mine)} "
+                           f"protocol, not {protocol}")
     starts = from_dirs(args)
     tracks = list(args.tracks or (starts.keys() if starts else DEFAULT_TRACKS))
     if len(set(tracks)) != len(tracks):
         raise CliError("--tracks: each track at most once")
     if missing := set(starts) - set(tracks):
         raise CliError(f"--from gives track {', '.join(sorted(missing))}, not in --tracks")
-    if args.bounds and many_worlds:  # the floor (track A) first, the ceiling (``ORACLE``) last
+    if args.bounds and kind.bound_heads:  # the floor (track A) first, the ceiling last
         tracks = ([] if agent_tracks.FLOOR in tracks else [agent_tracks.FLOOR]) + tracks + [ORACLE]
-    names, cfgs = one_latent(args, protocol, tracks) if many_worlds and not starts else ([], [])
+    names, cfgs = one_latent(args, protocol, tracks) if not starts else ([], [])
     if not cfgs:  # a run a track
         names, cfgs = tracks, [track_config(args, t, starts.get(t), protocol, tracks) for t in tracks]
     out = ensure_output_dir(args.out or "runs", "--out")

@@ -310,12 +310,11 @@ class OnlineLoop:
             return {}
         block = columns(self.pending) | head_columns(self.pending_heads, list(self.learner.heads))
         steps = np.arange(self.step_count - len(self.pending), self.step_count, dtype=np.int64)
-        # Before the worlds protocol's switch each stream has its own world: NaN (no one world).
-        fs = self.cfg.first_switch
-        many = self.cfg.protocol.many_worlds & (steps < (fs if fs is not None else np.iinfo(np.int64).max))
+        # NaN where the streams live in many worlds (no one world's physics to record).
+        one = self.cfg.protocol.one_world(steps, self.cfg.first_switch)
         for name in env.PhysicsParams().as_dict():
             values = np.asarray([getattr(p, name) for p in self.pending_physics], np.float32)
-            block[f"physics/{name}"] = np.where(many, np.float32(np.nan), values)
+            block[f"physics/{name}"] = np.where(one, values, np.float32(np.nan))
         self.recorder.append_metrics(steps, block)
         self.events.metrics(steps, block)
         self.records.update(steps, block, self.phase_starts)
@@ -399,16 +398,12 @@ class OnlineLoop:
         self.elapsed = float(extra.get("elapsed", 0.0))
         self.view = extra["view"] if isinstance(extra.get("view"), dict) else {}
         self.saved_step = s
-        if self.vec_env is not None and not self.cfg.protocol.many_worlds:  # the env's state holds
-            self.physics = self.vec_env.physics(0)  # its physics (a visualizer may change them)
-        elif self.cfg.protocol.many_worlds and isinstance(extra.get("physics"), dict):
-            # The world the streams were held in (the schedule's restored state holds them
-            # there), or the base physics while they live in the training worlds: the switches'
-            # own after a scheduled switch, a visualizer's after an interactive one.
-            try:
-                self.physics = env.PhysicsParams(**extra["physics"])
-            except (TypeError, ValueError) as err:
-                raise CliError(f"cannot resume: {latest}: damaged physics ({err})") from None
+        try:
+            physics = self.cfg.protocol.resumed_physics(extra.get("physics"), self.vec_env)
+        except (TypeError, ValueError) as err:
+            raise CliError(f"cannot resume: {latest}: damaged physics ({err})") from None
+        if physics is not None:
+            self.physics = physics
         if self.frozen:
             self.freeze()
         if s:

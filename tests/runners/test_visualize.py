@@ -499,3 +499,15 @@ def test_cli_worlds_tracks_are_heads_on_one_latent_where_the_run_settles(tmp_pat
     again.run()
     again.release()
     pygame.display.quit()
+
+
+def test_an_option_of_the_other_protocol_is_refused(tmp_path: Path) -> None:
+    """--shift-direction belongs to the worlds protocol's view (``view_options``): under the
+    paper protocol one line says so and nothing is made."""
+    from runners import visualize
+    from runners.cli import CliError
+
+    argv = [*PAPER, "--headless", "--shift-direction", "45", "--out", str(tmp_path), "--name", "s"]
+    with pytest.raises(CliError, match="^--shift-direction belongs to the worlds protocol, not paper$"):
+        visualize.setup(argv, log=lambda _: None)
+    assert not (tmp_path / "s").exists()

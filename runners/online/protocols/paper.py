@@ -56,6 +56,8 @@ class Paper:
     stacks: ClassVar[bool] = False
     #: ``runners.evaluate``'s options for this protocol's runs alone.
     evaluate_options: ClassVar[tuple[str, ...]] = ("data", "target_reference")
+    #: ``runners.visualize``'s options for this protocol's sessions alone.
+    view_options: ClassVar[tuple[str, ...]] = ()
     base_gravity: float = 0.0
     """Gravity of the base world (px/frame^2) before any switch."""
     source: Source = "stream"
@@ -82,6 +84,17 @@ class Paper:
     def switch_family(self, physics: PhysicsParams) -> None:
         """No families of worlds here (``Worlds.switch_family``)."""
         del physics
+
+    def one_world(self, steps: np.ndarray, first_switch: int | None) -> np.ndarray:
+        """Which of ``steps`` hold every stream in one world: all (``Worlds.one_world``)."""
+        del first_switch
+        return np.ones(len(steps), bool)
+
+    def resumed_physics(self, saved: object, vec_env: Any) -> PhysicsParams | None:
+        """The physics a resumed run goes on in: the env's own (a view may have changed them;
+        None without an env: the schedule's), not the checkpoint's ``saved``."""
+        del saved
+        return None if vec_env is None else vec_env.physics(0)
 
     def base_physics(self) -> PhysicsParams:
         """The base world's physics, before any switch."""

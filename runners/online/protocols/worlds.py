@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from runners.cli import CliError
 
 if TYPE_CHECKING:  # the config is read without torch and env; they come with a run's parts
+    import numpy as np
     import torch
 
     from env import PhysicsParams
@@ -58,6 +59,8 @@ class Worlds:
     #: ``runners.evaluate``'s options for this protocol's runs alone.
     evaluate_options: ClassVar[tuple[str, ...]] = ("world_probe", "predictions", "eval_worlds",
                                                    "eval_world_seqs")
+    #: ``runners.visualize``'s options for this protocol's sessions alone.
+    view_options: ClassVar[tuple[str, ...]] = ("shift_direction",)
     #: The protocol's learner, on top of the preset's (``runners.online.presets``): the last two
     #: frames in (velocity visible; acceleration, and so the world, not), one prediction per
     #: horizon at horizons short enough to learn in minutes; one memory per world shared by the
@@ -133,6 +136,25 @@ class Worlds:
         from runners.online.world_sets import family_of
 
         return family_of(physics, self.families())
+
+    def one_world(self, steps: np.ndarray, first_switch: int | None) -> np.ndarray:
+        """Which of ``steps`` hold every stream in one world (a run records that world's
+        physics; NaN where each group lives in its own): from the first switch on."""
+        import numpy as np
+
+        first = np.iinfo(np.int64).max if first_switch is None else first_switch
+        return np.asarray(steps) >= first
+
+    def resumed_physics(self, saved: object, vec_env: Any) -> PhysicsParams | None:
+        """The physics a resumed run goes on in: the world its streams were held in, as its
+        checkpoint saved it (``saved``: a dict, the schedule's restored state holds the streams
+        there), or the base physics while they live in the training worlds (a switch's own
+        after a scheduled one, a view's after an interactive one); None where none was saved.
+        A damaged one raises ``TypeError`` or ``ValueError``."""
+        del vec_env  # the env's physics are each stream's own world
+        from env.physics import PhysicsParams
+
+        return PhysicsParams(**saved) if isinstance(saved, dict) else None
 
     def base_physics(self) -> PhysicsParams:
         """The physics a run's switches start from (each stream's own world aside)."""
