@@ -454,6 +454,7 @@ def make_app(args: Visualize, loops: list[OnlineLoop], order: Sequence[str], roo
     import pygame
 
     from runners.live.app import App, AppConfig
+    from runners.live.controls import CONTROLS
     from runners.live.drivers import drivers_of
     from runners.live.screen import SIZE
 
@@ -468,7 +469,7 @@ def make_app(args: Visualize, loops: list[OnlineLoop], order: Sequence[str], roo
     app_cfg = AppConfig(
         fps=args.fps, draw_every=args.draw_every, draw=not args.no_draw,
         max_steps=cfg0.schedule.steps, hold_at_end=os.environ.get("SDL_VIDEODRIVER") != "dummy",
-        many_worlds=cfg0.protocol.many_worlds, mode=cfg0.schedule.after_switch,
+        controls=CONTROLS[cfg0.protocol.kind], mode=cfg0.schedule.after_switch,
         base_gravity=cfg0.base_physics.gravity, shift_gravity=target[0], shift_direction=target[1],
         switches=switches, family=family_name,
         window=args.window, rolling=cfg0.schedule.rolling_window,

@@ -6,11 +6,9 @@ next redraw is due, then pumps pygame's events and draws one frame. Redraws happ
 wall clock (or every ``draw_every`` steps, which makes ``--video`` frames reproducible), so a slow
 learner is never starved by drawing and a fast one is never stalled by it.
 
-Under the ``worlds`` protocol (``AppConfig.many_worlds``) each stream lives in its own training
-world (the drivers' ``stream_physics``) until G holds every stream of every track in one *target*
-world (each a new episode there, with an empty memory); G again gives them back to the training
-worlds, each a new episode in a freshly drawn one. Under ``paper`` one physics acts on every
-stream and G toggles its gravity between the base and the shift value.
+What G and the arrows do, and what a switch is, differ by protocol: ``runners.live.controls``
+(``AppConfig.controls``; the worlds protocol's ``HeldWorlds`` holds every stream in one target
+world and gives them back, the paper protocol's ``OnePhysics`` toggles the one gravity).
 
 The keys (``App.key``; the tests post them through pygame's event queue) are listed in
 ``runners.visualize.KEYS``, the command's ``--help``; Q or the window's close button quits, every
@@ -21,24 +19,15 @@ from __future__ import annotations
 
 import errno
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
-import numpy as np
 import pygame
 
-from runners.live.model import History, Predictions, Snapshot, TrackView, WorldView, world_label
+from runners.live.controls import NUDGE, TURN, HeldWorlds, OnePhysics
+from runners.live.model import History, Snapshot, TrackDriver, TrackView, WorldView, world_label
 from runners.live.screen import Screen
-
-GRAVITY_STEP = 0.05
-DIRECTION_STEP = 15.0
-MAX_GRAVITY = 2.0
-#: Up / Down: the shift (worlds: target) gravity +/- ``GRAVITY_STEP``
-NUDGE = {pygame.K_UP: GRAVITY_STEP, pygame.K_DOWN: -GRAVITY_STEP}
-#: Left / Right: the direction (worlds: the target's) -/+ ``DIRECTION_STEP`` degrees
-TURN = {pygame.K_LEFT: -DIRECTION_STEP, pygame.K_RIGHT: DIRECTION_STEP}
 
 
 def save_png(surface: pygame.Surface, path: Path) -> Path:
@@ -52,44 +41,6 @@ def save_png(surface: pygame.Surface, path: Path) -> Path:
     return path
 
 
-class TrackDriver(Protocol):
-    """What the app needs from one track (``drivers.LoopDriver`` wraps an ``OnlineLoop``; the
-    tests' ``FakeDriver`` imitates one)."""
-
-    name: str
-    capacity: int
-    generates: str  # what the track's e_agg generates, charted ("": none)
-    buffer_title: str  # what ``buffer_worlds`` shows: "buffer", or one stream's own memory
-    starts: int  # the step from which it predicts: a head's settle, else 0
-
-    @property
-    def step_count(self) -> int: ...  # learner steps done
-    @property
-    def frozen(self) -> bool: ...
-    def set_frozen(self, frozen: bool) -> None: ...
-    def step(self) -> None: ...  # one learner step; metrics kept until ``drain``
-    def drain(self) -> tuple[np.ndarray, Mapping[str, np.ndarray]]: ...  # (steps, block)
-    def set_recording(self, on: bool) -> bool: ...  # returns whether recording is now on
-    def checkpoint(self) -> None: ...
-    def close(self) -> None: ...
-
-    # what is shown
-    def frames(self) -> np.ndarray: ...  # (S, 64, 64) uint8 newest frames
-    def buffer_worlds(self) -> np.ndarray: ...  # (n,) world tags, oldest first
-    def attention(self) -> np.ndarray | None: ...  # (n,) weights of the current query
-    def wrong_world(self) -> tuple[float, float] | None: ...  # (peer D, wrong-world D) or None
-    def predictions(self) -> Predictions | None: ...  # the shown streams' future, decoded
-
-    # the physics (worlds protocol: ``set_physics`` holds every stream in that world; a
-    # paper-protocol driver: ``held`` is False, ``stream_physics`` None)
-    def physics(self) -> tuple[float, float]: ...  # (gravity, direction) the stream has now
-    def set_physics(self, gravity: float, direction: float) -> None: ...
-    @property
-    def held(self) -> bool: ...  # every stream is held in one world (``set_physics``)
-    def release(self) -> None: ...  # the streams go back to the training worlds
-    def stream_physics(self) -> np.ndarray | None: ...  # (S, 2) gravity, direction per shown stream
-
-
 @dataclass
 class AppConfig:
     """How the app runs; ``runners/visualize.py`` fills it from the command line."""
@@ -100,7 +51,8 @@ class AppConfig:
     draw: bool = True  # False: no redraws while running (benchmarks); the final frame still is
     max_steps: int | None = None  # stop after this learner step (absolute), None: until Q
     hold_at_end: bool = False  # at max_steps keep the window open (until Q) instead of returning
-    many_worlds: bool = True  # each stream its own world (``Worlds.many_worlds``), else one physics
+    #: what G and the arrows do, and what a switch is (``controls.CONTROLS[protocol kind]``)
+    controls: type[HeldWorlds] | type[OnePhysics] = HeldWorlds
     mode: str = "memory"  # after the first switch: memory (freeze weights) | continual
     base_gravity: float = 0.0
     shift_gravity: float = 0.5  # what G switches to
@@ -132,11 +84,10 @@ class App:
         self.screen = Screen(surface)
         self.histories = {d.name: History(cfg.window, cfg.rolling) for d in self.drivers}
         self.gravity, self.direction = self.drivers[0].physics()
-        self.held = self.worlds and bool(self.drivers[0].held)
+        self.held = False  # every stream held in one world (``HeldWorlds``)
         self.shift_gravity = cfg.shift_gravity
-        if self.worlds:
-            self.shift_gravity = float(np.clip(cfg.shift_gravity, GRAVITY_STEP, MAX_GRAVITY))
         self.shift_direction = float(cfg.shift_direction % 360.0)
+        self.controls = cfg.controls(self)
         self.switches = list(cfg.switches)
         self.paused = self.recording = self.quit = False
         self.message = ""
@@ -157,87 +108,21 @@ class App:
     def done(self) -> bool:
         return self.cfg.max_steps is not None and self.step >= self.cfg.max_steps
 
-    @property
-    def worlds(self) -> bool:
-        return self.cfg.many_worlds
-
-    def _world_label(self, gravity: float, direction: float) -> str:
+    def world_label(self, gravity: float, direction: float) -> str:
         return world_label(gravity, direction, self.cfg.family(gravity, direction))
 
-    # ----------------------------------------------------------------- world control
-    def set_physics(self, gravity: float, direction: float, why: str = "") -> None:
-        """Apply new physics to every track at the current step boundary."""
-        gravity = float(np.clip(gravity, 0.0, MAX_GRAVITY))
-        direction = float(direction % 360.0)
-        if gravity == self.gravity and direction == self.direction:
-            return
-        changed_g = abs(gravity - self.gravity) > 1e-12
-        for d in self.drivers:
-            d.set_physics(gravity, direction)
-        self.gravity, self.direction = gravity, direction
-        if changed_g:
-            self.switches.append((self.step, gravity))
-            if abs(gravity - self.cfg.base_gravity) > 1e-12:  # a switch away from the base world
-                self._freeze()
-        self.message = why or world_label(gravity, direction)
-
-    # worlds protocol: hold every stream in one world, or give them back to the training worlds
-    def hold_world(self, gravity: float, direction: float, why: str = "") -> None:
-        """Hold every stream of every track in one world from the next step: each starts a new
-        episode there with an empty memory (as at train_online's switch). Gravity is at least
-        ``GRAVITY_STEP``: a world without gravity is the loop's base world, no world to hold in."""
-        gravity = float(np.clip(gravity, GRAVITY_STEP, MAX_GRAVITY))
-        direction = float(direction % 360.0)
-        if self.held and gravity == self.gravity and direction == self.direction:
-            return
-        for d in self.drivers:
-            d.set_physics(gravity, direction)
-        self.gravity, self.direction = gravity, direction
-        self.held = bool(self.drivers[0].held)
-        self._switched(self.step, gravity)
-        self._freeze()
-        self.message = why or "every stream in " + self._world_label(gravity, direction)
-
-    def release_world(self, why: str = "") -> None:
-        """Give every stream back to the training worlds: each starts a new episode in a world
-        freshly drawn from the training family (the weights stay as they are)."""
-        if not self.held:
-            return
-        for d in self.drivers:
-            d.release()
-        self.gravity, self.direction = self.drivers[0].physics()
-        self.held = bool(self.drivers[0].held)
-        self._switched(self.step, self.cfg.base_gravity)
-        self.message = why or "back to the training worlds (each stream its own)"
-
-    def _freeze(self) -> None:
+    def freeze(self) -> None:
         """Memory mode: every track's weights freeze at a switch (from the first on)."""
         for d in self.drivers if self.cfg.mode == "memory" else ():
             if not d.frozen:
                 d.set_frozen(True)
 
-    def _switched(self, step: int, gravity: float) -> None:
-        """Record a worlds-protocol switch before ``step`` (``gravity``: the held world's, the
-        base gravity for the training worlds); the rolling errors restart there."""
+    def switched(self, step: int, gravity: float) -> None:
+        """Record a switch into a held world or back before ``step`` (``gravity``: the held
+        world's, the base gravity for the training worlds); the rolling errors restart there."""
         self.switches.append((step, gravity))
         for h in self.histories.values():
             h.restart_rolling(step)
-
-    def _observe_physics(self, step: int) -> None:
-        """Notice a switch the loop made itself (its scripted schedule) before ``step``."""
-        g, direction = self.drivers[0].physics()
-        if self.worlds:
-            held = bool(self.drivers[0].held)
-            if held != self.held or (held and (g, direction) != (self.gravity, self.direction)):
-                self._switched(step, g if held else self.cfg.base_gravity)
-                where = "back to the training worlds"
-                if held:
-                    where = "every stream in " + self._world_label(g, direction)
-                self.message = f"scripted switch @ {step}: {where}"
-            self.held = held
-        elif abs(g - self.gravity) > 1e-12:
-            self.switches.append((step, g))
-        self.gravity, self.direction = g, direction
 
     # ----------------------------------------------------------------- keys
     def key(self, key: int) -> None:
@@ -245,7 +130,7 @@ class App:
         if key in (pygame.K_q, pygame.K_ESCAPE):
             self.quit = True
         elif key == pygame.K_g or key in NUDGE or key in TURN:
-            (self._world_key if self.worlds else self._paper_key)(key)
+            self.controls.key(key)
         elif key == pygame.K_f:
             frozen = not all(d.frozen for d in self.drivers)
             for d in self.drivers:
@@ -267,58 +152,17 @@ class App:
             else:
                 self.message = "recording frames" if self.recording else "recording stopped"
 
-    def _paper_key(self, key: int) -> None:
-        """G, Up/Down, Left/Right under the paper protocol: they act on the one physics."""
-        base = self.cfg.base_gravity
-        shifted = abs(self.gravity - base) > 1e-12
-        if key == pygame.K_g:
-            self.set_physics(base if shifted else self.shift_gravity, self.direction)
-        elif key in NUDGE:
-            self._nudge_gravity(key)
-            if shifted:
-                self.set_physics(self.shift_gravity, self.direction)
-            else:
-                self.message = f"shift value {self.shift_gravity:.2f} (G applies it)"
-        else:
-            self.set_physics(self.gravity, self.direction + TURN[key])
-
-    def _world_key(self, key: int) -> None:
-        """G, Up/Down, Left/Right under the worlds protocol: they act on the target world."""
-        if key == pygame.K_g:
-            if self.held:
-                self.release_world()
-            else:
-                self.hold_world(self.shift_gravity, self.shift_direction)
-            return
-        if key in NUDGE:
-            self._nudge_gravity(key)
-        else:
-            self.shift_direction = float((self.shift_direction + TURN[key]) % 360.0)
-        if self.held:  # applied at once: every stream starts again in the new target
-            self.hold_world(self.shift_gravity, self.shift_direction)
-        else:
-            label = self._world_label(self.shift_gravity, self.shift_direction)
-            self.message = f"target {label} (G applies it)"
-
-    def _nudge_gravity(self, key: int) -> None:
-        gravity = self.shift_gravity + NUDGE[key]
-        self.shift_gravity = float(np.clip(gravity, GRAVITY_STEP, MAX_GRAVITY))
-
     # ----------------------------------------------------------------- stepping
     def advance(self) -> None:
         """One learner step of every track, scripted switches applied first."""
         while self._schedule and self._schedule[0][0] <= self.step:
-            at, g = self._schedule.pop(0)
-            if not self.worlds:
-                self.set_physics(g, self.direction, f"scripted switch @ {at}: g {g:.2f}")
-            elif abs(g - self.cfg.base_gravity) > 1e-12:
-                self.hold_world(g, self.shift_direction, f"scripted switch @ {at}")
-            else:
-                self.release_world(f"scripted switch @ {at}: back to the training worlds")
+            self.controls.scripted(*self._schedule.pop(0))
         s = self.step
         for d in self.drivers:
             d.step()
-        self._observe_physics(s)
+        g, direction = self.drivers[0].physics()  # a switch the loop made itself (its schedule)
+        self.controls.observe(s, g, direction)
+        self.gravity, self.direction = g, direction
 
     def snapshot(self) -> Snapshot:
         """What the next redraw shows: the metrics drained so far (one host sync a track), the
@@ -336,14 +180,7 @@ class App:
         first = self.drivers[0]
         world = WorldView(frames=first.frames(), gravity=self.gravity, direction=self.direction,
                           base_gravity=self.cfg.base_gravity, switches=list(self.switches))
-        if self.worlds:
-            streams = first.stream_physics()
-            world.streams = np.zeros((0, 2)) if streams is None else np.asarray(streams, float)
-            world.stream_families = [self.cfg.family(g, d) for g, d in world.streams.tolist()]
-            world.held = self.held
-            world.family = self.cfg.family(self.gravity, self.direction) if self.held else ""
-            world.target = (self.shift_gravity, self.shift_direction)
-            world.target_family = self.cfg.family(self.shift_gravity, self.shift_direction)
+        self.controls.show(world)
         tracks = [
             TrackView(name=d.name, history=self.histories[d.name], capacity=d.capacity,
                       buffer_worlds=d.buffer_worlds(), attention=d.attention(),

@@ -60,7 +60,7 @@ SHOWN_STREAMS = 4
 
 
 class LoopDriver:
-    """One track's ``OnlineLoop`` seen through the ``app.TrackDriver`` interface: the loop's
+    """One track's ``OnlineLoop`` seen through the ``model.TrackDriver`` interface: the loop's
     learner, or (``HeadDriver``) one of its heads."""
 
     def __init__(self, loop: OnlineLoop, records: bool = True, predictions: bool = True,
@@ -74,7 +74,6 @@ class LoopDriver:
         self.capacity = int(self.learner.buffer.capacity)
         # What its e_agg generates, charted by the view (``agent.tracks``; the oracle reads none).
         self.generates = "" if agent.oracle else tracks.track(agent.track).generates
-        self.worlds = self.cfg.protocol.many_worlds
         # A memory per group: the view shows the first stream's group's, which it shares with the
         # other streams of its group.
         self.per_group = agent.memory_scope == "group"
@@ -89,8 +88,8 @@ class LoopDriver:
         self._batch: Batch | None = None  # the last step's
         self._wrong: tuple[float, float] | None = None
         self._wrong_t = -1.0
-        self.reads_worlds = (self.worlds and self.per_group and not agent.oracle
-                             and self.learner.nets.modulator.uses_memory)
+        self.reads_worlds = (loop.feed.stream_physics() is not None and self.per_group
+                             and not agent.oracle and self.learner.nets.modulator.uses_memory)
         # The shown streams: the first of each group memory's group where streams share one (so
         # the tiles show different worlds), else the first ones.
         n = int(agent.batch_size)
@@ -262,8 +261,8 @@ class LoopDriver:
 
     @property
     def held(self) -> bool:
-        """Worlds protocol: the streams are held in one world (paper protocol: False)."""
-        return self.worlds and bool(self.loop.feed.schedule.held.any())
+        """The streams are held in one world (the feed's ``held``; paper protocol: never)."""
+        return bool(self.loop.feed.held)
 
     def release(self) -> None:
         """Worlds protocol: give the streams back to the training worlds, each from a new
@@ -271,9 +270,9 @@ class LoopDriver:
         schedule (``ScheduledStreams.enter(physics, 0)``), which alone would keep every stream in
         the held world until its episode ends; so every episode ends at the next step (one about
         to reset: after its first frame) and the schedule draws each stream's next world."""
-        if not self.worlds:
-            return
         loop = self.loop
+        if not loop.feed.held:
+            return
         loop.enter(loop.cfg.base_physics)
         vec_env = loop.vec_env
         pending = np.asarray(loop.feed.done, bool)  # their next episode starts at the next step
@@ -282,9 +281,9 @@ class LoopDriver:
     def stream_physics(self) -> np.ndarray | None:
         """(S, 2): gravity and direction of each shown stream's world (worlds protocol; None
         under the paper's, where every stream has ``physics()``)."""
-        if not self.worlds:
-            return None
         every = self.loop.feed.stream_physics()
+        if every is None:
+            return None
         worlds = [every[i] for i in self.shown]
         return np.asarray([[p.gravity, p.gravity_direction] for p in worlds], np.float64)
 
@@ -307,7 +306,7 @@ class LoopDriver:
 
 class HeadDriver(LoopDriver):
     """A head of a trainer's loop (``agent.heads``: one latent, every head) through the
-    ``app.TrackDriver`` interface. The trainer's driver steps the loop and controls it (the
+    ``model.TrackDriver`` interface. The trainer's driver steps the loop and controls it (the
     world, the freeze, recording, checkpoints: every head follows its learner); a head shows its
     own stream error and modulation (``drain_for``), its attention on the shared memory, its
     wrong-world reading and its predictions, decoded by the trainer's decoder (one latent, one

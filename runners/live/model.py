@@ -1,14 +1,16 @@
 """What the visualizer shows, as plain numpy records (no pygame here).
 
 The app fills each track's ``History`` with its driver's per-step metrics and builds a
-``Snapshot`` at each redraw; ``screen.py`` turns it into pixels. Free of pygame and torch, this
-layer is tested alone, and the view developed against a fake feed (``tests/runners/live_fake.py``).
+``Snapshot`` at each redraw; ``screen.py`` turns it into pixels. What the app asks of a track
+is ``TrackDriver`` (``drivers.LoopDriver`` is one). Free of pygame and torch, this layer is
+tested alone, and the view developed against a fake feed (``tests/runners/live_fake.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -199,3 +201,41 @@ class Snapshot:
     paused: bool = False
     recording: bool = False
     message: str = ""  # a short status line (last key action, screenshot path, ...)
+
+
+class TrackDriver(Protocol):
+    """What the app needs from one track (``drivers.LoopDriver`` wraps an ``OnlineLoop``; the
+    tests' ``FakeDriver`` imitates one)."""
+
+    name: str
+    capacity: int
+    generates: str  # what the track's e_agg generates, charted ("": none)
+    buffer_title: str  # what ``buffer_worlds`` shows: "buffer", or one stream's own memory
+    starts: int  # the step from which it predicts: a head's settle, else 0
+
+    @property
+    def step_count(self) -> int: ...  # learner steps done
+    @property
+    def frozen(self) -> bool: ...
+    def set_frozen(self, frozen: bool) -> None: ...
+    def step(self) -> None: ...  # one learner step; metrics kept until ``drain``
+    def drain(self) -> tuple[np.ndarray, Mapping[str, np.ndarray]]: ...  # (steps, block)
+    def set_recording(self, on: bool) -> bool: ...  # returns whether recording is now on
+    def checkpoint(self) -> None: ...
+    def close(self) -> None: ...
+
+    # what is shown
+    def frames(self) -> np.ndarray: ...  # (S, 64, 64) uint8 newest frames
+    def buffer_worlds(self) -> np.ndarray: ...  # (n,) world tags, oldest first
+    def attention(self) -> np.ndarray | None: ...  # (n,) weights of the current query
+    def wrong_world(self) -> tuple[float, float] | None: ...  # (peer D, wrong-world D) or None
+    def predictions(self) -> Predictions | None: ...  # the shown streams' future, decoded
+
+    # the physics (worlds protocol: ``set_physics`` holds every stream in that world; a
+    # paper-protocol driver: ``held`` is False, ``stream_physics`` None)
+    def physics(self) -> tuple[float, float]: ...  # (gravity, direction) the stream has now
+    def set_physics(self, gravity: float, direction: float) -> None: ...
+    @property
+    def held(self) -> bool: ...  # every stream is held in one world (``set_physics``)
+    def release(self) -> None: ...  # the streams go back to the training worlds
+    def stream_physics(self) -> np.ndarray | None: ...  # (S, 2) gravity, direction per shown stream

@@ -2,8 +2,10 @@
 
 A feed is an ``agent.StreamSource`` or ``agent.DatasetSource`` (``next() -> Batch``, its
 ``state_dict`` in the checkpoint) that also has ``enter(physics, shifted)`` (a switch: the
-physics from the next step on, the samples tagged ``shifted``) and ``vec_env`` (the live env,
-None for stored sequences). The protocol's ``feed(cfg, device, store)`` builds the run's:
+physics from the next step on, the samples tagged ``shifted``), ``vec_env`` (the live env,
+None for stored sequences), ``held`` (every stream held in one world by ``enter``) and
+``stream_physics()`` (each stream's own world; None where one physics acts on every stream). The
+protocol's ``feed(cfg, device, store)`` builds the run's:
 
 - ``ScheduledStreams`` (worlds protocol): every stream's episodes in worlds drawn from a family
   (``env.WorldSchedule``); ``enter`` holds every stream in one world;
@@ -34,10 +36,15 @@ class PaperStreams(StreamSource):
     def vec_env(self) -> env.MovingMNISTVectorEnv:
         return self.env
 
+    held = False  # one physics for every stream, never held (``ScheduledStreams``)
+
     def enter(self, physics: env.PhysicsParams, shifted: int) -> None:
         """Every stream's physics from the next frame on; samples tagged ``shifted``."""
         self.env.set_physics(**physics.as_dict())
         self.set_shifted(shifted)
+
+    def stream_physics(self) -> None:
+        """None: every stream has the env's one physics."""
 
 
 class DatasetSplits(DatasetSource):
@@ -45,6 +52,7 @@ class DatasetSplits(DatasetSource):
     opens the other split as a fresh source of it would (its own seed, ``seed + shifted``)."""
 
     vec_env = None
+    held = False
 
     def __init__(self, agent: AgentConfig, data: str, store: env.PaperDataset,
                  device: torch.device) -> None:
@@ -60,6 +68,9 @@ class DatasetSplits(DatasetSource):
         """The split of ``shifted`` (the store holds two gravities; ``paper.check_store``)."""
         if shifted != self.shifted:
             self._open(shifted, self.device)
+
+    def stream_physics(self) -> None:
+        """None: sequences of one split, no streams with worlds of their own."""
 
 
 class ScheduledStreams(StreamSource):
@@ -82,6 +93,11 @@ class ScheduledStreams(StreamSource):
     @property
     def vec_env(self) -> env.MovingMNISTVectorEnv:
         return self.env.env
+
+    @property
+    def held(self) -> bool:
+        """Every stream is held in one world (``enter(physics, 1)``)."""
+        return bool(self.schedule.held.any())
 
     def enter(self, physics: env.PhysicsParams, shifted: int) -> None:
         if shifted == 0:

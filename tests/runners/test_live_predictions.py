@@ -165,7 +165,7 @@ def test_the_screen_draws_the_predictions_band(with_predictions: bool) -> None:
     surface = pygame.display.set_mode(SIZE)
     world = FakeWorld(worlds=True)
     kind = FakeDriver if with_predictions else NoPredictions
-    app = App([kind(t, world) for t in "AC"], AppConfig(many_worlds=True), surface)
+    app = App([kind(t, world) for t in "AC"], AppConfig(), surface)
     for _ in range(10):
         app.advance()
     snap = app.snapshot()

@@ -47,7 +47,7 @@ def g(step: int, gravity: float) -> Switch:
 # -- the concerns and the layers -------------------------------------------------------------
 def test_defaults_tell_the_story() -> None:
     cfg = build_config([])
-    assert isinstance(cfg.protocol, Worlds) and cfg.protocol.many_worlds
+    assert isinstance(cfg.protocol, Worlds)
     assert cfg.agent.track == "C" and cfg.protocol.episode_steps == Worlds().episode_steps
     s = cfg.schedule
     assert s.after_switch == "memory" and s.steps == 4500

@@ -16,6 +16,7 @@ import pytest
 from live_fake import FakeDriver, FakeWorld
 
 from runners.live.app import App, AppConfig
+from runners.live.controls import CONTROLS, HeldWorlds
 from runners.live.draw import SWITCH
 from runners.live.model import History
 from runners.live.screen import SIZE
@@ -37,7 +38,7 @@ def fake_app(
 ) -> App:
     world = FakeWorld(worlds=protocol == "worlds")
     drivers = [FakeDriver(t, world) for t in tracks]
-    return App(drivers, AppConfig(many_worlds=protocol == "worlds", **kw), surface)  # type: ignore[arg-type]
+    return App(drivers, AppConfig(controls=CONTROLS[protocol], **kw), surface)  # type: ignore[arg-type]
 
 
 def test_history_rolls_and_keeps_window() -> None:
@@ -308,7 +309,8 @@ def test_cli_worlds_scripted_switch_holds_every_stream(tmp_path: Path) -> None:
     ]  # fmt: skip
     session = visualize.setup(argv, log=lambda _: None)
     app = session.app
-    assert app.worlds and all(lp.cfg.protocol.kind == "worlds" for lp in session.loops)
+    assert isinstance(app.controls, HeldWorlds)
+    assert all(lp.cfg.protocol.kind == "worlds" for lp in session.loops)
     for _ in range(10):
         app.advance()
     snap = app.snapshot()
@@ -353,7 +355,7 @@ def test_cli_worlds_scripted_switch_holds_every_stream(tmp_path: Path) -> None:
     # --from a worlds session (both its tracks) starts a new worlds session from its best.pt
     more = visualize.setup(["--headless", "--from", str(tmp_path / "w"), "--steps", "30",
                             "--out", str(tmp_path), "--name", "more"], log=lambda _: None)  # fmt: skip
-    assert more.app.worlds and not more.app.held and more.app.step == 0
+    assert isinstance(more.app.controls, HeldWorlds) and not more.app.held and more.app.step == 0
     for loop in more.loops:
         assert loop.cfg.protocol.kind == "worlds" and not loop.learner.weights_frozen
     more.release()
@@ -408,7 +410,7 @@ def test_cli_worlds_key_g_and_resume_in_the_held_world(tmp_path: Path) -> None:
     )
     app = again.app
     assert [d.name for d in app.drivers] == ["C", "A", "oracle"]  # the session's order
-    assert app.worlds and app.step == 12 and app.held
+    assert isinstance(app.controls, HeldWorlds) and app.step == 12 and app.held
     assert app.switches == [(6, 0.75), (8, 0.0), (10, 0.75)]
     assert app.snapshot().world.target == DEFAULT_WORLD
     for loop in again.loops:  # the checkpoint's world: every stream still held in it

@@ -38,9 +38,6 @@ class Paper:
     """The paper protocol: one base world for every stream, then the switches."""
 
     kind: ClassVar[str] = "paper"
-    #: One world at a time for every stream; its evaluation is on the switch's world and the
-    #: base world, without bounds (``Worlds.many_worlds``).
-    many_worlds: ClassVar[bool] = False
     #: The default switch (and the evaluation's shift world in a run without one).
     switch: ClassVar[tuple[tuple[str, float], ...]] = (("gravity", 0.5),)
     #: The memory sizes of the adaptation curve at the end; best.pt is the plain lowest.

@@ -36,9 +36,6 @@ class Worlds:
     the switch every stream moves to the held-out world."""
 
     kind: ClassVar[str] = "worlds"
-    #: Its streams live in many worlds at once (a group's own) until a switch holds them in
-    #: one (its floor, ceiling, stacking and evaluate's options: the fields below).
-    many_worlds: ClassVar[bool] = True
     #: The default switch: a held-out world stronger than every training world (family
     #: "extrap": gravity 0.75 straight down, the training worlds' at most 0.5), where the
     #: floor's error jumps and memory has the most to add (docs/definitions.md#after-the-switch).
