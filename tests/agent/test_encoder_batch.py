@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fp32 import assert_reordered
 
 from agent import AgentConfig, Learner
 from agent.build import build_networks
@@ -40,11 +41,17 @@ def test_only_every_sth_stream_gives_the_encoder_its_gradient() -> None:
     z_split, enc_split, head_split = grads(cfg_with(encoder_batch=2), frames)  # rows 0 and 3
     torch.manual_seed(0)
     z_ref, enc_ref, head_ref = grads(cfg_with(), frames, detach_rows=[1, 2, 4, 5])
-    assert torch.equal(z_split, z_all)  # the same latents, in the batch's order
-    for a, b in zip(head_split, head_all, strict=True):  # the predictor sees every stream
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-    for a, b in zip(enc_split, enc_ref, strict=True):  # the encoder: rows 0 and 3 only
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    # The same latents, in the batch's order: bit for bit but for the kernels' summation order,
+    # which may differ with the batch size (oneDNN's on Intel CPUs); the longest sum is the
+    # encoder's projection, 64 * 4 * 4 terms.
+    assert_reordered(z_split, z_all, 64 * 16, "latents")
+    # The predictor sees every stream: its gradient (a sum over the batch that cancels) carries
+    # the latents' last-bit differences to a few 1e-6 (Intel's oneDNN; 0 where equal).
+    for a, b in zip(head_split, head_all, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=2e-5)
+    # The encoder: rows 0 and 3 only (its gradients sum over the rows' 32 x 32 positions at most).
+    for a, b in zip(enc_split, enc_ref, strict=True):
+        assert_reordered(a, b, 2 * 32 * 32, "encoder gradient")
     assert any(not torch.allclose(a, b) for a, b in zip(enc_split, enc_all, strict=True))
 
 

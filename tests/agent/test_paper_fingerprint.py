@@ -24,6 +24,12 @@ from agent import AgentConfig
 
 STORED = json.loads(STORE.read_text())
 RTOL, ATOL = 1e-4, 1e-6
+#: The attention's qkv biases: a third of each is the keys' bias, which no loss can see (the
+#: softmax over keys ignores a term that is the same for every key), so its gradient is
+#: rounding noise that Adam turns into steps; the sum drifts by 1.3e-4 between CPUs (an Intel
+#: Xeon's oneDNN against the stored AMD one). Eight times that; what is computed is still
+#: held by the steps and the curve (1e-6).
+NOISE_ONLY = 1e-3
 PUSHED = 4  # entries the fingerprint pushes at step 2, past the detector
 WARMUP = AgentConfig.of_size("paper").detector_warmup  # updates before a boundary may fire
 
@@ -40,7 +46,8 @@ def test_paper_protocol_unchanged(track: str) -> None:
     np.testing.assert_allclose(got["steps"], want["steps"], rtol=RTOL, atol=ATOL)
     assert got["param_sums"].keys() == want["param_sums"].keys()
     for name, value in want["param_sums"].items():
-        assert got["param_sums"][name] == pytest.approx(value, rel=1e-4, abs=1e-4), name
+        tol = NOISE_ONLY if name.endswith("qkv.bias") else 1e-4
+        assert got["param_sums"][name] == pytest.approx(value, rel=1e-4, abs=tol), name
     np.testing.assert_allclose(got["curve"], want["curve"], rtol=RTOL, atol=ATOL)
 
 
