@@ -25,9 +25,6 @@ from dataclasses import replace
 
 import numpy as np
 import torch
-from sklearn.linear_model import RidgeCV
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 
 from agent.evaluation import WorldSet, encode, input_index, sequence_memory
 from agent.learner import Learner
@@ -110,6 +107,10 @@ def gravity_targets(world: WorldSet) -> np.ndarray:
 def leave_one_out(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """(W, T): each world's y predicted from its row of x (W, F) by a ridge map fit on the other
     W - 1 worlds' rows (features standardised on them; the penalty per target of ``ALPHAS``)."""
+    from sklearn.linear_model import RidgeCV  # (a second's import, for this probe alone)
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
     pred = np.empty_like(y, dtype=np.float64)
     for w in range(len(x)):
         rest = np.arange(len(x)) != w
@@ -128,6 +129,8 @@ def angle_deg(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def identified(halves: np.ndarray) -> float:
     """The share of the 2W half rows (W, 2, F) whose nearest half row of the other half
     (Euclidean, features standardised over all 2W rows) is its own world's."""
+    from sklearn.preprocessing import StandardScaler
+
     w = len(halves)
     z = StandardScaler().fit_transform(halves.reshape(2 * w, -1)).reshape(w, 2, -1)
     dist = np.linalg.norm(z[:, None, 0] - z[None, :, 1], axis=-1)  # (first halves, second)
