@@ -9,12 +9,13 @@ or, when stopped (Ctrl-C, SIGTERM, a PAUSE file), with a checkpoint and a summar
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import shutil
 import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
 from tqdm import tqdm
 
@@ -74,11 +75,29 @@ def iterate(loop: OnlineLoop) -> str | None:
     return loop.stop.reason if not loop.done else None
 
 
+class Lines(io.TextIOBase):
+    """tqdm's output into a file or a pipe: each refresh a line of its own, no carriage
+    returns (a terminal's bar redraws itself; a log keeps lines)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def write(self, text: str) -> int:
+        line = text.replace("\r", "").strip("\n")
+        if line.strip():
+            self.out.write(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
 def progress_bar(steps: int, done: int) -> tqdm:
-    """The progress bar of ``done`` of ``steps`` steps on stdout (to a log file, a line per
-    15 s)."""
+    """The progress bar of ``done`` of ``steps`` steps on stdout (to a log file or a pipe, a
+    line per 15 s)."""
+    tty = sys.stdout.isatty()
     return tqdm(total=steps, initial=done, desc="step", unit="step", dynamic_ncols=True,
-                file=sys.stdout, mininterval=0.5 if sys.stdout.isatty() else 15.0)
+                file=sys.stdout if tty else Lines(sys.stdout), mininterval=0.5 if tty else 15.0)
 
 
 def train(cfg: RunConfig, folder: RunFolder, stop: StopRequest, *, resume: bool) -> int:

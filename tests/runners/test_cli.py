@@ -108,3 +108,20 @@ def test_parse_passes_unknown_options_on_in_order():
         parse(_Options, ["--steps", "5"], "p")
     with pytest.raises(CliError, match=r"unknown option\(s\): yes"):  # a flag takes no value
         parse(_Options, ["--dry-run", "yes"], "p")
+
+
+def test_the_progress_bar_into_a_log_is_lines_without_carriage_returns(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Into a file or a pipe (not a terminal) each refresh of train_online's bar is a line of
+    its own: a log holds no carriage returns."""
+    from runners.online.job import progress_bar
+
+    bar = progress_bar(50, 10)
+    for _ in range(40):
+        bar.update(1)
+    bar.close()
+    out = capsys.readouterr().out
+    assert "\r" not in out and out.endswith("\n")
+    lines = out.splitlines()
+    assert lines[0].startswith("step:  20%") and lines[-1].startswith("step: 100%")
