@@ -28,8 +28,7 @@ from pathlib import Path
 
 from runners.cli import CliError, ensure_output_dir, run_main
 from runners.online.command import TRAIN_PROG, TrainCommand, parse_command, resume_config
-from runners.online.config import RunConfig, resolve
-from runners.online.protocols import PROTOCOLS
+from runners.online.config import RunConfig, check_stacked, resolve
 from runners.online.rundir import RunFolder, StopRequest, existing_run_folder, new_run_folder
 
 
@@ -93,12 +92,7 @@ def stacked_configs(cfg: RunConfig, seeds: Sequence[int]) -> list[RunConfig]:
     if len(set(all_seeds)) != len(all_seeds):
         raise CliError(f"--stack-seeds: every seed once, --seed {cfg.agent.seed} included; got "
                        f"{' '.join(map(str, all_seeds))}")  # fmt: skip
-    if not cfg.protocol.stacks:
-        raise CliError(f"--stack-seeds: stacked seeds run the "
-                       f"{' or '.join(k for k, p in PROTOCOLS.items() if p.stacks)} protocol")
-    if cfg.agent.stream_cache:
-        raise CliError("--stack-seeds: stacked seeds encode every frame afresh: add "
-                       "--no-stream-cache")  # fmt: skip
+    check_stacked(cfg)
     name = cfg.output.name
     out = []
     for s in all_seeds:

@@ -384,6 +384,17 @@ def resolve(cfg: RunConfig) -> RunConfig:
     return cfg
 
 
+def check_stacked(cfg: RunConfig) -> None:
+    """What a run stacked with other seeds (``--stack-seeds``, ``agent.stacked``) must be, beyond
+    ``resolve``'s rules: of a protocol whose seeds stack, without the stream cache."""
+    if not cfg.protocol.stacks:
+        raise CliError(f"--stack-seeds: stacked seeds run the "
+                       f"{' or '.join(k for k, p in PROTOCOLS.items() if p.stacks)} protocol")
+    if cfg.agent.stream_cache:
+        raise CliError("--stack-seeds: stacked seeds encode every frame afresh: add "
+                       "--no-stream-cache")  # fmt: skip
+
+
 def schedule_horizon(cfg: RunConfig) -> int:
     """Steps of the LR / EMA-tau schedule: in memory mode the weights stop at the first switch."""
     if cfg.schedule.after_switch == "memory" and cfg.first_switch is not None:
