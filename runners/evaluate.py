@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import tyro
 
 from runners.cli import CliError, ensure_output_dir, parse, run_main
-from runners.online.bounds import interval_text
+from runners.online.bounds import interval_table
 from runners.online.command import config_from_dict
 from runners.online.config import Device, Paper, RunConfig, Schedule, Worlds, resolve
 from runners.online.evaluation import WorldsEvaluator, world_probe_report
@@ -197,7 +197,8 @@ def print_report(args: Evaluate, rep: dict, ckpt: Path, cfg: RunConfig, step: in
     if "held_out" in rep:
         print("\n" + tables_text(held_out_tables(rep["held_out"], f"at step {step}")))
         iv = rep["held_out"].get("intervals")  # (its families in order, then pooled)
-        print("\n".join(interval_text(iv, list(iv["margin"]) if iv else [])))
+        if iv:
+            print("\n" + tables_text([interval_table(iv, list(iv["margin"]))]))
     if args.target_reference:
         print(format_reference(rep["target_reference"]))
     if args.world_probe:

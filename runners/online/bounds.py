@@ -17,12 +17,12 @@ transitions from other sequences of the same world (the peer memory).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from runners.style import MEMORY_LABELS, pct, times
+from runners.style import MEMORY_LABELS, Table, pct, times
 
 #: The memory source of the headline (agent.evaluation: ``same``, the peer memory).
 HEADLINE_MEMORY = "same"
@@ -204,7 +204,7 @@ def _carries(b: dict[str, Any], peer: float) -> str:
             f"peer memory: {verdict}")
 
 
-#: The labels of the rows of ``bounds_text``: the memory sources, then perfect physics' branches.
+#: The labels of the rows of ``tables``' first: the memory sources, then perfect physics' branches.
 PHYSICS_LABELS = {"blind": "perfect physics, blind", "other": "perfect physics, other",
                   "seen": "physics, blind, as seen", "told": "physics, told, as seen",
                   "seen_mean": "physics, blind, hedged", "told_mean": "physics, told, hedged"}
@@ -219,72 +219,71 @@ RATIO_LABELS = (
 )
 
 
-def bounds_text(b: dict[str, Any]) -> list[str]:
-    """The bounds as aligned text lines: D and the share of the gap per family, per memory."""
+def tables(b: dict[str, Any] | None) -> list[Table]:
+    """The bounds as tables (none without them): D and the share of the gap per family, per
+    memory (the per-horizon shares and ratios under it), the paired intervals, the pixel errors."""
+    if not b:
+        return []
     fams = [f for f in b["floor"]["d"] if f != POOLED] + [POOLED]
 
-    def row(label: str, cells: Iterable[str]) -> str:
-        return "  " + f"{label:<24}" + "".join(cells)
-
-    def d(values: dict[str, float]) -> list[str]:
-        return [f"{values[f]:>16.3f}" for f in fams]
+    def d(label: str, values: dict[str, float]) -> list[str]:
+        return [label, *(f"{values[f]:.3f}" for f in fams)]
 
     def per_h(label: str, values: list[float | None], fmt: Callable[..., str]) -> str:
-        return f"  {label}: " + ", ".join(f"h={h} {fmt(x, missing='n/a')}"
-                                          for h, x in zip(b["horizons"], values, strict=False))
+        return f"{label}: " + ", ".join(f"h={h} {fmt(x, missing='n/a')}"
+                                        for h, x in zip(b["horizons"], values, strict=False))
 
-    out = ["", f"floor, memory and ceiling on held-out worlds (D^{b['n']}; share of the oracle "
-           "gap closed, docs/definitions.md#the-share-of-the-oracle-gap):",
-           row("", (f"{f:>16}" for f in fams)), row("floor (track A)", d(b["floor"]["d"]))]
-    out += [row(MEMORY_LABELS.get(mem, mem),
-                (f"{m['d'][f]:>9.3f} {pct(m['share'][f], missing='n/a'):>6}" for f in fams))
-            for mem, m in b["memories"].items()]
-    out.append(row("ceiling (oracle)", d(b["ceiling"]["d"])))
+    rows = [d("floor (track A)", b["floor"]["d"])]
+    rows += [[MEMORY_LABELS.get(mem, mem),
+              *(f"{m['d'][f]:.3f} {pct(m['share'][f], missing='n/a'):>6}" for f in fams)]
+             for mem, m in b["memories"].items()]
+    rows.append(d("ceiling (oracle)", b["ceiling"]["d"]))
     pp = b.get("perfect_physics") or {}
-    out += [row(label, d(pp["d"][key])) for key, label in PHYSICS_LABELS.items()
-            if all(f in pp.get("d", {}).get(key, {}) for f in fams)]
+    rows += [d(label, pp["d"][key]) for key, label in PHYSICS_LABELS.items()
+             if all(f in pp.get("d", {}).get(key, {}) for f in fams)]
+    notes = []
     head = b.get("headline")
     if head is not None:  # the headline memory's share per horizon, pooled
         shares = b["memories"][head]["share_per_h"].get(POOLED, [])
-        out.append(per_h("share of the gap per horizon (peer memory, pooled)", shares, pct))
-    out += [per_h(label, pp[key][POOLED], times) for key, label in RATIO_LABELS
-            if POOLED in pp.get(key, {})]
-    return out + interval_text(b.get("intervals"), fams) + pixel_text(b.get("pixels"), fams, row)
+        notes.append(per_h("share of the gap per horizon (peer memory, pooled)", shares, pct))
+    notes += [per_h(label, pp[key][POOLED], times) for key, label in RATIO_LABELS
+              if POOLED in pp.get(key, {})]
+    main = Table(f"floor, memory and ceiling on held-out worlds (D^{b['n']}; share of the oracle "
+                 "gap closed, docs/definitions.md#the-share-of-the-oracle-gap)", ("",), fams, rows,
+                 widths=(24,), cell=16, note="\n".join(notes))  # fmt: skip
+    found = [main, interval_table(b.get("intervals"), fams), pixel_table(b.get("pixels"), fams)]
+    return [t for t in found if t is not None]
 
 
-#: The rows of ``interval_text`` for each head that reads memory: (key, memory source, label).
+#: The rows of ``interval_table`` for each head that reads memory: (key, memory source, label).
 INTERVAL_ROWS = (*(("share", m, MEMORY_LABELS[m]) for m in ("same", "own", "wrong")),
                  ("share_own", "same", "peer, from its own D^0"),
                  ("carried", None, "carried (wrong - peer)"),
                  ("d0_vs_floor", None, "D^0 against the floor"))  # fmt: skip
 
 
-def interval_text(iv: dict[str, Any] | None, fams: list[str]) -> list[str]:
-    """The paired intervals (``runners.online.intervals``) as aligned rows: the oracle's margin,
-    then each head's shares: the value and its 95% interval in percent."""
+def interval_table(iv: dict[str, Any] | None, fams: list[str]) -> Table | None:
+    """The paired intervals (``runners.online.intervals``): the oracle's margin, then each head's
+    shares: the value and its 95% interval in percent (None without them)."""
     if not iv:
-        return []
-
-    def row(label: str, cells: Iterable[str]) -> str:
-        return "  " + f"{label:<34}" + "".join(cells)
+        return None
 
     def cell(ci: dict[str, Any]) -> str:
         if ci["low"] is None:
-            return f" {pct(ci['value'], missing='n/a'):>17}"
+            return pct(ci["value"], missing="n/a")
         lo, hi = (f"{100 * ci[k]:.0f}" for k in ("low", "high"))
-        return f" {pct(ci['value']) + f' [{lo}, {hi}]':>17}"
+        return pct(ci["value"]) + f" [{lo}, {hi}]"
 
-    out = ["", f"paired 95% intervals at n = {iv['n']} (a bootstrap of the held-out worlds and their "
-           "sequences, every head on the same samples; docs/definitions.md#paired-intervals):",
-           row("", (f" {f:>17}" for f in fams)),
-           row("the oracle's margin", (cell(iv["margin"][f]) for f in fams))]
+    rows = [["the oracle's margin", *(cell(iv["margin"][f]) for f in fams)]]
     for name, h in iv["heads"].items():
         for key, mem, label in INTERVAL_ROWS:
             got = h.get(key)
             got = got.get(mem) if got is not None and mem is not None else got
             if got is not None:
-                out.append(row(f"{_head_label(name)}, {label}", (cell(got[f]) for f in fams)))
-    return out
+                rows.append([f"{_head_label(name)}, {label}", *(cell(got[f]) for f in fams)])
+    return Table(f"paired 95% intervals at n = {iv['n']} (a bootstrap of the held-out worlds and "
+                 "their sequences, every head on the same samples; "
+                 "docs/definitions.md#paired-intervals)", ("",), fams, rows, widths=(34,), cell=18)
 
 
 def _head_label(name: str) -> str:
@@ -292,12 +291,13 @@ def _head_label(name: str) -> str:
     return name if name == "oracle" else f"track {name}"
 
 
-def pixel_text(px: dict[str, Any] | None, fams: list[str], row: Callable[..., str]) -> list[str]:
-    """The pixel errors at the largest horizon, a row per learner (none without them)."""
+def pixel_table(px: dict[str, Any] | None, fams: list[str]) -> Table | None:
+    """The pixel errors at the largest horizon, a row per learner (None without them)."""
     if not px:
-        return []
+        return None
     k = len(px["horizons"]) - 1  # the largest horizon's column (the mean is last)
     h = px["horizons"][k]
-    return ["", f"where the decoded predictions put the digits at h={h}: mean distance from the "
-            f"true positions, px (n = {px['n']}; docs/definitions.md#the-pixel-decoder):",
-            *(row(label, (f"{v[f][k]:>16.1f}" for f in fams)) for label, v in px["rows"].items())]
+    return Table(f"where the decoded predictions put the digits at h={h}: mean distance from the "
+                 f"true positions, px (n = {px['n']}; docs/definitions.md#the-pixel-decoder)",
+                 ("",), fams, [[label, *(f"{v[f][k]:.1f}" for f in fams)]
+                               for label, v in px["rows"].items()], widths=(24,), cell=16)

@@ -44,6 +44,7 @@ from probes.decoder import (
     fit_decoder,
     position_error,
 )
+from probes.digits import one_thread
 from runners.online.world_sets import WorldSets
 
 #: How long the report waits for the decoder's process before it ends it and fits the decoder
@@ -149,15 +150,17 @@ class DecoderProcess:
 def fit(cfg: AgentConfig, target: dict[str, torch.Tensor], families: dict[str, env.WorldFamily],
         seed: int, steps: int, device: str = "cpu") -> PixelDecoder:  # fmt: skip
     """The decoder of ``DecoderProcess``, fit here: a learner of ``cfg`` on ``device`` with the
-    EMA target ``target`` encodes ``fit_frames``."""
-    learner = Learner(cfg, device=device)
-    learner.nets.target.target.load_state_dict(target)
-    worlds = min(FIT_WORLDS, -(-steps * WORLDS_PER_1000_STEPS // 1000))
-    frames = fit_frames(families, seed, worlds)
-    step = cfg.eval_batch_size
-    z = torch.cat([learner.encode(frames[i:i + step], target=True)
-                   for i in range(0, frames.shape[0], step)])  # fmt: skip
-    return fit_decoder(z, frames, DecoderConfig(steps=steps, seed=seed))
+    EMA target ``target`` encodes ``fit_frames``; on one torch thread, so that it is the same
+    decoder, bit for bit, in its own process and here (a process of any thread count)."""
+    with one_thread():
+        learner = Learner(cfg, device=device)
+        learner.nets.target.target.load_state_dict(target)
+        worlds = min(FIT_WORLDS, -(-steps * WORLDS_PER_1000_STEPS // 1000))
+        frames = fit_frames(families, seed, worlds)
+        step = cfg.eval_batch_size
+        z = torch.cat([learner.encode(frames[i:i + step], target=True)
+                       for i in range(0, frames.shape[0], step)])  # fmt: skip
+        return fit_decoder(z, frames, DecoderConfig(steps=steps, seed=seed))
 
 
 def _shell(latent_dim: int, hidden: int) -> PixelDecoder:

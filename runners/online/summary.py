@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,7 +20,7 @@ from runners.online.evaluation import EvalRecord
 from runners.online.protocols import PROTOCOLS
 from runners.online.rundir import RunFolder
 from runners.online.switch import switches_from_json
-from runners.style import MEMORY_LABELS, num, table
+from runners.style import MEMORY_LABELS, Table, num, tables_text
 
 if TYPE_CHECKING:
     from runners.online.loop import RunRecords
@@ -124,59 +122,6 @@ def since_switch(err: np.ndarray | None, fs: int | None) -> list[dict[str, Any]]
 
 
 # -- the summary's tables: each built once, printed as text and written as Markdown -------------
-@dataclass(frozen=True)
-class Table:
-    """A section of the summary, built once: a caption, then rows of label cells (under
-    ``labels``, in Markdown only) and value cells (under ``heads``), as aligned text (``text``:
-    each label column ``widths`` wide, None: its longest label; each value column ``cell``,
-    None: its longest cell or head and two spaces) or as a Markdown table (``markdown``).
-    ``style``: "ruled", the top table (no caption, no indent, a rule under the heads);
-    "headless", no heads in text; "inline", a one-row table as one line of head-value pairs.
-    ``md_caption``: Markdown's, where it says more; ``note`` follows the table."""
-
-    caption: str
-    labels: tuple[str, ...]
-    heads: list[str]
-    rows: list[list[str]]
-    widths: tuple[int, ...] | None = None
-    cell: int | None = None
-    style: Literal["", "ruled", "headless", "inline"] = ""
-    md_caption: str = ""
-    note: str = ""
-
-    def text(self) -> list[str]:
-        """The table as aligned text lines."""
-        k, ruled = len(self.labels), self.style == "ruled"
-        if self.style == "inline":
-            return [f"{self.caption}: " + ", ".join(
-                f"{h} {v}" for h, v in zip(self.heads, self.rows[0][k:], strict=True))]
-        widths = self.widths or [max(len(r[i]) for r in self.rows) for i in range(k)]
-        cells = [self.cell or 2 + max(len(c) for c in [h, *(r[k + j] for r in self.rows)])
-                 for j, h in enumerate(self.heads)]
-
-        def line(row: list[str]) -> str:
-            left = " ".join(c.ljust(w) for c, w in zip(row[:k], widths, strict=True))
-            right = "".join(c.rjust(w) for c, w in zip(row[k:], cells, strict=True))
-            return ("" if ruled else "  ") + left + right
-
-        out = [] if ruled else [f"{self.caption}:"]
-        out += [] if self.style == "headless" else [line([""] * k + self.heads)]
-        out += [line(["-" * w for w in widths] + ["-" * (w - 2) for w in cells])] if ruled else []
-        return [*out, *map(line, self.rows), *([f"  {self.note}"] if self.note else [])]
-
-    def markdown(self) -> list[str]:
-        """The table as Markdown lines: its caption, the table, its note."""
-        caption = self.md_caption or self.caption[:1].upper() + self.caption[1:]
-        return [*([f"{caption}:", ""] if caption else []),
-                *table([*self.labels, *self.heads], self.rows, right=len(self.heads)),
-                *(["", self.note[:1].upper() + self.note[1:]] if self.note else [])]
-
-
-def tables_text(tables: Iterable[Table | None]) -> str:
-    """Tables as printed (None: one the summary or report lacks), a blank line between them."""
-    return "\n\n".join("\n".join(t.text()) for t in tables if t is not None)
-
-
 def sections(s: dict[str, Any]) -> list[Table]:
     """The summary's tables in order: the top table, the stream error since the switch, the
     adaptation curve at the end, then the held-out worlds' (``held_out_tables``)."""
@@ -188,8 +133,8 @@ def sections(s: dict[str, Any]) -> list[Table]:
 def format_table(s: dict[str, Any]) -> str:
     """The summary as printed at the end of a run: the story, the tables, the bounds."""
     b = s.get("bounds")
-    return "\n".join([*([bounds.story(b) + ".", ""] if b else []), tables_text(sections(s)),
-                      *(bounds.bounds_text(b) if b else [])])
+    return "\n".join([*([bounds.story(b) + ".", ""] if b else []),
+                      tables_text([*sections(s), *bounds.tables(b)])])
 
 
 def format_markdown(s: dict[str, Any]) -> str:
@@ -204,8 +149,7 @@ def format_markdown(s: dict[str, Any]) -> str:
              f"{s['after_switch']} mode." + (f" Stopped early ({s['stopped']})." if s["stopped"]
                                              else ""), ""]
     lines += [f"**{bounds.story(b)}.**", ""] if b else []
-    lines += [x for t in sections(s) for x in [*t.markdown(), ""]]
-    lines += ["```", *bounds.bounds_text(b)[1:], "```", ""] if b else []
+    lines += [x for t in [*sections(s), *bounds.tables(b)] for x in [*t.markdown(), ""]]
     if best["d_shift"] is not None:
         guard = best["min_sigma"]
         lines += [f"Best D_shift^{s['headline_n']}: {best['d_shift']:.3f} at step {best['step']} "

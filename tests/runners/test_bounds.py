@@ -14,6 +14,7 @@ from runners.online import bounds
 from runners.online.command import build_config
 from runners.online.config import resolve
 from runners.online.rundir import RunFolder
+from runners.style import tables_text
 from tests.runners.cli_helpers import TINY_WORLDS, cli
 
 TINY = [a for a in TINY_WORLDS if a != "--no-bounds"]
@@ -84,7 +85,7 @@ def test_the_report_places_every_memory_between_floor_and_ceiling() -> None:
     b["memories"]["wrong"]["d"]["pooled"] = 1.05  # 17% of the margin: below a quarter
     assert bounds.story(b).endswith("17% of the oracle's margin above peer memory: it does not "
                                     "carry the world")
-    text = "\n".join(bounds.bounds_text(b))
+    text = tables_text(bounds.tables(b))
     assert "peer memory" in text and "wrong-world memory" in text
     assert "share of the gap per horizon (peer memory, pooled): h=2 " in text
     assert b["perfect_physics"] is None and "perfect physics" not in text  # older reports
@@ -126,7 +127,7 @@ def test_perfect_physics_sits_beside_the_bounds() -> None:
     assert b["floor_ratio_per_h"]["interp"] == pytest.approx([4.0, 2.0])
     assert b["floor_ratio_per_h"]["extrap"] == pytest.approx([3.0, 2.0])
     assert b["floor_ratio_per_h"]["pooled"] == pytest.approx([1.1 / 0.325, 1.1 / 0.55])
-    text = "\n".join(bounds.bounds_text(bounds.bounds_report(main, floor, ceiling, n=50)))
+    text = tables_text(bounds.tables(bounds.bounds_report(main, floor, ceiling, n=50)))
     (row,) = [line.split() for line in text.splitlines() if "perfect physics, blind" in line]
     assert row[-3:] == ["0.300", "0.600", "0.450"]
     assert "track A / world-blind physics per horizon (pooled, each in its own latent): " \
